@@ -1,0 +1,1 @@
+//! plugio-device: io_uring rings and storage backends (skeleton; see issue 3).

@@ -1,0 +1,1 @@
+//! plugio-engine: the userspace block layer (skeleton; see issue 4).

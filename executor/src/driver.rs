@@ -1,0 +1,111 @@
+//! The park/unpark seam between the executor and whatever waits for events.
+//!
+//! # Contract
+//!
+//! A core's executor owns exactly one [`Driver`]. When no task is ready, the
+//! executor calls [`Driver::park`] with the time until the nearest timer (or
+//! `None` when there is none). The driver blocks the calling thread until one
+//! of these happens:
+//!
+//! - an event it drives completes (for the io_uring driver: a CQE arrives and
+//!   is dispatched, which wakes the task that waits for it);
+//! - another thread calls [`Unpark::unpark`] on the handle from
+//!   [`Driver::unparker`];
+//! - the timeout passes.
+//!
+//! `park(Some(Duration::ZERO))` must not block: it only collects what is
+//! already there (for io_uring: submit queued SQEs and reap CQEs without
+//! waiting). This is what the executor calls when a tick-end hook reports
+//! pending work.
+//!
+//! An `unpark` that happens before `park` is entered is never lost: the next
+//! `park` returns at once (a token, as with `std::thread::park`).
+//!
+//! Invariants the executor keeps for the driver:
+//! - `park` is only ever called from the core's own thread;
+//! - `park` is never called with a blocking timeout while a task is ready, a
+//!   remote wake is queued, or a tick-end hook reported pending work.
+//!
+//! The device layer implements this trait over the core's io_uring (submit and
+//! wait in one `io_uring_enter`); [`ThreadDriver`] is the default, which
+//! parks the thread on a futex through `std::thread::park_timeout`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Waits for events on one core. See the module documentation for the
+/// contract.
+pub trait Driver {
+    /// Blocks until an event is handled, an unpark arrives, or `timeout`
+    /// passes. `None` waits without limit; `Some(Duration::ZERO)` never
+    /// blocks.
+    ///
+    /// # Errors
+    /// An unrecoverable error of the underlying mechanism (for io_uring, an
+    /// errno other than the transient `EINTR`, `EAGAIN`, `EBUSY`, which the
+    /// driver handles itself). The executor logs it and keeps running.
+    fn park(&self, timeout: Option<Duration>) -> std::io::Result<()>;
+
+    /// Returns a handle that other threads use to wake this core out of
+    /// [`Driver::park`]. Cheap to clone; called once per core at start.
+    fn unparker(&self) -> Arc<dyn Unpark>;
+}
+
+/// Wakes a parked core from any thread.
+pub trait Unpark: Send + Sync + 'static {
+    /// Makes the current or next [`Driver::park`] of the core return promptly.
+    /// Idempotent; safe to call from any thread, including the core's own.
+    fn unpark(&self);
+}
+
+/// The default driver: parks the thread with `std::thread::park_timeout`
+/// (a futex on Linux). It drives no IO; it only sleeps until unparked or
+/// until the nearest timer.
+#[derive(Debug)]
+pub struct ThreadDriver {
+    unparker: Arc<ThreadUnpark>,
+}
+
+#[derive(Debug)]
+struct ThreadUnpark {
+    thread: std::thread::Thread,
+}
+
+impl Unpark for ThreadUnpark {
+    fn unpark(&self) {
+        self.thread.unpark();
+    }
+}
+
+impl ThreadDriver {
+    /// Creates a driver bound to the calling thread. Must be called on the
+    /// thread that will park.
+    pub fn new() -> Self {
+        Self {
+            unparker: Arc::new(ThreadUnpark {
+                thread: std::thread::current(),
+            }),
+        }
+    }
+}
+
+impl Default for ThreadDriver {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Driver for ThreadDriver {
+    fn park(&self, timeout: Option<Duration>) -> std::io::Result<()> {
+        match timeout {
+            Some(d) if d.is_zero() => {}
+            Some(d) => std::thread::park_timeout(d),
+            None => std::thread::park(),
+        }
+        Ok(())
+    }
+
+    fn unparker(&self) -> Arc<dyn Unpark> {
+        self.unparker.clone()
+    }
+}

@@ -1,0 +1,4 @@
+//! The `plugio` command.
+fn main() {
+    println!("plugio");
+}
