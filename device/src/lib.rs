@@ -1,1 +1,61 @@
-//! plugio-device: io_uring rings and storage backends (skeleton; see issue 3).
+//! plugio-device: io_uring rings and storage backends.
+//!
+//! # The low-level interface (what the engine builds on)
+//!
+//! ```text
+//! core thread:  DeviceDriver::new(&RingConfig)      // once per core, on its thread
+//!               let h = register_handler(rc_handler) // once per core
+//!               backend.check(&op)?                  // early, when the bio is made
+//!               unsafe { backend.submit(&op, h, tag)? } // only queues
+//!               submit_now()?                        // optional, end of a flush
+//!               ... executor parks: Driver::park -> io_uring_enter(submit+wait)
+//!               -> handler.complete(tag, result)     // same thread, inside park
+//! ```
+//!
+//! - [`IoOp`]: one op = one submission = one completion. Offsets and lengths
+//!   in bytes; `segments` are `libc::iovec`s; `fixed_buf` names a
+//!   registered buffer; [`IoFlags`] carry FUA, PREFLUSH, NOMERGE and ioprio.
+//! - [`Backend`]: `geometry()`, `check(&op)`, `unsafe submit(&op, handler,
+//!   token)`. Implementations: [`backend::file::FileBackend`] (io_uring,
+//!   O_DIRECT, fixed buffers/files), [`backend::sync::SyncBackend`]
+//!   (thread pool), [`backend::mem::MemDevice`] (simulated, seeded).
+//! - [`CompletionHandler::complete`]`(token, result)`: `result` is bytes
+//!   (`>= 0`, 0 at end of file) or `-errno`; map with [`Error::from_errno`].
+//!   Called on the registering thread only, inside `park`/[`run_completions`].
+//! - [`DeviceDriver`] implements the executor's `Driver`: one
+//!   `io_uring_enter` per park submits everything queued and waits for a
+//!   CQE, an unpark (eventfd read armed in the ring) or the timeout
+//!   (shortened to the nearest simulated completion).
+//!
+//! On top sits a high-level ownership-passing async API, [`File`], used by
+//! direct users and this crate's tests.
+//!
+//! # Invariants
+//!
+//! - A buffer belongs to the kernel (or the pool thread, or the simulated
+//!   device) from submit until its completion is delivered; dropping a
+//!   future moves the buffer into the in-flight slot, never frees it.
+//! - Every successful submit completes exactly once, on the submitting
+//!   thread. `EAGAIN`, `EBUSY`, `EINTR`, SQ full and CQ overflow are
+//!   handled inside and never reach a handler.
+//! - Bad input is refused by `check` before anything is queued.
+
+#![cfg_attr(not(test), warn(missing_docs))]
+
+pub mod backend;
+pub mod core;
+pub mod driver;
+pub mod error;
+pub mod geometry;
+pub mod op;
+pub mod ring;
+
+pub use backend::{check_op, Backend, BackendKind};
+pub use core::{
+    register_handler, run_completions, submit_now, unregister_handler, CompletionHandler, HandlerId,
+};
+pub use driver::DeviceDriver;
+pub use error::{Error, ErrorKind, InvalidInput, Result};
+pub use geometry::{DeviceKind, Geometry};
+pub use op::{IoFlags, IoOp, OpKind};
+pub use ring::{RingConfig, RingInfo};

@@ -1,0 +1,178 @@
+//! Backends: one trait, several implementations (`file` over io_uring,
+//! `sync` over a thread pool, `mem` simulated).
+//!
+//! Invariants:
+//! - [`Backend::submit`] only queues: an SQE pushed to the current core's
+//!   ring, a job to the pool, an event in the core's deadline heap. Nothing
+//!   blocks and no completion is delivered from inside `submit`.
+//! - A submit that returns `Ok` produces exactly one completion, delivered on
+//!   the submitting thread to the given handler with the given token. A
+//!   submit that returns `Err` produces none and queues nothing.
+//! - [`Backend::check`] refuses bad input (alignment, range, zero or
+//!   mismatched length) before anything is queued; `submit` runs the same
+//!   check.
+
+use std::fmt;
+
+use crate::core::HandlerId;
+use crate::error::{Error, InvalidInput, Result};
+use crate::geometry::Geometry;
+use crate::op::{IoOp, OpKind};
+
+/// Which implementation serves a [`Backend`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BackendKind {
+    /// Files and block devices through the core's io_uring (with a per-op
+    /// fallback to the sync pool on threads without a ring).
+    Uring,
+    /// `pread`/`pwrite` on a thread pool.
+    Sync,
+    /// The simulated in-memory device.
+    Mem,
+}
+
+/// The most segments one op may carry (`IOV_MAX`).
+pub const MAX_OP_SEGMENTS: usize = 1024;
+
+/// A storage target that accepts [`IoOp`]s and completes them on the
+/// submitting core. Shared between cores (`Send + Sync`); every submit is
+/// tied to the calling thread.
+pub trait Backend: Send + Sync + fmt::Debug {
+    /// The device's geometry (block sizes, limits, alignment, capacity).
+    fn geometry(&self) -> &Geometry;
+
+    /// Which implementation this is.
+    fn kind(&self) -> BackendKind;
+
+    /// Validates `op` against the geometry without queuing anything.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) with the
+    /// offending values and the required alignment.
+    fn check(&self, op: &IoOp<'_>) -> Result<()> {
+        check_op(self.geometry(), op)
+    }
+
+    /// Queues `op`; its completion `(token, result)` is later delivered to
+    /// `handler` on this thread, inside the driver's `park` (or
+    /// `run_completions`).
+    ///
+    /// # Safety
+    /// The memory described by `op.segments` must stay valid, and must not
+    /// be read (for `Read`) or written (for `Write`) by anyone else, until
+    /// the completion is delivered, even if the caller's future is dropped.
+    ///
+    /// # Errors
+    /// Invalid input (see [`Backend::check`]), [`ErrorKind::NoDriver`](crate::ErrorKind::NoDriver)
+    /// when this thread has no driver and the backend needs one, or an
+    /// unrecoverable ring error. Nothing is queued on error.
+    unsafe fn submit(&self, op: &IoOp<'_>, handler: HandlerId, token: u64) -> Result<()>;
+}
+
+/// The checks every backend applies before queuing an op (see
+/// [`Backend::check`]).
+///
+/// # Errors
+/// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput).
+pub fn check_op(geometry: &Geometry, op: &IoOp<'_>) -> Result<()> {
+    if op.kind.has_data() {
+        check_segments(geometry, op)?;
+    } else if !op.segments.is_empty() {
+        return Err(Error::invalid(InvalidInput::Segments {
+            detail: format!("{:?} carries no data but has segments", op.kind),
+        }));
+    }
+    if op.kind.has_range() {
+        check_range(geometry, op)?;
+    }
+    Ok(())
+}
+
+fn check_range(geometry: &Geometry, op: &IoOp<'_>) -> Result<()> {
+    if op.len_bytes == 0 {
+        return Err(Error::invalid(InvalidInput::Length {
+            len_bytes: 0,
+            max_bytes: 0,
+        }));
+    }
+    let align = u64::from(geometry.offset_align_bytes());
+    if op.offset_bytes % align != 0 {
+        return Err(Error::invalid(InvalidInput::Alignment {
+            what: "offset",
+            value: op.offset_bytes,
+            required_bytes: align,
+        }));
+    }
+    if op.len_bytes % align != 0 {
+        return Err(Error::invalid(InvalidInput::Alignment {
+            what: "length",
+            value: op.len_bytes,
+            required_bytes: align,
+        }));
+    }
+    if let Some(capacity_bytes) = geometry.capacity_bytes {
+        let end = op.offset_bytes.checked_add(op.len_bytes);
+        // Reads that start inside a block device may not run past its end;
+        // reads past the end of a file return a short count instead.
+        if end.map_or(true, |end| end > capacity_bytes) {
+            return Err(Error::invalid(InvalidInput::Range {
+                offset_bytes: op.offset_bytes,
+                len_bytes: op.len_bytes,
+                capacity_bytes,
+            }));
+        }
+    }
+    Ok(())
+}
+
+fn check_segments(geometry: &Geometry, op: &IoOp<'_>) -> Result<()> {
+    if op.segments.is_empty() || op.segments.len() > MAX_OP_SEGMENTS {
+        return Err(Error::invalid(InvalidInput::Segments {
+            detail: format!(
+                "{} segments; a data op needs 1 to {MAX_OP_SEGMENTS}",
+                op.segments.len()
+            ),
+        }));
+    }
+    let sum: u64 = op.segments.iter().map(|s| s.iov_len as u64).sum();
+    if sum != op.len_bytes {
+        return Err(Error::invalid(InvalidInput::Segments {
+            detail: format!(
+                "segments hold {sum} bytes but the op says {} bytes",
+                op.len_bytes
+            ),
+        }));
+    }
+    let mem_align = u64::from(geometry.mem_align_bytes());
+    let len_align = u64::from(geometry.offset_align_bytes());
+    for seg in op.segments {
+        let addr = seg.iov_base as u64;
+        if addr % mem_align != 0 {
+            return Err(Error::invalid(InvalidInput::Alignment {
+                what: "buffer address",
+                value: addr,
+                required_bytes: mem_align,
+            }));
+        }
+        if seg.iov_len as u64 % len_align != 0 {
+            return Err(Error::invalid(InvalidInput::Alignment {
+                what: "segment length",
+                value: seg.iov_len as u64,
+                required_bytes: len_align,
+            }));
+        }
+    }
+    Ok(())
+}
+
+/// Validates the op kind is one `kind` backends understand; used by
+/// backends to refuse kinds they cannot serve.
+pub(crate) fn unsupported(op: &IoOp<'_>) -> Error {
+    Error::from_errno(libc::EOPNOTSUPP).with_context(match op.kind {
+        OpKind::Discard => "discard",
+        OpKind::WriteZeroes => "write zeroes",
+        OpKind::Fallocate { .. } => "fallocate",
+        _ => "op",
+    })
+}

@@ -1,0 +1,312 @@
+//! The per-core (per-thread) completion context.
+//!
+//! Invariants:
+//! - A [`CompletionHandler`] registered on a thread is only ever called on
+//!   that thread, from inside the driver's `park` (or
+//!   [`run_completions`]), never from inside a `submit`.
+//! - Each completion is delivered at most once: it is removed from the
+//!   ring slot, inbox or timer heap before its handler runs.
+//! - Completions produced on other threads (sync pool) are pushed to the
+//!   core's [`Inbox`] and the core is unparked; timed completions (mem
+//!   device latency) live in the core's deadline heap, which shortens the
+//!   park timeout.
+
+use std::cell::{Cell, RefCell};
+use std::cmp::{Ordering, Reverse};
+use std::collections::BinaryHeap;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+use plugio_executor::Unpark;
+
+use crate::ring::Ring;
+
+/// Receives completions on the core where it was registered.
+///
+/// `result` is the byte count transferred (`>= 0`; 0 on a read means end of
+/// file) or a negative errno, exactly like a CQE's `res`. Map it with
+/// [`Error::from_errno`](crate::Error::from_errno). Transient errnos
+/// (`EAGAIN`, `EINTR`, `EBUSY`) never reach a handler.
+pub trait CompletionHandler {
+    /// Called once per submitted op, on the core's thread, inside `park`.
+    /// The handler may submit new ops; they are queued for the next enter.
+    fn complete(&self, token: u64, result: i32);
+}
+
+/// Names a [`CompletionHandler`] registered on one core. Only meaningful on
+/// the thread that registered it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HandlerId(pub(crate) u32);
+
+/// One completion waiting to be delivered.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Completion {
+    pub handler: HandlerId,
+    pub token: u64,
+    pub result: i32,
+}
+
+/// The cross-thread side of a core: where other threads post completions.
+pub(crate) struct Inbox {
+    queue: Mutex<Vec<Completion>>,
+    unpark: Mutex<Arc<dyn Unpark>>,
+}
+
+struct ThreadUnpark(std::thread::Thread);
+
+impl Unpark for ThreadUnpark {
+    fn unpark(&self) {
+        self.0.unpark();
+    }
+}
+
+impl Inbox {
+    /// Queues a completion for the owning core and wakes it.
+    pub fn post(&self, completion: Completion) {
+        self.queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(completion);
+        let unpark = self
+            .unpark
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        unpark.unpark();
+    }
+
+    fn take(&self) -> Vec<Completion> {
+        std::mem::take(&mut *self.queue.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    fn is_empty(&self) -> bool {
+        self.queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
+    }
+}
+
+/// An op whose effect and completion happen at a deadline (mem device).
+pub(crate) type TimedAction = Box<dyn FnOnce() -> i32>;
+
+struct Timed {
+    deadline: Instant,
+    seq: u64,
+    handler: HandlerId,
+    token: u64,
+    action: TimedAction,
+}
+
+impl PartialEq for Timed {
+    fn eq(&self, other: &Self) -> bool {
+        (self.deadline, self.seq) == (other.deadline, other.seq)
+    }
+}
+impl Eq for Timed {}
+impl PartialOrd for Timed {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Timed {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (self.deadline, self.seq).cmp(&(other.deadline, other.seq))
+    }
+}
+
+/// The per-thread context: handlers, inbox, deadline heap, and the ring when
+/// a driver with a ring is installed.
+pub(crate) struct Core {
+    handlers: RefCell<Vec<Option<Rc<dyn CompletionHandler>>>>,
+    inbox: Arc<Inbox>,
+    timers: RefCell<BinaryHeap<Reverse<Timed>>>,
+    timer_seq: Cell<u64>,
+    ring: RefCell<Option<Rc<Ring>>>,
+}
+
+thread_local! {
+    static CORE: Rc<Core> = Rc::new(Core::new());
+}
+
+/// Runs `f` with the current thread's core context.
+pub(crate) fn with_core<R>(f: impl FnOnce(&Rc<Core>) -> R) -> R {
+    CORE.with(f)
+}
+
+impl Core {
+    fn new() -> Self {
+        Self {
+            handlers: RefCell::new(Vec::new()),
+            inbox: Arc::new(Inbox {
+                queue: Mutex::new(Vec::new()),
+                unpark: Mutex::new(Arc::new(ThreadUnpark(std::thread::current()))),
+            }),
+            timers: RefCell::new(BinaryHeap::new()),
+            timer_seq: Cell::new(0),
+            ring: RefCell::new(None),
+        }
+    }
+
+    /// The inbox other threads post to.
+    pub fn inbox(&self) -> Arc<Inbox> {
+        self.inbox.clone()
+    }
+
+    /// Sets how other threads wake this core (the driver's unparker).
+    pub fn set_unpark(&self, unpark: Arc<dyn Unpark>) {
+        *self
+            .inbox
+            .unpark
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = unpark;
+    }
+
+    /// The installed ring, if any.
+    pub fn ring(&self) -> Option<Rc<Ring>> {
+        self.ring.borrow().clone()
+    }
+
+    /// Installs or removes the ring; returns the previous one.
+    pub fn set_ring(&self, ring: Option<Rc<Ring>>) -> Option<Rc<Ring>> {
+        std::mem::replace(&mut *self.ring.borrow_mut(), ring)
+    }
+
+    fn register(&self, handler: Rc<dyn CompletionHandler>) -> HandlerId {
+        let mut handlers = self.handlers.borrow_mut();
+        let index = match handlers.iter().position(Option::is_none) {
+            Some(free) => {
+                handlers[free] = Some(handler);
+                free
+            }
+            None => {
+                handlers.push(Some(handler));
+                handlers.len() - 1
+            }
+        };
+        HandlerId(index as u32)
+    }
+
+    fn unregister(&self, id: HandlerId) -> Option<Rc<dyn CompletionHandler>> {
+        self.handlers
+            .borrow_mut()
+            .get_mut(id.0 as usize)
+            .and_then(Option::take)
+    }
+
+    /// Calls the handler of `c` (if it is still registered).
+    pub fn deliver(&self, c: Completion) {
+        let handler = self
+            .handlers
+            .borrow()
+            .get(c.handler.0 as usize)
+            .and_then(Clone::clone);
+        match handler {
+            Some(h) => h.complete(c.token, c.result),
+            None => tracing::debug!(
+                token = c.token,
+                result = c.result,
+                "completion for an unregistered handler dropped"
+            ),
+        }
+    }
+
+    /// Schedules `action` to run at `deadline`; its return value is the
+    /// completion result delivered to `handler` with `token`.
+    pub fn schedule(&self, deadline: Instant, handler: HandlerId, token: u64, action: TimedAction) {
+        let seq = self.timer_seq.get();
+        self.timer_seq.set(seq + 1);
+        self.timers.borrow_mut().push(Reverse(Timed {
+            deadline,
+            seq,
+            handler,
+            token,
+            action,
+        }));
+    }
+
+    /// The earliest timed completion.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.timers.borrow().peek().map(|t| t.0.deadline)
+    }
+
+    /// True when the inbox holds completions or a timer has expired.
+    pub fn has_ready(&self, now: Instant) -> bool {
+        !self.inbox.is_empty() || self.next_deadline().is_some_and(|d| d <= now)
+    }
+
+    /// Delivers the inbox and every expired timed completion; returns how
+    /// many were delivered.
+    pub fn run_ready(&self) -> usize {
+        let mut delivered = 0;
+        for c in self.inbox.take() {
+            self.deliver(c);
+            delivered += 1;
+        }
+        let now = Instant::now();
+        loop {
+            let timed = {
+                let mut timers = self.timers.borrow_mut();
+                match timers.peek() {
+                    Some(t) if t.0.deadline <= now => timers.pop().map(|t| t.0),
+                    _ => None,
+                }
+            };
+            let Some(timed) = timed else { break };
+            let result = (timed.action)();
+            self.deliver(Completion {
+                handler: timed.handler,
+                token: timed.token,
+                result,
+            });
+            delivered += 1;
+        }
+        delivered
+    }
+}
+
+/// Registers `handler` on the current thread's core and returns its id.
+/// Ops submitted with this id complete on this thread, inside the driver's
+/// `park`. Ids of unregistered handlers are reused.
+pub fn register_handler(handler: Rc<dyn CompletionHandler>) -> HandlerId {
+    with_core(|core| core.register(handler))
+}
+
+/// Removes a handler registered on the current thread. Completions that
+/// arrive for it later are dropped (logged at debug level), so only
+/// unregister a handler with nothing in flight.
+pub fn unregister_handler(id: HandlerId) -> Option<Rc<dyn CompletionHandler>> {
+    with_core(|core| core.unregister(id))
+}
+
+/// Delivers the completions already available on this thread without
+/// blocking: reaps the ring (after submitting what is queued), the inbox and
+/// expired timers. Returns how many were delivered. The driver's `park`
+/// does this too; this is for callers that poll without parking.
+///
+/// # Errors
+/// An unrecoverable `io_uring_enter` error.
+pub fn run_completions() -> crate::Result<usize> {
+    let core = with_core(Rc::clone);
+    let mut delivered = 0;
+    if let Some(ring) = core.ring() {
+        delivered += ring.poll_completions(&core)?;
+    }
+    delivered += core.run_ready();
+    Ok(delivered)
+}
+
+/// Submits what is queued on this thread's ring now, in one
+/// `io_uring_enter`, without waiting. The engine may call this at the end of
+/// its flush; otherwise the next `park` submits. A no-op without a ring.
+///
+/// # Errors
+/// An unrecoverable `io_uring_enter` error (transient ones are retried at the
+/// next park).
+pub fn submit_now() -> crate::Result<()> {
+    match with_core(|core| core.ring()) {
+        Some(ring) => ring.submit_pending(),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,176 @@
+//! The executor's [`Driver`] for a core: the ring (when io_uring is
+//! available) plus the core's inbox and deadline heap.
+//!
+//! Invariants:
+//! - One `DeviceDriver` per thread; it installs its ring in the thread's
+//!   core context on creation and removes it on drop, after every op in
+//!   flight has completed (buffers are never freed while the kernel owns
+//!   them).
+//! - `park` delivers every ready completion (inbox, expired timers, CQEs)
+//!   on the calling thread and never blocks past the nearest simulated
+//!   completion deadline, nor at all when something is already ready.
+
+use std::io;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use plugio_executor::{Driver, Unpark};
+
+use crate::core::{with_core, Core};
+use crate::error::{Error, Result};
+use crate::ring::{Ring, RingConfig, RingInfo};
+
+static FALLBACK_LOGGED: AtomicBool = AtomicBool::new(false);
+
+/// A core's driver: submit + wait in one `io_uring_enter`, and deliver the
+/// completions of every backend on this thread.
+pub struct DeviceDriver {
+    core: Rc<Core>,
+    ring: Option<Rc<Ring>>,
+    unparker: Arc<dyn Unpark>,
+}
+
+impl std::fmt::Debug for DeviceDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceDriver")
+            .field("ring", &self.ring)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Core {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Core").finish_non_exhaustive()
+    }
+}
+
+struct ThreadUnpark(std::thread::Thread);
+
+impl Unpark for ThreadUnpark {
+    fn unpark(&self) {
+        self.0.unpark();
+    }
+}
+
+impl DeviceDriver {
+    /// Creates the driver for the calling thread with an io_uring built from
+    /// `config`. Where io_uring is refused (`io_uring_disabled`, seccomp
+    /// `EPERM`/`ENOSYS`, an old kernel) it logs once and runs without a
+    /// ring: file backends then use the sync pool on this thread.
+    ///
+    /// # Errors
+    /// A driver is already installed on this thread.
+    pub fn new(config: &RingConfig) -> Result<Self> {
+        match Ring::new(config) {
+            Ok(ring) => Self::install(Some(Rc::new(ring))),
+            Err(e) => {
+                if !FALLBACK_LOGGED.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(error = %e, "io_uring unavailable; using the sync thread pool");
+                }
+                Self::install(None)
+            }
+        }
+    }
+
+    /// Like [`DeviceDriver::new`] but fails instead of falling back.
+    ///
+    /// # Errors
+    /// io_uring setup failed, or a driver is already installed.
+    pub fn with_ring(config: &RingConfig) -> Result<Self> {
+        Self::install(Some(Rc::new(Ring::new(config)?)))
+    }
+
+    /// A driver without a ring (sync pool and mem device only).
+    ///
+    /// # Errors
+    /// A driver is already installed on this thread.
+    pub fn without_ring() -> Result<Self> {
+        Self::install(None)
+    }
+
+    fn install(ring: Option<Rc<Ring>>) -> Result<Self> {
+        let core = with_core(Rc::clone);
+        if core.ring().is_some() {
+            return Err(Error::from_errno(libc::EBUSY)
+                .with_context("a DeviceDriver is already installed on this thread"));
+        }
+        let unparker: Arc<dyn Unpark> = match &ring {
+            Some(r) => r.unparker(),
+            None => Arc::new(ThreadUnpark(std::thread::current())),
+        };
+        core.set_ring(ring.clone());
+        core.set_unpark(unparker.clone());
+        Ok(Self {
+            core,
+            ring,
+            unparker,
+        })
+    }
+
+    /// The ring's setup and probed features; `None` without a ring.
+    pub fn ring_info(&self) -> Option<&RingInfo> {
+        self.ring.as_ref().map(|r| r.info())
+    }
+
+    /// Ops in flight on this core's ring.
+    pub fn in_flight(&self) -> usize {
+        self.ring.as_ref().map_or(0, |r| r.in_flight())
+    }
+
+    #[cfg(test)]
+    pub(crate) fn ring(&self) -> Option<&Rc<Ring>> {
+        self.ring.as_ref()
+    }
+
+    fn park_inner(&self, timeout: Option<Duration>) -> Result<()> {
+        let delivered = self.core.run_ready();
+        let mut timeout = if delivered > 0 {
+            Some(Duration::ZERO)
+        } else {
+            timeout
+        };
+        let now = Instant::now();
+        if let Some(deadline) = self.core.next_deadline() {
+            let until = deadline.saturating_duration_since(now);
+            timeout = Some(timeout.map_or(until, |t| t.min(until)));
+        }
+        match &self.ring {
+            Some(ring) => {
+                ring.park(&self.core, timeout)?;
+            }
+            None if self.core.has_ready(now) => {}
+            None => match timeout {
+                Some(t) if t.is_zero() => {}
+                Some(t) => std::thread::park_timeout(t),
+                None => std::thread::park(),
+            },
+        }
+        self.core.run_ready();
+        Ok(())
+    }
+}
+
+impl Driver for DeviceDriver {
+    fn park(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.park_inner(timeout).map_err(io::Error::from)
+    }
+
+    fn unparker(&self) -> Arc<dyn Unpark> {
+        self.unparker.clone()
+    }
+}
+
+impl Drop for DeviceDriver {
+    fn drop(&mut self) {
+        if let Some(ring) = &self.ring {
+            if let Err(e) = ring.drain(&self.core) {
+                tracing::error!(error = %e, "draining the ring at shutdown failed");
+            }
+        }
+        self.core.set_ring(None);
+        self.core
+            .set_unpark(Arc::new(ThreadUnpark(std::thread::current())));
+    }
+}

@@ -1,0 +1,285 @@
+//! The crate's one error type.
+//!
+//! Invariants: every errno that reaches a caller goes through
+//! [`Error::from_errno`], the single place where errno values are mapped to
+//! [`ErrorKind`]s; transient errnos (`EAGAIN`, `EBUSY`, `EINTR`) are handled
+//! inside the crate and never become an `Error` returned by an IO.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+/// What was wrong with an input that was refused before anything was
+/// submitted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum InvalidInput {
+    /// `what` (for example `"offset"`, `"length"`, `"buffer address"`) is
+    /// `value`, which is not a multiple of `required_bytes`.
+    Alignment {
+        /// Which quantity is misaligned.
+        what: &'static str,
+        /// The misaligned value (bytes, or an address).
+        value: u64,
+        /// The alignment it must be a multiple of, in bytes.
+        required_bytes: u64,
+    },
+    /// The range `[offset_bytes, offset_bytes + len_bytes)` does not fit in
+    /// a device of `capacity_bytes`.
+    Range {
+        /// Start of the range.
+        offset_bytes: u64,
+        /// Length of the range.
+        len_bytes: u64,
+        /// Capacity of the device.
+        capacity_bytes: u64,
+    },
+    /// A length is zero where data is required, or larger than allowed.
+    Length {
+        /// The length given, in bytes.
+        len_bytes: u64,
+        /// The largest length allowed, in bytes (0 when the problem is that
+        /// the length is zero).
+        max_bytes: u64,
+    },
+    /// The op's segments do not match its length or the device limits.
+    Segments {
+        /// A description of the mismatch.
+        detail: String,
+    },
+}
+
+/// The kinds of [`Error`] a caller can match on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// Refused before submission; see [`InvalidInput`].
+    InvalidInput(InvalidInput),
+    /// The operation is not supported by this backend, file system or
+    /// device (`EOPNOTSUPP`, `ENOTTY`, `ENOSYS` on an op).
+    Unsupported,
+    /// The device or file system is full (`ENOSPC`, `EDQUOT`).
+    OutOfSpace,
+    /// The IO was cancelled (`ECANCELED`), for example because a linked
+    /// preflush failed or the ring was shut down.
+    Cancelled,
+    /// Permission denied (`EPERM`, `EACCES`).
+    PermissionDenied,
+    /// The path does not exist (`ENOENT`).
+    NotFound,
+    /// The file system refused `O_DIRECT` (`open` returned `EINVAL`); open
+    /// the file with `OpenOptions::direct(false)` to use the page cache.
+    DirectIoRefused,
+    /// A submission was attempted on a thread that has no plugio device
+    /// driver installed (see `DeviceDriver::install`).
+    NoDriver,
+    /// Any other errno from the kernel.
+    Io {
+        /// The positive errno value.
+        errno: i32,
+    },
+}
+
+/// The crate's error: a kind plus optional context (the path, the op).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    kind: ErrorKind,
+    path: Option<PathBuf>,
+    context: Option<&'static str>,
+}
+
+impl Error {
+    /// Creates an error of `kind` with no context.
+    pub fn new(kind: ErrorKind) -> Self {
+        Self {
+            kind,
+            path: None,
+            context: None,
+        }
+    }
+
+    /// Maps a positive errno (or a negative CQE result, whose sign is
+    /// ignored) to an error. This is the one place errnos are mapped.
+    pub fn from_errno(errno: i32) -> Self {
+        let errno = errno.abs();
+        let kind = match errno {
+            libc::ENOSPC | libc::EDQUOT => ErrorKind::OutOfSpace,
+            libc::EOPNOTSUPP | libc::ENOTTY | libc::ENOSYS => ErrorKind::Unsupported,
+            libc::ECANCELED => ErrorKind::Cancelled,
+            libc::EPERM | libc::EACCES => ErrorKind::PermissionDenied,
+            libc::ENOENT => ErrorKind::NotFound,
+            _ => ErrorKind::Io { errno },
+        };
+        Self::new(kind)
+    }
+
+    /// Maps an `io::Error` (its raw OS error when it has one).
+    pub fn from_io(err: &io::Error) -> Self {
+        match err.raw_os_error() {
+            Some(errno) => Self::from_errno(errno),
+            None => Self::new(ErrorKind::Io { errno: libc::EIO }),
+        }
+    }
+
+    /// Shorthand for an [`ErrorKind::InvalidInput`] error.
+    pub fn invalid(input: InvalidInput) -> Self {
+        Self::new(ErrorKind::InvalidInput(input))
+    }
+
+    /// Attaches the path the error concerns.
+    pub fn with_path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.path = Some(path.into());
+        self
+    }
+
+    /// Attaches a short static description of what was being done.
+    pub fn with_context(mut self, context: &'static str) -> Self {
+        self.context = Some(context);
+        self
+    }
+
+    /// The kind, for matching.
+    pub fn kind(&self) -> &ErrorKind {
+        &self.kind
+    }
+
+    /// The errno this error corresponds to (for `io::Error` conversion and
+    /// for completion results): `EINVAL` for invalid input.
+    pub fn errno(&self) -> i32 {
+        match &self.kind {
+            ErrorKind::InvalidInput(_) | ErrorKind::DirectIoRefused => libc::EINVAL,
+            ErrorKind::Unsupported => libc::EOPNOTSUPP,
+            ErrorKind::OutOfSpace => libc::ENOSPC,
+            ErrorKind::Cancelled => libc::ECANCELED,
+            ErrorKind::PermissionDenied => libc::EPERM,
+            ErrorKind::NotFound => libc::ENOENT,
+            ErrorKind::NoDriver => libc::ENXIO,
+            ErrorKind::Io { errno } => *errno,
+        }
+    }
+}
+
+impl fmt::Display for InvalidInput {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InvalidInput::Alignment {
+                what,
+                value,
+                required_bytes,
+            } => write!(
+                f,
+                "{what} {value:#x} is not aligned to {required_bytes} bytes"
+            ),
+            InvalidInput::Range {
+                offset_bytes,
+                len_bytes,
+                capacity_bytes,
+            } => write!(
+                f,
+                "range {offset_bytes}+{len_bytes} bytes is beyond the capacity of {capacity_bytes} bytes"
+            ),
+            InvalidInput::Length {
+                len_bytes,
+                max_bytes: 0,
+            } => write!(f, "length {len_bytes} bytes: a length of zero is not allowed"),
+            InvalidInput::Length {
+                len_bytes,
+                max_bytes,
+            } => write!(
+                f,
+                "length {len_bytes} bytes is larger than the maximum of {max_bytes} bytes"
+            ),
+            InvalidInput::Segments { detail } => write!(f, "bad segments: {detail}"),
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(context) = self.context {
+            write!(f, "{context}: ")?;
+        }
+        match &self.kind {
+            ErrorKind::InvalidInput(input) => write!(f, "invalid input: {input}")?,
+            ErrorKind::Unsupported => write!(f, "operation not supported")?,
+            ErrorKind::OutOfSpace => write!(f, "out of space")?,
+            ErrorKind::Cancelled => write!(f, "IO cancelled")?,
+            ErrorKind::PermissionDenied => write!(f, "permission denied")?,
+            ErrorKind::NotFound => write!(f, "not found")?,
+            ErrorKind::DirectIoRefused => write!(
+                f,
+                "the file system refused O_DIRECT; open it buffered with OpenOptions::direct(false)"
+            )?,
+            ErrorKind::NoDriver => write!(
+                f,
+                "no plugio device driver on this thread (install a DeviceDriver first)"
+            )?,
+            ErrorKind::Io { errno } => {
+                write!(f, "{}", io::Error::from_raw_os_error(*errno))?;
+            }
+        }
+        if let Some(path) = &self.path {
+            write!(f, " (path {})", path.display())?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<Error> for io::Error {
+    fn from(err: Error) -> Self {
+        let kind = match err.kind {
+            ErrorKind::InvalidInput(_) => io::ErrorKind::InvalidInput,
+            ErrorKind::Unsupported => io::ErrorKind::Unsupported,
+            ErrorKind::NotFound => io::ErrorKind::NotFound,
+            ErrorKind::PermissionDenied => io::ErrorKind::PermissionDenied,
+            _ => io::Error::from_raw_os_error(err.errno()).kind(),
+        };
+        io::Error::new(kind, err)
+    }
+}
+
+impl From<io::Error> for Error {
+    fn from(err: io::Error) -> Self {
+        Self::from_io(&err)
+    }
+}
+
+/// The crate's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errno_maps_to_kinds() {
+        assert_eq!(
+            *Error::from_errno(libc::ENOSPC).kind(),
+            ErrorKind::OutOfSpace
+        );
+        assert_eq!(
+            *Error::from_errno(-libc::EIO).kind(),
+            ErrorKind::Io { errno: libc::EIO }
+        );
+        assert_eq!(
+            *Error::from_errno(libc::EOPNOTSUPP).kind(),
+            ErrorKind::Unsupported
+        );
+        assert_eq!(Error::from_errno(libc::EIO).errno(), libc::EIO);
+    }
+
+    #[test]
+    fn alignment_message_names_values() {
+        let err = Error::invalid(InvalidInput::Alignment {
+            what: "offset",
+            value: 513,
+            required_bytes: 512,
+        });
+        let text = err.to_string();
+        assert!(text.contains("0x201") && text.contains("512"), "{text}");
+        let io: io::Error = err.into();
+        assert_eq!(io.kind(), io::ErrorKind::InvalidInput);
+    }
+}

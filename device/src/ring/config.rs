@@ -1,0 +1,208 @@
+//! Ring setup: the builder's options, flag probing with fallback, and the
+//! probed features and opcodes.
+//!
+//! Invariant: a setup flag is reported in [`RingInfo`] only when the kernel
+//! accepted it; a refused optional flag (`EINVAL`) is dropped and setup is
+//! retried, never surfaced.
+
+use std::fmt;
+
+use io_uring::{opcode, IoUring, Probe};
+
+use crate::error::{Error, Result};
+
+/// How to build a core's ring.
+#[derive(Debug, Clone)]
+pub struct RingConfig {
+    /// SQ entries (rounded up to a power of two by the kernel). Default 256.
+    pub sq_entries: u32,
+    /// CQ entries; `None` = twice the SQ (the kernel default).
+    pub cq_entries: Option<u32>,
+    /// Try `IORING_SETUP_SINGLE_ISSUER` + `DEFER_TASKRUN` (6.1+), falling
+    /// back to `COOP_TASKRUN` (5.19+), then to none. Default true.
+    pub taskrun_flags: bool,
+    /// Use a kernel SQ polling thread idling after this many milliseconds
+    /// (`IORING_SETUP_SQPOLL`). Default `None`.
+    pub sqpoll_idle_ms: Option<u32>,
+    /// Busy-poll completions (`IORING_SETUP_IOPOLL`; O_DIRECT on devices
+    /// with poll queues only). Default false.
+    pub iopoll: bool,
+    /// Size of the sparse registered-file table (0 disables registered
+    /// files). Default 64.
+    pub registered_files: u32,
+}
+
+impl Default for RingConfig {
+    fn default() -> Self {
+        Self {
+            sq_entries: 256,
+            cq_entries: None,
+            taskrun_flags: true,
+            sqpoll_idle_ms: None,
+            iopoll: false,
+            registered_files: 64,
+        }
+    }
+}
+
+/// The opcodes whose support is probed and reported.
+const PROBED: &[(u8, &str)] = &[
+    (opcode::Nop::CODE, "NOP"),
+    (opcode::Readv::CODE, "READV"),
+    (opcode::Writev::CODE, "WRITEV"),
+    (opcode::Fsync::CODE, "FSYNC"),
+    (opcode::ReadFixed::CODE, "READ_FIXED"),
+    (opcode::WriteFixed::CODE, "WRITE_FIXED"),
+    (opcode::Timeout::CODE, "TIMEOUT"),
+    (opcode::AsyncCancel::CODE, "ASYNC_CANCEL"),
+    (opcode::Fallocate::CODE, "FALLOCATE"),
+    (opcode::Read::CODE, "READ"),
+    (opcode::Write::CODE, "WRITE"),
+    (opcode::MsgRingData::CODE, "MSG_RING"),
+    (opcode::UringCmd16::CODE, "URING_CMD"),
+    (opcode::ReadvFixed::CODE, "READV_FIXED"),
+    (opcode::WritevFixed::CODE, "WRITEV_FIXED"),
+];
+
+/// What a ring was set up with and what its kernel supports.
+#[derive(Debug, Clone, Default)]
+pub struct RingInfo {
+    /// SQ entries granted.
+    pub sq_entries: u32,
+    /// CQ entries granted.
+    pub cq_entries: u32,
+    /// `SINGLE_ISSUER` + `DEFER_TASKRUN` accepted.
+    pub defer_taskrun: bool,
+    /// `COOP_TASKRUN` accepted (when DEFER_TASKRUN was not).
+    pub coop_taskrun: bool,
+    /// `SQPOLL` accepted.
+    pub sqpoll: bool,
+    /// `IOPOLL` accepted.
+    pub iopoll: bool,
+    /// `IORING_FEAT_EXT_ARG`: enter takes a timeout argument.
+    pub ext_arg: bool,
+    /// `IORING_FEAT_NODROP`: CQEs are never dropped on overflow.
+    pub nodrop: bool,
+    /// Size of the registered-file table (0 when registration failed).
+    pub registered_files: u32,
+    /// Names of the probed opcodes the kernel supports.
+    pub supported_ops: Vec<&'static str>,
+    /// Names of the probed opcodes the kernel lacks.
+    pub unsupported_ops: Vec<&'static str>,
+    /// Raw supported-opcode bitmap (bit n = opcode n), for opcodes < 128.
+    pub op_bitmap: u128,
+}
+
+impl RingInfo {
+    /// True when the kernel supports opcode `code` (`IORING_OP_*`).
+    pub fn supports(&self, code: u8) -> bool {
+        code < 128 && self.op_bitmap & (1u128 << code) != 0
+    }
+}
+
+/// Builds the ring, dropping optional flags the kernel refuses.
+pub(super) fn build(config: &RingConfig) -> Result<(IoUring, RingInfo)> {
+    let mut attempts: Vec<u8> = Vec::new();
+    if config.taskrun_flags {
+        attempts.extend([2, 1]);
+    }
+    attempts.push(0);
+    let mut last_err = None;
+    for level in attempts {
+        let mut builder = IoUring::builder();
+        if let Some(cq) = config.cq_entries {
+            builder.setup_cqsize(cq);
+        }
+        if let Some(idle) = config.sqpoll_idle_ms {
+            builder.setup_sqpoll(idle);
+        }
+        if config.iopoll {
+            builder.setup_iopoll();
+        }
+        match level {
+            2 => {
+                builder.setup_single_issuer().setup_defer_taskrun();
+            }
+            1 => {
+                builder.setup_coop_taskrun();
+            }
+            _ => {}
+        }
+        match builder.build(config.sq_entries) {
+            Ok(uring) => return Ok(finish(uring, config, level)),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) && level > 0 => last_err = Some(e),
+            Err(e) => return Err(Error::from_io(&e).with_context("io_uring_setup")),
+        }
+    }
+    let e = last_err.unwrap_or_else(|| std::io::Error::from_raw_os_error(libc::EINVAL));
+    Err(Error::from_io(&e).with_context("io_uring_setup"))
+}
+
+fn finish(uring: IoUring, config: &RingConfig, level: u8) -> (IoUring, RingInfo) {
+    let params = uring.params();
+    let mut info = RingInfo {
+        sq_entries: params.sq_entries(),
+        cq_entries: params.cq_entries(),
+        defer_taskrun: level == 2,
+        coop_taskrun: level == 1,
+        sqpoll: params.is_setup_sqpoll(),
+        iopoll: params.is_setup_iopoll(),
+        ext_arg: params.is_feature_ext_arg(),
+        nodrop: params.is_feature_nodrop(),
+        ..RingInfo::default()
+    };
+    let mut probe = Probe::new();
+    if uring.submitter().register_probe(&mut probe).is_ok() {
+        for code in 0..128u8 {
+            if probe.is_supported(code) {
+                info.op_bitmap |= 1u128 << code;
+            }
+        }
+    }
+    for &(code, name) in PROBED {
+        if info.supports(code) {
+            info.supported_ops.push(name);
+        } else {
+            info.unsupported_ops.push(name);
+        }
+    }
+    if config.registered_files > 0 {
+        match uring
+            .submitter()
+            .register_files_sparse(config.registered_files)
+        {
+            Ok(()) => info.registered_files = config.registered_files,
+            Err(e) => tracing::info!(error = %e, "registered files unavailable; using raw fds"),
+        }
+    }
+    (uring, info)
+}
+
+impl fmt::Display for RingInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "sq_entries:          {}", self.sq_entries)?;
+        writeln!(f, "cq_entries:          {}", self.cq_entries)?;
+        let mut flags = Vec::new();
+        if self.defer_taskrun {
+            flags.push("SINGLE_ISSUER|DEFER_TASKRUN");
+        }
+        if self.coop_taskrun {
+            flags.push("COOP_TASKRUN");
+        }
+        if self.sqpoll {
+            flags.push("SQPOLL");
+        }
+        if self.iopoll {
+            flags.push("IOPOLL");
+        }
+        writeln!(f, "setup flags:         {}", flags.join(" "))?;
+        writeln!(
+            f,
+            "features:            EXT_ARG={} NODROP={}",
+            self.ext_arg, self.nodrop
+        )?;
+        writeln!(f, "registered files:    {}", self.registered_files)?;
+        writeln!(f, "supported ops:       {}", self.supported_ops.join(" "))?;
+        write!(f, "unsupported ops:     {}", self.unsupported_ops.join(" "))
+    }
+}

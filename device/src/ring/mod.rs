@@ -1,0 +1,555 @@
+//! One io_uring per core.
+//!
+//! Invariants:
+//! - Only the core's own thread touches the ring (it is `!Send`; set up with
+//!   `SINGLE_ISSUER` where the kernel has it).
+//! - An SQE pushed (to the SQ or to the backlog) is in flight until its CQE
+//!   is reaped, whatever `io_uring_enter` returned; its slot (handler,
+//!   token, the SQE itself for resubmission) lives exactly that long.
+//! - `EAGAIN`/`EBUSY`/`EINTR` from enter, a full SQ, CQ overflow and per-op
+//!   `-EAGAIN` results are handled here and never reach a handler or caller.
+//! - Reaping never calls a handler while the ring is borrowed: CQEs are
+//!   collected first, then delivered.
+//! - An eventfd read is always armed (user_data [`WAKE_UD`]) so another
+//!   thread can wake a waiting enter; the ring waits in enter only with that
+//!   read armed, so it never waits with nothing in flight.
+
+mod config;
+mod slots;
+mod unpark;
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+
+pub use config::{RingConfig, RingInfo};
+pub(crate) use unpark::RingUnpark;
+
+use crate::core::{Completion, Core, HandlerId};
+use crate::error::{Error, Result};
+use slots::{Slot, Slots};
+
+/// user_data of the armed eventfd read.
+pub(crate) const WAKE_UD: u64 = u64::MAX;
+/// user_data of a fallback timeout SQE (kernels without `EXT_ARG`).
+const TIMEOUT_UD: u64 = u64::MAX - 1;
+/// user_data of the cancel SQE issued at shutdown.
+const CANCEL_UD: u64 = u64::MAX - 2;
+/// Set in user_data of a preflush SQE linked ahead of its op.
+const PREFLUSH_BIT: u64 = 1 << 40;
+/// `IORING_ENTER_GETEVENTS` from the uapi header.
+const IORING_ENTER_GETEVENTS: u32 = 1;
+/// Longest back-off sleep after `EBUSY`/`EAGAIN` with nothing reaped.
+const BACKOFF_MAX: Duration = Duration::from_millis(1);
+
+/// A fault the test hook can inject in place of an enter's result.
+#[cfg(test)]
+pub(crate) type EnterFault = Box<dyn FnMut() -> Option<i32>>;
+
+/// The core's io_uring plus its in-flight bookkeeping.
+pub struct Ring {
+    uring: RefCell<IoUring>,
+    slots: RefCell<Slots>,
+    backlog: RefCell<VecDeque<squeue::Entry>>,
+    unpark: Arc<RingUnpark>,
+    wake_buf: Box<Cell<u64>>,
+    wake_armed: Cell<bool>,
+    info: RingInfo,
+    files: RefCell<HashMap<u64, u32>>,
+    next_file_index: Cell<u32>,
+    reaped: RefCell<Vec<Completion>>,
+    #[cfg(test)]
+    pub(crate) fault: RefCell<Option<EnterFault>>,
+}
+
+impl std::fmt::Debug for Ring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ring")
+            .field("info", &self.info)
+            .field("in_flight", &self.slots.borrow().len())
+            .field("backlog", &self.backlog.borrow().len())
+            .finish()
+    }
+}
+
+impl Ring {
+    /// Builds a ring with `config`, probing optional setup flags and falling
+    /// back when the kernel refuses them.
+    ///
+    /// # Errors
+    /// io_uring is unavailable (`ENOSYS`, `EPERM` from `io_uring_disabled`
+    /// or seccomp) or the eventfd cannot be created.
+    pub fn new(config: &RingConfig) -> Result<Self> {
+        let (uring, info) = config::build(config)?;
+        let unpark = Arc::new(RingUnpark::new()?);
+        let ring = Self {
+            uring: RefCell::new(uring),
+            slots: RefCell::new(Slots::default()),
+            backlog: RefCell::new(VecDeque::new()),
+            unpark,
+            wake_buf: Box::new(Cell::new(0)),
+            wake_armed: Cell::new(false),
+            info,
+            files: RefCell::new(HashMap::new()),
+            next_file_index: Cell::new(0),
+            reaped: RefCell::new(Vec::new()),
+            #[cfg(test)]
+            fault: RefCell::new(None),
+        };
+        ring.arm_wake();
+        Ok(ring)
+    }
+
+    /// What the ring was set up with and what the kernel supports.
+    pub fn info(&self) -> &RingInfo {
+        &self.info
+    }
+
+    /// The handle other threads use to wake this ring.
+    pub(crate) fn unparker(&self) -> Arc<RingUnpark> {
+        self.unpark.clone()
+    }
+
+    /// Ops pushed and not yet completed (the armed wake read excluded).
+    pub fn in_flight(&self) -> usize {
+        self.slots.borrow().len()
+    }
+
+    /// Registers `buffers` as fixed buffers (`IORING_REGISTER_BUFFERS`).
+    ///
+    /// # Safety
+    /// The memory must stay valid until the ring is dropped.
+    ///
+    /// # Errors
+    /// The kernel refused (`ENOMEM` under `RLIMIT_MEMLOCK`, ...).
+    pub(crate) unsafe fn register_buffers(&self, buffers: &[libc::iovec]) -> io::Result<()> {
+        // SAFETY: forwarded to the caller's contract.
+        unsafe { self.uring.borrow().submitter().register_buffers(buffers) }
+    }
+
+    /// The registered-file index for backend `file_id` (fd `fd`),
+    /// registering it on first use; `None` when registration is unavailable
+    /// or the table is full (the op then uses the raw fd).
+    pub(crate) fn fixed_file(&self, file_id: u64, fd: RawFd) -> Option<u32> {
+        if self.info.registered_files == 0 {
+            return None;
+        }
+        if let Some(&index) = self.files.borrow().get(&file_id) {
+            return Some(index);
+        }
+        let index = self.next_file_index.get();
+        if index >= self.info.registered_files {
+            return None;
+        }
+        let uring = self.uring.borrow();
+        match uring.submitter().register_files_update(index, &[fd]) {
+            Ok(_) => {
+                self.next_file_index.set(index + 1);
+                self.files.borrow_mut().insert(file_id, index);
+                Some(index)
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "file registration failed; using the raw fd");
+                None
+            }
+        }
+    }
+
+    /// Unregisters backend `file_id` (its file is being closed).
+    pub(crate) fn forget_file(&self, file_id: u64) {
+        if let Some(index) = self.files.borrow_mut().remove(&file_id) {
+            let uring = self.uring.borrow();
+            if let Err(e) = uring.submitter().register_files_update(index, &[-1]) {
+                tracing::debug!(error = %e, "file unregistration failed");
+            }
+        }
+    }
+
+    /// Queues `entry` (and an optional `preflush` SQE linked ahead of it)
+    /// for `handler`/`token`. Never blocks; never delivers.
+    pub(crate) fn push(
+        &self,
+        entry: squeue::Entry,
+        preflush: Option<squeue::Entry>,
+        handler: HandlerId,
+        token: u64,
+    ) {
+        let index = self.slots.borrow_mut().insert(Slot {
+            handler,
+            token,
+            entry: entry.clone(),
+            preflush: preflush.clone(),
+            preflush_result: 0,
+        });
+        let ud = u64::from(index);
+        if let Some(pre) = preflush {
+            self.push_sqe(
+                pre.flags(squeue::Flags::IO_LINK)
+                    .user_data(ud | PREFLUSH_BIT),
+            );
+        }
+        self.push_sqe(entry.user_data(ud));
+    }
+
+    fn push_sqe(&self, entry: squeue::Entry) {
+        let mut backlog = self.backlog.borrow_mut();
+        if backlog.is_empty() && self.try_push_sq(&entry) {
+            return;
+        }
+        backlog.push_back(entry);
+        drop(backlog);
+        // SQ full: submit what is there, then move the backlog in.
+        if let Err(e) = self.enter_submit_only() {
+            tracing::debug!(error = %e, "submit on a full SQ failed; kept in the backlog");
+        }
+        self.flush_backlog();
+    }
+
+    fn try_push_sq(&self, entry: &squeue::Entry) -> bool {
+        let mut uring = self.uring.borrow_mut();
+        let mut sq = uring.submission();
+        // SAFETY: every pointer an SQE carries (buffers, iovecs, timespecs)
+        // stays valid until its CQE: buffers by the Backend::submit contract,
+        // iovec arrays and the wake buffer are owned by the slot/op or the
+        // ring.
+        let pushed = unsafe { sq.push(entry) }.is_ok();
+        sq.sync();
+        pushed
+    }
+
+    fn flush_backlog(&self) {
+        let mut backlog = self.backlog.borrow_mut();
+        while let Some(entry) = backlog.front() {
+            if !self.try_push_sq(entry) {
+                break;
+            }
+            backlog.pop_front();
+        }
+    }
+
+    fn arm_wake(&self) {
+        let entry = opcode::Read::new(
+            types::Fd(self.unpark.eventfd()),
+            self.wake_buf.as_ptr().cast::<u8>(),
+            8,
+        )
+        .build()
+        .user_data(WAKE_UD);
+        self.wake_armed.set(true);
+        self.push_sqe(entry);
+    }
+
+    /// Submits what is queued without waiting (`submit_now`).
+    pub(crate) fn submit_pending(&self) -> Result<()> {
+        self.flush_backlog();
+        self.enter_submit_only()?;
+        self.flush_backlog();
+        Ok(())
+    }
+
+    fn enter_submit_only(&self) -> Result<()> {
+        match self.enter(0, None) {
+            Ok(()) => Ok(()),
+            Err(e) if is_transient(&e) => Ok(()),
+            Err(e) => Err(Error::from_io(&e).with_context("io_uring_enter")),
+        }
+    }
+
+    /// One `io_uring_enter`: submit the SQ and wait for `want` CQEs or
+    /// `timeout`. Timeouts (`ETIME`) are success.
+    fn enter(&self, want: usize, timeout: Option<Duration>) -> io::Result<()> {
+        #[cfg(test)]
+        if let Some(fault) = self.fault.borrow_mut().as_mut() {
+            if let Some(errno) = fault() {
+                return Err(io::Error::from_raw_os_error(errno));
+            }
+        }
+        let uring = self.uring.borrow();
+        let submitter = uring.submitter();
+        let result = match (want, timeout) {
+            (0, _) => submitter.submit().map(drop),
+            (_, None) => submitter.submit_and_wait(want).map(drop),
+            (_, Some(t)) if self.info.ext_arg => {
+                let ts = types::Timespec::from(t);
+                let args = types::SubmitArgs::new().timespec(&ts);
+                submitter.submit_with_args(want, &args).map(drop)
+            }
+            (_, Some(t)) => {
+                drop(uring);
+                return self.enter_with_timeout_sqe(want, t);
+            }
+        };
+        match result {
+            Err(e) if e.raw_os_error() == Some(libc::ETIME) => Ok(()),
+            other => other,
+        }
+    }
+
+    fn enter_with_timeout_sqe(&self, want: usize, timeout: Duration) -> io::Result<()> {
+        let ts = types::Timespec::from(timeout);
+        let entry = opcode::Timeout::new(&ts).build().user_data(TIMEOUT_UD);
+        if !self.backlog.borrow().is_empty() || !self.try_push_sq(&entry) {
+            // No room for the timeout: submit without waiting.
+            return self.uring.borrow().submitter().submit().map(drop);
+        }
+        // The kernel copies `ts` while preparing the SQE, inside this enter.
+        self.uring
+            .borrow()
+            .submitter()
+            .submit_and_wait(want)
+            .map(drop)
+    }
+
+    /// Submits what is queued and waits up to `timeout` (`None`: until an
+    /// event) for completions, then delivers them. Handles every transient
+    /// push-back. Returns how many completions were delivered.
+    pub(crate) fn park(&self, core: &Core, timeout: Option<Duration>) -> Result<usize> {
+        self.flush_backlog();
+        let want = match timeout {
+            Some(t) if t.is_zero() => 0,
+            _ => 1,
+        };
+        let mut backoff = Duration::from_micros(10);
+        loop {
+            if want > 0 && self.has_cqes() {
+                // Something is already there: do not block.
+                self.enter(0, None).or_else(ignore_transient)?;
+                break;
+            }
+            match self.enter(want, timeout) {
+                Ok(()) => break,
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => break,
+                Err(e) if is_transient(&e) => {
+                    // EAGAIN/EBUSY: the kernel needs us to reap first.
+                    if self.reap()? == 0 {
+                        std::thread::sleep(backoff);
+                        backoff = (backoff * 2).min(BACKOFF_MAX);
+                    }
+                    if want == 0 {
+                        break;
+                    }
+                    if self.reaped_len() > 0 {
+                        break;
+                    }
+                }
+                Err(e) => return Err(Error::from_io(&e).with_context("io_uring_enter")),
+            }
+        }
+        self.reap()?;
+        self.flush_backlog();
+        Ok(self.deliver(core))
+    }
+
+    /// Submits, reaps without waiting, and delivers.
+    pub(crate) fn poll_completions(&self, core: &Core) -> Result<usize> {
+        self.park(core, Some(Duration::ZERO))
+    }
+
+    fn has_cqes(&self) -> bool {
+        let mut uring = self.uring.borrow_mut();
+        let empty = uring.completion().is_empty();
+        !empty
+    }
+
+    fn reaped_len(&self) -> usize {
+        self.reaped.borrow().len()
+    }
+
+    /// Moves every available CQE into the reaped list (flushing CQ overflow
+    /// with a GETEVENTS enter), resubmitting `-EAGAIN` ops and re-arming
+    /// the wake read. Returns how many CQEs were seen.
+    fn reap(&self) -> Result<usize> {
+        let mut seen = 0;
+        loop {
+            let batch: Vec<cqueue::Entry> = {
+                let mut uring = self.uring.borrow_mut();
+                let cq = uring.completion();
+                cq.collect()
+            };
+            seen += batch.len();
+            for cqe in &batch {
+                self.handle_cqe(cqe.user_data(), cqe.result());
+            }
+            if !self.cq_overflowed() {
+                if batch.is_empty() {
+                    break;
+                }
+                continue;
+            }
+            // IORING_SQ_CQ_OVERFLOW: completions wait in the kernel's
+            // overflow list; an enter with GETEVENTS flushes them to the CQ.
+            self.flush_overflow()?;
+        }
+        if !self.wake_armed.get() {
+            self.unpark.rearm();
+            self.arm_wake();
+        }
+        Ok(seen)
+    }
+
+    fn cq_overflowed(&self) -> bool {
+        let mut uring = self.uring.borrow_mut();
+        let sq = uring.submission();
+        sq.cq_overflow()
+    }
+
+    fn flush_overflow(&self) -> Result<()> {
+        let uring = self.uring.borrow();
+        // SAFETY: an enter with no submissions and no argument touches no
+        // user memory.
+        let r = unsafe {
+            uring
+                .submitter()
+                .enter::<libc::sigset_t>(0, 0, IORING_ENTER_GETEVENTS, None)
+        };
+        match r {
+            Ok(_) => Ok(()),
+            Err(e) if is_transient(&e) => Ok(()),
+            Err(e) => Err(Error::from_io(&e).with_context("io_uring_enter(GETEVENTS)")),
+        }
+    }
+
+    fn handle_cqe(&self, ud: u64, res: i32) {
+        match ud {
+            WAKE_UD => {
+                self.wake_armed.set(false);
+                return;
+            }
+            TIMEOUT_UD | CANCEL_UD => return,
+            _ => {}
+        }
+        let index = (ud & u64::from(u32::MAX)) as u32;
+        if ud & PREFLUSH_BIT != 0 {
+            self.slots.borrow_mut().set_preflush_result(index, res);
+            return;
+        }
+        let mut slots = self.slots.borrow_mut();
+        let Some(slot) = slots.get(index) else {
+            tracing::error!(ud, res, "CQE for an unknown slot");
+            return;
+        };
+        let preflush_failed = slot.preflush_result < 0;
+        if res == -libc::EAGAIN
+            || (res == -libc::ECANCELED && slot.preflush_result == -libc::EAGAIN)
+        {
+            // Per-op EAGAIN: resubmit the same op (and its preflush).
+            let entry = slot.entry.clone();
+            let preflush = slot.preflush.clone();
+            slots.reset_preflush(index);
+            drop(slots);
+            let ud = u64::from(index);
+            if let Some(pre) = preflush {
+                self.push_sqe(
+                    pre.flags(squeue::Flags::IO_LINK)
+                        .user_data(ud | PREFLUSH_BIT),
+                );
+            }
+            self.push_sqe(entry.user_data(ud));
+            return;
+        }
+        let Some(slot) = slots.remove(index) else {
+            return;
+        };
+        let result = if res == -libc::ECANCELED && preflush_failed {
+            slot.preflush_result
+        } else {
+            res
+        };
+        self.reaped.borrow_mut().push(Completion {
+            handler: slot.handler,
+            token: slot.token,
+            result,
+        });
+    }
+
+    fn deliver(&self, core: &Core) -> usize {
+        let reaped = std::mem::take(&mut *self.reaped.borrow_mut());
+        let n = reaped.len();
+        for c in reaped {
+            core.deliver(c);
+        }
+        n
+    }
+
+    /// Waits until every op pushed on this ring has completed, delivering
+    /// them; used at shutdown so no buffer is freed while the kernel owns
+    /// it.
+    pub(crate) fn drain(&self, core: &Core) -> Result<()> {
+        while self.in_flight() > 0 {
+            self.park(core, Some(Duration::from_millis(100)))?;
+        }
+        Ok(())
+    }
+
+    fn cancel_wake(&self) {
+        if !self.wake_armed.get() {
+            return;
+        }
+        let cancel = opcode::AsyncCancel::new(WAKE_UD)
+            .build()
+            .user_data(CANCEL_UD);
+        self.push_sqe(cancel);
+        for _ in 0..100 {
+            if self.enter(1, Some(Duration::from_millis(10))).is_err() {
+                break;
+            }
+            let batch: Vec<cqueue::Entry> = {
+                let mut uring = self.uring.borrow_mut();
+                let cq = uring.completion();
+                cq.collect()
+            };
+            if batch.iter().any(|c| c.user_data() == WAKE_UD) {
+                self.wake_armed.set(false);
+                return;
+            }
+        }
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        self.cancel_wake();
+        if self.wake_armed.get() {
+            // The kernel may still write the wake buffer: leak it rather
+            // than free memory it owns.
+            let buf = std::mem::replace(&mut self.wake_buf, Box::new(Cell::new(0)));
+            std::mem::forget(buf);
+        }
+        let n = self.slots.borrow().len();
+        if n > 0 {
+            tracing::error!(in_flight = n, "ring dropped with ops in flight");
+        }
+    }
+}
+
+fn is_transient(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EAGAIN) | Some(libc::EBUSY) | Some(libc::EINTR)
+    )
+}
+
+fn ignore_transient(e: io::Error) -> io::Result<()> {
+    if is_transient(&e) {
+        Ok(())
+    } else {
+        Err(e)
+    }
+}
+
+/// The ring of the current thread, if a driver with a ring is installed.
+pub(crate) fn current() -> Option<Rc<Ring>> {
+    crate::core::with_core(|core| core.ring())
+}
+
+impl AsRawFd for Ring {
+    fn as_raw_fd(&self) -> RawFd {
+        self.uring.borrow().as_raw_fd()
+    }
+}

@@ -1,0 +1,69 @@
+//! In-flight slots of a ring: index = the SQE's user_data.
+//!
+//! Invariants: a slot is occupied from push to its final CQE; indices are
+//! reused only after removal; `len()` counts occupied slots.
+
+use io_uring::squeue;
+
+use crate::core::HandlerId;
+
+/// One op in flight.
+pub(crate) struct Slot {
+    pub handler: HandlerId,
+    pub token: u64,
+    /// The SQE, kept to resubmit on a per-op `-EAGAIN`.
+    pub entry: squeue::Entry,
+    /// The linked preflush SQE, if the op has `PREFLUSH`.
+    pub preflush: Option<squeue::Entry>,
+    /// The preflush CQE's result (0 until it arrives).
+    pub preflush_result: i32,
+}
+
+/// A slab of slots with a free list.
+#[derive(Default)]
+pub(crate) struct Slots {
+    entries: Vec<Option<Slot>>,
+    free: Vec<u32>,
+    len: usize,
+}
+
+impl Slots {
+    pub fn insert(&mut self, slot: Slot) -> u32 {
+        self.len += 1;
+        match self.free.pop() {
+            Some(index) => {
+                self.entries[index as usize] = Some(slot);
+                index
+            }
+            None => {
+                self.entries.push(Some(slot));
+                (self.entries.len() - 1) as u32
+            }
+        }
+    }
+
+    pub fn get(&self, index: u32) -> Option<&Slot> {
+        self.entries.get(index as usize).and_then(Option::as_ref)
+    }
+
+    pub fn set_preflush_result(&mut self, index: u32, res: i32) {
+        if let Some(Some(slot)) = self.entries.get_mut(index as usize) {
+            slot.preflush_result = res;
+        }
+    }
+
+    pub fn reset_preflush(&mut self, index: u32) {
+        self.set_preflush_result(index, 0);
+    }
+
+    pub fn remove(&mut self, index: u32) -> Option<Slot> {
+        let slot = self.entries.get_mut(index as usize)?.take()?;
+        self.free.push(index);
+        self.len -= 1;
+        Some(slot)
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+}
