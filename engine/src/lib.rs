@@ -1,1 +1,4 @@
 //! plugio-engine: the userspace block layer (skeleton; see issue 4).
+
+pub(crate) mod sync;
+pub mod tag;
