@@ -1,5 +1,82 @@
-//! plugio-executor: a thread-per-core async runtime (skeleton; see issue 2).
+//! plugio-executor: a thread-per-core async runtime.
+//!
+//! Each core is one OS thread (optionally pinned to a CPU) that owns its
+//! tasks, timers, tick-end hooks and a [`Driver`]. Tasks never move between
+//! cores. A [`Runtime`] starts N cores; a [`LocalExecutor`] runs one core on
+//! the calling thread.
+//!
+//! # The tick
+//!
+//! A core loops over ticks. One tick:
+//! 1. takes every task queued by other threads (the remote wake queue, a
+//!    lock-free intrusive `llist`, see below);
+//! 2. fires every expired timer, in deadline order;
+//! 3. polls the ready batch: the tasks in the FIFO local run queue at that
+//!    moment, at most `task_budget` of them (default 256). A task woken
+//!    during the batch runs in the next tick, after the others;
+//! 4. calls every [`TickHook`] (the engine flushes its plug here);
+//! 5. parks the driver: `driver.park(Some(ZERO))` (poll only) if a task is
+//!    ready, a hook reported pending work, or a remote wake is queued;
+//!    otherwise `driver.park(timeout)` until the nearest timer (`None` when
+//!    there is none).
+//!
+//! # The contract with the engine (the seams)
+//!
+//! - **Driver** ([`Driver`], [`Unpark`], in `driver.rs`): see its module
+//!   documentation. The executor calls `park` only on the core's thread and
+//!   never with a blocking timeout while a task is ready, a hook has work
+//!   pending, or a remote wake is queued (invariant kept with a
+//!   fence-separated "parked" flag, see below).
+//! - **Tick-end hooks** ([`TickHook`], [`register_tick_hook`]): called after
+//!   each batch and before parking; returning `true` forbids blocking.
+//!   Hooks may wake or spawn tasks; the core re-checks its run queue.
+//! - **Where am I** ([`core_id`]): the current core's index, `None` off a
+//!   core. Per-core state may live in `thread_local!`: a core is one thread
+//!   for its whole life and tasks never migrate.
+//! - **Cooperative budget** ([`coop`]): IO futures should call
+//!   [`coop::poll_proceed`] before returning `Ready`, like plugio's own
+//!   timers, channels and join handles.
+//! - **Statistics** ([`TickStats`], [`tick_stats`], [`Runtime::tick_stats`]).
+//!
+//! # Invariants
+//!
+//! - A task's future is polled and dropped only on its core's thread (an
+//!   unregistered `Send` task found in a closed core's queue is the one
+//!   exception: it is dropped by whoever found it).
+//! - A task is in at most one run queue at a time (its `NOTIFIED` bit).
+//! - Remote wakes: the waker pushes the task onto the core's remote queue
+//!   (`llist_add`: one CAS, no allocation), and only when that push made
+//!   the queue non-empty does it run the park handshake: `SeqCst` fence,
+//!   then read the core's `parked` flag, unparking the driver if set. The
+//!   core stores `parked`, fences, and re-checks the queue before it
+//!   blocks. Checked with loom (`cargo test --lib loom` under
+//!   `--cfg loom`).
+//! - Every atomic ordering in the crate has a comment naming its pair.
+
 #![cfg_attr(not(test), warn(missing_docs))]
 
+pub mod channel;
+pub mod coop;
+mod core;
 pub mod driver;
+mod local;
+mod owned;
+mod remote;
+mod runtime;
+mod stats;
+mod sync;
+mod task;
+pub mod time;
+
+pub use crate::core::{
+    core_id, register_tick_hook, spawn, spawn_local, tick_stats, yield_now, TickHook,
+};
 pub use driver::{Driver, ThreadDriver, Unpark};
+pub use local::{LocalBuilder, LocalExecutor};
+pub use runtime::{
+    allowed_cpus, Builder, DriverFactory, Handle, Placement, Runtime, ShutdownError, ShutdownMode,
+    ThreadStartHook, DEFAULT_COOP_BUDGET, DEFAULT_TASK_BUDGET,
+};
+pub use stats::TickStats;
+pub use task::{JoinError, JoinHandle};
+pub use time::{interval, sleep, sleep_until, timeout, Elapsed, Interval, Sleep};

@@ -1,0 +1,587 @@
+//! One core: its run queues, owned tasks, timers, hooks, driver, and the
+//! tick loop; plus the free functions that reach the current core.
+//!
+//! # Invariants
+//!
+//! - A `Core` lives on one thread and never moves while it is entered
+//!   (`CURRENT` points at it only through an [`EnterGuard`] that borrows it).
+//! - The local run queue is FIFO; one tick polls at most the tasks that were
+//!   queued when the batch started (capped by the task budget), so a task
+//!   that wakes itself runs again in the next tick, after the others.
+//! - The core never blocks in `Driver::park` while its run queue is
+//!   non-empty, a tick-end hook reported pending work, the main future was
+//!   woken, or its remote queue is non-empty (checked after
+//!   `ParkGate::prepare_park`'s fence, see `remote`).
+//! - After `close`, nothing runs on the core again; tasks that still reach
+//!   its remote queue are cancelled by whoever pushed them.
+
+use crate::driver::Driver;
+use crate::owned::OwnedTasks;
+use crate::remote::{ParkGate, RemoteQueue};
+use crate::stats::{AtomicTickStats, TickStats};
+use crate::sync::fence;
+use crate::task::{new_task, Header, JoinHandle, TaskRef, UNREGISTERED};
+use crate::time::TimerQueue;
+use crate::Unpark;
+use std::cell::{Cell, OnceCell, RefCell};
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::pin;
+use std::ptr;
+use std::rc::Rc;
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+/// Work a core does at the end of every tick, after the batch of ready
+/// tasks and before it parks (the engine flushes its plug here).
+pub trait TickHook {
+    /// Called once per tick on the core's thread. Return `true` when work
+    /// is still pending (e.g. queued SQEs or a non-empty plug): the core
+    /// then does not block in its next park (it only polls the driver with a
+    /// zero timeout) and ticks again. The hook may wake or spawn tasks; the
+    /// core re-checks its run queue afterwards.
+    fn tick_end(&self) -> bool;
+}
+
+/// Tuning of one core.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CoreConfig {
+    pub(crate) task_budget: usize,
+    pub(crate) coop_budget: u32,
+}
+
+static NEXT_CORE_UID: AtomicU64 = AtomicU64::new(1);
+
+pub(crate) const SHUTDOWN_NONE: u8 = 0;
+pub(crate) const SHUTDOWN_DRAIN: u8 = 1;
+pub(crate) const SHUTDOWN_CANCEL: u8 = 2;
+
+/// The part of a core that other threads reach: the remote wake queue, the
+/// park gate, the unparker, published statistics and the shutdown request.
+pub(crate) struct CoreShared {
+    pub(crate) index: usize,
+    remote: RemoteQueue<Header>,
+    gate: ParkGate,
+    unparker: Arc<dyn Unpark>,
+    closed: AtomicBool,
+    pub(crate) stats: AtomicTickStats,
+    shutdown: AtomicU8,
+    drain_deadline: Mutex<Option<Instant>>,
+}
+
+impl CoreShared {
+    /// Queues `task` from any thread and unparks the core if it may block.
+    pub(crate) fn push_remote(&self, task: TaskRef) {
+        let node = task.into_raw();
+        // SAFETY: NOTIFIED (set by our caller's transition) keeps the task
+        // out of every other queue, and the reference we hand over keeps it
+        // alive until the core takes it.
+        let was_empty = unsafe { self.remote.push(node) };
+        // SeqCst fence: pairs with the fence in `close` (so either we see
+        // `closed` or its final drain sees our node) and with the fence of
+        // `ParkGate::prepare_park` (so either we see `parked` or the core
+        // sees our node).
+        fence(SeqCst);
+        // Relaxed: ordered by the fence above.
+        if self.closed.load(Relaxed) {
+            self.cancel_remote();
+            return;
+        }
+        if was_empty && self.gate.needs_unpark() {
+            self.unparker.unpark();
+        }
+    }
+
+    /// Cancels every task in the remote queue of a closed core.
+    fn cancel_remote(&self) {
+        for node in self.remote.take_all() {
+            // SAFETY: the queue held one reference per node.
+            let task = unsafe { TaskRef::from_raw(node) };
+            if !task.is_complete() {
+                // SAFETY: the core is closed, so the only tasks that can be
+                // incomplete here are unregistered `Send` ones (see `close`),
+                // and taking the node made us their only holder.
+                unsafe { task.cancel() };
+            }
+        }
+    }
+
+    /// Asks the core to stop (see `Runtime::shutdown`).
+    pub(crate) fn request_shutdown(&self, mode: u8, deadline: Option<Instant>) {
+        if let Ok(mut d) = self.drain_deadline.lock() {
+            *d = deadline;
+        }
+        // Release: pairs with the Acquire load in `Core::should_stop`, which
+        // then reads the deadline.
+        self.shutdown.fetch_max(mode, Release);
+        self.unparker.unpark();
+    }
+}
+
+use std::sync::atomic::Ordering::Release;
+
+/// The main future's waker: a flag plus the park handshake.
+pub(crate) struct MainWake {
+    woken: AtomicBool,
+    shared: Arc<CoreShared>,
+}
+
+impl Wake for MainWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        // AcqRel: Release publishes what the waker did to the main future's
+        // AcqRel swap back to false.
+        if !self.woken.swap(true, AcqRel) && self.shared.gate.needs_unpark() {
+            self.shared.unparker.unpark();
+        }
+    }
+}
+
+thread_local! {
+    static CURRENT: Cell<*const Core> = const { Cell::new(ptr::null()) };
+}
+
+/// Runs `f` with the current core, or returns `None` off a core.
+pub(crate) fn try_with_current<R>(f: impl FnOnce(&Core) -> R) -> Option<R> {
+    let core = CURRENT.try_with(Cell::get).ok()?;
+    if core.is_null() {
+        return None;
+    }
+    // SAFETY: `CURRENT` is non-null only while an `EnterGuard` borrows the
+    // core on this thread, so the pointer is valid and the core unmoved.
+    Some(f(unsafe { &*core }))
+}
+
+fn with_current<R>(what: &str, f: impl FnOnce(&Core) -> R) -> R {
+    match try_with_current(f) {
+        Some(r) => r,
+        None => panic!("{what} must be called on a plugio core (inside Runtime or LocalExecutor)"),
+    }
+}
+
+/// Queues a woken task: on its own core's thread into the local run queue,
+/// from anywhere else into its core's remote queue.
+pub(crate) fn schedule(task: TaskRef) {
+    let current = CURRENT.try_with(Cell::get).unwrap_or(ptr::null());
+    if !current.is_null() {
+        // SAFETY: non-null only while an `EnterGuard` borrows the core on
+        // this thread (see `try_with_current`).
+        let core = unsafe { &*current };
+        if ptr::eq(Arc::as_ptr(&core.shared), Arc::as_ptr(&task.header().core)) {
+            core.run_queue.borrow_mut().push_back(task);
+            return;
+        }
+    }
+    // Keep the core's shared part alive: once pushed, the task may be
+    // freed by the core at any moment.
+    let shared = task.header().core.clone();
+    shared.push_remote(task);
+}
+
+/// Restores the previous `CURRENT` on drop.
+pub(crate) struct EnterGuard<'a> {
+    prev: *const Core,
+    _core: &'a Core,
+}
+
+impl Drop for EnterGuard<'_> {
+    fn drop(&mut self) {
+        let prev = self.prev;
+        let _ = CURRENT.try_with(|c| c.set(prev));
+    }
+}
+
+/// One core's thread-local state. See the module invariants.
+pub(crate) struct Core {
+    pub(crate) shared: Arc<CoreShared>,
+    run_queue: RefCell<VecDeque<TaskRef>>,
+    owned: RefCell<OwnedTasks>,
+    pub(crate) timers: RefCell<TimerQueue>,
+    fired: RefCell<Vec<Waker>>,
+    hooks: RefCell<Vec<Rc<dyn TickHook>>>,
+    driver: Box<dyn Driver>,
+    config: CoreConfig,
+    budget: Cell<u32>,
+    stats: Cell<TickStats>,
+    main_wake: Arc<MainWake>,
+    drain_deadline: Cell<Option<Instant>>,
+    pub(crate) handle: OnceCell<crate::runtime::Handle>,
+    #[cfg(test)]
+    pub(crate) timer_checks: RefCell<Vec<(u64, Instant)>>,
+}
+
+impl Core {
+    /// Creates core `index` around `driver`, on the thread that will run it.
+    pub(crate) fn new(index: usize, driver: Box<dyn Driver>, config: CoreConfig) -> Core {
+        let shared = Arc::new(CoreShared {
+            index,
+            remote: RemoteQueue::new(),
+            gate: ParkGate::new(),
+            unparker: driver.unparker(),
+            closed: AtomicBool::new(false),
+            stats: AtomicTickStats::default(),
+            shutdown: AtomicU8::new(SHUTDOWN_NONE),
+            drain_deadline: Mutex::new(None),
+        });
+        // Relaxed: a unique id, no data hangs on it.
+        let core_uid = NEXT_CORE_UID.fetch_add(1, Relaxed);
+        Core {
+            main_wake: Arc::new(MainWake {
+                woken: AtomicBool::new(false),
+                shared: shared.clone(),
+            }),
+            shared,
+            run_queue: RefCell::new(VecDeque::with_capacity(256)),
+            owned: RefCell::new(OwnedTasks::default()),
+            timers: RefCell::new(TimerQueue::new(core_uid)),
+            fired: RefCell::new(Vec::new()),
+            hooks: RefCell::new(Vec::new()),
+            driver,
+            config,
+            budget: Cell::new(config.coop_budget),
+            stats: Cell::new(TickStats::default()),
+            drain_deadline: Cell::new(None),
+            handle: OnceCell::new(),
+            #[cfg(test)]
+            timer_checks: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// Makes this core the thread's current one until the guard drops.
+    pub(crate) fn enter(&self) -> EnterGuard<'_> {
+        let prev = CURRENT.with(|c| c.replace(self));
+        EnterGuard { prev, _core: self }
+    }
+
+    /// Whether some core is current on this thread.
+    pub(crate) fn is_inside_core() -> bool {
+        try_with_current(|_| ()).is_some()
+    }
+
+    pub(crate) fn consume_budget(&self) -> bool {
+        let left = self.budget.get();
+        if left == 0 {
+            return false;
+        }
+        self.budget.set(left - 1);
+        true
+    }
+
+    pub(crate) fn budget_remaining(&self) -> u32 {
+        self.budget.get()
+    }
+
+    pub(crate) fn stats(&self) -> TickStats {
+        self.stats.get()
+    }
+
+    /// Spawns `future` on this core (the caller is on its thread).
+    pub(crate) fn spawn_local<F>(&self, future: F) -> JoinHandle<F::Output>
+    where
+        F: Future + 'static,
+        F::Output: 'static,
+    {
+        let (task, join) = new_task(future, self.shared.clone());
+        // SAFETY: we are the owner thread; the task is new.
+        unsafe { self.owned.borrow_mut().insert(task.clone()) };
+        self.run_queue.borrow_mut().push_back(task);
+        JoinHandle::new(join)
+    }
+
+    /// Runs ticks until `main` completes (returns its output) or `stop`
+    /// says so (returns `None`).
+    pub(crate) fn block_on<F: Future>(
+        &self,
+        main: F,
+        stop: &dyn Fn(&Core) -> bool,
+    ) -> Option<F::Output> {
+        let _enter = self.enter();
+        let mut main = pin!(main);
+        let waker = Waker::from(self.main_wake.clone());
+        let mut cx = Context::from_waker(&waker);
+        // Relaxed: same thread.
+        self.main_wake.woken.store(true, Relaxed);
+        loop {
+            // AcqRel: pairs with the waker's AcqRel swap.
+            if self.main_wake.woken.swap(false, AcqRel) {
+                self.budget.set(self.config.coop_budget);
+                if let Poll::Ready(out) = main.as_mut().poll(&mut cx) {
+                    return Some(out);
+                }
+            }
+            if stop(self) {
+                return None;
+            }
+            self.tick();
+        }
+    }
+
+    /// One tick: remote wakes, timers, the ready batch, hooks, park.
+    fn tick(&self) {
+        let mut stats = self.stats.get();
+        stats.ticks += 1;
+        {
+            let mut queue = self.run_queue.borrow_mut();
+            for node in self.shared.remote.take_all() {
+                // SAFETY: the remote queue held one reference per node.
+                queue.push_back(unsafe { TaskRef::from_raw(node) });
+                stats.remote_wakes += 1;
+            }
+        }
+        stats.timers_fired += self.fire_timers(stats.ticks);
+        let batch = self.run_queue.borrow().len().min(self.config.task_budget);
+        for _ in 0..batch {
+            let Some(task) = self.run_queue.borrow_mut().pop_front() else {
+                break;
+            };
+            self.run_task(task);
+        }
+        stats.tasks_polled += batch as u64;
+        stats.last_tick_tasks_polled = batch as u64;
+        stats.max_tick_tasks_polled = stats.max_tick_tasks_polled.max(batch as u64);
+        let hook_pending = self.run_hooks();
+        if hook_pending {
+            stats.hook_pending_ticks += 1;
+        }
+        if self.park(hook_pending) {
+            stats.parks += 1;
+        }
+        self.stats.set(stats);
+        self.shared.stats.store(&stats);
+    }
+
+    fn fire_timers(&self, tick: u64) -> u64 {
+        let now = Instant::now();
+        #[cfg(test)]
+        self.timer_checks.borrow_mut().push((tick, now));
+        let _ = tick;
+        let mut fired = self.fired.take();
+        let count = self.timers.borrow_mut().fire_expired(now, &mut fired);
+        for waker in fired.drain(..) {
+            waker.wake();
+        }
+        self.fired.replace(fired);
+        count
+    }
+
+    fn run_task(&self, task: TaskRef) {
+        let header = task.header();
+        // AcqRel: Acquire pairs with the Release of the wake that set
+        // NOTIFIED (and of abort); Release lets a later wake see the clear.
+        let prev = header
+            .state
+            .fetch_and(!crate::task::raw_bits::NOTIFIED, AcqRel);
+        if prev & crate::task::raw_bits::COMPLETE != 0 {
+            return;
+        }
+        // SAFETY: we are the task's owner thread (it is in our queue).
+        let slot = unsafe { task.owned_slot() };
+        if slot == UNREGISTERED {
+            // SAFETY: owner thread; unregistered.
+            unsafe { self.owned.borrow_mut().insert(task.clone()) };
+        }
+        let done = if prev & crate::task::raw_bits::CANCEL_REQUESTED != 0 {
+            // SAFETY: owner thread.
+            unsafe { task.cancel() };
+            true
+        } else {
+            self.budget.set(self.config.coop_budget);
+            // SAFETY: owner thread.
+            unsafe { task.poll() }
+        };
+        if done {
+            // SAFETY: owner thread.
+            let slot = unsafe { task.owned_slot() };
+            // SAFETY: owner thread.
+            let removed = unsafe { self.owned.borrow_mut().remove(slot) };
+            drop(removed);
+        }
+    }
+
+    fn run_hooks(&self) -> bool {
+        let mut pending = false;
+        let mut i = 0;
+        loop {
+            let hook = match self.hooks.borrow().get(i) {
+                Some(h) => h.clone(),
+                None => break,
+            };
+            pending |= hook.tick_end();
+            i += 1;
+        }
+        pending
+    }
+
+    /// Parks the driver; returns true when it was a blocking park.
+    fn park(&self, hook_pending: bool) -> bool {
+        // Relaxed: same-thread flag (remote wakers are handled below).
+        let must_poll = hook_pending
+            || !self.run_queue.borrow().is_empty()
+            || self.main_wake.woken.load(Relaxed)
+            || !self.shared.remote.is_empty();
+        let mut timeout = if must_poll {
+            Some(Duration::ZERO)
+        } else {
+            let next = self.timers.borrow_mut().next_deadline();
+            let next = match (next, self.drain_deadline.get()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            next.map(|d| d.saturating_duration_since(Instant::now()))
+        };
+        let blocking = timeout != Some(Duration::ZERO);
+        if blocking {
+            self.shared.gate.prepare_park();
+            // Relaxed: ordered by prepare_park's SeqCst fence (Dekker with
+            // the wakers' fences).
+            if self.main_wake.woken.load(Relaxed) || !self.shared.remote.is_empty() {
+                timeout = Some(Duration::ZERO);
+            }
+        }
+        tracing::trace!(core = self.shared.index, ?timeout, "park");
+        if let Err(err) = self.driver.park(timeout) {
+            tracing::error!(core = self.shared.index, %err, "driver park failed");
+        }
+        if blocking {
+            self.shared.gate.finish_park();
+        }
+        blocking && timeout != Some(Duration::ZERO)
+    }
+
+    /// The runtime's stop condition, checked once per tick.
+    pub(crate) fn should_stop(&self) -> bool {
+        // Acquire: pairs with the Release in `request_shutdown`.
+        match self.shared.shutdown.load(Acquire) {
+            SHUTDOWN_NONE => false,
+            SHUTDOWN_DRAIN => {
+                let deadline = self.shared.drain_deadline.lock().ok().and_then(|d| *d);
+                self.drain_deadline.set(deadline);
+                let idle = self.owned.borrow().len() == 0
+                    && self.run_queue.borrow().is_empty()
+                    && self.shared.remote.is_empty();
+                idle || deadline.is_some_and(|d| Instant::now() >= d)
+            }
+            _ => true,
+        }
+    }
+
+    /// Registers a tick-end hook.
+    pub(crate) fn register_hook(&self, hook: Rc<dyn TickHook>) {
+        self.hooks.borrow_mut().push(hook);
+    }
+
+    /// Cancels every task the core still has, then closes it: later remote
+    /// wakes and spawns cancel their task themselves.
+    pub(crate) fn close(&self) {
+        if self.shared.closed.load(Relaxed) {
+            return;
+        }
+        let _enter = self.enter();
+        loop {
+            // SAFETY: owner thread.
+            let owned = unsafe { self.owned.borrow_mut().drain() };
+            let mut queued: Vec<TaskRef> = self.run_queue.borrow_mut().drain(..).collect();
+            // SAFETY: the remote queue held one reference per node.
+            queued.extend(
+                self.shared
+                    .remote
+                    .take_all()
+                    .map(|n| unsafe { TaskRef::from_raw(n) }),
+            );
+            if owned.is_empty() && queued.is_empty() {
+                break;
+            }
+            tracing::debug!(
+                core = self.shared.index,
+                owned = owned.len(),
+                queued = queued.len(),
+                "cancelling tasks"
+            );
+            for task in owned.iter().chain(queued.iter()) {
+                // SAFETY: owner thread; cancel is a no-op on completed tasks.
+                unsafe { task.cancel() };
+            }
+        }
+        self.hooks.borrow_mut().clear();
+        self.fired.borrow_mut().clear();
+        // SeqCst store and fence: pair with the fence in `push_remote`.
+        self.shared.closed.store(true, SeqCst);
+        fence(SeqCst);
+        self.shared.cancel_remote();
+    }
+}
+
+impl Drop for Core {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// Spawns a `!Send` future on the current core. It runs only on this core's
+/// thread; the returned handle yields its output.
+///
+/// # Panics
+/// Off a plugio core.
+pub fn spawn_local<F>(future: F) -> JoinHandle<F::Output>
+where
+    F: Future + 'static,
+    F::Output: 'static,
+{
+    with_current("spawn_local", |core| core.spawn_local(future))
+}
+
+/// Spawns a `Send` future on the current core (it stays on this core; use
+/// [`crate::Handle::spawn_on`] to place work on another core).
+///
+/// # Panics
+/// Off a plugio core.
+pub fn spawn<F>(future: F) -> JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    with_current("spawn", |core| core.spawn_local(future))
+}
+
+/// The current core's index (0-based), or `None` off a plugio core. A
+/// [`crate::LocalExecutor`] is core 0. Each core is one OS thread for its
+/// whole life, so per-core state can live in a `thread_local!` (or in a
+/// map keyed by this index).
+pub fn core_id() -> Option<usize> {
+    try_with_current(|core| core.shared.index)
+}
+
+/// Registers `hook` on the current core; it is called at the end of every
+/// tick (see [`TickHook`]) until the core stops.
+///
+/// # Panics
+/// Off a plugio core.
+pub fn register_tick_hook(hook: Rc<dyn TickHook>) {
+    with_current("register_tick_hook", |core| core.register_hook(hook))
+}
+
+/// The current core's tick statistics, or `None` off a plugio core.
+pub fn tick_stats() -> Option<TickStats> {
+    try_with_current(Core::stats)
+}
+
+/// Yields once: the task goes to the back of the run queue and runs again
+/// in the next tick, after every other task that is ready.
+pub async fn yield_now() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            return Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    })
+    .await
+}

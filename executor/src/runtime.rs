@@ -1,0 +1,515 @@
+//! The multi-core runtime: `Builder`, `Runtime`, `Handle`, placement and
+//! shutdown.
+//!
+//! # Invariants
+//!
+//! - One OS thread per core, started by `Builder::build`, each running one
+//!   `Core` for its whole life; the driver is created on that thread.
+//! - `build` returns only when every core has started (or failed: then the
+//!   started ones are stopped and joined, and the first error is returned).
+//! - `shutdown`/`Drop` joins every core thread; afterwards every task of
+//!   the runtime has completed or been cancelled, and spawns through a
+//!   leftover `Handle` are cancelled at once.
+
+use crate::core::{Core, CoreConfig, CoreShared, SHUTDOWN_CANCEL, SHUTDOWN_DRAIN};
+use crate::driver::{Driver, ThreadDriver};
+use crate::stats::TickStats;
+use crate::task::{new_task, JoinError, JoinHandle};
+use std::fmt;
+use std::future::Future;
+use std::io;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Makes a core's driver; called on the core's own thread with its index.
+pub type DriverFactory = Arc<dyn Fn(usize) -> io::Result<Box<dyn Driver>> + Send + Sync + 'static>;
+
+/// Called on each core's thread, with its index, before its driver is made.
+pub type ThreadStartHook = Arc<dyn Fn(usize) + Send + Sync + 'static>;
+
+/// Where core threads run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Placement {
+    /// No affinity: the OS scheduler places the threads (the default).
+    #[default]
+    Unpinned,
+    /// Core `i` is pinned (`sched_setaffinity`) to the `i`-th CPU of the
+    /// process's allowed set at build time, wrapping around when there are
+    /// more cores than CPUs.
+    Pinned,
+    /// Core `i` is pinned to CPU `cpus[i]`. Must name one CPU per core.
+    Cpus(Vec<usize>),
+}
+
+/// Configures and starts a [`Runtime`].
+///
+/// Defaults: one core per available CPU, [`Placement::Unpinned`], task
+/// budget 256 polls per tick, coop budget 128, threads named
+/// `plugio-core-{index}`, [`ThreadDriver`].
+pub struct Builder {
+    cores: usize,
+    placement: Placement,
+    config: CoreConfig,
+    thread_name: String,
+    driver: DriverFactory,
+    on_thread_start: Option<ThreadStartHook>,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The default task budget (task polls per tick).
+pub const DEFAULT_TASK_BUDGET: usize = 256;
+/// The default coop budget (ready resource polls per task poll).
+pub const DEFAULT_COOP_BUDGET: u32 = 128;
+
+pub(crate) fn default_config() -> CoreConfig {
+    CoreConfig {
+        task_budget: DEFAULT_TASK_BUDGET,
+        coop_budget: DEFAULT_COOP_BUDGET,
+    }
+}
+
+impl Builder {
+    /// A builder with the defaults.
+    pub fn new() -> Self {
+        Self {
+            cores: thread::available_parallelism().map_or(1, |n| n.get()),
+            placement: Placement::Unpinned,
+            config: default_config(),
+            thread_name: "plugio-core".to_owned(),
+            driver: Arc::new(|_| Ok(Box::new(ThreadDriver::new()) as Box<dyn Driver>)),
+            on_thread_start: None,
+        }
+    }
+
+    /// Number of cores (threads). Must be at least 1.
+    pub fn cores(mut self, cores: usize) -> Self {
+        self.cores = cores;
+        self
+    }
+
+    /// Where the core threads run.
+    pub fn placement(mut self, placement: Placement) -> Self {
+        self.placement = placement;
+        self
+    }
+
+    /// Most task polls per tick (at least 1): after that many, the core
+    /// calls its tick-end hooks and polls its driver even if more tasks are
+    /// ready.
+    pub fn task_budget(mut self, polls_per_tick: usize) -> Self {
+        self.config.task_budget = polls_per_tick.max(1);
+        self
+    }
+
+    /// Ready resource polls a task may make per poll before it is made to
+    /// yield (see [`crate::coop`]).
+    pub fn coop_budget(mut self, units: u32) -> Self {
+        self.config.coop_budget = units.max(1);
+        self
+    }
+
+    /// Thread name prefix; threads are named `{prefix}-{index}`.
+    pub fn thread_name(mut self, prefix: impl Into<String>) -> Self {
+        self.thread_name = prefix.into();
+        self
+    }
+
+    /// How each core makes its driver. `f` is called on the core's thread
+    /// at start, with the core index; an error fails `build`.
+    pub fn driver<F>(mut self, f: F) -> Self
+    where
+        F: Fn(usize) -> io::Result<Box<dyn Driver>> + Send + Sync + 'static,
+    {
+        self.driver = Arc::new(f);
+        self
+    }
+
+    /// Called on each core's thread at start (after pinning, before the
+    /// driver is made), with the core index.
+    pub fn on_thread_start<F>(mut self, f: F) -> Self
+    where
+        F: Fn(usize) + Send + Sync + 'static,
+    {
+        self.on_thread_start = Some(Arc::new(f));
+        self
+    }
+
+    /// Starts the cores.
+    ///
+    /// # Errors
+    /// `InvalidInput` for zero cores or a [`Placement::Cpus`] list of the
+    /// wrong length; the OS error of `sched_getaffinity`/`sched_setaffinity`
+    /// or of thread creation; the driver factory's error; `Other` if a
+    /// core's start hook panicked.
+    pub fn build(self) -> io::Result<Runtime> {
+        if self.cores == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a runtime needs at least one core",
+            ));
+        }
+        let cpus = cpus_for(&self.placement, self.cores)?;
+        let mut threads = Vec::with_capacity(self.cores);
+        let mut starts = Vec::with_capacity(self.cores);
+        let mut first_error = None;
+        for index in 0..self.cores {
+            let (start_tx, start_rx) = mpsc::channel();
+            let (handle_tx, handle_rx) = mpsc::channel();
+            let ctx = CoreThread {
+                index,
+                cpu: cpus.as_ref().map(|c| c[index]),
+                config: self.config,
+                driver: self.driver.clone(),
+                on_thread_start: self.on_thread_start.clone(),
+                start_tx,
+                handle_rx,
+            };
+            let spawned = thread::Builder::new()
+                .name(format!("{}-{index}", self.thread_name))
+                .spawn(move || ctx.run());
+            match spawned {
+                Ok(t) => {
+                    threads.push(t);
+                    starts.push((start_rx, handle_tx));
+                }
+                Err(e) => {
+                    first_error = Some(e);
+                    break;
+                }
+            }
+        }
+        let mut cores = Vec::with_capacity(self.cores);
+        for (index, (start_rx, _)) in starts.iter().enumerate() {
+            match start_rx.recv() {
+                Ok(Ok(shared)) => cores.push(shared),
+                Ok(Err(e)) => {
+                    first_error.get_or_insert(e);
+                }
+                Err(_) => {
+                    first_error.get_or_insert(io::Error::other(format!(
+                        "core {index} panicked while starting"
+                    )));
+                }
+            }
+        }
+        if let Some(err) = first_error {
+            drop(starts);
+            for t in threads {
+                let _ = t.join();
+            }
+            return Err(err);
+        }
+        let handle = Handle {
+            cores: Arc::from(cores),
+        };
+        for (_, handle_tx) in &starts {
+            let _ = handle_tx.send(handle.clone());
+        }
+        tracing::debug!(cores = self.cores, "runtime started");
+        Ok(Runtime { handle, threads })
+    }
+}
+
+impl fmt::Debug for Builder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("cores", &self.cores)
+            .field("placement", &self.placement)
+            .field("config", &self.config)
+            .field("thread_name", &self.thread_name)
+            .finish_non_exhaustive()
+    }
+}
+
+fn cpus_for(placement: &Placement, cores: usize) -> io::Result<Option<Vec<usize>>> {
+    match placement {
+        Placement::Unpinned => Ok(None),
+        Placement::Cpus(cpus) if cpus.len() == cores => Ok(Some(cpus.clone())),
+        Placement::Cpus(cpus) => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "Placement::Cpus names {} CPUs for {cores} cores",
+                cpus.len()
+            ),
+        )),
+        Placement::Pinned => {
+            let allowed = allowed_cpus()?;
+            if allowed.is_empty() {
+                return Err(io::Error::other("the process may run on no CPU"));
+            }
+            Ok(Some(
+                (0..cores).map(|i| allowed[i % allowed.len()]).collect(),
+            ))
+        }
+    }
+}
+
+/// The CPUs the calling thread may run on (`sched_getaffinity`).
+///
+/// # Errors
+/// The OS error of `sched_getaffinity`.
+pub fn allowed_cpus() -> io::Result<Vec<usize>> {
+    use nix::sched::{sched_getaffinity, CpuSet};
+    use nix::unistd::Pid;
+    let set = sched_getaffinity(Pid::from_raw(0)).map_err(io::Error::from)?;
+    Ok((0..CpuSet::count())
+        .filter(|&c| set.is_set(c).unwrap_or(false))
+        .collect())
+}
+
+fn pin_current_thread(cpu: usize) -> io::Result<()> {
+    use nix::sched::{sched_setaffinity, CpuSet};
+    use nix::unistd::Pid;
+    let mut set = CpuSet::new();
+    set.set(cpu).map_err(io::Error::from)?;
+    sched_setaffinity(Pid::from_raw(0), &set).map_err(io::Error::from)
+}
+
+/// What a core thread needs to start.
+struct CoreThread {
+    index: usize,
+    cpu: Option<usize>,
+    config: CoreConfig,
+    driver: DriverFactory,
+    on_thread_start: Option<ThreadStartHook>,
+    start_tx: mpsc::Sender<io::Result<Arc<CoreShared>>>,
+    handle_rx: mpsc::Receiver<Handle>,
+}
+
+impl CoreThread {
+    fn run(self) {
+        let _span = tracing::debug_span!("plugio_core", core = self.index).entered();
+        if let Some(cpu) = self.cpu {
+            if let Err(e) = pin_current_thread(cpu) {
+                let _ = self.start_tx.send(Err(e));
+                return;
+            }
+        }
+        if let Some(hook) = &self.on_thread_start {
+            hook(self.index);
+        }
+        let driver = match (self.driver)(self.index) {
+            Ok(d) => d,
+            Err(e) => {
+                let _ = self.start_tx.send(Err(e));
+                return;
+            }
+        };
+        let core = Core::new(self.index, driver, self.config);
+        if self.start_tx.send(Ok(core.shared.clone())).is_err() {
+            return;
+        }
+        let Ok(handle) = self.handle_rx.recv() else {
+            return;
+        };
+        let _ = core.handle.set(handle);
+        tracing::debug!(cpu = ?self.cpu, "core started");
+        core.block_on(std::future::pending::<()>(), &Core::should_stop);
+        core.close();
+        tracing::debug!(stats = ?core.stats(), "core stopped");
+    }
+}
+
+/// A cloneable, `Send` handle to a runtime's cores: spawn on any core from
+/// any thread.
+#[derive(Clone)]
+pub struct Handle {
+    cores: Arc<[Arc<CoreShared>]>,
+}
+
+impl Handle {
+    /// The handle of the runtime the calling core belongs to (`None` off a
+    /// runtime core, including inside a [`crate::LocalExecutor`]).
+    pub fn current() -> Option<Handle> {
+        crate::core::try_with_current(|core| core.handle.get().cloned()).flatten()
+    }
+
+    /// Number of cores.
+    pub fn cores(&self) -> usize {
+        self.cores.len()
+    }
+
+    /// Spawns a `Send` future on core `core` from any thread (the
+    /// cross-core spawn: it arrives through the core's remote queue). If the
+    /// runtime has shut down, the task is cancelled at once.
+    ///
+    /// # Panics
+    /// If `core >= self.cores()`.
+    pub fn spawn_on<F>(&self, core: usize, future: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let Some(shared) = self.cores.get(core) else {
+            panic!(
+                "spawn_on: core {core} out of range (runtime has {} cores)",
+                self.cores.len()
+            );
+        };
+        let (task, join) = new_task(future, shared.clone());
+        crate::core::schedule(task);
+        JoinHandle::new(join)
+    }
+
+    /// Core `core`'s published tick statistics (`None` if out of range).
+    pub fn tick_stats(&self, core: usize) -> Option<TickStats> {
+        self.cores.get(core).map(|c| c.stats.load())
+    }
+}
+
+impl fmt::Debug for Handle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Handle")
+            .field("cores", &self.cores.len())
+            .finish()
+    }
+}
+
+/// How [`Runtime::shutdown`] treats tasks that have not finished.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShutdownMode {
+    /// Cancel them at once: their futures are dropped on their cores and
+    /// their handles yield `JoinError::Cancelled`. What `Drop` does.
+    Cancel,
+    /// Keep running until every task has completed (forever if one never
+    /// does).
+    Wait,
+    /// Keep running until every task has completed or the timeout passed,
+    /// then cancel the rest.
+    WaitTimeout(Duration),
+}
+
+/// The error of [`Runtime::shutdown`]: some core threads panicked (a
+/// tick-end hook or the driver panicked; task panics never do this).
+#[derive(Debug)]
+pub struct ShutdownError {
+    /// Indexes of the cores whose thread panicked.
+    pub panicked_cores: Vec<usize>,
+}
+
+impl fmt::Display for ShutdownError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "core threads panicked: {:?}", self.panicked_cores)
+    }
+}
+
+impl std::error::Error for ShutdownError {}
+
+/// A started thread-per-core runtime. Dropping it shuts it down with
+/// [`ShutdownMode::Cancel`].
+pub struct Runtime {
+    handle: Handle,
+    threads: Vec<thread::JoinHandle<()>>,
+}
+
+impl Runtime {
+    /// A builder (same as [`Builder::new`]).
+    pub fn builder() -> Builder {
+        Builder::new()
+    }
+
+    /// The runtime's handle.
+    pub fn handle(&self) -> &Handle {
+        &self.handle
+    }
+
+    /// Number of cores.
+    pub fn cores(&self) -> usize {
+        self.handle.cores()
+    }
+
+    /// Spawns `future` on core `core` (see [`Handle::spawn_on`]).
+    ///
+    /// # Panics
+    /// If `core >= self.cores()`.
+    pub fn spawn_on<F>(&self, core: usize, future: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.handle.spawn_on(core, future)
+    }
+
+    /// Runs `future` on core 0 and blocks the calling thread until it
+    /// completes; returns its output.
+    ///
+    /// # Panics
+    /// Re-raises the future's panic. Panics when called on a plugio core
+    /// (it would block that core).
+    pub fn block_on<F>(&self, future: F) -> F::Output
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        assert!(
+            !Core::is_inside_core(),
+            "Runtime::block_on called on a plugio core; await the future instead"
+        );
+        match futures::executor::block_on(self.spawn_on(0, future)) {
+            Ok(out) => out,
+            Err(JoinError::Panic(payload)) => std::panic::resume_unwind(payload),
+            Err(JoinError::Cancelled) => {
+                panic!("Runtime::block_on: core 0 stopped before the future completed")
+            }
+        }
+    }
+
+    /// Core `core`'s tick statistics (`None` if out of range).
+    pub fn tick_stats(&self, core: usize) -> Option<TickStats> {
+        self.handle.tick_stats(core)
+    }
+
+    /// Stops every core as `mode` says and joins the threads.
+    ///
+    /// # Errors
+    /// [`ShutdownError`] lists cores whose thread panicked.
+    pub fn shutdown(mut self, mode: ShutdownMode) -> Result<(), ShutdownError> {
+        self.stop(mode)
+    }
+
+    fn stop(&mut self, mode: ShutdownMode) -> Result<(), ShutdownError> {
+        let (code, deadline) = match mode {
+            ShutdownMode::Cancel => (SHUTDOWN_CANCEL, None),
+            ShutdownMode::Wait => (SHUTDOWN_DRAIN, None),
+            ShutdownMode::WaitTimeout(t) => (SHUTDOWN_DRAIN, Some(Instant::now() + t)),
+        };
+        for core in self.handle.cores.iter() {
+            core.request_shutdown(code, deadline);
+        }
+        let mut panicked_cores = Vec::new();
+        for (index, thread) in self.threads.drain(..).enumerate() {
+            if thread.join().is_err() {
+                panicked_cores.push(index);
+            }
+        }
+        tracing::debug!(?mode, "runtime stopped");
+        if panicked_cores.is_empty() {
+            Ok(())
+        } else {
+            Err(ShutdownError { panicked_cores })
+        }
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop(ShutdownMode::Cancel) {
+            tracing::error!(%e, "runtime dropped");
+        }
+    }
+}
+
+impl fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Runtime")
+            .field("cores", &self.cores())
+            .finish()
+    }
+}

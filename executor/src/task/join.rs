@@ -1,0 +1,152 @@
+//! `JoinHandle` and `JoinError`.
+
+use super::raw::{JoinRef, CANCEL_REQUESTED, COMPLETE, JOIN_INTEREST};
+use std::any::Any;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::Ordering::{AcqRel, Acquire};
+use std::task::{Context, Poll};
+
+/// Why a task produced no output.
+pub enum JoinError {
+    /// The task was aborted ([`JoinHandle::abort`]) or its core shut down
+    /// before it finished.
+    Cancelled,
+    /// The task panicked; the payload is what `panic!` was given (as from
+    /// `std::panic::catch_unwind`). The core kept running.
+    Panic(Box<dyn Any + Send + 'static>),
+}
+
+impl JoinError {
+    /// Whether the task was cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self, JoinError::Cancelled)
+    }
+
+    /// Whether the task panicked.
+    pub fn is_panic(&self) -> bool {
+        matches!(self, JoinError::Panic(_))
+    }
+
+    /// The panic message, when the payload is a string.
+    pub fn panic_message(&self) -> Option<&str> {
+        match self {
+            JoinError::Panic(p) => p
+                .downcast_ref::<&'static str>()
+                .copied()
+                .or_else(|| p.downcast_ref::<String>().map(String::as_str)),
+            JoinError::Cancelled => None,
+        }
+    }
+}
+
+impl fmt::Debug for JoinError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JoinError::Cancelled => f.write_str("JoinError::Cancelled"),
+            JoinError::Panic(_) => write!(f, "JoinError::Panic({:?})", self.panic_message()),
+        }
+    }
+}
+
+impl fmt::Display for JoinError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JoinError::Cancelled => f.write_str("task was cancelled"),
+            JoinError::Panic(_) => match self.panic_message() {
+                Some(m) => write!(f, "task panicked: {m}"),
+                None => f.write_str("task panicked"),
+            },
+        }
+    }
+}
+
+impl std::error::Error for JoinError {}
+
+/// An owned permission to await a spawned task's output.
+///
+/// Awaiting it gives `Ok(output)`, `Err(JoinError::Panic(_))` if the task
+/// panicked, or `Err(JoinError::Cancelled)` if it was aborted or its core
+/// shut down first. Dropping the handle detaches the task (it keeps
+/// running; its output is dropped when it completes). The handle is `Send`
+/// when `T` is, whatever the future was; awaiting or aborting from another
+/// core is fine.
+///
+/// # Panics
+/// Polling it again after it returned `Ready` panics.
+pub struct JoinHandle<T> {
+    raw: JoinRef<T>,
+}
+
+impl<T> JoinHandle<T> {
+    pub(crate) fn new(raw: JoinRef<T>) -> Self {
+        Self { raw }
+    }
+
+    /// Asks the task to stop: its core drops the future (running its
+    /// destructors on the core's thread) the next time it would poll it, and
+    /// the handle then yields `Err(JoinError::Cancelled)`. No effect on a
+    /// task that already completed. Callable from any thread.
+    pub fn abort(&self) {
+        let header = self.raw.task.header();
+        // AcqRel: Release makes the request visible to the core's AcqRel
+        // clear of NOTIFIED; Acquire to see a completed state.
+        let prev = header.state.fetch_or(CANCEL_REQUESTED, AcqRel);
+        if prev & COMPLETE == 0 && self.raw.task.notify() {
+            crate::core::schedule(self.raw.task.clone());
+        }
+    }
+
+    /// Whether the task has completed (with output, panic or cancellation).
+    pub fn is_finished(&self) -> bool {
+        self.raw.task.is_complete()
+    }
+}
+
+impl<T> Future for JoinHandle<T> {
+    type Output = Result<T, JoinError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let header = self.raw.task.header();
+        // Acquire: pairs with the Release in the task's `complete`.
+        if header.state.load(Acquire) & COMPLETE == 0 {
+            header.join_waker.register(cx.waker());
+            // Re-check after registering (the completer wakes after
+            // setting COMPLETE, so one of the two sees the other).
+            if header.state.load(Acquire) & COMPLETE == 0 {
+                return Poll::Pending;
+            }
+        }
+        if crate::coop::poll_proceed(cx).is_pending() {
+            return Poll::Pending;
+        }
+        // SAFETY: COMPLETE is set and we hold the join interest.
+        let out = unsafe { (*self.raw.output()).take() };
+        match out {
+            Some(result) => Poll::Ready(result),
+            None => panic!("JoinHandle polled after it returned Ready"),
+        }
+    }
+}
+
+impl<T> Drop for JoinHandle<T> {
+    fn drop(&mut self) {
+        let header = self.raw.task.header();
+        // AcqRel: pairs with the AcqRel fetch_or(COMPLETE): whichever of the
+        // two runs last sees the other and drops the output.
+        let prev = header.state.fetch_and(!JOIN_INTEREST, AcqRel);
+        if prev & COMPLETE != 0 {
+            // SAFETY: complete, and we were the interest holder.
+            drop(unsafe { (*self.raw.output()).take() });
+        }
+    }
+}
+
+impl<T> fmt::Debug for JoinHandle<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JoinHandle")
+            .field("finished", &self.is_finished())
+            .finish()
+    }
+}
