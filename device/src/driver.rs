@@ -18,11 +18,13 @@ use std::time::{Duration, Instant};
 
 use plugio_executor::{Driver, Unpark};
 
+use crate::buf::{current_arena, Arena};
 use crate::core::{with_core, Core};
 use crate::error::{Error, Result};
-use crate::ring::{Ring, RingConfig, RingInfo};
+use crate::ring::{Ring, RingConfig, RingInfo, RingStats};
 
 static FALLBACK_LOGGED: AtomicBool = AtomicBool::new(false);
+static REGISTER_LOGGED: AtomicBool = AtomicBool::new(false);
 
 /// A core's driver: submit + wait in one `io_uring_enter`, and deliver the
 /// completions of every backend on this thread.
@@ -30,6 +32,7 @@ pub struct DeviceDriver {
     core: Rc<Core>,
     ring: Option<Rc<Ring>>,
     unparker: Arc<dyn Unpark>,
+    arena: Option<Rc<Arena>>,
 }
 
 impl std::fmt::Debug for DeviceDriver {
@@ -102,16 +105,23 @@ impl DeviceDriver {
         };
         core.set_ring(ring.clone());
         core.set_unpark(unparker.clone());
+        let arena = ring.as_ref().and_then(|r| register_arena(r));
         Ok(Self {
             core,
             ring,
             unparker,
+            arena,
         })
     }
 
     /// The ring's setup and probed features; `None` without a ring.
     pub fn ring_info(&self) -> Option<&RingInfo> {
         self.ring.as_ref().map(|r| r.info())
+    }
+
+    /// The ring's push-back counters; `None` without a ring.
+    pub fn ring_stats(&self) -> Option<RingStats> {
+        self.ring.as_ref().map(|r| r.stats())
     }
 
     /// Ops in flight on this core's ring.
@@ -152,6 +162,28 @@ impl DeviceDriver {
     }
 }
 
+/// Registers the thread's buffer arena with `ring` as fixed buffer 0;
+/// where the kernel refuses (`RLIMIT_MEMLOCK`, `ENOMEM`) logs once and
+/// leaves buffers unregistered (same results, no `READ_FIXED`).
+fn register_arena(ring: &Ring) -> Option<Rc<Arena>> {
+    let arena = current_arena()?;
+    let iov = arena.iovec();
+    // SAFETY: the driver keeps the arena (and so its memory) alive while the
+    // ring exists; the ring is dropped with the driver.
+    match unsafe { ring.register_buffers(&[iov]) } {
+        Ok(()) => {
+            arena.set_fixed_index(Some(0));
+            Some(arena)
+        }
+        Err(e) => {
+            if !REGISTER_LOGGED.swap(true, Ordering::Relaxed) {
+                tracing::warn!(error = %e, bytes = iov.iov_len, "buffer registration refused; using unregistered buffers");
+            }
+            Some(arena)
+        }
+    }
+}
+
 impl Driver for DeviceDriver {
     fn park(&self, timeout: Option<Duration>) -> io::Result<()> {
         self.park_inner(timeout).map_err(io::Error::from)
@@ -168,6 +200,9 @@ impl Drop for DeviceDriver {
             if let Err(e) = ring.drain(&self.core) {
                 tracing::error!(error = %e, "draining the ring at shutdown failed");
             }
+        }
+        if let Some(arena) = &self.arena {
+            arena.set_fixed_index(None);
         }
         self.core.set_ring(None);
         self.core

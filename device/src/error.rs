@@ -47,6 +47,12 @@ pub enum InvalidInput {
         /// A description of the mismatch.
         detail: String,
     },
+    /// An option or setting is out of range (for example a queue depth of
+    /// 0); `detail` names the option and the allowed values.
+    Config {
+        /// Which option, its value and what to use instead.
+        detail: String,
+    },
 }
 
 /// The kinds of [`Error`] a caller can match on.
@@ -190,6 +196,7 @@ impl fmt::Display for InvalidInput {
                 "length {len_bytes} bytes is larger than the maximum of {max_bytes} bytes"
             ),
             InvalidInput::Segments { detail } => write!(f, "bad segments: {detail}"),
+            InvalidInput::Config { detail } => write!(f, "bad option: {detail}"),
         }
     }
 }

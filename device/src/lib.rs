@@ -43,19 +43,26 @@
 #![cfg_attr(not(test), warn(missing_docs))]
 
 pub mod backend;
+pub mod buf;
 pub mod core;
 pub mod driver;
 pub mod error;
+pub mod fs;
 pub mod geometry;
 pub mod op;
 pub mod ring;
+pub mod testing;
 
+pub use backend::file::{FileBackend, OpenOptions};
+pub use backend::mem::{MemConfig, MemDevice};
 pub use backend::{check_op, Backend, BackendKind};
+pub use buf::DmaBuf;
 pub use core::{
     register_handler, run_completions, submit_now, unregister_handler, CompletionHandler, HandlerId,
 };
 pub use driver::DeviceDriver;
 pub use error::{Error, ErrorKind, InvalidInput, Result};
+pub use fs::{File, IoFuture};
 pub use geometry::{DeviceKind, Geometry};
 pub use op::{IoFlags, IoOp, OpKind};
-pub use ring::{RingConfig, RingInfo};
+pub use ring::{RingConfig, RingInfo, RingStats};

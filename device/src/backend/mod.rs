@@ -17,8 +17,11 @@ use std::fmt;
 use crate::core::HandlerId;
 use crate::error::{Error, InvalidInput, Result};
 use crate::geometry::Geometry;
-use crate::op::{IoOp, OpKind};
+use crate::op::IoOp;
 
+pub mod file;
+pub mod mem;
+pub mod sync;
 /// Which implementation serves a [`Backend`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -164,15 +167,4 @@ fn check_segments(geometry: &Geometry, op: &IoOp<'_>) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// Validates the op kind is one `kind` backends understand; used by
-/// backends to refuse kinds they cannot serve.
-pub(crate) fn unsupported(op: &IoOp<'_>) -> Error {
-    Error::from_errno(libc::EOPNOTSUPP).with_context(match op.kind {
-        OpKind::Discard => "discard",
-        OpKind::WriteZeroes => "write zeroes",
-        OpKind::Fallocate { .. } => "fallocate",
-        _ => "op",
-    })
 }

@@ -18,6 +18,9 @@ mod config;
 mod slots;
 mod unpark;
 
+#[cfg(test)]
+mod tests;
+
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -51,6 +54,28 @@ const BACKOFF_MAX: Duration = Duration::from_millis(1);
 /// A fault the test hook can inject in place of an enter's result.
 #[cfg(test)]
 pub(crate) type EnterFault = Box<dyn FnMut() -> Option<i32>>;
+/// A test hook that may rewrite a CQE's result (user_data, res) -> res.
+#[cfg(test)]
+pub(crate) type CqeFault = Box<dyn FnMut(u64, i32) -> i32>;
+
+/// Counters of the push-backs a ring absorbed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RingStats {
+    /// `io_uring_enter` calls.
+    pub enters: u64,
+    /// Enters that returned `EAGAIN`/`EBUSY` and were retried after a reap.
+    pub enter_busy: u64,
+    /// Enters interrupted by a signal (`EINTR`).
+    pub enter_eintr: u64,
+    /// SQEs that found the SQ full and went to the backlog.
+    pub sq_full: u64,
+    /// GETEVENTS enters issued to flush a CQ overflow.
+    pub cq_overflow_flushes: u64,
+    /// Ops resubmitted after a per-op `-EAGAIN`.
+    pub eagain_resubmits: u64,
+    /// CQEs reaped (wake reads included).
+    pub cqes: u64,
+}
 
 /// The core's io_uring plus its in-flight bookkeeping.
 pub struct Ring {
@@ -64,6 +89,9 @@ pub struct Ring {
     files: RefCell<HashMap<u64, u32>>,
     next_file_index: Cell<u32>,
     reaped: RefCell<Vec<Completion>>,
+    stats: RefCell<RingStats>,
+    #[cfg(test)]
+    pub(crate) cqe_fault: RefCell<Option<CqeFault>>,
     #[cfg(test)]
     pub(crate) fault: RefCell<Option<EnterFault>>,
 }
@@ -99,6 +127,9 @@ impl Ring {
             files: RefCell::new(HashMap::new()),
             next_file_index: Cell::new(0),
             reaped: RefCell::new(Vec::new()),
+            stats: RefCell::new(RingStats::default()),
+            #[cfg(test)]
+            cqe_fault: RefCell::new(None),
             #[cfg(test)]
             fault: RefCell::new(None),
         };
@@ -114,6 +145,11 @@ impl Ring {
     /// The handle other threads use to wake this ring.
     pub(crate) fn unparker(&self) -> Arc<RingUnpark> {
         self.unpark.clone()
+    }
+
+    /// The push-back counters.
+    pub fn stats(&self) -> RingStats {
+        *self.stats.borrow()
     }
 
     /// Ops pushed and not yet completed (the armed wake read excluded).
@@ -204,6 +240,7 @@ impl Ring {
         }
         backlog.push_back(entry);
         drop(backlog);
+        self.stats.borrow_mut().sq_full += 1;
         // SQ full: submit what is there, then move the backlog in.
         if let Err(e) = self.enter_submit_only() {
             tracing::debug!(error = %e, "submit on a full SQ failed; kept in the backlog");
@@ -264,6 +301,7 @@ impl Ring {
     /// One `io_uring_enter`: submit the SQ and wait for `want` CQEs or
     /// `timeout`. Timeouts (`ETIME`) are success.
     fn enter(&self, want: usize, timeout: Option<Duration>) -> io::Result<()> {
+        self.stats.borrow_mut().enters += 1;
         #[cfg(test)]
         if let Some(fault) = self.fault.borrow_mut().as_mut() {
             if let Some(errno) = fault() {
@@ -324,8 +362,12 @@ impl Ring {
             }
             match self.enter(want, timeout) {
                 Ok(()) => break,
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => break,
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {
+                    self.stats.borrow_mut().enter_eintr += 1;
+                    break;
+                }
                 Err(e) if is_transient(&e) => {
+                    self.stats.borrow_mut().enter_busy += 1;
                     // EAGAIN/EBUSY: the kernel needs us to reap first.
                     if self.reap()? == 0 {
                         std::thread::sleep(backoff);
@@ -373,8 +415,16 @@ impl Ring {
                 cq.collect()
             };
             seen += batch.len();
+            self.stats.borrow_mut().cqes += batch.len() as u64;
             for cqe in &batch {
-                self.handle_cqe(cqe.user_data(), cqe.result());
+                #[cfg(test)]
+                let res = match self.cqe_fault.borrow_mut().as_mut() {
+                    Some(f) => f(cqe.user_data(), cqe.result()),
+                    None => cqe.result(),
+                };
+                #[cfg(not(test))]
+                let res = cqe.result();
+                self.handle_cqe(cqe.user_data(), res);
             }
             if !self.cq_overflowed() {
                 if batch.is_empty() {
@@ -384,6 +434,7 @@ impl Ring {
             }
             // IORING_SQ_CQ_OVERFLOW: completions wait in the kernel's
             // overflow list; an enter with GETEVENTS flushes them to the CQ.
+            self.stats.borrow_mut().cq_overflow_flushes += 1;
             self.flush_overflow()?;
         }
         if !self.wake_armed.get() {
@@ -439,6 +490,7 @@ impl Ring {
             || (res == -libc::ECANCELED && slot.preflush_result == -libc::EAGAIN)
         {
             // Per-op EAGAIN: resubmit the same op (and its preflush).
+            self.stats.borrow_mut().eagain_resubmits += 1;
             let entry = slot.entry.clone();
             let preflush = slot.preflush.clone();
             slots.reset_preflush(index);

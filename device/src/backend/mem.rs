@@ -1,0 +1,443 @@
+//! The mem backend: a simulated block device in memory, deterministic for a
+//! seed, with latency, a queue depth, injected faults and power cuts.
+//!
+//! Model:
+//! - Two images: `volatile` (what reads see) and `durable` (what survives a
+//!   power cut). A write lands in `volatile` and marks its blocks dirty; a
+//!   FUA write also lands in `durable`; `Flush`/`Fsync` (and PREFLUSH) copy
+//!   every dirty block to `durable`.
+//! - `queue_depth` service channels: an op starts on the channel that frees
+//!   first, takes a latency drawn from the seeded RNG, and takes effect and
+//!   completes at its deadline, on the submitting core (deadline heap).
+//! - [`MemDevice::power_cut`] drops every dirty block (or, in
+//!   [`PowerCutMode::Torn`], keeps a seeded random subset, so multi-block
+//!   writes tear at block granularity); ops still in flight then fail with
+//!   `EIO`.
+//!
+//! Invariants: the op's effect happens exactly once, at its completion;
+//! with the same seed, config and submission order, results and latencies
+//! are identical run to run.
+
+use std::collections::BTreeSet;
+use std::ops::Range;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use super::sync::OwnedOp;
+use super::{check_op, Backend, BackendKind};
+use crate::core::{with_core, HandlerId};
+use crate::error::Result;
+use crate::geometry::{DeviceKind, Geometry, FILE_MAX_SECTORS_KB, FILE_MAX_SEGMENTS};
+use crate::op::{IoFlags, IoOp, OpKind};
+
+/// How long a simulated op takes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Latency {
+    /// Completes at the next park.
+    Zero,
+    /// Always this long.
+    Fixed(Duration),
+    /// Uniform in `[min, max]`.
+    Uniform {
+        /// Shortest.
+        min: Duration,
+        /// Longest.
+        max: Duration,
+    },
+}
+
+/// Which ops a fault applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultOn {
+    /// Reads only.
+    Read,
+    /// Writes (including write zeroes and discard) only.
+    Write,
+    /// Both.
+    Both,
+}
+
+/// An injected fault.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// Ops touching any LBA in `lbas` fail with `EIO`.
+    Eio {
+        /// The failing logical blocks.
+        lbas: Range<u64>,
+        /// Which ops fail.
+        on: FaultOn,
+    },
+    /// A read covering `lba` returns only the bytes before it (0 when it
+    /// starts at `lba`).
+    ShortRead {
+        /// Where reads stop.
+        lba: u64,
+    },
+    /// Writes fail with `ENOSPC` once `bytes` have been written in total.
+    EnospcAfter {
+        /// Total bytes the device accepts.
+        bytes: u64,
+    },
+}
+
+/// What a power cut does to unflushed writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PowerCutMode {
+    /// Every unflushed block is lost.
+    LoseUnflushed,
+    /// Each unflushed block survives with probability 1/2 (seeded): writes
+    /// tear at block granularity.
+    Torn,
+}
+
+/// Configuration of a [`MemDevice`].
+#[derive(Debug, Clone)]
+pub struct MemConfig {
+    /// Size in bytes (a multiple of the logical block). Default 64 MiB.
+    pub capacity_bytes: u64,
+    /// Logical block (LBA) size. Default 512.
+    pub logical_block_bytes: u32,
+    /// Physical block size. Default 4096.
+    pub physical_block_bytes: u32,
+    /// Required buffer address alignment. Default 512.
+    pub mem_align_bytes: u32,
+    /// Service channels (`nr_requests`). Default 32.
+    pub queue_depth: u32,
+    /// Latency of each op. Default [`Latency::Zero`].
+    pub latency: Latency,
+    /// RNG seed. Default 0.
+    pub seed: u64,
+    /// Faults active from the start. Default none.
+    pub faults: Vec<Fault>,
+    /// Power-cut behaviour. Default [`PowerCutMode::LoseUnflushed`].
+    pub power_cut_mode: PowerCutMode,
+}
+
+impl Default for MemConfig {
+    fn default() -> Self {
+        Self {
+            capacity_bytes: 64 << 20,
+            logical_block_bytes: 512,
+            physical_block_bytes: 4096,
+            mem_align_bytes: 512,
+            queue_depth: 32,
+            latency: Latency::Zero,
+            seed: 0,
+            faults: Vec::new(),
+            power_cut_mode: PowerCutMode::LoseUnflushed,
+        }
+    }
+}
+
+struct MemState {
+    volatile: Vec<u8>,
+    durable: Vec<u8>,
+    dirty: BTreeSet<u64>,
+    written_bytes: u64,
+    rng: SmallRng,
+    channels: Vec<Instant>,
+    faults: Vec<Fault>,
+    generation: u64,
+}
+
+struct MemInner {
+    state: Mutex<MemState>,
+    block: u64,
+    power_cut_mode: PowerCutMode,
+}
+
+/// The simulated device. Cheap to share (`Arc` inside).
+#[derive(Clone)]
+pub struct MemDevice {
+    inner: Arc<MemInner>,
+    geometry: Geometry,
+    latency: Latency,
+}
+
+impl std::fmt::Debug for MemDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemDevice")
+            .field("capacity_bytes", &self.geometry.capacity_bytes)
+            .field("latency", &self.latency)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MemDevice {
+    /// Creates a zero-filled device.
+    ///
+    /// # Panics
+    /// When `logical_block_bytes` is not a power of two or the capacity is
+    /// not a multiple of it (configuration errors).
+    pub fn new(config: MemConfig) -> Self {
+        let block = config.logical_block_bytes;
+        assert!(
+            block.is_power_of_two(),
+            "logical block must be a power of two"
+        );
+        assert!(
+            config.capacity_bytes % u64::from(block) == 0,
+            "capacity must be a multiple of the logical block"
+        );
+        let size = config.capacity_bytes as usize;
+        let depth = config.queue_depth.max(1);
+        let geometry = Geometry {
+            kind: DeviceKind::Memory,
+            direct: true,
+            logical_block_bytes: block,
+            physical_block_bytes: config.physical_block_bytes,
+            dio_mem_align_bytes: config.mem_align_bytes,
+            dio_offset_align_bytes: block,
+            max_sectors_kb: FILE_MAX_SECTORS_KB,
+            max_hw_sectors_kb: FILE_MAX_SECTORS_KB,
+            max_segments: FILE_MAX_SEGMENTS,
+            max_segment_bytes: u32::MAX,
+            nr_requests: depth,
+            rotational: false,
+            nomerges: 0,
+            capacity_bytes: Some(config.capacity_bytes),
+            source: None,
+        };
+        let now = Instant::now();
+        Self {
+            inner: Arc::new(MemInner {
+                state: Mutex::new(MemState {
+                    volatile: vec![0; size],
+                    durable: vec![0; size],
+                    dirty: BTreeSet::new(),
+                    written_bytes: 0,
+                    rng: SmallRng::seed_from_u64(config.seed),
+                    channels: vec![now; depth as usize],
+                    faults: config.faults,
+                    generation: 0,
+                }),
+                block: u64::from(block),
+                power_cut_mode: config.power_cut_mode,
+            }),
+            geometry,
+            latency: config.latency,
+        }
+    }
+
+    /// Adds a fault.
+    pub fn inject(&self, fault: Fault) {
+        self.inner.lock().faults.push(fault);
+    }
+
+    /// Removes every fault.
+    pub fn clear_faults(&self) {
+        self.inner.lock().faults.clear();
+    }
+
+    /// Cuts the power: unflushed blocks are lost (or torn, per
+    /// [`PowerCutMode`]), reads then see the durable image, and ops still
+    /// in flight complete with `EIO`.
+    pub fn power_cut(&self) {
+        let mut st = self.inner.lock();
+        let st = &mut *st;
+        let block = self.inner.block as usize;
+        let dirty = std::mem::take(&mut st.dirty);
+        for b in dirty {
+            let keep = self.inner.power_cut_mode == PowerCutMode::Torn && st.rng.gen_bool(0.5);
+            let r = b as usize * block..(b as usize + 1) * block;
+            if keep {
+                st.durable[r.clone()].copy_from_slice(&st.volatile[r]);
+            } else {
+                st.volatile[r.clone()].copy_from_slice(&st.durable[r]);
+            }
+        }
+        st.generation += 1;
+    }
+
+    /// Bytes accepted by writes so far (for `EnospcAfter`).
+    pub fn written_bytes(&self) -> u64 {
+        self.inner.lock().written_bytes
+    }
+
+    /// A copy of the durable image in `range` (what a power cut would keep).
+    ///
+    /// # Panics
+    /// When `range` is beyond the capacity.
+    pub fn durable_bytes(&self, range: Range<u64>) -> Vec<u8> {
+        self.inner.lock().durable[range.start as usize..range.end as usize].to_vec()
+    }
+
+    /// Blocks written but not yet durable.
+    pub fn dirty_blocks(&self) -> usize {
+        self.inner.lock().dirty.len()
+    }
+
+    fn deadline(&self, st: &mut MemState, now: Instant) -> Instant {
+        let latency = match self.latency {
+            Latency::Zero => Duration::ZERO,
+            Latency::Fixed(d) => d,
+            Latency::Uniform { min, max } if max > min => {
+                let ns = st
+                    .rng
+                    .gen_range(min.as_nanos() as u64..=max.as_nanos() as u64);
+                Duration::from_nanos(ns)
+            }
+            Latency::Uniform { min, .. } => min,
+        };
+        let (channel, free_at) = st
+            .channels
+            .iter()
+            .copied()
+            .enumerate()
+            .min_by_key(|&(_, t)| t)
+            .unwrap_or((0, now));
+        let deadline = free_at.max(now) + latency;
+        if let Some(c) = st.channels.get_mut(channel) {
+            *c = deadline;
+        }
+        deadline
+    }
+}
+
+impl MemInner {
+    fn lock(&self) -> MutexGuard<'_, MemState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn execute(&self, op: &OwnedOp, generation: u64) -> i32 {
+        let mut st = self.lock();
+        if st.generation != generation {
+            return -libc::EIO;
+        }
+        if op.flags.contains(IoFlags::PREFLUSH) {
+            flush(&mut st, self.block);
+        }
+        let first = op.offset_bytes / self.block;
+        let lbas = first..(op.offset_bytes + op.len_bytes).div_ceil(self.block);
+        match op.kind {
+            OpKind::Read => self.read(&st, op, lbas),
+            OpKind::Write => self.write(&mut st, op, lbas),
+            OpKind::Flush | OpKind::Fsync => {
+                flush(&mut st, self.block);
+                0
+            }
+            OpKind::WriteZeroes | OpKind::Discard => {
+                if hits_eio(&st.faults, &lbas, FaultOn::Write) {
+                    return -libc::EIO;
+                }
+                let r = op.offset_bytes as usize..(op.offset_bytes + op.len_bytes) as usize;
+                st.volatile[r].fill(0);
+                st.dirty.extend(lbas);
+                0
+            }
+            OpKind::Fallocate { .. } | OpKind::Nop => 0,
+        }
+    }
+
+    fn read(&self, st: &MemState, op: &OwnedOp, lbas: Range<u64>) -> i32 {
+        if hits_eio(&st.faults, &lbas, FaultOn::Read) {
+            return -libc::EIO;
+        }
+        let mut len = op.len_bytes;
+        for f in &st.faults {
+            if let Fault::ShortRead { lba } = f {
+                if lbas.contains(lba) {
+                    len = len.min((lba - lbas.start) * self.block);
+                }
+            }
+        }
+        let mut pos = op.offset_bytes as usize;
+        let mut left = len as usize;
+        for iov in &op.iovecs {
+            let n = iov.iov_len.min(left);
+            // SAFETY: the iovec points to submitter memory valid and ours
+            // until completion (Backend::submit contract); n <= iov_len and
+            // pos + n <= capacity (checked at submit).
+            unsafe {
+                std::ptr::copy_nonoverlapping(st.volatile.as_ptr().add(pos), iov.iov_base.cast(), n)
+            };
+            pos += n;
+            left -= n;
+        }
+        len as i32
+    }
+
+    fn write(&self, st: &mut MemState, op: &OwnedOp, lbas: Range<u64>) -> i32 {
+        if hits_eio(&st.faults, &lbas, FaultOn::Write) {
+            return -libc::EIO;
+        }
+        let limit = st.faults.iter().find_map(|f| match f {
+            Fault::EnospcAfter { bytes } => Some(*bytes),
+            _ => None,
+        });
+        if limit.is_some_and(|limit| st.written_bytes + op.len_bytes > limit) {
+            return -libc::ENOSPC;
+        }
+        let mut pos = op.offset_bytes as usize;
+        for iov in &op.iovecs {
+            // SAFETY: as in read; the source memory is only read.
+            let src = unsafe { std::slice::from_raw_parts(iov.iov_base.cast::<u8>(), iov.iov_len) };
+            st.volatile[pos..pos + src.len()].copy_from_slice(src);
+            if op.flags.contains(IoFlags::FUA) {
+                st.durable[pos..pos + src.len()].copy_from_slice(src);
+            }
+            pos += src.len();
+        }
+        if op.flags.contains(IoFlags::FUA) {
+            for b in lbas {
+                st.dirty.remove(&b);
+            }
+        } else {
+            st.dirty.extend(lbas);
+        }
+        st.written_bytes += op.len_bytes;
+        op.len_bytes as i32
+    }
+}
+
+fn flush(st: &mut MemState, block: u64) {
+    let block = block as usize;
+    let dirty = std::mem::take(&mut st.dirty);
+    for b in dirty {
+        let r = b as usize * block..(b as usize + 1) * block;
+        let (vol, dur) = (&st.volatile, &mut st.durable);
+        dur[r.clone()].copy_from_slice(&vol[r]);
+    }
+}
+
+fn hits_eio(faults: &[Fault], lbas: &Range<u64>, kind: FaultOn) -> bool {
+    faults.iter().any(|f| match f {
+        Fault::Eio { lbas: bad, on } => {
+            (*on == kind || *on == FaultOn::Both) && bad.start < lbas.end && lbas.start < bad.end
+        }
+        _ => false,
+    })
+}
+
+impl Backend for MemDevice {
+    fn geometry(&self) -> &Geometry {
+        &self.geometry
+    }
+
+    fn kind(&self) -> BackendKind {
+        BackendKind::Mem
+    }
+
+    unsafe fn submit(&self, op: &IoOp<'_>, handler: HandlerId, token: u64) -> Result<()> {
+        check_op(&self.geometry, op)?;
+        let now = Instant::now();
+        let (deadline, generation) = {
+            let mut st = self.inner.lock();
+            (self.deadline(&mut st, now), st.generation)
+        };
+        let owned = OwnedOp::from_op(op);
+        let inner = self.inner.clone();
+        with_core(|core| {
+            core.schedule(
+                deadline,
+                handler,
+                token,
+                Box::new(move || inner.execute(&owned, generation)),
+            )
+        });
+        Ok(())
+    }
+}

@@ -1,0 +1,268 @@
+//! The per-core arena of equal-sized DMA chunks (one registered buffer).
+//!
+//! Invariants: a chunk is in exactly one place: the owner's local free list,
+//! the return stack, or a live `DmaBuf`. `fixed_index` is written only by
+//! the owner thread (when its driver registers or forgets the arena) and
+//! read only by the owner thread.
+
+use std::alloc::Layout;
+use std::cell::{Cell, RefCell};
+use std::ptr::NonNull;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::return_stack::ReturnStack;
+use super::DmaBuf;
+
+/// Size of a core's arena. Set before the thread's first `DmaBuf` with
+/// [`configure_arena`](crate::buf::configure_arena).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArenaConfig {
+    /// Bytes per chunk (a multiple of 4096); buffers up to this size come
+    /// from the arena. Default 64 KiB.
+    pub chunk_bytes: usize,
+    /// Chunks per core. Default 64 (4 MiB with the default chunk). 0
+    /// disables the arena.
+    pub nr_chunks: u32,
+}
+
+impl Default for ArenaConfig {
+    fn default() -> Self {
+        Self {
+            chunk_bytes: 64 * 1024,
+            nr_chunks: 64,
+        }
+    }
+}
+
+/// Counters of an arena.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArenaStats {
+    /// Chunks in the arena.
+    pub nr_chunks: u32,
+    /// Bytes per chunk.
+    pub chunk_bytes: usize,
+    /// Chunks returned from other threads so far.
+    pub remote_returns: u64,
+    /// Whether the arena is registered with this core's ring.
+    pub registered: bool,
+}
+
+const NOT_FIXED: u32 = u32::MAX;
+
+/// The part of an arena shared with buffers on any thread.
+#[derive(Debug)]
+pub(crate) struct ArenaShared {
+    base: NonNull<u8>,
+    layout: Layout,
+    chunk_bytes: usize,
+    nr_chunks: u32,
+    owner: u64,
+    returned: ReturnStack,
+    remote_returns: AtomicU64,
+    fixed_index: AtomicU32,
+}
+
+// SAFETY: the memory is only touched through DmaBufs (exclusive owners of
+// their chunk); the bookkeeping is atomic.
+unsafe impl Send for ArenaShared {}
+// SAFETY: as above.
+unsafe impl Sync for ArenaShared {}
+
+/// The owner side: the local free list.
+pub(crate) struct Arena {
+    shared: Arc<ArenaShared>,
+    free: RefCell<Vec<u32>>,
+}
+
+thread_local! {
+    static THREAD_TOKEN: u64 = next_token();
+    static CONFIG: Cell<ArenaConfig> = Cell::new(ArenaConfig::default());
+    static ARENA: RefCell<Option<Rc<Arena>>> = const { RefCell::new(None) };
+}
+
+fn next_token() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    // Relaxed: only uniqueness matters.
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+fn thread_token() -> u64 {
+    THREAD_TOKEN.try_with(|t| *t).unwrap_or(0)
+}
+
+/// Sets the size of the calling thread's arena. Takes effect only before
+/// the thread's first arena use; returns false when the arena already
+/// exists.
+pub fn configure_arena(config: ArenaConfig) -> bool {
+    let exists = ARENA.with(|a| a.borrow().is_some());
+    if !exists {
+        CONFIG.with(|c| c.set(config));
+    }
+    !exists
+}
+
+/// The calling thread's arena, created on first use; `None` when disabled.
+pub(crate) fn current_arena() -> Option<Rc<Arena>> {
+    ARENA
+        .try_with(|slot| {
+            let mut slot = slot.borrow_mut();
+            if slot.is_none() {
+                *slot = Arena::new(CONFIG.with(Cell::get)).map(Rc::new);
+            }
+            slot.clone()
+        })
+        .ok()
+        .flatten()
+}
+
+/// The counters of the calling thread's arena.
+pub fn arena_stats() -> Option<ArenaStats> {
+    current_arena().map(|a| a.stats())
+}
+
+impl Arena {
+    fn new(config: ArenaConfig) -> Option<Self> {
+        if config.nr_chunks == 0 || config.chunk_bytes == 0 {
+            return None;
+        }
+        let chunk_bytes = config.chunk_bytes.next_multiple_of(4096);
+        let total = chunk_bytes.checked_mul(config.nr_chunks as usize)?;
+        let layout = Layout::from_size_align(total, 4096).ok()?;
+        // SAFETY: non-zero size checked above.
+        let base = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })?;
+        Some(Self {
+            shared: Arc::new(ArenaShared {
+                base,
+                layout,
+                chunk_bytes,
+                nr_chunks: config.nr_chunks,
+                owner: thread_token(),
+                returned: ReturnStack::new(config.nr_chunks),
+                remote_returns: AtomicU64::new(0),
+                fixed_index: AtomicU32::new(NOT_FIXED),
+            }),
+            free: RefCell::new((0..config.nr_chunks).rev().collect()),
+        })
+    }
+
+    /// A chunk for a buffer of `len` bytes aligned to `align`, if one fits
+    /// and is free.
+    pub fn take(&self, len: usize, align: usize) -> Option<DmaBuf> {
+        if len > self.shared.chunk_bytes || align > 4096 {
+            return None;
+        }
+        let mut free = self.free.borrow_mut();
+        if free.is_empty() {
+            self.shared.returned.take_all(&mut free);
+        }
+        let chunk = free.pop()?;
+        let offset = chunk as usize * self.shared.chunk_bytes;
+        // SAFETY: offset < total size, inside the allocation.
+        let ptr = unsafe { NonNull::new_unchecked(self.shared.base.as_ptr().add(offset)) };
+        Some(DmaBuf::from_arena(
+            ptr,
+            self.shared.chunk_bytes,
+            self.shared.clone(),
+            chunk,
+        ))
+    }
+
+    /// The whole arena as one iovec, for `IORING_REGISTER_BUFFERS`.
+    pub fn iovec(&self) -> libc::iovec {
+        libc::iovec {
+            iov_base: self.shared.base.as_ptr().cast(),
+            iov_len: self.shared.layout.size(),
+        }
+    }
+
+    /// Records the registered-buffer index (or `None` when unregistered).
+    pub fn set_fixed_index(&self, index: Option<u16>) {
+        // Relaxed: written and read on the owner thread only.
+        self.shared
+            .fixed_index
+            .store(index.map_or(NOT_FIXED, u32::from), Ordering::Relaxed);
+    }
+
+    pub fn stats(&self) -> ArenaStats {
+        ArenaStats {
+            nr_chunks: self.shared.nr_chunks,
+            chunk_bytes: self.shared.chunk_bytes,
+            // Relaxed: a statistic.
+            remote_returns: self.shared.remote_returns.load(Ordering::Relaxed),
+            registered: self.shared.fixed_index_here().is_some(),
+        }
+    }
+}
+
+impl ArenaShared {
+    /// Returns `chunk` from a dropped buffer.
+    pub fn give_back(&self, chunk: u32) {
+        if thread_token() == self.owner {
+            let returned_locally = ARENA
+                .try_with(
+                    |slot| match slot.try_borrow().ok().and_then(|s| s.clone()) {
+                        Some(arena) if std::ptr::eq(Arc::as_ptr(&arena.shared), self) => {
+                            arena.free.borrow_mut().push(chunk);
+                            true
+                        }
+                        _ => false,
+                    },
+                )
+                .unwrap_or(false);
+            if returned_locally {
+                return;
+            }
+        } else {
+            // Relaxed: a statistic.
+            self.remote_returns.fetch_add(1, Ordering::Relaxed);
+        }
+        self.returned.push(chunk);
+    }
+
+    /// The registered index, when called on the owner thread.
+    pub fn fixed_index_here(&self) -> Option<u16> {
+        if thread_token() != self.owner {
+            return None;
+        }
+        // Relaxed: written and read on the owner thread only.
+        match self.fixed_index.load(Ordering::Relaxed) {
+            NOT_FIXED => None,
+            i => u16::try_from(i).ok(),
+        }
+    }
+}
+
+impl Drop for ArenaShared {
+    fn drop(&mut self) {
+        // SAFETY: allocated in Arena::new with this layout; every DmaBuf of
+        // the arena holds an Arc, so none is alive.
+        unsafe { std::alloc::dealloc(self.base.as_ptr(), self.layout) };
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_come_back_from_other_threads() {
+        let arena = Arena::new(ArenaConfig {
+            chunk_bytes: 4096,
+            nr_chunks: 2,
+        })
+        .expect("arena");
+        let a = arena.take(4096, 4096).expect("chunk a");
+        let b = arena.take(100, 512).expect("chunk b");
+        assert!(arena.take(1, 1).is_none(), "exhausted");
+        assert_eq!(a.as_ptr() as usize % 4096, 0);
+        std::thread::spawn(move || drop((a, b)))
+            .join()
+            .expect("drop thread");
+        assert_eq!(arena.stats().remote_returns, 2);
+        let c = arena.take(4096, 4096).expect("returned chunk reused");
+        assert!(c.is_from_arena());
+        assert!(arena.take(8192, 4096).is_none(), "too big for a chunk");
+    }
+}

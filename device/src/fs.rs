@@ -1,0 +1,444 @@
+//! The high-level async API: ownership-passing futures over any
+//! [`Backend`].
+//!
+//! Invariants:
+//! - A future owns its buffer(s) and iovec array until it completes; if it
+//!   is dropped while its op is in flight, both move into the thread's
+//!   pending slot and are freed only when the completion arrives.
+//! - Futures are `!Send`: an op completes on the thread that submitted it,
+//!   so the future must be polled there.
+//! - Submission is lazy (first poll); bad input is answered at first poll
+//!   with the buffer handed back and nothing submitted.
+
+use std::any::Any;
+use std::cell::RefCell;
+use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use crate::backend::file::OpenOptions;
+use crate::backend::Backend;
+use crate::buf::DmaBuf;
+use crate::core::{register_handler, CompletionHandler, HandlerId};
+use crate::error::{Error, Result};
+use crate::geometry::Geometry;
+use crate::op::{IoFlags, IoOp, OpKind};
+
+/// A file, block device or simulated device with an async,
+/// ownership-passing API. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct File {
+    backend: Arc<dyn Backend>,
+}
+
+impl File {
+    /// Opens `path` read/write with `O_DIRECT` on io_uring.
+    ///
+    /// # Errors
+    /// See [`OpenOptions::open`].
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(path, &OpenOptions::new())
+    }
+
+    /// Opens `path` with `options`.
+    ///
+    /// # Errors
+    /// See [`OpenOptions::open`].
+    pub fn open_with(path: impl AsRef<Path>, options: &OpenOptions) -> Result<Self> {
+        Ok(Self::from_backend(Arc::new(options.open(path)?)))
+    }
+
+    /// Wraps any backend (for example a `MemDevice`).
+    pub fn from_backend(backend: Arc<dyn Backend>) -> Self {
+        Self { backend }
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    /// The geometry.
+    pub fn geometry(&self) -> &Geometry {
+        self.backend.geometry()
+    }
+
+    /// A zeroed buffer of `len_bytes` aligned for this device.
+    pub fn alloc_buf(&self, len_bytes: usize) -> DmaBuf {
+        let align = self.geometry().mem_align_bytes().max(512) as usize;
+        DmaBuf::with_align(len_bytes, align)
+    }
+
+    /// Reads `buf.len()` bytes at `offset_bytes`. Resolves to the bytes read
+    /// (fewer at end of file, 0 at or past it) and the buffer, whose length
+    /// is set to the bytes read.
+    pub fn read_at(&self, buf: DmaBuf, offset_bytes: u64) -> IoFuture<DmaBuf> {
+        let len = buf.len() as u64;
+        self.data_op(OpKind::Read, buf, offset_bytes, len, IoFlags::NONE)
+    }
+
+    /// Writes `buf` at `offset_bytes`. Resolves to the bytes written and the
+    /// buffer.
+    pub fn write_at(&self, buf: DmaBuf, offset_bytes: u64) -> IoFuture<DmaBuf> {
+        self.write_at_with(buf, offset_bytes, IoFlags::NONE)
+    }
+
+    /// Writes `buf` at `offset_bytes` with `flags` (e.g. [`IoFlags::FUA`]).
+    pub fn write_at_with(
+        &self,
+        buf: DmaBuf,
+        offset_bytes: u64,
+        flags: IoFlags,
+    ) -> IoFuture<DmaBuf> {
+        let len = buf.len() as u64;
+        self.data_op(OpKind::Write, buf, offset_bytes, len, flags)
+    }
+
+    /// Reads into `bufs` (each filled to its `len()`) from `offset_bytes`.
+    /// Buffer lengths are trimmed to what was read.
+    pub fn readv_at(&self, bufs: Vec<DmaBuf>, offset_bytes: u64) -> IoFuture<Vec<DmaBuf>> {
+        let len = bufs.iter().map(|b| b.len() as u64).sum();
+        self.data_op(OpKind::Read, bufs, offset_bytes, len, IoFlags::NONE)
+    }
+
+    /// Writes `bufs` back to back at `offset_bytes`.
+    pub fn writev_at(&self, bufs: Vec<DmaBuf>, offset_bytes: u64) -> IoFuture<Vec<DmaBuf>> {
+        let len = bufs.iter().map(|b| b.len() as u64).sum();
+        self.data_op(OpKind::Write, bufs, offset_bytes, len, IoFlags::NONE)
+    }
+
+    fn data_op<T: IoResource>(
+        &self,
+        kind: OpKind,
+        res: T,
+        offset: u64,
+        len: u64,
+        flags: IoFlags,
+    ) -> IoFuture<T> {
+        IoFuture::new(self.backend.clone(), kind, offset, len, flags, res)
+    }
+
+    /// `fsync(2)`: data and metadata durable.
+    ///
+    /// # Errors
+    /// The kernel's error, typed.
+    pub async fn fsync(&self) -> Result<()> {
+        self.bare(OpKind::Fsync, 0, 0).await
+    }
+
+    /// `fdatasync(2)` (a device cache flush).
+    ///
+    /// # Errors
+    /// The kernel's error, typed.
+    pub async fn fdatasync(&self) -> Result<()> {
+        self.bare(OpKind::Flush, 0, 0).await
+    }
+
+    /// `fallocate(2)` with `mode` over the range.
+    ///
+    /// # Errors
+    /// Invalid range, or the kernel's error (`Unsupported`, `OutOfSpace`...).
+    pub async fn fallocate(&self, offset_bytes: u64, len_bytes: u64, mode: i32) -> Result<()> {
+        self.bare(OpKind::Fallocate { mode }, offset_bytes, len_bytes)
+            .await
+    }
+
+    /// Discards the range (`BLKDISCARD` on block devices, punch hole on
+    /// files).
+    ///
+    /// # Errors
+    /// Invalid range, or the kernel's error.
+    pub async fn discard(&self, offset_bytes: u64, len_bytes: u64) -> Result<()> {
+        self.bare(OpKind::Discard, offset_bytes, len_bytes).await
+    }
+
+    /// Zeroes the range (`BLKZEROOUT` / `FALLOC_FL_ZERO_RANGE`).
+    ///
+    /// # Errors
+    /// Invalid range, or the kernel's error.
+    pub async fn write_zeroes(&self, offset_bytes: u64, len_bytes: u64) -> Result<()> {
+        self.bare(OpKind::WriteZeroes, offset_bytes, len_bytes)
+            .await
+    }
+
+    async fn bare(&self, kind: OpKind, offset: u64, len: u64) -> Result<()> {
+        IoFuture::new(self.backend.clone(), kind, offset, len, IoFlags::NONE, ())
+            .await
+            .0
+            .map(drop)
+    }
+}
+
+/// What an [`IoFuture`] owns while in flight.
+pub trait IoResource: 'static {
+    /// The iovecs of the first `len_bytes` of the resource.
+    fn iovecs(&mut self, len_bytes: u64) -> Vec<libc::iovec>;
+    /// The registered-buffer index, when the resource is one fixed buffer.
+    fn fixed_index(&self) -> Option<u16>;
+    /// Called after a successful read of `n` bytes.
+    fn set_read_len(&mut self, n: usize);
+}
+
+impl IoResource for DmaBuf {
+    fn iovecs(&mut self, len_bytes: u64) -> Vec<libc::iovec> {
+        vec![self.iovec(len_bytes as usize)]
+    }
+    fn fixed_index(&self) -> Option<u16> {
+        DmaBuf::fixed_index(self)
+    }
+    fn set_read_len(&mut self, n: usize) {
+        self.set_len(n);
+    }
+}
+
+impl IoResource for Vec<DmaBuf> {
+    fn iovecs(&mut self, _len_bytes: u64) -> Vec<libc::iovec> {
+        self.iter_mut()
+            .map(|b| {
+                let len = b.len();
+                b.iovec(len)
+            })
+            .collect()
+    }
+    fn fixed_index(&self) -> Option<u16> {
+        None
+    }
+    fn set_read_len(&mut self, mut n: usize) {
+        for b in self.iter_mut() {
+            let take = b.len().min(n);
+            b.set_len(take);
+            n -= take;
+        }
+    }
+}
+
+impl IoResource for () {
+    fn iovecs(&mut self, _len_bytes: u64) -> Vec<libc::iovec> {
+        Vec::new()
+    }
+    fn fixed_index(&self) -> Option<u16> {
+        None
+    }
+    fn set_read_len(&mut self, _n: usize) {}
+}
+
+enum State {
+    Idle,
+    InFlight(u32),
+    Finished,
+}
+
+/// An op in progress; resolves to `(result, resource)`. `!Send`: poll it on
+/// the thread that first polled it.
+pub struct IoFuture<T: IoResource> {
+    backend: Arc<dyn Backend>,
+    kind: OpKind,
+    offset_bytes: u64,
+    len_bytes: u64,
+    flags: IoFlags,
+    res: Option<T>,
+    iovecs: Vec<libc::iovec>,
+    state: State,
+}
+
+impl<T: IoResource> Unpin for IoFuture<T> {}
+
+impl<T: IoResource> IoFuture<T> {
+    fn new(
+        backend: Arc<dyn Backend>,
+        kind: OpKind,
+        offset_bytes: u64,
+        len_bytes: u64,
+        flags: IoFlags,
+        res: T,
+    ) -> Self {
+        Self {
+            backend,
+            kind,
+            offset_bytes,
+            len_bytes,
+            flags,
+            res: Some(res),
+            iovecs: Vec::new(),
+            state: State::Idle,
+        }
+    }
+
+    fn submit(&mut self, waker: &Waker) -> Result<u32> {
+        let res = self
+            .res
+            .as_mut()
+            .ok_or_else(|| Error::from_errno(libc::EINVAL))?;
+        if self.kind.has_data() {
+            self.iovecs = res.iovecs(self.len_bytes);
+        }
+        let op = IoOp {
+            kind: self.kind,
+            offset_bytes: self.offset_bytes,
+            len_bytes: self.len_bytes,
+            segments: &self.iovecs,
+            fixed_buf: res.fixed_index(),
+            flags: self.flags,
+        };
+        self.backend.check(&op)?;
+        let (pending, handler) = pending();
+        let slot = pending.waiting(waker.clone());
+        // SAFETY: the buffers and the iovec array are owned by this future
+        // and, if it is dropped first, moved to the pending slot until the
+        // completion (see Drop).
+        match unsafe { self.backend.submit(&op, handler, u64::from(slot)) } {
+            Ok(()) => Ok(slot),
+            Err(e) => {
+                pending.free(slot);
+                Err(e)
+            }
+        }
+    }
+
+    fn finish(&mut self, result: Result<usize>) -> Poll<(Result<usize>, T)> {
+        self.state = State::Finished;
+        let Some(mut res) = self.res.take() else {
+            unreachable!("IoFuture polled after completion")
+        };
+        if let (Ok(n), OpKind::Read) = (&result, self.kind) {
+            res.set_read_len(*n);
+        }
+        Poll::Ready((result, res))
+    }
+}
+
+impl<T: IoResource> Future for IoFuture<T> {
+    type Output = (Result<usize>, T);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.state {
+            State::Idle => match self.submit(cx.waker()) {
+                Ok(slot) => {
+                    self.state = State::InFlight(slot);
+                    Poll::Pending
+                }
+                Err(e) => self.finish(Err(e)),
+            },
+            State::InFlight(slot) => match pending().0.poll(slot, cx.waker()) {
+                Some(r) if r < 0 => self.finish(Err(Error::from_errno(r))),
+                Some(r) => self.finish(Ok(r as usize)),
+                None => Poll::Pending,
+            },
+            State::Finished => panic!("IoFuture polled after completion"),
+        }
+    }
+}
+
+impl<T: IoResource> Drop for IoFuture<T> {
+    fn drop(&mut self) {
+        if let State::InFlight(slot) = self.state {
+            let keep: Box<dyn Any> = Box::new((self.res.take(), std::mem::take(&mut self.iovecs)));
+            pending().0.orphan(slot, keep);
+        }
+    }
+}
+
+enum Slot {
+    Free,
+    Waiting(Waker),
+    Done(i32),
+    Orphan(Box<dyn Any>),
+}
+
+/// The thread's completion handler for [`IoFuture`]s.
+#[derive(Default)]
+struct Pending {
+    slots: RefCell<Vec<Slot>>,
+    free: RefCell<Vec<u32>>,
+}
+
+thread_local! {
+    static PENDING: (Rc<Pending>, HandlerId) = {
+        let p = Rc::new(Pending::default());
+        let id = register_handler(p.clone());
+        (p, id)
+    };
+}
+
+fn pending() -> (Rc<Pending>, HandlerId) {
+    PENDING.with(|(p, id)| (p.clone(), *id))
+}
+
+impl Pending {
+    fn waiting(&self, waker: Waker) -> u32 {
+        let mut slots = self.slots.borrow_mut();
+        match self.free.borrow_mut().pop() {
+            Some(i) => {
+                slots[i as usize] = Slot::Waiting(waker);
+                i
+            }
+            None => {
+                slots.push(Slot::Waiting(waker));
+                (slots.len() - 1) as u32
+            }
+        }
+    }
+
+    fn free(&self, slot: u32) {
+        let old = std::mem::replace(&mut self.slots.borrow_mut()[slot as usize], Slot::Free);
+        self.free.borrow_mut().push(slot);
+        drop(old);
+    }
+
+    fn poll(&self, slot: u32, waker: &Waker) -> Option<i32> {
+        let mut slots = self.slots.borrow_mut();
+        match &mut slots[slot as usize] {
+            Slot::Done(r) => {
+                let r = *r;
+                drop(slots);
+                self.free(slot);
+                Some(r)
+            }
+            Slot::Waiting(w) => {
+                w.clone_from(waker);
+                None
+            }
+            Slot::Free | Slot::Orphan(_) => unreachable!("pending slot {slot} in a bad state"),
+        }
+    }
+
+    fn orphan(&self, slot: u32, keep: Box<dyn Any>) {
+        let mut slots = self.slots.borrow_mut();
+        if matches!(slots[slot as usize], Slot::Done(_)) {
+            drop(slots);
+            self.free(slot);
+            drop(keep);
+        } else {
+            slots[slot as usize] = Slot::Orphan(keep);
+        }
+    }
+}
+
+impl CompletionHandler for Pending {
+    fn complete(&self, token: u64, result: i32) {
+        let slot = token as u32;
+        let old = {
+            let mut slots = self.slots.borrow_mut();
+            let Some(entry) = slots.get_mut(slot as usize) else {
+                tracing::error!(token, "completion for an unknown pending slot");
+                return;
+            };
+            std::mem::replace(entry, Slot::Done(result))
+        };
+        match old {
+            Slot::Waiting(w) => w.wake(),
+            Slot::Orphan(keep) => {
+                // The future is gone: release the buffer now that the
+                // kernel is done with it.
+                self.free(slot);
+                drop(keep);
+            }
+            Slot::Free | Slot::Done(_) => {
+                tracing::error!(token, "duplicate completion for a pending slot");
+            }
+        }
+    }
+}

@@ -1,0 +1,210 @@
+//! Push-back tests: small rings, SQ overflow, injected enter errors and
+//! per-op EAGAIN. Every op must complete exactly once with correct data.
+
+use std::cell::Cell;
+use std::os::unix::fs::FileExt;
+use std::rc::Rc;
+use std::time::Duration;
+
+use futures::future::join_all;
+
+use crate::backend::file::OpenOptions;
+use crate::testing::{block_on, direct_io_dir, park_until, RecordingHandler};
+use crate::{register_handler, Backend, DeviceDriver, DmaBuf, File, IoOp, RingConfig};
+
+const BLOCK: usize = 4096;
+const FILE_BLOCKS: u64 = 64;
+
+fn block_pattern(block: u64) -> Vec<u8> {
+    (0..BLOCK)
+        .map(|i| ((i as u64 + block * 31) % 253) as u8)
+        .collect()
+}
+
+fn seeded_file() -> tempfile::NamedTempFile {
+    let tmp = tempfile::NamedTempFile::new_in(direct_io_dir()).expect("temp file");
+    for b in 0..FILE_BLOCKS {
+        tmp.as_file()
+            .write_all_at(&block_pattern(b), b * BLOCK as u64)
+            .expect("seed");
+    }
+    tmp
+}
+
+fn driver_with(sq_entries: u32) -> DeviceDriver {
+    DeviceDriver::with_ring(&RingConfig {
+        sq_entries,
+        ..RingConfig::default()
+    })
+    .expect("ring")
+}
+
+/// Submits `n` reads through the high-level API all at once and checks
+/// every one's data.
+fn concurrent_reads(driver: &DeviceDriver, file: &File, n: u64) {
+    let results = block_on(driver, async {
+        let futs = (0..n).map(|i| {
+            let block = i % FILE_BLOCKS;
+            let buf = DmaBuf::heap(BLOCK, BLOCK);
+            async move { (block, file.read_at(buf, block * BLOCK as u64).await) }
+        });
+        join_all(futs).await
+    });
+    assert_eq!(results.len() as u64, n);
+    for (block, (r, buf)) in results {
+        assert_eq!(r.expect("read"), BLOCK);
+        assert_eq!(buf.as_slice(), &block_pattern(block)[..], "block {block}");
+    }
+}
+
+#[test]
+fn eight_entry_ring_completes_a_thousand_concurrent_reads() {
+    let driver = driver_with(8);
+    let tmp = seeded_file();
+    let file = File::open(tmp.path()).expect("open");
+    concurrent_reads(&driver, &file, 1000);
+    let stats = driver.ring_stats().expect("ring");
+    assert!(stats.sq_full > 0, "the SQ filled up: {stats:?}");
+    assert_eq!(driver.in_flight(), 0);
+}
+
+#[test]
+fn cq_overflow_is_flushed_and_nothing_is_lost() {
+    // 8 SQ / 16 CQ entries, 300 ops pushed before any reap: the CQ
+    // overflows into the kernel's list and must be flushed.
+    let driver = driver_with(8);
+    let tmp = seeded_file();
+    let backend = OpenOptions::new().open(tmp.path()).expect("open");
+    let handler = Rc::new(RecordingHandler::default());
+    let id = register_handler(handler.clone());
+    let mut bufs: Vec<DmaBuf> = (0..300).map(|_| DmaBuf::heap(BLOCK, BLOCK)).collect();
+    let iovs: Vec<libc::iovec> = bufs.iter_mut().map(|b| b.iovec(BLOCK)).collect();
+    for (i, iov) in iovs.iter().enumerate() {
+        let op = IoOp::read(
+            (i as u64 % FILE_BLOCKS) * BLOCK as u64,
+            std::slice::from_ref(iov),
+        );
+        // SAFETY: bufs and iovs outlive the park loop below, which waits
+        // for every completion.
+        unsafe { backend.submit(&op, id, i as u64) }.expect("submit");
+        crate::submit_now().expect("submit_now");
+    }
+    assert!(park_until(&driver, Duration::from_secs(20), || handler
+        .total()
+        == 300));
+    assert!(handler.duplicates().is_empty());
+    for (i, buf) in bufs.iter().enumerate() {
+        assert_eq!(handler.seen.borrow()[&(i as u64)].1, BLOCK as i32);
+        assert_eq!(buf.as_slice(), &block_pattern(i as u64 % FILE_BLOCKS)[..]);
+    }
+    let stats = driver.ring_stats().expect("ring");
+    assert!(stats.cq_overflow_flushes > 0, "overflow seen: {stats:?}");
+}
+
+#[test]
+fn three_hundred_sqes_into_a_128_entry_sq_in_one_go() {
+    let driver = driver_with(128);
+    let tmp = seeded_file();
+    let backend = OpenOptions::new().open(tmp.path()).expect("open");
+    let handler = Rc::new(RecordingHandler::default());
+    let id = register_handler(handler.clone());
+    let mut bufs: Vec<DmaBuf> = (0..300).map(|_| DmaBuf::heap(BLOCK, BLOCK)).collect();
+    let iovs: Vec<libc::iovec> = bufs.iter_mut().map(|b| b.iovec(BLOCK)).collect();
+    for (i, iov) in iovs.iter().enumerate() {
+        let op = IoOp::read(
+            (i as u64 % FILE_BLOCKS) * BLOCK as u64,
+            std::slice::from_ref(iov),
+        );
+        // SAFETY: as above.
+        unsafe { backend.submit(&op, id, i as u64) }.expect("submit");
+    }
+    assert!(park_until(&driver, Duration::from_secs(20), || handler
+        .total()
+        == 300));
+    assert!(handler.duplicates().is_empty());
+    for (i, buf) in bufs.iter().enumerate() {
+        assert_eq!(buf.as_slice(), &block_pattern(i as u64 % FILE_BLOCKS)[..]);
+    }
+    assert!(driver.ring_stats().expect("ring").sq_full > 0);
+}
+
+#[test]
+fn injected_eagain_ebusy_eintr_from_enter_are_absorbed() {
+    let driver = driver_with(32);
+    let ring = driver.ring().expect("ring").clone();
+    let calls = Rc::new(Cell::new(0u32));
+    let c = calls.clone();
+    *ring.fault.borrow_mut() = Some(Box::new(move || {
+        let n = c.get();
+        c.set(n + 1);
+        match n % 4 {
+            0 => Some(libc::EAGAIN),
+            1 => Some(libc::EBUSY),
+            2 => Some(libc::EINTR),
+            _ => None,
+        }
+    }));
+    let tmp = seeded_file();
+    let file = File::open(tmp.path()).expect("open");
+    concurrent_reads(&driver, &file, 200);
+    let stats = ring.stats();
+    assert!(stats.enter_busy > 0 && stats.enter_eintr > 0, "{stats:?}");
+    assert!(calls.get() > 8);
+    *ring.fault.borrow_mut() = None;
+}
+
+#[test]
+fn per_op_eagain_results_are_resubmitted_not_returned() {
+    let driver = driver_with(32);
+    let ring = driver.ring().expect("ring").clone();
+    let faked = Rc::new(Cell::new(0u32));
+    let f = faked.clone();
+    // Turn the first completion of every even slot into -EAGAIN.
+    let mut seen = std::collections::HashSet::new();
+    *ring.cqe_fault.borrow_mut() = Some(Box::new(move |ud, res| {
+        if ud < super::CANCEL_UD && ud % 2 == 0 && seen.insert(ud) {
+            f.set(f.get() + 1);
+            -libc::EAGAIN
+        } else {
+            res
+        }
+    }));
+    let tmp = seeded_file();
+    let file = File::open(tmp.path()).expect("open");
+    concurrent_reads(&driver, &file, 64);
+    assert!(faked.get() > 0);
+    assert_eq!(ring.stats().eagain_resubmits, u64::from(faked.get()));
+}
+
+#[test]
+fn unpark_from_another_thread_wakes_a_blocking_park() {
+    use plugio_executor::Driver;
+    let driver = driver_with(8);
+    let unpark = driver.unparker();
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        unpark.unpark();
+    });
+    let start = std::time::Instant::now();
+    driver.park(Some(Duration::from_secs(10))).expect("park");
+    assert!(start.elapsed() < Duration::from_secs(5), "woken by unpark");
+    t.join().expect("unparker");
+    // An unpark before park is not lost.
+    driver.unparker().unpark();
+    let start = std::time::Instant::now();
+    driver.park(Some(Duration::from_secs(10))).expect("park");
+    assert!(start.elapsed() < Duration::from_secs(5));
+    // A timeout alone returns.
+    let start = std::time::Instant::now();
+    driver.park(Some(Duration::from_millis(20))).expect("park");
+    assert!(start.elapsed() >= Duration::from_millis(15));
+}
+
+#[test]
+fn probe_reports_core_opcodes() {
+    let driver = driver_with(8);
+    let info = driver.ring_info().expect("ring");
+    assert!(info.supported_ops.contains(&"READ"), "{info}");
+    assert!(info.supports(io_uring::opcode::Nop::CODE));
+    assert!(info.to_string().contains("supported ops"));
+}

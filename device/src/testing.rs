@@ -1,0 +1,151 @@
+//! Test helpers: a minimal single-thread `block_on` that parks a
+//! [`Driver`] between polls (the executor crate provides the real runtime).
+//!
+//! Invariant: the future is polled again only after a wake or a park
+//! returned; park blocks only when no wake is pending.
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+
+use plugio_executor::{Driver, Unpark};
+
+struct Flag {
+    woken: AtomicBool,
+    unpark: Arc<dyn Unpark>,
+}
+
+impl Wake for Flag {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        // Release pairs with the Acquire swap in `block_on`.
+        if !self.woken.swap(true, Ordering::Release) {
+            self.unpark.unpark();
+        }
+    }
+}
+
+/// Runs `fut` to completion on this thread, parking `driver` whenever the
+/// future is pending and no wake arrived.
+///
+/// # Panics
+/// When `driver.park` returns an error.
+pub fn block_on<F: Future>(driver: &dyn Driver, fut: F) -> F::Output {
+    let flag = Arc::new(Flag {
+        woken: AtomicBool::new(true),
+        unpark: driver.unparker(),
+    });
+    let waker = Waker::from(flag.clone());
+    let mut cx = Context::from_waker(&waker);
+    let mut fut = pin!(fut);
+    loop {
+        // Acquire pairs with the Release swap in `wake_by_ref`.
+        if flag.woken.swap(false, Ordering::Acquire) {
+            if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
+                return out;
+            }
+            if let Err(e) = driver.park(Some(std::time::Duration::ZERO)) {
+                panic!("park failed: {e}");
+            }
+            continue;
+        }
+        if let Err(e) = driver.park(None) {
+            panic!("park failed: {e}");
+        }
+    }
+}
+
+/// A directory whose file system accepts `O_DIRECT`: the system temp dir
+/// when it does, else `$CARGO_TARGET_DIR/tmp` or `./target/tmp`.
+///
+/// # Panics
+/// When none of them accepts `O_DIRECT`.
+pub fn direct_io_dir() -> std::path::PathBuf {
+    use std::os::unix::fs::OpenOptionsExt;
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from("target"));
+    let candidates = [std::env::temp_dir(), target.join("tmp")];
+    for dir in candidates {
+        let _ = std::fs::create_dir_all(&dir);
+        let probe = dir.join(format!("plugio-direct-probe-{}", std::process::id()));
+        let ok = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&probe)
+            .is_ok();
+        let _ = std::fs::remove_file(&probe);
+        if ok {
+            return dir;
+        }
+    }
+    panic!("no directory accepting O_DIRECT (tried the temp dir and target/tmp)");
+}
+
+/// A [`CompletionHandler`](crate::CompletionHandler) that records every
+/// completion: how many times each token completed and its last result.
+#[derive(Debug, Default)]
+pub struct RecordingHandler {
+    /// `(times completed, last result)` per token index.
+    pub seen: std::cell::RefCell<std::collections::HashMap<u64, (u32, i32)>>,
+}
+
+impl RecordingHandler {
+    /// Total completions recorded.
+    pub fn total(&self) -> u64 {
+        self.seen
+            .borrow()
+            .values()
+            .map(|&(n, _)| u64::from(n))
+            .sum()
+    }
+
+    /// Tokens that completed more than once.
+    pub fn duplicates(&self) -> Vec<u64> {
+        let mut d: Vec<u64> = self
+            .seen
+            .borrow()
+            .iter()
+            .filter(|(_, &(n, _))| n > 1)
+            .map(|(&t, _)| t)
+            .collect();
+        d.sort_unstable();
+        d
+    }
+}
+
+impl crate::CompletionHandler for RecordingHandler {
+    fn complete(&self, token: u64, result: i32) {
+        let mut seen = self.seen.borrow_mut();
+        let entry = seen.entry(token).or_insert((0, 0));
+        entry.0 += 1;
+        entry.1 = result;
+    }
+}
+
+/// Parks `driver` until `done()` holds or `limit` passes; returns whether
+/// `done()` held.
+///
+/// # Panics
+/// When `park` fails.
+pub fn park_until(
+    driver: &dyn Driver,
+    limit: std::time::Duration,
+    mut done: impl FnMut() -> bool,
+) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    while !done() {
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        if let Err(e) = driver.park(Some(std::time::Duration::from_millis(10))) {
+            panic!("park failed: {e}");
+        }
+    }
+    true
+}
