@@ -236,8 +236,10 @@ impl Core {
         !self.inbox.is_empty() || self.next_deadline().is_some_and(|d| d <= now)
     }
 
-    /// Delivers the inbox and every expired timed completion; returns how
-    /// many were delivered.
+    /// Delivers the inbox and the expired timed completions of the earliest
+    /// deadline (one deadline per call, so tasks react to each simulated
+    /// instant before the next; this keeps simulated runs deterministic).
+    /// Returns how many were delivered.
     pub fn run_ready(&self) -> usize {
         let mut delivered = 0;
         for c in self.inbox.take() {
@@ -245,15 +247,19 @@ impl Core {
             delivered += 1;
         }
         let now = Instant::now();
+        let mut group: Option<Instant> = None;
         loop {
             let timed = {
                 let mut timers = self.timers.borrow_mut();
                 match timers.peek() {
-                    Some(t) if t.0.deadline <= now => timers.pop().map(|t| t.0),
+                    Some(t) if t.0.deadline <= now && group.map_or(true, |g| g == t.0.deadline) => {
+                        timers.pop().map(|t| t.0)
+                    }
                     _ => None,
                 }
             };
             let Some(timed) = timed else { break };
+            group = Some(timed.deadline);
             let result = (timed.action)();
             self.deliver(Completion {
                 handler: timed.handler,

@@ -157,7 +157,9 @@ impl DeviceDriver {
                 None => std::thread::park(),
             },
         }
-        self.core.run_ready();
+        if delivered == 0 {
+            self.core.run_ready();
+        }
         Ok(())
     }
 }

@@ -9,6 +9,9 @@
 //! - `queue_depth` service channels: an op starts on the channel that frees
 //!   first, takes a latency drawn from the seeded RNG, and takes effect and
 //!   completes at its deadline, on the submitting core (deadline heap).
+//!   With [`MemClock::Virtual`] (the default) deadlines are virtual and the
+//!   driver delivers one deadline per park, so the order of events depends
+//!   only on the seed and the program, never on real timing.
 //! - [`MemDevice::power_cut`] drops every dirty block (or, in
 //!   [`PowerCutMode::Torn`], keeps a seeded random subset, so multi-block
 //!   writes tear at block granularity); ops still in flight then fail with
@@ -47,6 +50,20 @@ pub enum Latency {
         /// Longest.
         max: Duration,
     },
+}
+
+/// Which clock drives simulated latency.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemClock {
+    /// Latencies are virtual: they order completions (a discrete event
+    /// simulation; the driver delivers one deadline at a time) but nobody
+    /// waits for them. Runs are deterministic for a seed whatever the real
+    /// timing. The default.
+    Virtual,
+    /// Latencies are real: an op completes no earlier than its latency
+    /// after it reached a free channel. Completion order then depends on
+    /// real submission times.
+    Real,
 }
 
 /// Which ops a fault applies to.
@@ -108,6 +125,8 @@ pub struct MemConfig {
     pub queue_depth: u32,
     /// Latency of each op. Default [`Latency::Zero`].
     pub latency: Latency,
+    /// Virtual (deterministic, default) or real latency.
+    pub clock: MemClock,
     /// RNG seed. Default 0.
     pub seed: u64,
     /// Faults active from the start. Default none.
@@ -125,6 +144,7 @@ impl Default for MemConfig {
             mem_align_bytes: 512,
             queue_depth: 32,
             latency: Latency::Zero,
+            clock: MemClock::Virtual,
             seed: 0,
             faults: Vec::new(),
             power_cut_mode: PowerCutMode::LoseUnflushed,
@@ -138,7 +158,10 @@ struct MemState {
     dirty: BTreeSet<u64>,
     written_bytes: u64,
     rng: SmallRng,
-    channels: Vec<Instant>,
+    /// When each channel frees, as time since `epoch`.
+    channels: Vec<Duration>,
+    /// The virtual clock: the latest deadline that took effect.
+    vnow: Duration,
     faults: Vec<Fault>,
     generation: u64,
 }
@@ -147,6 +170,8 @@ struct MemInner {
     state: Mutex<MemState>,
     block: u64,
     power_cut_mode: PowerCutMode,
+    clock: MemClock,
+    epoch: Instant,
 }
 
 /// The simulated device. Cheap to share (`Arc` inside).
@@ -202,6 +227,15 @@ impl MemDevice {
             source: None,
         };
         let now = Instant::now();
+        // Virtual deadlines are placed in the past so nobody waits for them;
+        // their order alone matters.
+        let epoch = match config.clock {
+            MemClock::Real => now,
+            MemClock::Virtual => [3600, 60, 1]
+                .iter()
+                .find_map(|&s| now.checked_sub(Duration::from_secs(s)))
+                .unwrap_or(now),
+        };
         Self {
             inner: Arc::new(MemInner {
                 state: Mutex::new(MemState {
@@ -210,12 +244,15 @@ impl MemDevice {
                     dirty: BTreeSet::new(),
                     written_bytes: 0,
                     rng: SmallRng::seed_from_u64(config.seed),
-                    channels: vec![now; depth as usize],
+                    channels: vec![Duration::ZERO; depth as usize],
+                    vnow: Duration::ZERO,
                     faults: config.faults,
                     generation: 0,
                 }),
                 block: u64::from(block),
                 power_cut_mode: config.power_cut_mode,
+                clock: config.clock,
+                epoch,
             }),
             geometry,
             latency: config.latency,
@@ -270,7 +307,9 @@ impl MemDevice {
         self.inner.lock().dirty.len()
     }
 
-    fn deadline(&self, st: &mut MemState, now: Instant) -> Instant {
+    /// The op's deadline as time since the epoch: it starts on the channel
+    /// that frees first, no earlier than the current (virtual or real) time.
+    fn deadline(&self, st: &mut MemState) -> Duration {
         let latency = match self.latency {
             Latency::Zero => Duration::ZERO,
             Latency::Fixed(d) => d,
@@ -281,6 +320,10 @@ impl MemDevice {
                 Duration::from_nanos(ns)
             }
             Latency::Uniform { min, .. } => min,
+        };
+        let now = match self.inner.clock {
+            MemClock::Virtual => st.vnow,
+            MemClock::Real => self.inner.epoch.elapsed(),
         };
         let (channel, free_at) = st
             .channels
@@ -302,8 +345,9 @@ impl MemInner {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn execute(&self, op: &OwnedOp, generation: u64) -> i32 {
+    fn execute(&self, op: &OwnedOp, generation: u64, deadline: Duration) -> i32 {
         let mut st = self.lock();
+        st.vnow = st.vnow.max(deadline);
         if st.generation != generation {
             return -libc::EIO;
         }
@@ -423,19 +467,18 @@ impl Backend for MemDevice {
 
     unsafe fn submit(&self, op: &IoOp<'_>, handler: HandlerId, token: u64) -> Result<()> {
         check_op(&self.geometry, op)?;
-        let now = Instant::now();
         let (deadline, generation) = {
             let mut st = self.inner.lock();
-            (self.deadline(&mut st, now), st.generation)
+            (self.deadline(&mut st), st.generation)
         };
         let owned = OwnedOp::from_op(op);
         let inner = self.inner.clone();
         with_core(|core| {
             core.schedule(
-                deadline,
+                self.inner.epoch + deadline,
                 handler,
                 token,
-                Box::new(move || inner.execute(&owned, generation)),
+                Box::new(move || inner.execute(&owned, generation, deadline)),
             )
         });
         Ok(())
