@@ -1,4 +1,48 @@
-//! plugio-engine: the userspace block layer (skeleton; see issue 4).
+//! plugio-engine: the userspace block layer between a database's async IO
+//! calls and the device layer.
+//!
+//! # The path of one IO
+//!
+//! ```text
+//! task: dev.read_at(off, len).await
+//!   -> check             (device)   length, alignment, range: refused here, nothing queued
+//!   -> bio               (bio)      a slot in the core's bio table (reused, no malloc)
+//!   -> plug              (plug)     appended; flushed at max_count / flush_bytes / tick end
+//!   -> requests          (core)     split at the device's request limit
+//!   -> tags              (tag)      all the flush needs in one batch (sbitmap), retried;
+//!                                   the rest wait (a task parked on the tag set)
+//!   -> dispatch          (core)     one backend submission per request, token = tag
+//!   -> io_uring_enter    (device)   once per tick, in the core's park
+//!   -> complete          (core)     token -> request by tag -> split the result into
+//!                                   its bios -> wake their tasks; tag freed
+//! ```
+//!
+//! # Invariants
+//!
+//! - A bio's buffer and its requests' tags belong to the kernel from
+//!   dispatch until the completion is delivered: dropping the IO future
+//!   orphans the bio, it never frees or reuses either early.
+//! - The executor never parks while this core's plug holds bios (the tick
+//!   hook flushes it before every park).
+//! - Every IO completes exactly once: with its bytes, a short count at end
+//!   of file, or a typed error. Bad input is refused before a bio exists.
+//! - Tag exhaustion makes IO wait, never fail.
+//! - Everything per core (bio table, plug, request arrays) is touched only
+//!   by its core's thread; only the tag sets are shared between cores.
 
+#![cfg_attr(not(test), warn(missing_docs))]
+
+mod bio;
+mod core;
+pub mod device;
+pub mod options;
+mod plug;
+mod request;
+pub mod runtime;
+mod shared;
 pub(crate) mod sync;
 pub mod tag;
+
+pub use bio::BioBuf;
+pub use device::{Device, PlugGuard, MAX_IO_BYTES};
+pub use options::{DeviceOptions, TagSharing};

@@ -1,0 +1,388 @@
+//! The engine's per-core state: bio table, plug, per-device request arrays
+//! and the queues of requests waiting for tags; the tick hook that flushes
+//! the plug; the completion handler.
+//!
+//! Invariants:
+//! - One [`EngineCore`] per thread, created on first IO; everything in it is
+//!   touched only by that thread. Completions for requests dispatched here
+//!   are delivered here (the device layer's handler contract).
+//! - The tick hook flushes the plug before every park, so no bio waits in
+//!   the plug while the core sleeps.
+//! - Requests waiting for tags are dispatched in FIFO order per device; a
+//!   tag-waiter task is running for every device with waiting requests, so
+//!   they are retried when tags are freed on any core.
+//! - No `RefCell` borrow is held while a waker is woken or a backend is
+//!   called back into.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::Waker;
+
+use plugio_device::{register_handler, CompletionHandler, Error, ErrorKind, HandlerId, IoOp};
+use plugio_executor::TickHook;
+
+use crate::bio::{Bio, BioId, BioTable};
+use crate::plug::Plug;
+use crate::request::{Piece, Request};
+use crate::shared::DeviceShared;
+use crate::tag::Tag;
+
+thread_local! {
+    static CORE: RefCell<Option<Rc<EngineCore>>> = const { RefCell::new(None) };
+}
+
+/// Per-device state on one core.
+pub(crate) struct CoreDev {
+    pub shared: Arc<DeviceShared>,
+    /// Requests in flight, indexed by tag.
+    pub inflight: Vec<Request>,
+    /// Requests built from flushed bios, waiting for tags (FIFO).
+    pub waiting: VecDeque<Request>,
+    /// A task waits on the tag set for this device.
+    pub waiter_running: bool,
+    /// Tags held by requests in flight from this core.
+    pub tags_held: u32,
+}
+
+/// The engine's state on one core.
+pub(crate) struct EngineCore {
+    pub core: usize,
+    pub handler: HandlerId,
+    pub bios: RefCell<BioTable>,
+    pub plug: RefCell<Plug>,
+    pub devs: RefCell<Vec<CoreDev>>,
+    /// Spare requests, cleared, with their vectors' capacity.
+    spare: RefCell<Vec<Request>>,
+    scratch_bios: RefCell<Vec<(u32, BioId)>>,
+    scratch_tags: RefCell<Vec<Tag>>,
+    wake_list: RefCell<Vec<Waker>>,
+    flushing: Cell<bool>,
+}
+
+/// The hook and handler registered with the executor and the device layer;
+/// both forward to the thread's [`EngineCore`].
+struct CoreHooks;
+
+impl TickHook for CoreHooks {
+    fn tick_end(&self) -> bool {
+        if let Some(core) = EngineCore::try_current() {
+            EngineCore::flush(&core);
+        }
+        false
+    }
+}
+
+impl CompletionHandler for CoreHooks {
+    fn complete(&self, token: u64, result: i32) {
+        if let Some(core) = EngineCore::try_current() {
+            core.complete(token, result);
+        }
+    }
+}
+
+impl EngineCore {
+    /// The calling thread's engine state, created (and its hook and
+    /// handler registered) on first use.
+    ///
+    /// # Errors
+    /// [`ErrorKind::NoDriver`] when the thread is not a plugio executor core.
+    pub fn current() -> Result<Rc<EngineCore>, Error> {
+        if let Some(c) = Self::try_current() {
+            return Ok(c);
+        }
+        let core = plugio_executor::core_id().ok_or_else(|| {
+            Error::new(ErrorKind::NoDriver)
+                .with_context("plugio IO must run inside a plugio runtime (plugio::Runtime)")
+        })?;
+        let hooks = Rc::new(CoreHooks);
+        plugio_executor::register_tick_hook(hooks.clone());
+        let handler = register_handler(hooks);
+        let c = Rc::new(EngineCore {
+            core,
+            handler,
+            bios: RefCell::default(),
+            plug: RefCell::default(),
+            devs: RefCell::default(),
+            spare: RefCell::default(),
+            scratch_bios: RefCell::default(),
+            scratch_tags: RefCell::default(),
+            wake_list: RefCell::default(),
+            flushing: Cell::new(false),
+        });
+        CORE.with(|slot| *slot.borrow_mut() = Some(c.clone()));
+        Ok(c)
+    }
+
+    /// This core's `Rc` (the thread's current engine core is `self`).
+    fn rc(&self) -> Rc<EngineCore> {
+        Self::try_current().expect("an EngineCore is only used on its own thread")
+    }
+
+    /// The calling thread's engine state if it has one.
+    pub fn try_current() -> Option<Rc<EngineCore>> {
+        CORE.with(|slot| slot.borrow().clone())
+    }
+
+    /// This core's index for `shared`, adding the device on first use.
+    pub fn dev_index(&self, shared: &Arc<DeviceShared>) -> u32 {
+        let mut devs = self.devs.borrow_mut();
+        if let Some(i) = devs.iter().position(|d| d.shared.id == shared.id) {
+            return i as u32;
+        }
+        let depth = shared.tags_for(self.core).depth() as usize;
+        devs.push(CoreDev {
+            shared: shared.clone(),
+            inflight: (0..depth).map(|_| Request::default()).collect(),
+            waiting: VecDeque::new(),
+            waiter_running: false,
+            tags_held: 0,
+        });
+        (devs.len() - 1) as u32
+    }
+
+    /// Puts an issued bio into the plug; flushes at once when the plug is
+    /// over its count or byte limit (the flush then submits to the kernel
+    /// right away, as a full plug does in the kernel).
+    pub fn plug_bio(&self, dev: u32, id: BioId, len_bytes: u64) {
+        let (max_count, flush_bytes) = {
+            let devs = self.devs.borrow();
+            let o = &devs[dev as usize].shared.opts;
+            (o.plug_max_count, o.plug_flush_bytes)
+        };
+        let full = {
+            let mut plug = self.plug.borrow_mut();
+            plug.push(dev, id, len_bytes);
+            plug.should_flush(max_count, flush_bytes)
+        };
+        if full {
+            EngineCore::flush(&self.rc());
+            if let Err(e) = plugio_device::submit_now() {
+                tracing::warn!(error = %e, "submit after an early plug flush failed; the park will retry");
+            }
+        }
+    }
+
+    /// Flushes the plug: turns its bios into requests (split at the
+    /// device's request limit), takes tags for them in one batch per device
+    /// and dispatches them; the rest wait for tags.
+    pub fn flush(self: &Rc<Self>) {
+        if self.flushing.replace(true) {
+            return;
+        }
+        let mut bios = std::mem::take(&mut *self.scratch_bios.borrow_mut());
+        self.plug.borrow_mut().drain_into(&mut bios);
+        let mut touched = 0u64;
+        for &(dev, id) in &bios {
+            self.build_requests(dev, id);
+            touched |= 1 << (dev.min(63));
+        }
+        bios.clear();
+        *self.scratch_bios.borrow_mut() = bios;
+        let nr_devs = self.devs.borrow().len();
+        for dev in 0..nr_devs {
+            let has_waiting = !self.devs.borrow()[dev].waiting.is_empty();
+            if has_waiting || (dev < 64 && touched & (1 << dev) != 0) {
+                self.dispatch_waiting(dev as u32);
+            }
+        }
+        self.flushing.set(false);
+        self.wake_pending();
+    }
+
+    /// Splits bio `id` into requests no larger than the device's limit and
+    /// appends them to the device's waiting queue.
+    fn build_requests(&self, dev: u32, id: BioId) {
+        let mut bios = self.bios.borrow_mut();
+        let Some(bio) = bios.get_mut(id) else {
+            return;
+        };
+        let mut devs = self.devs.borrow_mut();
+        let d = &mut devs[dev as usize];
+        let max = d.shared.max_request_bytes;
+        let len = bio.len_bytes;
+        let mut parts = 0;
+        let mut off = 0;
+        loop {
+            let piece_len = if len == 0 { 0 } else { (len - off).min(max) };
+            let mut rq = self.spare.borrow_mut().pop().unwrap_or_default();
+            rq.op = Some(bio.op);
+            rq.flags = bio.flags;
+            rq.offset_bytes = bio.offset_bytes + off;
+            rq.len_bytes = piece_len;
+            rq.pieces.push(Piece {
+                bio: id,
+                bio_offset: off,
+                len_bytes: piece_len,
+            });
+            d.waiting.push_back(rq);
+            parts += 1;
+            off += piece_len;
+            if off >= len {
+                break;
+            }
+        }
+        bio.parts_left = parts;
+        bio.split = parts > 1;
+    }
+
+    /// Takes tags for the device's waiting requests and dispatches as many
+    /// as got one; starts a tag-waiter task if some are left.
+    pub fn dispatch_waiting(self: &Rc<Self>, dev: u32) {
+        let (shared, nr) = {
+            let devs = self.devs.borrow();
+            let d = &devs[dev as usize];
+            (d.shared.clone(), d.waiting.len())
+        };
+        if nr == 0 {
+            return;
+        }
+        let mut tags = std::mem::take(&mut *self.scratch_tags.borrow_mut());
+        shared
+            .tags_for(self.core)
+            .get_tags(self.core, nr, &mut tags);
+        for &tag in &tags {
+            self.dispatch_one(dev, tag);
+        }
+        tags.clear();
+        *self.scratch_tags.borrow_mut() = tags;
+        self.ensure_tag_waiter(dev);
+    }
+
+    /// Dispatches the oldest waiting request of `dev` with `tag`, or puts
+    /// the tag back when nothing waits.
+    pub fn dispatch_one(&self, dev: u32, tag: Tag) {
+        let mut devs = self.devs.borrow_mut();
+        let d = &mut devs[dev as usize];
+        let Some(mut rq) = d.waiting.pop_front() else {
+            d.shared.tags_for(self.core).put(self.core, tag);
+            return;
+        };
+        let shared = d.shared.clone();
+        {
+            let bios = self.bios.borrow();
+            build_iovecs(&bios, &mut rq);
+        }
+        let slot = &mut d.inflight[tag.index()];
+        std::mem::swap(slot, &mut rq);
+        self.spare.borrow_mut().push(rq);
+        d.tags_held += 1;
+        let slot = &d.inflight[tag.index()];
+        let op = IoOp {
+            kind: slot.op.unwrap_or(plugio_device::OpKind::Nop),
+            offset_bytes: slot.offset_bytes,
+            len_bytes: slot.len_bytes,
+            segments: &slot.iovecs,
+            fixed_buf: None,
+            flags: slot.flags,
+        };
+        let token = (u64::from(dev) << 32) | u64::from(tag.as_u32());
+        // SAFETY: the iovecs point into the buffers of the request's bios,
+        // which the bio table keeps (even for orphaned bios) until this
+        // request's completion has been delivered to `complete`.
+        let submitted = unsafe { shared.backend.submit(&op, self.handler, token) };
+        drop(devs);
+        if let Err(e) = submitted {
+            self.complete(token, -e.errno());
+        }
+    }
+
+    /// Spawns a task that waits on the tag set for `dev` when requests wait
+    /// and no such task runs yet.
+    fn ensure_tag_waiter(self: &Rc<Self>, dev: u32) {
+        let shared = {
+            let mut devs = self.devs.borrow_mut();
+            let d = &mut devs[dev as usize];
+            if d.waiting.is_empty() || d.waiter_running {
+                return;
+            }
+            d.waiter_running = true;
+            d.shared.clone()
+        };
+        let core = self.clone();
+        plugio_executor::spawn_local(async move {
+            loop {
+                let nr = core.devs.borrow()[dev as usize].waiting.len();
+                if nr == 0 {
+                    break;
+                }
+                let batch = shared.tags_for(core.core).acquire(core.core, nr).await;
+                for &tag in batch.iter() {
+                    core.dispatch_one(dev, tag);
+                }
+                core.wake_pending();
+            }
+            core.devs.borrow_mut()[dev as usize].waiter_running = false;
+        });
+    }
+
+    /// Handles one completion: splits the result between the request's
+    /// bios, frees the tag, wakes the bios' tasks.
+    pub fn complete(&self, token: u64, result: i32) {
+        let dev = (token >> 32) as u32;
+        let tag = Tag::new(token as u32);
+        let mut devs = self.devs.borrow_mut();
+        let Some(d) = devs.get_mut(dev as usize) else {
+            tracing::error!(token, "completion for an unknown device ignored");
+            return;
+        };
+        let mut rq = std::mem::take(&mut d.inflight[tag.index()]);
+        d.tags_held -= 1;
+        d.shared.tags_for(self.core).put(self.core, tag);
+        drop(devs);
+        {
+            let mut bios = self.bios.borrow_mut();
+            let mut wakes = self.wake_list.borrow_mut();
+            rq.split_result(i64::from(result), |p, share| {
+                finish_piece(&mut bios, p, share, &mut wakes)
+            });
+        }
+        rq.clear();
+        self.spare.borrow_mut().push(rq);
+        if !self.flushing.get() {
+            self.wake_pending();
+        }
+    }
+
+    /// Wakes the tasks whose bios completed.
+    fn wake_pending(&self) {
+        let mut list = std::mem::take(&mut *self.wake_list.borrow_mut());
+        for w in list.drain(..) {
+            w.wake();
+        }
+        *self.wake_list.borrow_mut() = list;
+    }
+}
+
+/// Records a piece's share of a request's result in its bio; when the bio
+/// is finished, queues its waker, or frees it if its future is gone.
+fn finish_piece(bios: &mut BioTable, p: &Piece, share: i64, wakes: &mut Vec<Waker>) {
+    let Some(bio) = bios.get_mut(p.bio) else {
+        return;
+    };
+    if !bio.complete_part(p.bio_offset, p.len_bytes, share) {
+        return;
+    }
+    if bio.orphaned {
+        bios.free(p.bio);
+    } else if let Some(w) = bio.waker.take() {
+        wakes.push(w);
+    }
+}
+
+/// Fills `rq.iovecs` from its pieces' bio buffers.
+fn build_iovecs(bios: &BioTable, rq: &mut Request) {
+    rq.iovecs.clear();
+    for p in &rq.pieces {
+        if let Some(bio) = bios.get(p.bio) {
+            bio_iovecs(bio, p, &mut rq.iovecs);
+        }
+    }
+}
+
+fn bio_iovecs(bio: &Bio, p: &Piece, out: &mut Vec<libc::iovec>) {
+    if bio.op.has_data() {
+        bio.buf.push_iovecs(p.bio_offset, p.len_bytes, out);
+    }
+}

@@ -1,0 +1,494 @@
+//! [`Device`]: the public, clonable handle a database issues IO through.
+//!
+//! Invariants:
+//! - Every IO is checked (length, alignment, range, limits) before it gets a
+//!   bio; a refused IO touches nothing else.
+//! - An IO future that was polled once owns a bio on the polling core. If
+//!   the future is dropped before the bio completes, the bio is orphaned:
+//!   its buffer stays alive until the kernel is done with it, then the slot
+//!   is recycled. The IO itself still happens (as in the kernel, a
+//!   submitted bio cannot be taken back).
+//! - IO futures are `Send`: they carry only the device handle and a bio id;
+//!   after the first poll they must be polled on the same core (the
+//!   executor never moves a task between cores).
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use plugio_device::{Backend, DmaBuf, Error, Geometry, InvalidInput, IoFlags, IoOp, OpKind};
+
+use crate::bio::{BioBuf, BioId, BioResult};
+use crate::core::EngineCore;
+use crate::options::DeviceOptions;
+use crate::shared::DeviceShared;
+
+/// The largest single IO in bytes (what one `pread` may move, rounded down
+/// to 4 KiB): `0x7fff_f000`. Larger IOs are refused; IOs above the
+/// device's request limit but below this are split into several requests.
+pub const MAX_IO_BYTES: u64 = 0x7fff_f000;
+
+/// A cheap, clonable handle to an open device, usable from the tasks of
+/// any core of a plugio runtime.
+#[derive(Clone, Debug)]
+pub struct Device {
+    shared: Arc<DeviceShared>,
+}
+
+impl Device {
+    /// Opens a file or a block device at `path` through io_uring (or the
+    /// sync fallback where io_uring is refused), with `O_DIRECT` unless
+    /// `options.direct` is false.
+    ///
+    /// # Errors
+    /// Invalid options; the path does not exist or cannot be opened;
+    /// [`ErrorKind::DirectIoRefused`] when the file system refuses
+    /// `O_DIRECT` (set `direct: false`).
+    pub fn open(path: impl AsRef<Path>, options: DeviceOptions) -> Result<Device, Error> {
+        options.validate()?;
+        let path = path.as_ref();
+        let backend = plugio_device::backend::file::OpenOptions::new()
+            .write(!options.read_only)
+            .direct(options.direct)
+            .backend(options.backend)
+            .open(path)?;
+        Self::with_backend(Arc::new(backend), Some(path.to_path_buf()), options)
+    }
+
+    /// Wraps an already opened backend (a `MemDevice`, a `SyncBackend`, a
+    /// passthrough namespace).
+    ///
+    /// # Errors
+    /// Invalid options.
+    pub fn with_backend(
+        backend: Arc<dyn Backend>,
+        path: Option<PathBuf>,
+        options: DeviceOptions,
+    ) -> Result<Device, Error> {
+        let shared = DeviceShared::new(backend, path, options)?;
+        Ok(Device {
+            shared: Arc::new(shared),
+        })
+    }
+
+    /// The path the device was opened from (`None` for a backend passed to
+    /// [`Device::with_backend`] without one).
+    pub fn path(&self) -> Option<&Path> {
+        self.shared.path.as_deref()
+    }
+
+    /// The device's geometry (block sizes, limits, alignment, capacity).
+    pub fn geometry(&self) -> &Geometry {
+        &self.shared.geometry
+    }
+
+    /// The options the device was opened with.
+    pub fn options(&self) -> &DeviceOptions {
+        &self.shared.opts
+    }
+
+    /// The largest request sent to the backend, in bytes; larger IOs are
+    /// split.
+    pub fn max_request_bytes(&self) -> u64 {
+        self.shared.max_request_bytes
+    }
+
+    /// Tags held right now by requests in flight, from all cores.
+    pub fn tags_in_use(&self) -> u32 {
+        self.shared.tag_sets.iter().map(|t| t.busy()).sum()
+    }
+
+    /// A buffer aligned for this device's direct IO, of `len_bytes`.
+    pub fn alloc_buf(&self, len_bytes: usize) -> DmaBuf {
+        DmaBuf::with_align(len_bytes, self.shared.geometry.mem_align_bytes() as usize)
+    }
+
+    /// Reads `len_bytes` at `offset_bytes` into a new aligned buffer. The
+    /// returned buffer's length is the number of bytes read: shorter at end
+    /// of file, 0 at or past it.
+    ///
+    /// # Errors
+    /// Invalid input (zero, unaligned, beyond the device, above
+    /// [`MAX_IO_BYTES`]) before submission; the device's error otherwise.
+    pub async fn read_at(&self, offset_bytes: u64, len_bytes: usize) -> Result<DmaBuf, Error> {
+        let buf = self.alloc_buf(len_bytes);
+        let (res, buf) = self.read_into(buf, offset_bytes).await;
+        res.map(|_| buf)
+    }
+
+    /// Reads `buf.len()` bytes at `offset_bytes` into `buf`, and gives the
+    /// buffer back with its length set to the bytes read.
+    pub async fn read_into(
+        &self,
+        buf: DmaBuf,
+        offset_bytes: u64,
+    ) -> (Result<usize, Error>, DmaBuf) {
+        self.read_into_with(buf, offset_bytes, IoFlags::NONE).await
+    }
+
+    /// [`read_into`](Self::read_into) with flags (priority, NOMERGE).
+    pub async fn read_into_with(
+        &self,
+        buf: DmaBuf,
+        offset_bytes: u64,
+        flags: IoFlags,
+    ) -> (Result<usize, Error>, DmaBuf) {
+        let len = buf.len() as u64;
+        let r = self
+            .io(OpKind::Read, flags, offset_bytes, len, BioBuf::One(buf))
+            .await;
+        let mut buf = one(r.buf);
+        match r.result {
+            Ok(n) => {
+                buf.set_len(n as usize);
+                (Ok(n as usize), buf)
+            }
+            Err(e) => (Err(e), buf),
+        }
+    }
+
+    /// Writes `buf` at `offset_bytes`; gives the buffer back.
+    pub async fn write_at(&self, buf: DmaBuf, offset_bytes: u64) -> (Result<usize, Error>, DmaBuf) {
+        self.write_at_with(buf, offset_bytes, IoFlags::NONE).await
+    }
+
+    /// [`write_at`](Self::write_at) with flags: [`IoFlags::FUA`] makes the
+    /// write durable when it completes; priority; NOMERGE.
+    pub async fn write_at_with(
+        &self,
+        buf: DmaBuf,
+        offset_bytes: u64,
+        flags: IoFlags,
+    ) -> (Result<usize, Error>, DmaBuf) {
+        let len = buf.len() as u64;
+        let r = self
+            .io(OpKind::Write, flags, offset_bytes, len, BioBuf::One(buf))
+            .await;
+        (r.result.map(|n| n as usize), one(r.buf))
+    }
+
+    /// Reads into several buffers in order (`preadv`), starting at
+    /// `offset_bytes`; each buffer's length is set to what it received.
+    pub async fn readv(
+        &self,
+        bufs: Vec<DmaBuf>,
+        offset_bytes: u64,
+    ) -> (Result<usize, Error>, Vec<DmaBuf>) {
+        let len = bufs.iter().map(|b| b.len() as u64).sum();
+        let r = self
+            .io(
+                OpKind::Read,
+                IoFlags::NONE,
+                offset_bytes,
+                len,
+                BioBuf::Many(bufs),
+            )
+            .await;
+        let mut bufs = many(r.buf);
+        if let Ok(n) = r.result {
+            let mut left = n as usize;
+            for b in &mut bufs {
+                let got = left.min(b.len());
+                b.set_len(got);
+                left -= got;
+            }
+        }
+        (r.result.map(|n| n as usize), bufs)
+    }
+
+    /// Writes several buffers in order (`pwritev`) at `offset_bytes`.
+    pub async fn writev(
+        &self,
+        bufs: Vec<DmaBuf>,
+        offset_bytes: u64,
+    ) -> (Result<usize, Error>, Vec<DmaBuf>) {
+        let len = bufs.iter().map(|b| b.len() as u64).sum();
+        let r = self
+            .io(
+                OpKind::Write,
+                IoFlags::NONE,
+                offset_bytes,
+                len,
+                BioBuf::Many(bufs),
+            )
+            .await;
+        (r.result.map(|n| n as usize), many(r.buf))
+    }
+
+    /// Makes completed writes durable (`fdatasync`; NVMe Flush). Covers the
+    /// writes that completed before it was issued.
+    pub async fn flush(&self) -> Result<(), Error> {
+        self.io(OpKind::Flush, IoFlags::NONE, 0, 0, BioBuf::None)
+            .await
+            .result
+            .map(|_| ())
+    }
+
+    /// Makes completed writes and the file's metadata durable (`fsync`).
+    pub async fn sync(&self) -> Result<(), Error> {
+        self.io(OpKind::Fsync, IoFlags::NONE, 0, 0, BioBuf::None)
+            .await
+            .result
+            .map(|_| ())
+    }
+
+    /// Zeroes `[offset_bytes, offset_bytes + len_bytes)`.
+    pub async fn write_zeroes(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), Error> {
+        self.io(
+            OpKind::WriteZeroes,
+            IoFlags::NONE,
+            offset_bytes,
+            len_bytes,
+            BioBuf::None,
+        )
+        .await
+        .result
+        .map(|_| ())
+    }
+
+    /// Discards `[offset_bytes, offset_bytes + len_bytes)`.
+    pub async fn discard(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), Error> {
+        self.io(
+            OpKind::Discard,
+            IoFlags::NONE,
+            offset_bytes,
+            len_bytes,
+            BioBuf::None,
+        )
+        .await
+        .result
+        .map(|_| ())
+    }
+
+    /// Starts an explicit plug for `nr_ios` IOs that the caller is about to
+    /// issue (the kernel's `blk_start_plug_nr_ios`): until the guard is
+    /// dropped, the plug is not flushed early before it holds `nr_ios` bios
+    /// (capped at the queue depth); dropping the guard flushes it
+    /// (`blk_finish_plug`). The end of the tick still flushes, as a
+    /// sleeping task does in the kernel.
+    ///
+    /// # Errors
+    /// [`ErrorKind::NoDriver`] outside a plugio runtime.
+    pub fn plug(&self, nr_ios: usize) -> Result<PlugGuard, Error> {
+        let core = EngineCore::current()?;
+        let cap = self.shared.opts.queue_depth as usize;
+        {
+            let mut plug = core.plug.borrow_mut();
+            plug.guards += 1;
+            plug.nr_ios = plug.nr_ios.max(nr_ios.min(cap));
+        }
+        Ok(PlugGuard { core })
+    }
+
+    /// One IO of any kind through the whole path.
+    fn io(
+        &self,
+        op: OpKind,
+        flags: IoFlags,
+        offset_bytes: u64,
+        len_bytes: u64,
+        buf: BioBuf,
+    ) -> BioFuture {
+        BioFuture {
+            shared: self.shared.clone(),
+            state: State::Init(Some(BioInit {
+                op,
+                flags,
+                offset_bytes,
+                len_bytes,
+                buf,
+            })),
+        }
+    }
+
+    /// Checks an IO against the device before it gets a bio.
+    fn check(shared: &DeviceShared, init: &BioInit) -> Result<(), Error> {
+        if init.op.has_data() && init.len_bytes == 0 {
+            return Err(Error::invalid(InvalidInput::Length {
+                len_bytes: 0,
+                max_bytes: MAX_IO_BYTES,
+            }));
+        }
+        if init.len_bytes > MAX_IO_BYTES {
+            return Err(Error::invalid(InvalidInput::Length {
+                len_bytes: init.len_bytes,
+                max_bytes: MAX_IO_BYTES,
+            }));
+        }
+        let mut iovecs = Vec::new();
+        if init.op.has_data() {
+            init.buf.push_iovecs(0, init.len_bytes, &mut iovecs);
+        }
+        let op = IoOp {
+            kind: init.op,
+            offset_bytes: init.offset_bytes,
+            len_bytes: init.len_bytes,
+            segments: &iovecs,
+            fixed_buf: None,
+            flags: init.flags,
+        };
+        shared.backend.check(&op)
+    }
+}
+
+fn one(buf: BioBuf) -> DmaBuf {
+    match buf {
+        BioBuf::One(b) => b,
+        _ => DmaBuf::new(0),
+    }
+}
+
+fn many(buf: BioBuf) -> Vec<DmaBuf> {
+    match buf {
+        BioBuf::Many(v) => v,
+        _ => Vec::new(),
+    }
+}
+
+/// An explicit plug; see [`Device::plug`]. Flushes on drop.
+pub struct PlugGuard {
+    core: std::rc::Rc<EngineCore>,
+}
+
+impl std::fmt::Debug for PlugGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlugGuard")
+            .field("core", &self.core.core)
+            .finish()
+    }
+}
+
+impl Drop for PlugGuard {
+    fn drop(&mut self) {
+        {
+            let mut plug = self.core.plug.borrow_mut();
+            plug.guards -= 1;
+            if plug.guards == 0 {
+                plug.nr_ios = 0;
+            }
+        }
+        self.core.flush();
+        if let Err(e) = plugio_device::submit_now() {
+            tracing::warn!(error = %e, "submit at the end of an explicit plug failed; the park will retry");
+        }
+    }
+}
+
+struct BioInit {
+    op: OpKind,
+    flags: IoFlags,
+    offset_bytes: u64,
+    len_bytes: u64,
+    buf: BioBuf,
+}
+
+enum State {
+    Init(Option<BioInit>),
+    Issued { core: usize, id: BioId },
+    Done,
+}
+
+/// The future of one IO: checks and plugs it on first poll, then waits for
+/// its bio to complete.
+struct BioFuture {
+    shared: Arc<DeviceShared>,
+    state: State,
+}
+
+impl BioFuture {
+    fn issue(&mut self, init: BioInit, cx: &mut Context<'_>) -> Poll<BioResult> {
+        if let Err(e) = Device::check(&self.shared, &init) {
+            self.state = State::Done;
+            return Poll::Ready(BioResult {
+                result: Err(e),
+                buf: init.buf,
+            });
+        }
+        let core = match EngineCore::current() {
+            Ok(c) => c,
+            Err(e) => {
+                self.state = State::Done;
+                return Poll::Ready(BioResult {
+                    result: Err(e),
+                    buf: init.buf,
+                });
+            }
+        };
+        let dev = core.dev_index(&self.shared);
+        let id = {
+            let mut bios = core.bios.borrow_mut();
+            let id = bios.alloc();
+            let bio = bios.get_mut(id).expect("fresh bio id is valid");
+            bio.dev = dev;
+            bio.op = init.op;
+            bio.flags = init.flags;
+            bio.offset_bytes = init.offset_bytes;
+            bio.len_bytes = init.len_bytes;
+            bio.buf = init.buf;
+            bio.waker = Some(cx.waker().clone());
+            id
+        };
+        self.state = State::Issued {
+            core: core.core,
+            id,
+        };
+        core.plug_bio(dev, id, init.len_bytes);
+        Poll::Pending
+    }
+}
+
+impl Future for BioFuture {
+    type Output = BioResult;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<BioResult> {
+        let this = &mut *self;
+        match &mut this.state {
+            State::Init(init) => {
+                let init = init.take().expect("an Init state always holds its bio");
+                this.issue(init, cx)
+            }
+            State::Issued { core, id } => {
+                let (core_idx, id) = (*core, *id);
+                let ec = EngineCore::try_current()
+                    .filter(|c| c.core == core_idx)
+                    .expect("a plugio IO future was moved to another core after its first poll");
+                let mut bios = ec.bios.borrow_mut();
+                if let Some(r) = bios.take_result(id) {
+                    drop(bios);
+                    this.state = State::Done;
+                    return Poll::Ready(r);
+                }
+                if let Some(bio) = bios.get_mut(id) {
+                    match &bio.waker {
+                        Some(w) if w.will_wake(cx.waker()) => {}
+                        _ => bio.waker = Some(cx.waker().clone()),
+                    }
+                }
+                Poll::Pending
+            }
+            State::Done => panic!("a plugio IO future was polled after it completed"),
+        }
+    }
+}
+
+impl Drop for BioFuture {
+    fn drop(&mut self) {
+        if let State::Issued { core, id } = self.state {
+            let Some(ec) = EngineCore::try_current().filter(|c| c.core == core) else {
+                // The core's thread is gone (runtime shut down): its bio
+                // table, and the buffers in it, went with it after the
+                // driver drained the ring.
+                return;
+            };
+            let mut bios = ec.bios.borrow_mut();
+            if bios.take_result(id).is_none() {
+                if let Some(bio) = bios.get_mut(id) {
+                    bio.orphaned = true;
+                    bio.waker = None;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! [`DeviceOptions`]: how a device handle batches, tags and dispatches.
+//!
+//! Invariants: every field has a documented default that matches the kernel
+//! constant it comes from; [`DeviceOptions::validate`] is the one place where
+//! a combination is refused, before anything is opened.
+
+use plugio_device::{BackendKind, Error, InvalidInput};
+
+/// The kernel's `BLK_MAX_REQUEST_COUNT`: requests in one plug before it is
+/// flushed early (`block/blk.h`).
+pub const DEFAULT_PLUG_MAX_COUNT: usize = 32;
+
+/// The kernel's `BLK_PLUG_FLUSH_SIZE`: bytes in one plug before it is flushed
+/// early (`block/blk.h`).
+pub const DEFAULT_PLUG_FLUSH_BYTES: u64 = 128 * 1024;
+
+/// Default number of tags (request slots) of a device: the queue depth.
+pub const DEFAULT_QUEUE_DEPTH: u32 = 256;
+
+/// How a device's tags are shared between the cores that use it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TagSharing {
+    /// One bitmap for all cores (blk-mq's shared tag set): any core may
+    /// use any tag; per-core start hints keep cores on different words.
+    #[default]
+    Shared,
+    /// The depth is split evenly between `cores` cores; each core
+    /// allocates only from its own share (like one hardware queue per
+    /// core, each with its own tags). Core indices at or above `cores`
+    /// share the last slice.
+    PerCore {
+        /// Number of slices.
+        cores: u32,
+    },
+}
+
+/// Options of [`Device::open`](crate::Device::open).
+///
+/// Defaults: `queue_depth` 256, `plug_max_count` 32, `plug_flush_bytes`
+/// 128 KiB, tags shared by all cores, batch tag allocation on with retries
+/// (the 2025 "batch allocate tags multiple times" patch), O_DIRECT on.
+#[derive(Debug, Clone)]
+pub struct DeviceOptions {
+    /// Number of tags: how many requests may be in flight on the device at
+    /// once, from all cores together. Default 256. Must be 1..=65536.
+    pub queue_depth: u32,
+    /// Flush the plug early once it holds this many requests. Default 32
+    /// (`BLK_MAX_REQUEST_COUNT`). Must be at least 1.
+    pub plug_max_count: usize,
+    /// Flush the plug early once it holds this many bytes. Default 128 KiB
+    /// (`BLK_PLUG_FLUSH_SIZE`). 0 disables the byte trigger.
+    pub plug_flush_bytes: u64,
+    /// How tags are shared between cores. Default [`TagSharing::Shared`].
+    pub tag_sharing: TagSharing,
+    /// Take all the tags a flush needs in one call (a mask from one bitmap
+    /// word) instead of one tag per request. Default true.
+    pub tag_batch: bool,
+    /// Repeat the batch call until the flush has every tag it needs or the
+    /// bitmap is empty (the 2025 retry patch). Default true; ignored when
+    /// `tag_batch` is off.
+    pub tag_batch_retry: bool,
+    /// Largest request in bytes; larger IOs are split. Default `None`: the
+    /// device's `max_sectors` (from its geometry).
+    pub max_request_bytes: Option<u64>,
+    /// Open with `O_DIRECT`. Default true. Filesystems that refuse it
+    /// (tmpfs) need `false`.
+    pub direct: bool,
+    /// Open read-only. Default false.
+    pub read_only: bool,
+    /// Which backend serves a path opened with
+    /// [`Device::open`](crate::Device::open): [`BackendKind::Uring`]
+    /// (default; falls back to the sync pool on cores without a ring) or
+    /// [`BackendKind::Sync`] to force `pread`/`pwrite` on threads.
+    pub backend: BackendKind,
+}
+
+impl Default for DeviceOptions {
+    fn default() -> Self {
+        Self {
+            queue_depth: DEFAULT_QUEUE_DEPTH,
+            plug_max_count: DEFAULT_PLUG_MAX_COUNT,
+            plug_flush_bytes: DEFAULT_PLUG_FLUSH_BYTES,
+            tag_sharing: TagSharing::Shared,
+            tag_batch: true,
+            tag_batch_retry: true,
+            max_request_bytes: None,
+            direct: true,
+            read_only: false,
+            backend: BackendKind::Uring,
+        }
+    }
+}
+
+impl DeviceOptions {
+    /// Checks the options.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`] naming the field and the allowed range.
+    pub fn validate(&self) -> Result<(), Error> {
+        if self.queue_depth == 0 || self.queue_depth > 65536 {
+            return Err(invalid(format!(
+                "queue_depth {} is out of range: use 1..=65536",
+                self.queue_depth
+            )));
+        }
+        if self.plug_max_count == 0 {
+            return Err(invalid("plug_max_count is 0: use at least 1".into()));
+        }
+        if let TagSharing::PerCore { cores } = self.tag_sharing {
+            if cores == 0 || cores > self.queue_depth {
+                return Err(invalid(format!(
+                    "tag_sharing PerCore {{ cores: {cores} }} needs 1..=queue_depth ({}) cores",
+                    self.queue_depth
+                )));
+            }
+        }
+        if self.max_request_bytes == Some(0) {
+            return Err(invalid(
+                "max_request_bytes is 0: use None or a positive size".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// An [`InvalidInput::Config`] error with `detail`.
+pub(crate) fn invalid(detail: String) -> Error {
+    Error::invalid(InvalidInput::Config { detail })
+}

@@ -1,0 +1,97 @@
+//! Requests: what goes to the device. One request is one submission (one
+//! SQE), carries one tag, and covers one or more pieces of bios.
+//!
+//! Invariants:
+//! - A request's pieces are contiguous on the device, in order, of one op
+//!   and one flag set; `len_bytes` is their sum and never exceeds the
+//!   device's request limit.
+//! - A request lives in its core's per-device request array at the index of
+//!   its tag from dispatch until its completion; the tag is the submission
+//!   token, so a completion is an array lookup.
+//! - `iovecs` point into the pieces' bio buffers, which stay owned by their
+//!   bios (and so alive) until this request completes.
+
+use plugio_device::{IoFlags, OpKind};
+
+use crate::bio::BioId;
+
+/// A piece of a bio inside a request: `len_bytes` from `bio_offset` of the
+/// bio.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Piece {
+    pub bio: BioId,
+    pub bio_offset: u64,
+    pub len_bytes: u64,
+}
+
+/// One request.
+#[derive(Debug, Default)]
+pub(crate) struct Request {
+    pub op: Option<OpKind>,
+    pub flags: IoFlags,
+    pub offset_bytes: u64,
+    pub len_bytes: u64,
+    pub pieces: Vec<Piece>,
+    pub iovecs: Vec<libc::iovec>,
+}
+
+impl Request {
+    /// Empties the request for reuse, keeping its vectors' capacity.
+    pub fn clear(&mut self) {
+        self.op = None;
+        self.pieces.clear();
+        self.iovecs.clear();
+        self.len_bytes = 0;
+    }
+
+    /// Splits `result` (bytes or -errno) between the pieces in order: each
+    /// piece gets what remains up to its own length, so a short read at end
+    /// of file gives each piece its own share. Calls `f(piece, share)`
+    /// where `share` is bytes (`>= 0`) or the negative errno for every piece.
+    pub fn split_result(&self, result: i64, mut f: impl FnMut(&Piece, i64)) {
+        if result < 0 {
+            self.pieces.iter().for_each(|p| f(p, result));
+            return;
+        }
+        let mut left = result as u64;
+        for p in &self.pieces {
+            let share = left.min(p.len_bytes);
+            left -= share;
+            f(p, share as i64);
+        }
+    }
+}
+
+// SAFETY-free note: `Request` holds raw iovec pointers, so it is neither
+// Send nor Sync; requests never leave their core.
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn piece(i: u32, len: u64) -> Piece {
+        Piece {
+            bio: BioId {
+                index: i,
+                generation: 1,
+            },
+            bio_offset: 0,
+            len_bytes: len,
+        }
+    }
+
+    #[test]
+    fn short_result_is_shared_in_order() {
+        let rq = Request {
+            pieces: vec![piece(0, 4096), piece(1, 4096), piece(2, 4096)],
+            len_bytes: 12288,
+            ..Default::default()
+        };
+        let mut got = vec![];
+        rq.split_result(4864, |p, s| got.push((p.bio.index, s)));
+        assert_eq!(got, vec![(0, 4096), (1, 768), (2, 0)]);
+        got.clear();
+        rq.split_result(-5, |p, s| got.push((p.bio.index, s)));
+        assert_eq!(got, vec![(0, -5), (1, -5), (2, -5)]);
+    }
+}

@@ -1,0 +1,76 @@
+//! [`DeviceShared`]: what all cores share about one open device.
+//!
+//! Invariants: immutable after open except for the tag sets (lock-free) and
+//! the counters; `max_request_bytes` is a positive multiple of the
+//! device's logical block size.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use plugio_device::{Backend, Error, Geometry};
+
+use crate::options::{DeviceOptions, TagSharing};
+use crate::tag::{TagOptions, TagSet};
+
+static NEXT_DEVICE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// One open device, shared by every handle and core.
+#[derive(Debug)]
+pub(crate) struct DeviceShared {
+    /// Unique for the life of the process.
+    pub id: u64,
+    pub path: Option<PathBuf>,
+    pub backend: Arc<dyn Backend>,
+    pub geometry: Geometry,
+    pub opts: DeviceOptions,
+    /// One tag set (shared tags) or one per core slice.
+    pub tag_sets: Vec<TagSet>,
+    /// Largest request in bytes (multiple of the logical block size).
+    pub max_request_bytes: u64,
+}
+
+impl DeviceShared {
+    /// Builds the shared state over an opened backend.
+    pub fn new(
+        backend: Arc<dyn Backend>,
+        path: Option<PathBuf>,
+        opts: DeviceOptions,
+    ) -> Result<Self, Error> {
+        opts.validate()?;
+        let geometry = backend.geometry().clone();
+        let (slices, depth) = match opts.tag_sharing {
+            TagSharing::Shared => (1, opts.queue_depth),
+            TagSharing::PerCore { cores } => (cores, opts.queue_depth / cores),
+        };
+        let tag_opts = TagOptions {
+            batch: opts.tag_batch,
+            batch_retry: opts.tag_batch_retry,
+            ..TagOptions::default()
+        };
+        let tag_sets = (0..slices)
+            .map(|_| TagSet::new(depth, tag_opts.clone()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| crate::options::invalid(format!("tag set: {e:?}")))?;
+        let block = u64::from(geometry.logical_block_bytes.max(1));
+        let limit = opts
+            .max_request_bytes
+            .unwrap_or_else(|| geometry.max_request_bytes());
+        let max_request_bytes = (limit / block * block).max(block);
+        Ok(Self {
+            // Relaxed: a unique counter; no other memory depends on it.
+            id: NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed),
+            path,
+            backend,
+            geometry,
+            opts,
+            tag_sets,
+            max_request_bytes,
+        })
+    }
+
+    /// The tag set core `core` allocates from.
+    pub fn tags_for(&self, core: usize) -> &TagSet {
+        &self.tag_sets[core.min(self.tag_sets.len() - 1)]
+    }
+}
