@@ -252,7 +252,10 @@ impl Core {
             let timed = {
                 let mut timers = self.timers.borrow_mut();
                 match timers.peek() {
-                    Some(t) if t.0.deadline <= now && group.map_or(true, |g| g == t.0.deadline) => {
+                    Some(t)
+                        if t.0.deadline <= now
+                            && (group.is_none() || group == Some(t.0.deadline)) =>
+                    {
                         timers.pop().map(|t| t.0)
                     }
                     _ => None,

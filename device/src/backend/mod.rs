@@ -118,7 +118,7 @@ fn check_range(geometry: &Geometry, op: &IoOp<'_>) -> Result<()> {
         let end = op.offset_bytes.checked_add(op.len_bytes);
         // Reads that start inside a block device may not run past its end;
         // reads past the end of a file return a short count instead.
-        if end.map_or(true, |end| end > capacity_bytes) {
+        if !matches!(end, Some(end) if end <= capacity_bytes) {
             return Err(Error::invalid(InvalidInput::Range {
                 offset_bytes: op.offset_bytes,
                 len_bytes: op.len_bytes,

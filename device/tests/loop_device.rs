@@ -1,0 +1,167 @@
+//! Every op on a loop block device (created here with `losetup` when running
+//! as root; skipped with a message otherwise), on io_uring and the sync
+//! pool. The loop device is detached at the end even on failure.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use plugio_device::backend::BackendKind;
+use plugio_device::testing::block_on;
+use plugio_device::{
+    DeviceDriver, DeviceKind, DmaBuf, ErrorKind, File, InvalidInput, IoFlags, OpenOptions,
+    RingConfig,
+};
+
+use common::pattern;
+
+const SIZE: u64 = 16 << 20;
+
+/// Detaches the loop device when dropped.
+struct LoopDevice {
+    path: PathBuf,
+    _backing: tempfile::NamedTempFile,
+}
+
+impl LoopDevice {
+    fn create() -> Option<Self> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            println!("SKIPPED: loop device tests need root");
+            return None;
+        }
+        let backing = common::temp_file();
+        backing.as_file().set_len(SIZE).ok()?;
+        let out = Command::new("losetup")
+            .args(["--find", "--show"])
+            .arg(backing.path())
+            .output();
+        match out {
+            Ok(o) if o.status.success() => {
+                let path = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
+                Some(Self {
+                    path,
+                    _backing: backing,
+                })
+            }
+            Ok(o) => {
+                println!(
+                    "SKIPPED: losetup failed: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                );
+                None
+            }
+            Err(e) => {
+                println!("SKIPPED: losetup unavailable: {e}");
+                None
+            }
+        }
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").arg("-d").arg(&self.path).status();
+    }
+}
+
+fn filled(file: &File, len: usize, seed: u64) -> DmaBuf {
+    let mut b = file.alloc_buf(len);
+    b.as_mut_slice().copy_from_slice(&pattern(len, seed));
+    b
+}
+
+fn suite(dev: &Path, kind: BackendKind) -> Vec<String> {
+    let driver = DeviceDriver::with_ring(&RingConfig::default()).expect("ring");
+    let file = File::open_with(dev, OpenOptions::new().backend(kind)).expect("open loop device");
+    let g = file.geometry().clone();
+    assert_eq!(g.kind, DeviceKind::BlockDevice);
+    assert_eq!(g.capacity_bytes, Some(SIZE));
+    assert!(g.logical_block_bytes >= 512 && g.max_sectors_kb > 0 && g.max_segments > 0);
+    assert!(
+        g.source.as_ref().is_some_and(|s| s.ends_with("queue")),
+        "{g}"
+    );
+    let mut log = Vec::new();
+    block_on(&driver, async {
+        let (r, _) = file.write_at(filled(&file, 65536, 1), 0).await;
+        log.push(format!("write {r:?}"));
+        let (r, b) = file.read_at(file.alloc_buf(65536), 0).await;
+        log.push(format!("read {r:?}"));
+        assert_eq!(b.as_slice(), &pattern(65536, 1)[..]);
+
+        let (r, _) = file
+            .writev_at(vec![filled(&file, 512, 2), filled(&file, 4096, 3)], 65536)
+            .await;
+        log.push(format!("writev {r:?}"));
+        let (r, bufs) = file
+            .readv_at(vec![file.alloc_buf(4096), file.alloc_buf(512)], 65536)
+            .await;
+        log.push(format!("readv {r:?}"));
+        let mut got = bufs[0].as_slice().to_vec();
+        got.extend_from_slice(bufs[1].as_slice());
+        let mut want = pattern(512, 2);
+        want.extend(pattern(4096, 3));
+        assert_eq!(got, want);
+
+        let (r, _) = file
+            .write_at_with(filled(&file, 4096, 4), 1 << 20, IoFlags::FUA)
+            .await;
+        log.push(format!("fua {r:?}"));
+        let (r, _) = file
+            .write_at_with(filled(&file, 4096, 5), 2 << 20, IoFlags::PREFLUSH)
+            .await;
+        log.push(format!("preflush {r:?}"));
+        log.push(format!("fsync {:?}", file.fsync().await));
+        log.push(format!("fdatasync {:?}", file.fdatasync().await));
+
+        log.push(format!(
+            "write_zeroes {:?}",
+            file.write_zeroes(0, 8192).await
+        ));
+        let (_, b) = file.read_at(file.alloc_buf(8192), 0).await;
+        assert!(b.as_slice().iter().all(|&x| x == 0), "zeroed");
+        log.push(format!("discard {:?}", file.discard(8192, 8192).await));
+        // A loop device discards by punching the backing file: zeroes.
+        let (_, b) = file.read_at(file.alloc_buf(8192), 8192).await;
+        assert!(b.as_slice().iter().all(|&x| x == 0), "discarded");
+        let (_, b) = file.read_at(file.alloc_buf(4096), 16384).await;
+        assert_eq!(
+            b.as_slice(),
+            &pattern(65536, 1)[16384..20480],
+            "neighbour kept"
+        );
+
+        let (r, _) = file.read_at(file.alloc_buf(4096), SIZE - 512).await;
+        match r {
+            Err(e) => assert!(
+                matches!(
+                    e.kind(),
+                    ErrorKind::InvalidInput(InvalidInput::Range { .. })
+                ),
+                "{e}"
+            ),
+            Ok(n) => panic!("read past the end returned {n}"),
+        }
+        let (r, _) = file.read_at(file.alloc_buf(512), SIZE - 512).await;
+        log.push(format!("last block {r:?}"));
+    });
+    assert_eq!(driver.in_flight(), 0);
+    log
+}
+
+#[test]
+fn every_op_on_a_loop_device() {
+    let Some(dev) = LoopDevice::create() else {
+        return;
+    };
+    let uring = suite(dev.path(), BackendKind::Uring);
+    let sync = suite(dev.path(), BackendKind::Sync);
+    assert_eq!(uring, sync);
+    assert!(uring.iter().all(|l| !l.contains("Err")), "{uring:?}");
+}
