@@ -69,6 +69,7 @@ impl DeviceDriver {
         match Ring::new(config) {
             Ok(ring) => Self::install(Some(Rc::new(ring))),
             Err(e) => {
+                // Relaxed: a log-once flag; nothing else is published.
                 if !FALLBACK_LOGGED.swap(true, Ordering::Relaxed) {
                     tracing::warn!(error = %e, "io_uring unavailable; using the sync thread pool");
                 }
@@ -178,6 +179,7 @@ fn register_arena(ring: &Ring) -> Option<Rc<Arena>> {
             Some(arena)
         }
         Err(e) => {
+            // Relaxed: a log-once flag; nothing else is published.
             if !REGISTER_LOGGED.swap(true, Ordering::Relaxed) {
                 tracing::warn!(error = %e, bytes = iov.iov_len, "buffer registration refused; using unregistered buffers");
             }

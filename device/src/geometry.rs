@@ -184,7 +184,16 @@ impl Geometry {
     /// # Errors
     /// The sysfs directory or one of its files cannot be read or parsed.
     pub fn of_block_device(major: u32, minor: u32) -> Result<Self> {
-        let dev_dir = PathBuf::from(format!("/sys/dev/block/{major}:{minor}"));
+        Self::of_block_device_in(Path::new("/sys"), major, minor)
+    }
+
+    /// [`Geometry::of_block_device`] with sysfs mounted at `sysfs` (for
+    /// tests and chroots).
+    ///
+    /// # Errors
+    /// As [`Geometry::of_block_device`].
+    pub fn of_block_device_in(sysfs: &Path, major: u32, minor: u32) -> Result<Self> {
+        let dev_dir = sysfs.join(format!("dev/block/{major}:{minor}"));
         let dev_dir =
             fs::canonicalize(&dev_dir).map_err(|e| Error::from_io(&e).with_path(&dev_dir))?;
         let disk_dir = if dev_dir.join("partition").exists() {
@@ -266,5 +275,89 @@ impl fmt::Display for Geometry {
             write!(f, "\nsource:              {}", src.display())?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, value: &str) {
+        fs::write(dir.join(name), format!("{value}\n")).expect("write sysfs file");
+    }
+
+    /// A fake sysfs with disk `sdz` (8:0) and its partition `sdz1` (8:1).
+    fn fake_sysfs() -> tempfile::TempDir {
+        let root = tempfile::tempdir().expect("tmp");
+        let disk = root.path().join("devices/virtual/block/sdz");
+        let part = disk.join("sdz1");
+        let queue = disk.join("queue");
+        fs::create_dir_all(&part).expect("dirs");
+        fs::create_dir_all(&queue).expect("dirs");
+        for (name, value) in [
+            ("logical_block_size", "512"),
+            ("physical_block_size", "4096"),
+            ("dma_alignment", "3"),
+            ("max_sectors_kb", "1280"),
+            ("max_hw_sectors_kb", "2048"),
+            ("max_segments", "33"),
+            ("max_segment_size", "65536"),
+            ("nr_requests", "64"),
+            ("rotational", "1"),
+            ("nomerges", "2"),
+        ] {
+            write(&queue, name, value);
+        }
+        write(&disk, "size", "1000");
+        write(&part, "size", "100");
+        write(&part, "partition", "1");
+        let links = root.path().join("dev/block");
+        fs::create_dir_all(&links).expect("dirs");
+        std::os::unix::fs::symlink(&disk, links.join("8:0")).expect("link");
+        std::os::unix::fs::symlink(&part, links.join("8:1")).expect("link");
+        root
+    }
+
+    #[test]
+    fn disk_limits_come_from_its_queue() {
+        let sysfs = fake_sysfs();
+        let g = Geometry::of_block_device_in(sysfs.path(), 8, 0).expect("disk");
+        assert_eq!(g.logical_block_bytes, 512);
+        assert_eq!(g.physical_block_bytes, 4096);
+        assert_eq!(g.dio_mem_align_bytes, 4);
+        assert_eq!((g.max_sectors_kb, g.max_hw_sectors_kb), (1280, 2048));
+        assert_eq!((g.max_segments, g.max_segment_bytes), (33, 65536));
+        assert_eq!((g.nr_requests, g.rotational, g.nomerges), (64, true, 2));
+        assert_eq!(g.capacity_bytes, Some(1000 * 512));
+        assert_eq!(g.lba_shift(), 9);
+    }
+
+    #[test]
+    fn partition_uses_parent_queue_and_own_size() {
+        let sysfs = fake_sysfs();
+        let g = Geometry::of_block_device_in(sysfs.path(), 8, 1).expect("partition");
+        assert_eq!(g.max_sectors_kb, 1280);
+        assert_eq!(g.capacity_bytes, Some(100 * 512));
+        assert!(g.source.as_ref().is_some_and(|s| s.ends_with("sdz/queue")));
+    }
+
+    #[test]
+    fn missing_device_is_an_error_naming_the_path() {
+        let sysfs = fake_sysfs();
+        let err = Geometry::of_block_device_in(sysfs.path(), 9, 9).expect_err("missing");
+        assert!(err.to_string().contains("9:9"), "{err}");
+    }
+
+    #[test]
+    fn regular_file_uses_statx_alignment() {
+        let tmp = tempfile::NamedTempFile::new_in(crate::testing::direct_io_dir()).expect("tmp");
+        let g = Geometry::of_file(tmp.as_file(), true).expect("geometry");
+        assert_eq!(g.kind, DeviceKind::File);
+        assert!(g.dio_offset_align_bytes.is_power_of_two());
+        assert!(g.dio_mem_align_bytes.is_power_of_two());
+        assert_eq!(g.max_sectors_kb, FILE_MAX_SECTORS_KB);
+        assert_eq!(g.capacity_bytes, None);
+        let buffered = Geometry::of_file(tmp.as_file(), false).expect("geometry");
+        assert_eq!(buffered.offset_align_bytes(), 1);
     }
 }

@@ -11,6 +11,7 @@
 //!   core exits, and the backend outlives its ops by the submit contract).
 
 use std::fs;
+use std::mem::ManuallyDrop;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -148,7 +149,7 @@ impl OpenOptions {
         let is_block_device = file.metadata()?.file_type().is_block_device();
         let geometry = Geometry::of_file(&file, self.direct).map_err(|e| e.with_path(path))?;
         Ok(FileBackend {
-            fd: Arc::new(OwnedFd::from(file)),
+            fd: ManuallyDrop::new(Arc::new(OwnedFd::from(file))),
             id: next_file_id(),
             is_block_device,
             geometry,
@@ -157,6 +158,10 @@ impl OpenOptions {
         })
     }
 }
+
+/// Bumped whenever a [`FileBackend`] is dropped, so rings know to sweep
+/// their registered-file tables.
+pub(crate) static FILES_CLOSED: AtomicU64 = AtomicU64::new(0);
 
 fn next_file_id() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
@@ -167,7 +172,7 @@ fn next_file_id() -> u64 {
 /// An open file or block device.
 #[derive(Debug)]
 pub struct FileBackend {
-    fd: Arc<OwnedFd>,
+    fd: ManuallyDrop<Arc<OwnedFd>>,
     id: u64,
     is_block_device: bool,
     geometry: Geometry,
@@ -218,7 +223,7 @@ impl FileBackend {
     }
 
     fn build_sqe(&self, ring: &Ring, op: &IoOp<'_>) -> Option<squeue::Entry> {
-        let target = match ring.fixed_file(self.id, self.raw_fd()) {
+        let target = match ring.fixed_file(self.id, &self.fd) {
             Some(index) => Target::Fixed(index),
             None => Target::Fd(self.raw_fd()),
         };
@@ -352,8 +357,12 @@ impl Backend for FileBackend {
 
 impl Drop for FileBackend {
     fn drop(&mut self) {
-        if let Some(ring) = ring::current() {
-            ring.forget_file(self.id);
-        }
+        // Release our reference first, so a ring that sees the bump below
+        // also sees the count drop (when we were the last holder).
+        // SAFETY: `fd` is dropped exactly once, here, and not used after.
+        unsafe { ManuallyDrop::drop(&mut self.fd) };
+        // Relaxed: only a hint for the rings' sweep (see Ring::sweep_files),
+        // which checks the descriptor's Arc count itself.
+        FILES_CLOSED.fetch_add(1, Ordering::Relaxed);
     }
 }

@@ -24,9 +24,10 @@ mod tests;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
@@ -86,12 +87,17 @@ pub struct Ring {
     wake_buf: Box<Cell<u64>>,
     wake_armed: Cell<bool>,
     info: RingInfo,
-    files: RefCell<HashMap<u64, u32>>,
+    files: RefCell<HashMap<u64, (u32, Weak<OwnedFd>)>>,
     next_file_index: Cell<u32>,
+    free_file_indices: RefCell<Vec<u32>>,
+    files_closed_seen: Cell<u64>,
     reaped: RefCell<Vec<Completion>>,
     stats: RefCell<RingStats>,
     #[cfg(test)]
     pub(crate) cqe_fault: RefCell<Option<CqeFault>>,
+    /// Test hook: behave as if the kernel lacked `EXT_ARG`.
+    #[cfg(test)]
+    pub(crate) force_timeout_sqe: Cell<bool>,
     #[cfg(test)]
     pub(crate) fault: RefCell<Option<EnterFault>>,
 }
@@ -126,10 +132,14 @@ impl Ring {
             info,
             files: RefCell::new(HashMap::new()),
             next_file_index: Cell::new(0),
+            free_file_indices: RefCell::new(Vec::new()),
+            files_closed_seen: Cell::new(0),
             reaped: RefCell::new(Vec::new()),
             stats: RefCell::new(RingStats::default()),
             #[cfg(test)]
             cqe_fault: RefCell::new(None),
+            #[cfg(test)]
+            force_timeout_sqe: Cell::new(false),
             #[cfg(test)]
             fault: RefCell::new(None),
         };
@@ -169,42 +179,83 @@ impl Ring {
         unsafe { self.uring.borrow().submitter().register_buffers(buffers) }
     }
 
-    /// The registered-file index for backend `file_id` (fd `fd`),
+    /// The registered-file index for backend `file_id` (descriptor `fd`),
     /// registering it on first use; `None` when registration is unavailable
     /// or the table is full (the op then uses the raw fd).
-    pub(crate) fn fixed_file(&self, file_id: u64, fd: RawFd) -> Option<u32> {
+    pub(crate) fn fixed_file(&self, file_id: u64, fd: &Arc<OwnedFd>) -> Option<u32> {
         if self.info.registered_files == 0 {
             return None;
         }
-        if let Some(&index) = self.files.borrow().get(&file_id) {
-            return Some(index);
+        if let Some((index, _)) = self.files.borrow().get(&file_id) {
+            return Some(*index);
         }
-        let index = self.next_file_index.get();
-        if index >= self.info.registered_files {
-            return None;
-        }
+        let reused = self.free_file_indices.borrow_mut().pop();
+        let index = match reused {
+            Some(i) => i,
+            None if self.next_file_index.get() < self.info.registered_files => {
+                let i = self.next_file_index.get();
+                self.next_file_index.set(i + 1);
+                i
+            }
+            None => return None,
+        };
         let uring = self.uring.borrow();
-        match uring.submitter().register_files_update(index, &[fd]) {
+        match uring
+            .submitter()
+            .register_files_update(index, &[fd.as_raw_fd()])
+        {
             Ok(_) => {
-                self.next_file_index.set(index + 1);
-                self.files.borrow_mut().insert(file_id, index);
+                self.files
+                    .borrow_mut()
+                    .insert(file_id, (index, Arc::downgrade(fd)));
                 Some(index)
             }
             Err(e) => {
+                self.free_file_indices.borrow_mut().push(index);
                 tracing::debug!(error = %e, "file registration failed; using the raw fd");
                 None
             }
         }
     }
 
-    /// Unregisters backend `file_id` (its file is being closed).
-    pub(crate) fn forget_file(&self, file_id: u64) {
-        if let Some(index) = self.files.borrow_mut().remove(&file_id) {
-            let uring = self.uring.borrow();
-            if let Err(e) = uring.submitter().register_files_update(index, &[-1]) {
-                tracing::debug!(error = %e, "file unregistration failed");
+    /// Unregisters the files whose backends are all gone. Only called when
+    /// the SQ and the backlog are empty, so no queued SQE still names a
+    /// table slot that could be reused (in-flight ops keep their file: the
+    /// kernel holds a reference until they complete).
+    fn sweep_files(&self) {
+        // Relaxed: a hint that something closed; the Arc counts checked
+        // below carry their own synchronisation.
+        let closed = crate::backend::file::FILES_CLOSED.load(Ordering::Relaxed);
+        if closed == self.files_closed_seen.get() || !self.backlog.borrow().is_empty() {
+            return;
+        }
+        {
+            let mut uring = self.uring.borrow_mut();
+            if !uring.submission().is_empty() {
+                return;
             }
         }
+        self.files_closed_seen.set(closed);
+        let gone: Vec<(u64, u32)> = self
+            .files
+            .borrow()
+            .iter()
+            .filter(|(_, (_, weak))| weak.strong_count() == 0)
+            .map(|(&id, &(index, _))| (id, index))
+            .collect();
+        for (id, index) in gone {
+            self.files.borrow_mut().remove(&id);
+            let uring = self.uring.borrow();
+            match uring.submitter().register_files_update(index, &[-1]) {
+                Ok(_) => self.free_file_indices.borrow_mut().push(index),
+                Err(e) => tracing::debug!(error = %e, "file unregistration failed"),
+            }
+        }
+    }
+
+    /// Registered files currently in the table.
+    pub fn registered_file_count(&self) -> usize {
+        self.files.borrow().len()
     }
 
     /// Queues `entry` (and an optional `preflush` SQE linked ahead of it)
@@ -313,7 +364,7 @@ impl Ring {
         let result = match (want, timeout) {
             (0, _) => submitter.submit().map(drop),
             (_, None) => submitter.submit_and_wait(want).map(drop),
-            (_, Some(t)) if self.info.ext_arg => {
+            (_, Some(t)) if self.ext_arg() => {
                 let ts = types::Timespec::from(t);
                 let args = types::SubmitArgs::new().timespec(&ts);
                 submitter.submit_with_args(want, &args).map(drop)
@@ -327,6 +378,14 @@ impl Ring {
             Err(e) if e.raw_os_error() == Some(libc::ETIME) => Ok(()),
             other => other,
         }
+    }
+
+    fn ext_arg(&self) -> bool {
+        #[cfg(test)]
+        if self.force_timeout_sqe.get() {
+            return false;
+        }
+        self.info.ext_arg
     }
 
     fn enter_with_timeout_sqe(&self, want: usize, timeout: Duration) -> io::Result<()> {
@@ -383,6 +442,9 @@ impl Ring {
                 Err(e) => return Err(Error::from_io(&e).with_context("io_uring_enter")),
             }
         }
+        // Right after the enter the SQ is normally empty: the moment to
+        // release registered files of closed backends.
+        self.sweep_files();
         self.reap()?;
         self.flush_backlog();
         Ok(self.deliver(core))

@@ -208,3 +208,48 @@ fn probe_reports_core_opcodes() {
     assert!(info.supports(io_uring::opcode::Nop::CODE));
     assert!(info.to_string().contains("supported ops"));
 }
+
+#[test]
+fn timeout_sqe_fallback_without_ext_arg() {
+    use plugio_executor::Driver;
+    let driver = driver_with(8);
+    let ring = driver.ring().expect("ring").clone();
+    ring.force_timeout_sqe.set(true);
+    let start = std::time::Instant::now();
+    driver.park(Some(Duration::from_millis(30))).expect("park");
+    let waited = start.elapsed();
+    assert!(waited >= Duration::from_millis(25), "{waited:?}");
+    assert!(waited < Duration::from_secs(5), "{waited:?}");
+    let tmp = seeded_file();
+    let file = File::open(tmp.path()).expect("open");
+    concurrent_reads(&driver, &file, 100);
+}
+
+#[test]
+fn sqpoll_ring_serves_reads() {
+    let driver = DeviceDriver::with_ring(&RingConfig {
+        sqpoll_idle_ms: Some(20),
+        ..RingConfig::default()
+    })
+    .expect("sqpoll ring");
+    assert!(driver.ring_info().expect("ring").sqpoll);
+    let tmp = seeded_file();
+    let file = File::open(tmp.path()).expect("open");
+    concurrent_reads(&driver, &file, 200);
+}
+
+#[test]
+fn registered_files_are_released_when_their_backend_drops() {
+    let driver = driver_with(8);
+    let ring = driver.ring().expect("ring").clone();
+    let tmp = seeded_file();
+    for _ in 0..3 {
+        let file = File::open(tmp.path()).expect("open");
+        concurrent_reads(&driver, &file, 4);
+        assert_eq!(ring.registered_file_count(), 1);
+        drop(file);
+        use plugio_executor::Driver;
+        driver.park(Some(Duration::ZERO)).expect("park");
+        assert_eq!(ring.registered_file_count(), 0, "swept after close");
+    }
+}
