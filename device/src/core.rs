@@ -123,6 +123,9 @@ pub(crate) struct Core {
     inbox: Arc<Inbox>,
     timers: RefCell<BinaryHeap<Reverse<Timed>>>,
     timer_seq: Cell<u64>,
+    /// Ops handed to other threads (pool) or to the deadline heap whose
+    /// completions have not been delivered yet.
+    external: Cell<usize>,
     ring: RefCell<Option<Rc<Ring>>>,
 }
 
@@ -145,6 +148,7 @@ impl Core {
             }),
             timers: RefCell::new(BinaryHeap::new()),
             timer_seq: Cell::new(0),
+            external: Cell::new(0),
             ring: RefCell::new(None),
         }
     }
@@ -161,6 +165,21 @@ impl Core {
             .unpark
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = unpark;
+    }
+
+    /// Records an op whose completion will come through the inbox.
+    pub fn add_external(&self) {
+        self.external.set(self.external.get() + 1);
+    }
+
+    /// Ops whose completion will come through the inbox or the deadline
+    /// heap and has not been delivered yet.
+    pub fn external(&self) -> usize {
+        self.external.get()
+    }
+
+    fn delivered_external(&self, n: usize) {
+        self.external.set(self.external.get().saturating_sub(n));
     }
 
     /// The installed ring, if any.
@@ -217,6 +236,7 @@ impl Core {
     pub fn schedule(&self, deadline: Instant, handler: HandlerId, token: u64, action: TimedAction) {
         let seq = self.timer_seq.get();
         self.timer_seq.set(seq + 1);
+        self.add_external();
         self.timers.borrow_mut().push(Reverse(Timed {
             deadline,
             seq,
@@ -271,6 +291,7 @@ impl Core {
             });
             delivered += 1;
         }
+        self.delivered_external(delivered);
         delivered
     }
 }

@@ -188,6 +188,37 @@ fn register_arena(ring: &Ring) -> Option<Rc<Arena>> {
     }
 }
 
+impl DeviceDriver {
+    /// Waits until every op submitted on this thread (ring, pool, mem) has
+    /// completed and been delivered, so no buffer the kernel or a pool
+    /// thread still uses is freed when the thread's state goes away.
+    fn drain(&self) {
+        let mut waited = Duration::ZERO;
+        let step = Duration::from_millis(100);
+        while self.in_flight() > 0 || self.core.external() > 0 {
+            if let Err(e) = self.park_inner(Some(step)) {
+                tracing::error!(error = %e, "park failed while draining at shutdown");
+                if self.ring.is_some() && self.in_flight() > 0 {
+                    // The ring is broken: its ops will never be reaped. Keep
+                    // their memory alive rather than risk a use after free.
+                    if let Some(ring) = &self.ring {
+                        std::mem::forget(ring.clone());
+                    }
+                    return;
+                }
+            }
+            waited += step;
+            if waited.as_secs() % 10 == 0 && waited.subsec_millis() == 0 {
+                tracing::warn!(
+                    ring = self.in_flight(),
+                    other = self.core.external(),
+                    "still waiting for in-flight IO at shutdown"
+                );
+            }
+        }
+    }
+}
+
 impl Driver for DeviceDriver {
     fn park(&self, timeout: Option<Duration>) -> io::Result<()> {
         self.park_inner(timeout).map_err(io::Error::from)
@@ -200,16 +231,43 @@ impl Driver for DeviceDriver {
 
 impl Drop for DeviceDriver {
     fn drop(&mut self) {
-        if let Some(ring) = &self.ring {
-            if let Err(e) = ring.drain(&self.core) {
-                tracing::error!(error = %e, "draining the ring at shutdown failed");
-            }
-        }
+        self.drain();
         if let Some(arena) = &self.arena {
             arena.set_fixed_index(None);
         }
         self.core.set_ring(None);
         self.core
             .set_unpark(Arc::new(ThreadUnpark(std::thread::current())));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::file::OpenOptions;
+    use crate::backend::BackendKind;
+    use crate::fs::File;
+    use std::future::Future;
+
+    #[test]
+    fn drop_waits_for_pool_ops_of_dropped_futures() {
+        let tmp = tempfile::NamedTempFile::new_in(crate::testing::direct_io_dir()).expect("tmp");
+        tmp.as_file().set_len(1 << 20).expect("size");
+        let driver = DeviceDriver::without_ring().expect("driver");
+        let file = File::open_with(tmp.path(), OpenOptions::new().backend(BackendKind::Sync))
+            .expect("open");
+        let waker = futures::task::noop_waker();
+        let mut cx = std::task::Context::from_waker(&waker);
+        for i in 0..16u64 {
+            let mut fut = Box::pin(file.read_at(file.alloc_buf(65536), i * 65536));
+            assert!(fut.as_mut().poll(&mut cx).is_pending());
+        }
+        assert_eq!(with_core(|c| c.external()), 16);
+        drop(driver);
+        assert_eq!(
+            with_core(|c| c.external()),
+            0,
+            "drained before drop returned"
+        );
     }
 }

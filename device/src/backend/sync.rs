@@ -123,7 +123,9 @@ pub(crate) fn submit_to_pool(
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .send(job)
-        .map_err(|_| Error::from_errno(libc::EAGAIN).with_context("sync pool has no threads"))
+        .map_err(|_| Error::from_errno(libc::EAGAIN).with_context("sync pool has no threads"))?;
+    with_core(|core| core.add_external());
+    Ok(())
 }
 
 /// Runs `op` on `fd` with blocking calls; returns bytes or `-errno`.

@@ -591,16 +591,6 @@ impl Ring {
         n
     }
 
-    /// Waits until every op pushed on this ring has completed, delivering
-    /// them; used at shutdown so no buffer is freed while the kernel owns
-    /// it.
-    pub(crate) fn drain(&self, core: &Core) -> Result<()> {
-        while self.in_flight() > 0 {
-            self.park(core, Some(Duration::from_millis(100)))?;
-        }
-        Ok(())
-    }
-
     fn cancel_wake(&self) {
         if !self.wake_armed.get() {
             return;
