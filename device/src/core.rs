@@ -7,7 +7,7 @@
 //! - Each completion is delivered at most once: it is removed from the
 //!   ring slot, inbox or timer heap before its handler runs.
 //! - Completions produced on other threads (sync pool) are pushed to the
-//!   core's [`Inbox`] and the core is unparked; timed completions (mem
+//!   core's `Inbox` and the core is unparked; timed completions (mem
 //!   device latency) live in the core's deadline heap, which shortens the
 //!   park timeout.
 

@@ -16,19 +16,26 @@
 //!   in bytes; `segments` are `libc::iovec`s; `fixed_buf` names a
 //!   registered buffer; [`IoFlags`] carry FUA, PREFLUSH, NOMERGE and ioprio.
 //! - [`Backend`]: `geometry()`, `check(&op)`, `unsafe submit(&op, handler,
-//!   token)`. Implementations: [`backend::file::FileBackend`] (io_uring,
-//!   O_DIRECT, fixed buffers/files), [`backend::sync::SyncBackend`]
-//!   (thread pool), [`backend::mem::MemDevice`] (simulated, seeded).
-//! - [`CompletionHandler::complete`]`(token, result)`: `result` is bytes
-//!   (`>= 0`, 0 at end of file) or `-errno`; map with [`Error::from_errno`].
-//!   Called on the registering thread only, inside `park`/[`run_completions`].
+//!   token)`. Implementations: [`FileBackend`] (io_uring, O_DIRECT, fixed
+//!   buffers/files; with `OpenOptions::backend(BackendKind::Sync)`, or on a
+//!   thread whose driver has no ring, the `sync` thread pool) and
+//!   [`MemDevice`] (simulated, seeded).
+//! - [`CompletionHandler::complete`]`(token, result)`: `result` is the byte
+//!   count for `Read`/`Write` (`>= 0`; short at end of file, 0 at or past
+//!   it), 0 for the other ops, or `-errno`; map errors with
+//!   [`Error::from_errno`]. Called on the registering thread only, inside
+//!   `park`/[`run_completions`].
+//! - [`DmaBuf`]: aligned buffers from a per-core arena registered with the
+//!   ring; `DmaBuf::fixed_index()` gives the `IoOp::fixed_buf` to use.
 //! - [`DeviceDriver`] implements the executor's `Driver`: one
 //!   `io_uring_enter` per park submits everything queued and waits for a
 //!   CQE, an unpark (eventfd read armed in the ring) or the timeout
 //!   (shortened to the nearest simulated completion).
 //!
 //! On top sits a high-level ownership-passing async API, [`File`], used by
-//! direct users and this crate's tests.
+//! direct users and this crate's tests; [`describe`] renders what
+//! `plugio info PATH` prints; [`testing`] has a `block_on` that parks a
+//! driver, a recording completion handler and an O_DIRECT-capable temp dir.
 //!
 //! # Invariants
 //!

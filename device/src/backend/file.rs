@@ -350,7 +350,7 @@ impl Backend for FileBackend {
             .flags
             .contains(IoFlags::PREFLUSH)
             .then(|| fsync_sqe(Target::Fd(self.raw_fd()), true));
-        ring.push(entry, preflush, handler, token);
+        ring.push(entry, preflush, Some(Arc::clone(&self.fd)), handler, token);
         Ok(())
     }
 }

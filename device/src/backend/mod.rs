@@ -62,9 +62,12 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// `run_completions`).
     ///
     /// # Safety
-    /// The memory described by `op.segments` must stay valid, and must not
-    /// be read (for `Read`) or written (for `Write`) by anyone else, until
-    /// the completion is delivered, even if the caller's future is dropped.
+    /// The memory described by `op.segments`, and the `segments` array
+    /// itself, must stay valid, and the data memory must not be read (for
+    /// `Read`) or written (for `Write`) by anyone else, until the
+    /// completion is delivered, even if the caller's future is dropped. The
+    /// backend itself may be dropped earlier (in-flight ops keep the file
+    /// open).
     ///
     /// # Errors
     /// Invalid input (see [`Backend::check`]), [`ErrorKind::NoDriver`](crate::ErrorKind::NoDriver)

@@ -10,7 +10,7 @@
 //!   `-EAGAIN` results are handled here and never reach a handler or caller.
 //! - Reaping never calls a handler while the ring is borrowed: CQEs are
 //!   collected first, then delivered.
-//! - An eventfd read is always armed (user_data [`WAKE_UD`]) so another
+//! - An eventfd read is always armed (user_data `WAKE_UD`) so another
 //!   thread can wake a waiting enter; the ring waits in enter only with that
 //!   read armed, so it never waits with nothing in flight.
 
@@ -259,11 +259,14 @@ impl Ring {
     }
 
     /// Queues `entry` (and an optional `preflush` SQE linked ahead of it)
-    /// for `handler`/`token`. Never blocks; never delivers.
+    /// for `handler`/`token`; `file` is kept open until the CQE (so a raw
+    /// fd number in a queued SQE can never be closed and reused under it).
+    /// Never blocks; never delivers.
     pub(crate) fn push(
         &self,
         entry: squeue::Entry,
         preflush: Option<squeue::Entry>,
+        file: Option<Arc<OwnedFd>>,
         handler: HandlerId,
         token: u64,
     ) {
@@ -273,6 +276,7 @@ impl Ring {
             entry: entry.clone(),
             preflush: preflush.clone(),
             preflush_result: 0,
+            _file: file,
         });
         let ud = u64::from(index);
         if let Some(pre) = preflush {

@@ -17,6 +17,8 @@ pub(crate) struct Slot {
     pub preflush: Option<squeue::Entry>,
     /// The preflush CQE's result (0 until it arrives).
     pub preflush_result: i32,
+    /// The file the SQE names, held open until the CQE.
+    pub _file: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
 }
 
 /// A slab of slots with a free list.

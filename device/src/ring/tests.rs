@@ -253,3 +253,29 @@ fn registered_files_are_released_when_their_backend_drops() {
         assert_eq!(ring.registered_file_count(), 0, "swept after close");
     }
 }
+
+#[test]
+fn backend_dropped_with_queued_sqes_still_completes_them() {
+    let driver = driver_with(64);
+    let tmp = seeded_file();
+    let handler = Rc::new(RecordingHandler::default());
+    let id = register_handler(handler.clone());
+    let mut bufs: Vec<DmaBuf> = (0..32).map(|_| DmaBuf::heap(BLOCK, BLOCK)).collect();
+    let iovs: Vec<libc::iovec> = bufs.iter_mut().map(|b| b.iovec(BLOCK)).collect();
+    {
+        let backend = OpenOptions::new().open(tmp.path()).expect("open");
+        for (i, iov) in iovs.iter().enumerate() {
+            let op = IoOp::read(i as u64 * BLOCK as u64, std::slice::from_ref(iov));
+            // SAFETY: bufs and iovs outlive the park loop below.
+            unsafe { backend.submit(&op, id, i as u64) }.expect("submit");
+        }
+        // The backend (and its fd) is dropped before anything was entered.
+    }
+    assert!(park_until(&driver, Duration::from_secs(10), || handler
+        .total()
+        == 32));
+    for (i, buf) in bufs.iter().enumerate() {
+        assert_eq!(handler.seen.borrow()[&(i as u64)].1, BLOCK as i32);
+        assert_eq!(buf.as_slice(), &block_pattern(i as u64)[..]);
+    }
+}
