@@ -366,7 +366,11 @@ impl Ring {
         let uring = self.uring.borrow();
         let submitter = uring.submitter();
         let result = match (want, timeout) {
-            (0, _) => submitter.submit().map(drop),
+            (0, _) if self.info.sqpoll => submitter.submit().map(drop),
+            (0, _) => {
+                drop(uring);
+                return self.enter_getevents_nowait();
+            }
             (_, None) => submitter.submit_and_wait(want).map(drop),
             (_, Some(t)) if self.ext_arg() => {
                 let ts = types::Timespec::from(t);
@@ -382,6 +386,24 @@ impl Ring {
             Err(e) if e.raw_os_error() == Some(libc::ETIME) => Ok(()),
             other => other,
         }
+    }
+
+    /// Submits the SQ and runs pending task work without waiting: an enter
+    /// with `GETEVENTS` and `min_complete = 0`. Plain `submit` would skip
+    /// GETEVENTS, and with `DEFER_TASKRUN` completions are only posted to
+    /// the CQ by an enter carrying it, so a core that never blocks would
+    /// never see them.
+    fn enter_getevents_nowait(&self) -> io::Result<()> {
+        let mut uring = self.uring.borrow_mut();
+        let to_submit = uring.submission().len() as u32;
+        // SAFETY: no argument pointer is passed; the SQEs being submitted
+        // point to memory kept valid until their CQEs (see try_push_sq).
+        unsafe {
+            uring
+                .submitter()
+                .enter::<libc::sigset_t>(to_submit, 0, IORING_ENTER_GETEVENTS, None)
+        }
+        .map(drop)
     }
 
     fn ext_arg(&self) -> bool {
@@ -474,6 +496,7 @@ impl Ring {
     /// the wake read. Returns how many CQEs were seen.
     fn reap(&self) -> Result<usize> {
         let mut seen = 0;
+        let mut idle_flushes = 0;
         loop {
             let batch: Vec<cqueue::Entry> = {
                 let mut uring = self.uring.borrow_mut();
@@ -497,6 +520,16 @@ impl Ring {
                     break;
                 }
                 continue;
+            }
+            // Bounded: if flushing makes no progress (the kernel keeps
+            // answering EBUSY), leave the rest to the next park.
+            idle_flushes = if batch.is_empty() {
+                idle_flushes + 1
+            } else {
+                0
+            };
+            if idle_flushes > 2 {
+                break;
             }
             // IORING_SQ_CQ_OVERFLOW: completions wait in the kernel's
             // overflow list; an enter with GETEVENTS flushes them to the CQ.

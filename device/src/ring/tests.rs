@@ -279,3 +279,28 @@ fn backend_dropped_with_queued_sqes_still_completes_them() {
         assert_eq!(buf.as_slice(), &block_pattern(i as u64)[..]);
     }
 }
+
+#[test]
+fn zero_timeout_parks_alone_collect_completions() {
+    use plugio_executor::Driver;
+    let driver = driver_with(64);
+    let tmp = seeded_file();
+    let backend = OpenOptions::new().open(tmp.path()).expect("open");
+    let handler = Rc::new(RecordingHandler::default());
+    let id = register_handler(handler.clone());
+    let mut bufs: Vec<DmaBuf> = (0..16).map(|_| DmaBuf::heap(BLOCK, BLOCK)).collect();
+    let iovs: Vec<libc::iovec> = bufs.iter_mut().map(|b| b.iovec(BLOCK)).collect();
+    for (i, iov) in iovs.iter().enumerate() {
+        let op = IoOp::read(i as u64 * BLOCK as u64, std::slice::from_ref(iov));
+        // SAFETY: bufs and iovs outlive the loop below.
+        unsafe { backend.submit(&op, id, i as u64) }.expect("submit");
+    }
+    // A busy executor only ever parks with a zero timeout: completions
+    // must still arrive (DEFER_TASKRUN needs GETEVENTS to post them).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while handler.total() < 16 && std::time::Instant::now() < deadline {
+        driver.park(Some(Duration::ZERO)).expect("park");
+    }
+    assert_eq!(handler.total(), 16);
+    drop(bufs);
+}
