@@ -94,17 +94,25 @@ impl WaitQueues {
             return 0;
         }
         // AcqRel: the RMWs on the counter are totally ordered, so the last
-        // adder sees the whole sum; no other data hangs on it.
-        let mut completions = self
-            .completion_cnt
-            .fetch_add(nr, Ordering::AcqRel)
-            .wrapping_add(nr);
+        // adder's loads below see the whole sum.
+        self.completion_cnt.fetch_add(nr, Ordering::AcqRel);
         // Acquire: pairs with the AcqRel CAS below in other freers.
         let mut wakeups = self.wakeup_cnt.load(Ordering::Acquire);
         let mut woken = 0;
-        while completions.wrapping_sub(wakeups) >= self.wake_batch {
+        loop {
+            // Acquire: pairs with other freers' AcqRel fetch_add; reads at
+            // least our own addition (coherence after our RMW).
+            let completions = self.completion_cnt.load(Ordering::Acquire);
+            // Signed: another freer may already have spent credit we have
+            // not seen yet (wakeups ahead of our completions): then it owns
+            // the wakeups and we stop, as the kernel's signed `atomic_t`
+            // difference does.
+            let pending = completions.wrapping_sub(wakeups) as isize;
+            if pending < self.wake_batch as isize {
+                break;
+            }
             let next = wakeups.wrapping_add(self.wake_batch);
-            // AcqRel: whoever wins owns this batch of wakeups.
+            // AcqRel: whoever moves the counter owns this batch of wakeups.
             match self.wakeup_cnt.compare_exchange(
                 wakeups,
                 next,
@@ -114,9 +122,6 @@ impl WaitQueues {
                 Ok(_) => {
                     woken += self.wake_nr(self.wake_batch);
                     wakeups = next;
-                    // Acquire: see later frees' additions (pairs with their
-                    // AcqRel fetch_add).
-                    completions = self.completion_cnt.load(Ordering::Acquire);
                 }
                 Err(current) => wakeups = current,
             }
