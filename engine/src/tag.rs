@@ -296,8 +296,16 @@ impl TagSet {
         (self.depth - start).min(1 << self.shift)
     }
 
+    #[inline]
     fn core_slot(&self, core: usize) -> &CoreSlot {
-        &self.cores[core % self.cores.len()]
+        // A compare instead of a division on the hot path: callers normally
+        // pass an index below `nr_cores`.
+        let index = if core < self.cores.len() {
+            core
+        } else {
+            core % self.cores.len()
+        };
+        &self.cores[index]
     }
 
     /// The core's hint, re-seeded when out of range (a resize would do it).
@@ -454,18 +462,24 @@ impl TagSet {
 
     /// Splits a tag into (word index, bit), or `None` when out of range
     /// (a debug assertion: only tags from this set may be put back).
+    #[inline]
     fn locate(&self, tag: Tag) -> Option<(usize, u32)> {
         let nr = tag.as_u32();
         if nr >= self.depth {
-            debug_assert!(false, "put of {tag} outside depth {}", self.depth);
-            tracing::error!(
-                tag = nr,
-                depth = self.depth,
-                "put of an out-of-range tag ignored"
-            );
+            self.out_of_range(tag);
             return None;
         }
         Some(((nr >> self.shift) as usize, nr & (self.bits_per_word() - 1)))
+    }
+
+    #[cold]
+    fn out_of_range(&self, tag: Tag) {
+        debug_assert!(false, "put of {tag} outside depth {}", self.depth);
+        tracing::error!(
+            tag = tag.as_u32(),
+            depth = self.depth,
+            "put of an out-of-range tag ignored"
+        );
     }
 
     /// Frees one tag (`sbitmap_queue_clear`): a deferred clear (or a direct
