@@ -20,7 +20,9 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::task::Waker;
 
-use plugio_device::{register_handler, CompletionHandler, Error, ErrorKind, HandlerId, IoOp};
+use plugio_device::{
+    register_handler, CompletionHandler, Error, ErrorKind, HandlerId, IoOp, OpKind,
+};
 use plugio_executor::TickHook;
 
 use crate::bio::{Bio, BioId, BioTable};
@@ -44,6 +46,44 @@ pub(crate) struct CoreDev {
     pub waiter_running: bool,
     /// Tags held by requests in flight from this core.
     pub tags_held: u32,
+    /// Requests in flight from this core that change the device.
+    pub writes_in_flight: u32,
+    /// Waiting requests that change the device.
+    pub writes_waiting: u32,
+}
+
+impl CoreDev {
+    /// Whether `rq` must wait for every earlier request to complete: a
+    /// flush (it covers the writes before it), or an overlap with an
+    /// earlier request in flight or waiting where one of the two writes.
+    /// Reads with no write in flight or waiting take the fast path.
+    fn needs_barrier(&self, rq: &Request) -> bool {
+        let Some(op) = rq.op else {
+            return false;
+        };
+        if matches!(op, OpKind::Flush | OpKind::Fsync) {
+            return self.tags_held > 0 || !self.waiting.is_empty();
+        }
+        if !op.is_write() && self.writes_in_flight == 0 && self.writes_waiting == 0 {
+            return false;
+        }
+        self.waiting.iter().any(|w| w.conflicts_with(rq))
+            || self.inflight.iter().any(|w| w.conflicts_with(rq))
+    }
+
+    /// How many requests at the front of the queue may be dispatched now:
+    /// up to the first barrier, which itself may go only when nothing of
+    /// this device is in flight from this core.
+    fn dispatchable(&self) -> usize {
+        let mut n = 0;
+        for rq in &self.waiting {
+            if rq.barrier && (n > 0 || self.tags_held > 0) {
+                break;
+            }
+            n += 1;
+        }
+        n
+    }
 }
 
 /// The engine's state on one core.
@@ -138,6 +178,8 @@ impl EngineCore {
             waiting: VecDeque::new(),
             waiter_running: false,
             tags_held: 0,
+            writes_in_flight: 0,
+            writes_waiting: 0,
         });
         (devs.len() - 1) as u32
     }
@@ -216,6 +258,10 @@ impl EngineCore {
                 bio_offset: off,
                 len_bytes: piece_len,
             });
+            rq.barrier = d.needs_barrier(&rq);
+            if bio.op.is_write() {
+                d.writes_waiting += 1;
+            }
             d.waiting.push_back(rq);
             parts += 1;
             off += piece_len;
@@ -233,7 +279,7 @@ impl EngineCore {
         let (shared, nr) = {
             let devs = self.devs.borrow();
             let d = &devs[dev as usize];
-            (d.shared.clone(), d.waiting.len())
+            (d.shared.clone(), d.dispatchable())
         };
         if nr == 0 {
             return;
@@ -255,10 +301,17 @@ impl EngineCore {
     pub fn dispatch_one(&self, dev: u32, tag: Tag) {
         let mut devs = self.devs.borrow_mut();
         let d = &mut devs[dev as usize];
-        let Some(mut rq) = d.waiting.pop_front() else {
+        if d.dispatchable() == 0 {
             d.shared.tags_for(self.core).put(self.core, tag);
             return;
+        }
+        let Some(mut rq) = d.waiting.pop_front() else {
+            return;
         };
+        if rq.op.is_some_and(OpKind::is_write) {
+            d.writes_waiting -= 1;
+            d.writes_in_flight += 1;
+        }
         let shared = d.shared.clone();
         {
             let bios = self.bios.borrow();
@@ -294,7 +347,7 @@ impl EngineCore {
         let shared = {
             let mut devs = self.devs.borrow_mut();
             let d = &mut devs[dev as usize];
-            if d.waiting.is_empty() || d.waiter_running {
+            if d.dispatchable() == 0 || d.waiter_running {
                 return;
             }
             d.waiter_running = true;
@@ -303,7 +356,7 @@ impl EngineCore {
         let core = self.clone();
         plugio_executor::spawn_local(async move {
             loop {
-                let nr = core.devs.borrow()[dev as usize].waiting.len();
+                let nr = core.devs.borrow()[dev as usize].dispatchable();
                 if nr == 0 {
                     break;
                 }
@@ -329,6 +382,9 @@ impl EngineCore {
         };
         let mut rq = std::mem::take(&mut d.inflight[tag.index()]);
         d.tags_held -= 1;
+        if rq.op.is_some_and(OpKind::is_write) {
+            d.writes_in_flight -= 1;
+        }
         d.shared.tags_for(self.core).put(self.core, tag);
         drop(devs);
         {

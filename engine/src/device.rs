@@ -100,6 +100,14 @@ impl Device {
         self.shared.tag_sets.iter().map(|t| t.busy()).sum()
     }
 
+    /// Running totals of each of the device's tag sets (one entry per
+    /// slice; a single entry with [`TagSharing::Shared`](crate::TagSharing)):
+    /// batch gets and their sizes, partial batches, waits. Read-only; safe
+    /// from any thread (the counters are relaxed atomics).
+    pub fn tag_stats(&self) -> Vec<crate::tag::TagStats> {
+        self.shared.tag_sets.iter().map(|t| t.stats()).collect()
+    }
+
     /// A buffer aligned for this device's direct IO, of `len_bytes`.
     pub fn alloc_buf(&self, len_bytes: usize) -> DmaBuf {
         DmaBuf::with_align(len_bytes, self.shared.geometry.mem_align_bytes() as usize)
@@ -260,6 +268,19 @@ impl Device {
         .await
         .result
         .map(|_| ())
+    }
+
+    /// Sends a no-op through the whole path (bio, plug, tag, dispatch,
+    /// completion; `IORING_OP_NOP` on an io_uring backend): measures the
+    /// runtime's own cost per IO.
+    ///
+    /// # Errors
+    /// Only a broken ring.
+    pub async fn nop(&self) -> Result<(), Error> {
+        self.io(OpKind::Nop, IoFlags::NONE, 0, 0, BioBuf::None)
+            .await
+            .result
+            .map(|_| ())
     }
 
     /// Starts an explicit plug for `nr_ios` IOs that the caller is about to

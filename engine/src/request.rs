@@ -33,6 +33,10 @@ pub(crate) struct Request {
     pub len_bytes: u64,
     pub pieces: Vec<Piece>,
     pub iovecs: Vec<libc::iovec>,
+    /// The request must not start before every earlier request of its
+    /// device from this core has completed: it overlaps one of them and one
+    /// of the two writes (program order), or it is a flush.
+    pub barrier: bool,
 }
 
 impl Request {
@@ -42,6 +46,21 @@ impl Request {
         self.pieces.clear();
         self.iovecs.clear();
         self.len_bytes = 0;
+        self.barrier = false;
+    }
+
+    /// Whether this request and `other` touch a common byte and at least
+    /// one of them changes the device (so their order matters).
+    pub fn conflicts_with(&self, other: &Request) -> bool {
+        let (Some(a), Some(b)) = (self.op, other.op) else {
+            return false;
+        };
+        if !a.is_write() && !b.is_write() {
+            return false;
+        }
+        let (s1, e1) = (self.offset_bytes, self.offset_bytes + self.len_bytes);
+        let (s2, e2) = (other.offset_bytes, other.offset_bytes + other.len_bytes);
+        s1 < e2 && s2 < e1
     }
 
     /// Splits `result` (bytes or -errno) between the pieces in order: each
