@@ -318,14 +318,23 @@ impl Core {
             if stop(self) {
                 return None;
             }
-            self.tick();
+            let hook_pending = self.tick();
+            // Checked again before blocking: the batch may have finished
+            // the last task a draining shutdown waits for.
+            if stop(self) {
+                return None;
+            }
+            self.park_and_count(hook_pending);
         }
     }
 
-    /// One tick: remote wakes, timers, the ready batch, hooks, park.
-    fn tick(&self) {
+    /// One tick up to the park: remote wakes, timers, the ready batch,
+    /// hooks. Returns whether a hook reported pending work.
+    fn tick(&self) -> bool {
         let mut stats = self.stats.get();
         stats.ticks += 1;
+        // Published early so tasks see the number of the tick they run in.
+        self.stats.set(stats);
         {
             let mut queue = self.run_queue.borrow_mut();
             for node in self.shared.remote.take_all() {
@@ -349,7 +358,15 @@ impl Core {
         if hook_pending {
             stats.hook_pending_ticks += 1;
         }
-        if self.park(hook_pending) {
+        self.stats.set(stats);
+        hook_pending
+    }
+
+    /// Parks (see `park`), counts it, and publishes the tick's statistics.
+    fn park_and_count(&self, hook_pending: bool) {
+        let blocked = self.park(hook_pending);
+        let mut stats = self.stats.get();
+        if blocked {
             stats.parks += 1;
         }
         self.stats.set(stats);
@@ -508,6 +525,7 @@ impl Core {
                 unsafe { task.cancel() };
             }
         }
+        self.shared.stats.store(&self.stats.get());
         self.hooks.borrow_mut().clear();
         self.fired.borrow_mut().clear();
         // SeqCst store and fence: pair with the fence in `push_remote`.
@@ -584,4 +602,108 @@ pub async fn yield_now() {
         Poll::Pending
     })
     .await
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::driver::ThreadDriver;
+    use crate::runtime::default_config;
+
+    fn core() -> Core {
+        Core::new(0, Box::new(ThreadDriver::new()), default_config())
+    }
+
+    /// Each timer fires in the first tick whose timer check happens at or
+    /// after its deadline: never earlier, never a tick later.
+    #[test]
+    fn timers_fire_in_order_in_the_tick_after_their_deadline() {
+        let core = core();
+        let fired = Rc::new(RefCell::new(Vec::new()));
+        let f2 = fired.clone();
+        core.block_on(
+            async move {
+                let start = Instant::now();
+                let delays_ms = [40u64, 5, 25, 15, 35, 10, 30, 20, 45, 1];
+                let handles: Vec<_> = delays_ms
+                    .iter()
+                    .map(|&ms| {
+                        let fired = f2.clone();
+                        spawn_local(async move {
+                            let deadline = start + Duration::from_millis(ms);
+                            crate::time::sleep_until(deadline).await;
+                            let tick = tick_stats().map(|s| s.ticks).unwrap_or(0);
+                            fired.borrow_mut().push((deadline, tick));
+                        })
+                    })
+                    .collect();
+                // A busy neighbour keeps ticks short and frequent.
+                let busy = spawn_local(async {
+                    for _ in 0..200 {
+                        crate::yield_now().await;
+                        std::thread::sleep(Duration::from_micros(100));
+                    }
+                });
+                for h in handles {
+                    h.await.expect("sleeper");
+                }
+                busy.await.expect("busy");
+            },
+            &|_| false,
+        );
+        let fired = fired.borrow();
+        let checks = core.timer_checks.borrow();
+        assert_eq!(fired.len(), 10);
+        assert!(fired.windows(2).all(|w| w[0].0 <= w[1].0), "deadline order");
+        for &(deadline, tick) in fired.iter() {
+            let at = |t: u64| checks.iter().find(|(n, _)| *n == t).map(|(_, i)| *i);
+            let this = at(tick).expect("check of the firing tick");
+            assert!(this >= deadline, "fired before its deadline");
+            if let Some(prev) = at(tick - 1) {
+                assert!(prev < deadline, "fired a tick late");
+            }
+        }
+        assert_eq!(core.stats().timers_fired, 10);
+    }
+
+    #[test]
+    fn a_remote_wake_while_parked_unparks_the_core() {
+        let core = core();
+        let waker_slot: Arc<Mutex<Option<Waker>>> = Arc::new(Mutex::new(None));
+        let w2 = waker_slot.clone();
+        let t = std::thread::spawn(move || loop {
+            let taken = w2.lock().map(|mut w| w.take()).unwrap_or(None);
+            if let Some(w) = taken {
+                std::thread::sleep(Duration::from_millis(20));
+                w.wake();
+                return;
+            }
+            std::thread::yield_now();
+        });
+        core.block_on(
+            async {
+                let h = spawn_local(async move {
+                    let mut first = true;
+                    std::future::poll_fn(|cx| {
+                        if first {
+                            first = false;
+                            if let Ok(mut slot) = waker_slot.lock() {
+                                *slot = Some(cx.waker().clone());
+                            }
+                            Poll::Pending
+                        } else {
+                            Poll::Ready(())
+                        }
+                    })
+                    .await
+                });
+                h.await.expect("woken");
+            },
+            &|_| false,
+        );
+        t.join().expect("waker thread");
+        let s = core.stats();
+        assert!(s.parks >= 1, "{s:?}");
+        assert_eq!(s.remote_wakes, 1, "{s:?}");
+    }
 }

@@ -77,7 +77,7 @@ impl<T: Linked> RemoteQueue<T> {
             // consumer sees the link and everything written to the node.
             match self
                 .head
-                .compare_exchange_weak(head, node.as_ptr(), Release, Relaxed)
+                .compare_exchange(head, node.as_ptr(), Release, Relaxed)
             {
                 Ok(_) => return head.is_null(),
                 Err(now) => head = now,
@@ -302,72 +302,82 @@ mod loom_tests {
         }
     }
 
+    fn new_core() -> Arc<Core> {
+        Arc::new(Core {
+            queue: RemoteQueue::new(),
+            gate: ParkGate::new(),
+        })
+    }
+
+    /// Runs the consumer on its own thread (loom's `unpark` would also
+    /// disturb a thread blocked in `join`), then `producers` producers.
+    fn run(producers: usize, pushes_each: usize) {
+        let core = new_core();
+        let consumer = {
+            let core = core.clone();
+            loom::thread::spawn(move || consume(&core, producers * pushes_each))
+        };
+        let target = consumer.thread().clone();
+        let handles: Vec<_> = (0..producers)
+            .map(|_| {
+                let (core, target) = (core.clone(), target.clone());
+                loom::thread::spawn(move || produce(&core, &target, pushes_each))
+            })
+            .collect();
+        for h in handles {
+            h.join().expect("producer");
+        }
+        consumer.join().expect("consumer");
+    }
+
+    /// Loom with a preemption bound of 3 (the usual setting: bugs of
+    /// this kind need one or two preemptions; an unbounded search of
+    /// several pushes does not finish).
+    fn model(f: impl Fn() + Sync + Send + 'static) {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(3);
+        builder.check(f);
+    }
+
     #[test]
     fn loom_remote_queue_park_handshake_two_producers() {
-        loom::model(|| {
-            let core = Arc::new(Core {
-                queue: RemoteQueue::new(),
-                gate: ParkGate::new(),
-            });
-            let me = loom::thread::current();
-            let producers: Vec<_> = (0..2)
-                .map(|_| {
-                    let core = core.clone();
-                    let me = me.clone();
-                    loom::thread::spawn(move || produce(&core, &me, 1))
-                })
-                .collect();
-            consume(&core, 2);
-            for p in producers {
-                p.join().expect("producer");
-            }
-        });
+        model(|| run(2, 1));
+    }
+
+    #[test]
+    fn loom_remote_queue_park_handshake_one_push() {
+        model(|| run(1, 1));
     }
 
     #[test]
     fn loom_remote_queue_park_handshake_repeated_pushes() {
-        loom::model(|| {
-            let core = Arc::new(Core {
-                queue: RemoteQueue::new(),
-                gate: ParkGate::new(),
-            });
-            let me = loom::thread::current();
-            let producer = {
-                let core = core.clone();
-                loom::thread::spawn(move || produce(&core, &me, 3))
-            };
-            consume(&core, 3);
-            producer.join().expect("producer");
-        });
+        model(|| run(1, 3));
     }
 
     #[test]
     fn loom_wake_flag_park_handshake() {
         // The main future's waker uses the same gate with a flag instead of
         // a queue.
-        loom::model(|| {
+        model(|| {
             let woken = Arc::new(AtomicBool::new(false));
             let gate = Arc::new(ParkGate::new());
-            let me = loom::thread::current();
-            let waker = {
+            let core = {
                 let (woken, gate) = (woken.clone(), gate.clone());
-                loom::thread::spawn(move || {
-                    if !woken.swap(true, SeqCst) && gate.needs_unpark() {
-                        me.unpark();
+                loom::thread::spawn(move || loop {
+                    if woken.swap(false, SeqCst) {
+                        break;
                     }
+                    gate.prepare_park();
+                    if !woken.load(Relaxed) {
+                        loom::thread::park();
+                    }
+                    gate.finish_park();
                 })
             };
-            loop {
-                if woken.swap(false, SeqCst) {
-                    break;
-                }
-                gate.prepare_park();
-                if !woken.load(Relaxed) {
-                    loom::thread::park();
-                }
-                gate.finish_park();
+            if !woken.swap(true, SeqCst) && gate.needs_unpark() {
+                core.thread().unpark();
             }
-            waker.join().expect("waker");
+            core.join().expect("core");
         });
     }
 }

@@ -1,0 +1,396 @@
+//! Multi-core Runtime: block_on, spawn_on, placement, shutdown, cross-core
+//! channels, and the cross-thread lost-wakeup check.
+
+mod common;
+
+use common::{with_watchdog, DropCounter};
+use futures::task::AtomicWaker;
+use plugio_executor::{
+    allowed_cpus, channel, core_id, spawn, yield_now, Builder, Handle, JoinError, Placement,
+    Runtime, ShutdownMode,
+};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+fn runtime(cores: usize) -> Runtime {
+    Builder::new().cores(cores).build().expect("build runtime")
+}
+
+#[test]
+fn block_on_100k_tasks_each_yielding_10_times() {
+    with_watchdog(Duration::from_secs(120), || {
+        let rt = runtime(1);
+        let total = rt.block_on(async {
+            let handles: Vec<_> = (0..100_000u64)
+                .map(|i| {
+                    spawn(async move {
+                        for _ in 0..10 {
+                            yield_now().await;
+                        }
+                        i
+                    })
+                })
+                .collect();
+            let mut sum = 0;
+            for h in handles {
+                sum += h.await.expect("join");
+            }
+            sum
+        });
+        assert_eq!(total, (0..100_000u64).sum());
+        let stats = rt.tick_stats(0).expect("core 0");
+        assert!(stats.tasks_polled >= 1_100_000, "{stats:?}");
+    });
+}
+
+#[test]
+fn spawn_on_places_tasks_on_the_named_core_and_names_threads() {
+    let rt = Builder::new()
+        .cores(3)
+        .thread_name("shard")
+        .build()
+        .expect("build");
+    for core in 0..3 {
+        let (id, name) = futures::executor::block_on(rt.spawn_on(core, async {
+            (core_id(), std::thread::current().name().map(str::to_owned))
+        }))
+        .expect("join");
+        assert_eq!(id, Some(core));
+        assert_eq!(name.as_deref(), Some(format!("shard-{core}").as_str()));
+    }
+    rt.shutdown(ShutdownMode::Cancel).expect("clean shutdown");
+}
+
+#[test]
+fn cross_core_spawn_from_inside_a_task() {
+    let rt = runtime(2);
+    let got = rt.block_on(async {
+        let handle = Handle::current().expect("runtime handle");
+        handle.spawn_on(1, async { core_id() }).await.expect("join")
+    });
+    assert_eq!(got, Some(1));
+}
+
+#[test]
+fn block_on_reraises_panics_and_runtime_survives() {
+    let rt = runtime(1);
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        rt.block_on(async { panic!("inside block_on") })
+    }));
+    assert!(caught.is_err());
+    assert_eq!(rt.block_on(async { 5 }), 5);
+}
+
+#[test]
+fn pinned_placement_pins_each_core_to_its_cpu() {
+    let cpus = allowed_cpus().expect("affinity");
+    let cores = cpus.len().min(2);
+    let rt = Builder::new()
+        .cores(cores)
+        .placement(Placement::Pinned)
+        .build()
+        .expect("build");
+    for (core, cpu) in cpus.iter().take(cores).enumerate() {
+        let mask = futures::executor::block_on(
+            rt.spawn_on(core, async { allowed_cpus().expect("affinity in core") }),
+        )
+        .expect("join");
+        assert_eq!(mask, vec![*cpu], "core {core}");
+    }
+    let explicit = Builder::new()
+        .cores(1)
+        .placement(Placement::Cpus(vec![cpus[cpus.len() - 1]]))
+        .build()
+        .expect("build");
+    let mask = explicit.block_on(async { allowed_cpus().expect("affinity") });
+    assert_eq!(mask, vec![cpus[cpus.len() - 1]]);
+    // Unpinned keeps the whole set.
+    let free = runtime(1);
+    assert_eq!(
+        free.block_on(async { allowed_cpus().expect("affinity") }),
+        cpus
+    );
+}
+
+#[test]
+fn bad_placement_and_zero_cores_are_errors() {
+    let e = Builder::new().cores(0).build().expect_err("zero cores");
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+    let e = Builder::new()
+        .cores(2)
+        .placement(Placement::Cpus(vec![0]))
+        .build()
+        .expect_err("wrong cpu count");
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+    let e = Builder::new()
+        .cores(1)
+        .placement(Placement::Cpus(vec![100_000]))
+        .build()
+        .expect_err("no such cpu");
+    assert!(
+        e.raw_os_error().is_some() || e.kind() == std::io::ErrorKind::InvalidInput,
+        "{e}"
+    );
+}
+
+#[test]
+fn driver_and_start_hooks_run_on_each_core_thread() {
+    let starts = Arc::new(AtomicUsize::new(0));
+    let s2 = starts.clone();
+    let rt = Builder::new()
+        .cores(2)
+        .thread_name("hooked")
+        .on_thread_start(move |i| {
+            assert_eq!(
+                std::thread::current().name(),
+                Some(format!("hooked-{i}").as_str())
+            );
+            s2.fetch_add(1, Ordering::SeqCst);
+        })
+        .build()
+        .expect("build");
+    assert_eq!(starts.load(Ordering::SeqCst), 2);
+    drop(rt);
+    let err = Builder::new()
+        .cores(2)
+        .driver(|i| {
+            if i == 1 {
+                Err(std::io::Error::other("core 1 has no ring"))
+            } else {
+                Ok(Box::new(plugio_executor::ThreadDriver::new())
+                    as Box<dyn plugio_executor::Driver>)
+            }
+        })
+        .build()
+        .expect_err("driver failure");
+    assert_eq!(err.to_string(), "core 1 has no ring");
+}
+
+#[test]
+fn shutdown_cancel_drops_pending_tasks() {
+    with_watchdog(Duration::from_secs(30), || {
+        let rt = runtime(2);
+        let drops = Arc::new(AtomicUsize::new(0));
+        let handles: Vec<_> = (0..10)
+            .map(|i| {
+                let g = DropCounter(drops.clone());
+                rt.spawn_on(i % 2, async move {
+                    let _g = g;
+                    std::future::pending::<()>().await;
+                })
+            })
+            .collect();
+        // Let them start.
+        rt.block_on(async { yield_now().await });
+        rt.shutdown(ShutdownMode::Cancel).expect("clean");
+        assert_eq!(drops.load(Ordering::SeqCst), 10);
+        for h in handles {
+            let r = futures::executor::block_on(h);
+            assert!(matches!(r, Err(JoinError::Cancelled)));
+        }
+    });
+}
+
+#[test]
+fn shutdown_wait_lets_tasks_finish_and_timeout_cancels_the_rest() {
+    with_watchdog(Duration::from_secs(30), || {
+        let rt = runtime(2);
+        let finished = Arc::new(AtomicUsize::new(0));
+        let handles: Vec<_> = (0..8)
+            .map(|i| {
+                let f = finished.clone();
+                rt.spawn_on(i % 2, async move {
+                    plugio_executor::sleep(Duration::from_millis(20)).await;
+                    f.fetch_add(1, Ordering::SeqCst);
+                })
+            })
+            .collect();
+        rt.shutdown(ShutdownMode::Wait).expect("clean");
+        assert_eq!(finished.load(Ordering::SeqCst), 8);
+        for h in handles {
+            futures::executor::block_on(h).expect("finished");
+        }
+
+        let rt = runtime(1);
+        let stuck = rt.spawn_on(0, std::future::pending::<()>());
+        let quick = rt.spawn_on(0, async { 1 });
+        let t0 = Instant::now();
+        rt.shutdown(ShutdownMode::WaitTimeout(Duration::from_millis(50)))
+            .expect("clean");
+        assert!(t0.elapsed() >= Duration::from_millis(50));
+        assert_eq!(futures::executor::block_on(quick).expect("quick"), 1);
+        assert!(futures::executor::block_on(stuck)
+            .expect_err("cancelled")
+            .is_cancelled());
+    });
+}
+
+#[test]
+fn spawn_through_a_handle_after_shutdown_is_cancelled() {
+    let rt = runtime(1);
+    let handle = rt.handle().clone();
+    drop(rt);
+    let drops = Arc::new(AtomicUsize::new(0));
+    let g = DropCounter(drops.clone());
+    let h = handle.spawn_on(0, async move {
+        let _g = g;
+    });
+    assert_eq!(drops.load(Ordering::SeqCst), 1);
+    assert!(futures::executor::block_on(h)
+        .expect_err("cancelled")
+        .is_cancelled());
+}
+
+#[test]
+fn cross_core_channel_delivers_in_order_and_closes() {
+    with_watchdog(Duration::from_secs(60), || {
+        let rt = runtime(2);
+        let (tx, mut rx) = channel::bounded::<u64>(64);
+        let producer = rt.spawn_on(0, async move {
+            for i in 0..100_000 {
+                tx.send(i).await.expect("receiver alive");
+            }
+        });
+        let consumer = rt.spawn_on(1, async move {
+            let mut next = 0;
+            while let Some(v) = rx.recv().await {
+                assert_eq!(v, next);
+                next += 1;
+            }
+            next
+        });
+        futures::executor::block_on(producer).expect("producer");
+        assert_eq!(
+            futures::executor::block_on(consumer).expect("consumer"),
+            100_000
+        );
+        let s0 = rt.tick_stats(0).expect("stats");
+        let s1 = rt.tick_stats(1).expect("stats");
+        assert!(s0.remote_wakes + s1.remote_wakes > 0);
+    });
+}
+
+#[test]
+fn channel_send_fails_after_receiver_drops() {
+    let rt = runtime(2);
+    let (tx, rx) = channel::bounded::<u32>(1);
+    let r = rt.block_on(async move {
+        tx.send(1).await.expect("room");
+        // Full now: this send waits until the receiver (on core 1) drops.
+        let waiter = async { tx.send(2).await };
+        let dropper = Handle::current()
+            .expect("handle")
+            .spawn_on(1, async move { drop(rx) });
+        let (r, _) = futures::join!(waiter, dropper);
+        r
+    });
+    assert_eq!(r.expect_err("closed").0, 2);
+}
+
+/// The lost-wakeup check: one task is woken only by another thread, 10
+/// million times. The waker may run at most `WINDOW` wakes ahead of what
+/// the task has seen, so any lost wakeup stalls both sides and the
+/// watchdog fails the test.
+#[test]
+fn ten_million_remote_wakes_never_stall() {
+    const WAKES: u64 = 10_000_000;
+    const WINDOW: u64 = 256;
+    with_watchdog(Duration::from_secs(240), || {
+        let rt = runtime(1);
+        let produced = Arc::new(AtomicU64::new(0));
+        let seen = Arc::new(AtomicU64::new(0));
+        let slot = Arc::new(AtomicWaker::new());
+        let task = {
+            let (produced, seen, slot) = (produced.clone(), seen.clone(), slot.clone());
+            rt.spawn_on(0, async move {
+                let mut polls = 0u64;
+                std::future::poll_fn(|cx| {
+                    polls += 1;
+                    slot.register(cx.waker());
+                    // Acquire: pairs with the producer's Release store.
+                    let p = produced.load(Ordering::Acquire);
+                    // Release: pairs with the producer's Acquire load.
+                    seen.store(p, Ordering::Release);
+                    if p >= WAKES {
+                        Poll::Ready(())
+                    } else {
+                        Poll::Pending
+                    }
+                })
+                .await;
+                polls
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(200);
+        let mut spins = 0u64;
+        for i in 1..=WAKES {
+            while i - seen.load(Ordering::Acquire) > WINDOW {
+                spins += 1;
+                if spins % 4096 == 0 {
+                    assert!(Instant::now() < deadline, "stalled at wake {i}");
+                    std::thread::yield_now();
+                }
+                std::hint::spin_loop();
+            }
+            produced.store(i, Ordering::Release);
+            slot.wake();
+        }
+        let polls = futures::executor::block_on(task).expect("task");
+        assert!(polls >= WAKES / WINDOW, "polls {polls}");
+        let stats = rt.tick_stats(0).expect("stats");
+        // Some polls come from local wakes (AtomicWaker::register wakes
+        // directly when it races a wake), so only a lower bound holds.
+        assert!(stats.remote_wakes >= WAKES / WINDOW, "{stats:?}");
+    });
+}
+
+/// Several threads wake tasks on one core at once (MPSC contention on the
+/// remote queue); every wake is eventually seen.
+#[test]
+fn concurrent_remote_wakers_never_stall() {
+    const PER_THREAD: u64 = 200_000;
+    with_watchdog(Duration::from_secs(120), || {
+        let rt = runtime(1);
+        let mut tasks = Vec::new();
+        let mut wakers = Vec::new();
+        for _ in 0..3 {
+            let produced = Arc::new(AtomicU64::new(0));
+            let seen = Arc::new(AtomicU64::new(0));
+            let slot = Arc::new(AtomicWaker::new());
+            {
+                let (produced, seen, slot) = (produced.clone(), seen.clone(), slot.clone());
+                tasks.push(rt.spawn_on(0, async move {
+                    std::future::poll_fn(|cx| {
+                        slot.register(cx.waker());
+                        // Acquire/Release: as in the 10 million test.
+                        let p = produced.load(Ordering::Acquire);
+                        seen.store(p, Ordering::Release);
+                        if p >= PER_THREAD {
+                            Poll::Ready(())
+                        } else {
+                            Poll::Pending
+                        }
+                    })
+                    .await
+                }));
+            }
+            wakers.push(std::thread::spawn(move || {
+                for i in 1..=PER_THREAD {
+                    while i - seen.load(Ordering::Acquire) > 64 {
+                        std::thread::yield_now();
+                    }
+                    produced.store(i, Ordering::Release);
+                    slot.wake();
+                }
+            }));
+        }
+        for w in wakers {
+            w.join().expect("waker thread");
+        }
+        for t in tasks {
+            futures::executor::block_on(t).expect("task");
+        }
+    });
+}
