@@ -79,6 +79,21 @@ pub enum ErrorKind {
     /// A submission was attempted on a thread that has no plugio device
     /// driver installed (see `DeviceDriver::install`).
     NoDriver,
+    /// An NVMe command completed with a non-zero status (passthrough only;
+    /// the NVMe base specification's Completion Queue Entry status field).
+    /// `sct` 0 is generic (for example `sc` 0x80 "LBA Out of Range"), 1
+    /// command specific, 2 media and data integrity errors, 3 path related.
+    Nvme {
+        /// Status Code Type (3 bits).
+        sct: u8,
+        /// Status Code (8 bits).
+        sc: u8,
+        /// Do Not Retry: the same command is expected to fail again.
+        dnr: bool,
+        /// More: the controller has more status in the Error Information
+        /// log page.
+        more: bool,
+    },
     /// Any other errno from the kernel.
     Io {
         /// The positive errno value.
@@ -106,8 +121,22 @@ impl Error {
 
     /// Maps a positive errno (or a negative CQE result, whose sign is
     /// ignored) to an error. This is the one place errnos are mapped.
+    ///
+    /// Values at or above [`NVME_STATUS_BASE`] are NVMe completion statuses
+    /// encoded by [`nvme_status_result`] (the passthrough backend's way of
+    /// carrying a status through the `i32` completion result) and become
+    /// [`ErrorKind::Nvme`].
     pub fn from_errno(errno: i32) -> Self {
-        let errno = errno.abs();
+        let errno = errno.checked_abs().unwrap_or(i32::MAX);
+        if errno >= NVME_STATUS_BASE {
+            let status = (errno - NVME_STATUS_BASE) as u16;
+            return Self::new(ErrorKind::Nvme {
+                sct: ((status >> 8) & 0x7) as u8,
+                sc: (status & 0xff) as u8,
+                dnr: status & (1 << 14) != 0,
+                more: status & (1 << 13) != 0,
+            });
+        }
         let kind = match errno {
             libc::ENOSPC | libc::EDQUOT => ErrorKind::OutOfSpace,
             libc::EOPNOTSUPP | libc::ENOTTY | libc::ENOSYS => ErrorKind::Unsupported,
@@ -160,9 +189,22 @@ impl Error {
             ErrorKind::PermissionDenied => libc::EPERM,
             ErrorKind::NotFound => libc::ENOENT,
             ErrorKind::NoDriver => libc::ENXIO,
+            ErrorKind::Nvme { .. } => libc::EIO,
             ErrorKind::Io { errno } => *errno,
         }
     }
+}
+
+/// Completion results at or below `-NVME_STATUS_BASE` carry an NVMe status
+/// (see [`nvme_status_result`]); errnos are all far below this value.
+pub const NVME_STATUS_BASE: i32 = 1 << 16;
+
+/// Encodes an NVMe completion status as a completion result that
+/// [`Error::from_errno`] decodes into [`ErrorKind::Nvme`]. `status` is the
+/// kernel's passthrough `cqe->res`: the 15-bit NVMe status field without the
+/// phase bit (SC bits 7:0, SCT 10:8, CRD 12:11, More 13, DNR 14).
+pub fn nvme_status_result(status: u16) -> i32 {
+    -(NVME_STATUS_BASE + i32::from(status & 0x7fff))
 }
 
 impl fmt::Display for InvalidInput {
@@ -221,6 +263,13 @@ impl fmt::Display for Error {
                 f,
                 "no plugio device driver on this thread (install a DeviceDriver first)"
             )?,
+            ErrorKind::Nvme { sct, sc, dnr, more } => write!(
+                f,
+                "NVMe status sct={sct:#x} sc={sc:#04x} ({}){}{}",
+                nvme_status_name(*sct, *sc),
+                if *dnr { " dnr" } else { "" },
+                if *more { " more" } else { "" }
+            )?,
             ErrorKind::Io { errno } => {
                 write!(f, "{}", io::Error::from_raw_os_error(*errno))?;
             }
@@ -229,6 +278,25 @@ impl fmt::Display for Error {
             write!(f, " (path {})", path.display())?;
         }
         Ok(())
+    }
+}
+
+/// A short name for the common generic and media NVMe status codes.
+fn nvme_status_name(sct: u8, sc: u8) -> &'static str {
+    match (sct, sc) {
+        (0, 0x01) => "invalid command opcode",
+        (0, 0x02) => "invalid field in command",
+        (0, 0x04) => "data transfer error",
+        (0, 0x06) => "internal error",
+        (0, 0x0b) => "invalid namespace or format",
+        (0, 0x80) => "LBA out of range",
+        (0, 0x81) => "capacity exceeded",
+        (0, 0x82) => "namespace not ready",
+        (1, _) => "command specific",
+        (2, 0x81) => "unrecovered read error",
+        (2, _) => "media or data integrity error",
+        (3, _) => "path related",
+        _ => "see the NVMe base specification",
     }
 }
 
@@ -275,6 +343,34 @@ mod tests {
             ErrorKind::Unsupported
         );
         assert_eq!(Error::from_errno(libc::EIO).errno(), libc::EIO);
+    }
+
+    #[test]
+    fn nvme_status_round_trips_through_a_result() {
+        // DNR | SCT 0 | SC 0x80 (LBA out of range), as the kernel reports it.
+        let result = nvme_status_result(0x4080);
+        assert!(result < 0);
+        let err = Error::from_errno(result);
+        assert_eq!(
+            *err.kind(),
+            ErrorKind::Nvme {
+                sct: 0,
+                sc: 0x80,
+                dnr: true,
+                more: false
+            }
+        );
+        assert!(err.to_string().contains("LBA out of range"), "{err}");
+        assert_eq!(err.errno(), libc::EIO);
+        assert_eq!(
+            *Error::from_errno(nvme_status_result(0x2281)).kind(),
+            ErrorKind::Nvme {
+                sct: 2,
+                sc: 0x81,
+                dnr: false,
+                more: true
+            }
+        );
     }
 
     #[test]

@@ -63,6 +63,7 @@ pub mod testing;
 
 pub use backend::file::{FileBackend, OpenOptions};
 pub use backend::mem::{MemConfig, MemDevice};
+pub use backend::nvme::{is_passthrough_path, NvmeBackend, NvmeOptions};
 pub use backend::{check_op, Backend, BackendKind};
 pub use buf::DmaBuf;
 pub use core::{

@@ -21,6 +21,7 @@ use crate::op::IoOp;
 
 pub mod file;
 pub mod mem;
+pub mod nvme;
 pub mod sync;
 /// Which implementation serves a [`Backend`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +34,8 @@ pub enum BackendKind {
     Sync,
     /// The simulated in-memory device.
     Mem,
+    /// NVMe passthrough (`IORING_OP_URING_CMD` on `/dev/ngXnY`).
+    NvmePassthrough,
 }
 
 /// The most segments one op may carry (`IOV_MAX`).

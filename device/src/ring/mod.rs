@@ -14,6 +14,7 @@
 //!   thread can wake a waiting enter; the ring waits in enter only with that
 //!   read armed, so it never waits with nothing in flight.
 
+mod cmd;
 mod config;
 mod slots;
 mod unpark;
@@ -32,6 +33,8 @@ use std::time::Duration;
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
+pub use cmd::CmdRing;
+pub(crate) use cmd::CmdSlot;
 pub use config::{RingConfig, RingInfo};
 pub(crate) use unpark::RingUnpark;
 
@@ -45,6 +48,8 @@ pub(crate) const WAKE_UD: u64 = u64::MAX;
 const TIMEOUT_UD: u64 = u64::MAX - 1;
 /// user_data of the cancel SQE issued at shutdown.
 const CANCEL_UD: u64 = u64::MAX - 2;
+/// user_data of the armed read of the passthrough ring's eventfd.
+const CMD_WAKE_UD: u64 = u64::MAX - 3;
 /// Set in user_data of a preflush SQE linked ahead of its op.
 const PREFLUSH_BIT: u64 = 1 << 40;
 /// `IORING_ENTER_GETEVENTS` from the uapi header.
@@ -93,6 +98,10 @@ pub struct Ring {
     files_closed_seen: Cell<u64>,
     reaped: RefCell<Vec<Completion>>,
     stats: RefCell<RingStats>,
+    /// The passthrough rings (interrupt-driven, polled), built on first use.
+    cmd_rings: RefCell<[Option<Rc<CmdRing>>; 2]>,
+    cmd_wake_buf: Box<Cell<u64>>,
+    cmd_wake_armed: Cell<bool>,
     #[cfg(test)]
     pub(crate) cqe_fault: RefCell<Option<CqeFault>>,
     /// Test hook: behave as if the kernel lacked `EXT_ARG`.
@@ -136,6 +145,9 @@ impl Ring {
             files_closed_seen: Cell::new(0),
             reaped: RefCell::new(Vec::new()),
             stats: RefCell::new(RingStats::default()),
+            cmd_rings: RefCell::new([None, None]),
+            cmd_wake_buf: Box::new(Cell::new(0)),
+            cmd_wake_armed: Cell::new(false),
             #[cfg(test)]
             cqe_fault: RefCell::new(None),
             #[cfg(test)]
@@ -162,9 +174,87 @@ impl Ring {
         *self.stats.borrow()
     }
 
-    /// Ops pushed and not yet completed (the armed wake read excluded).
+    /// Ops pushed and not yet completed (the armed wake read excluded),
+    /// passthrough commands included.
     pub fn in_flight(&self) -> usize {
-        self.slots.borrow().len()
+        let cmd: usize = self.cmd_rings().iter().map(|r| r.in_flight()).sum();
+        self.slots.borrow().len() + cmd
+    }
+
+    /// The core's passthrough ring (`polled`: the `IOPOLL` one), built on
+    /// first use; the interrupt-driven one gets its eventfd watched by this
+    /// ring (see [`CmdRing`]).
+    ///
+    /// # Errors
+    /// The kernel refuses SQE128/CQE32 rings (`Unsupported`, naming the
+    /// block-device path that still works) or the eventfd registration.
+    pub fn cmd_ring(&self, polled: bool) -> Result<Rc<CmdRing>> {
+        let which = usize::from(polled);
+        if let Some(ring) = &self.cmd_rings.borrow()[which] {
+            return Ok(ring.clone());
+        }
+        let ring = Rc::new(CmdRing::new(polled)?);
+        self.cmd_rings.borrow_mut()[which] = Some(ring.clone());
+        if !polled {
+            self.arm_cmd_wake();
+        }
+        Ok(ring)
+    }
+
+    fn cmd_rings(&self) -> Vec<Rc<CmdRing>> {
+        self.cmd_rings.borrow().iter().flatten().cloned().collect()
+    }
+
+    fn arm_cmd_wake(&self) {
+        let Some(efd) = self.cmd_rings.borrow()[0]
+            .as_ref()
+            .and_then(|r| r.eventfd())
+        else {
+            return;
+        };
+        let entry = opcode::Read::new(types::Fd(efd), self.cmd_wake_buf.as_ptr().cast::<u8>(), 8)
+            .build()
+            .user_data(CMD_WAKE_UD);
+        self.cmd_wake_armed.set(true);
+        self.push_sqe(entry);
+    }
+
+    /// Before the main enter: submits the passthrough rings' SQEs and reaps
+    /// their CQs. True when the main enter must not wait (something was
+    /// reaped, or a polled ring has commands to poll for).
+    fn cmd_before_enter(&self) -> Result<bool> {
+        let rings = self.cmd_rings();
+        if rings.is_empty() {
+            return Ok(false);
+        }
+        let mut busy = false;
+        let mut reaped = std::mem::take(&mut *self.reaped.borrow_mut());
+        for ring in &rings {
+            ring.submit(false, 0)?;
+            busy |= ring.reap(&mut reaped)? > 0 || (ring.is_polled() && ring.in_flight() > 0);
+        }
+        *self.reaped.borrow_mut() = reaped;
+        Ok(busy)
+    }
+
+    /// After the main enter: polls the polled ring (waiting for one
+    /// completion only when nothing else is ready) and reaps every
+    /// passthrough CQ.
+    fn cmd_after_enter(&self) -> Result<()> {
+        let rings = self.cmd_rings();
+        if rings.is_empty() {
+            return Ok(());
+        }
+        let mut reaped = std::mem::take(&mut *self.reaped.borrow_mut());
+        for ring in &rings {
+            if ring.is_polled() && ring.in_flight() > 0 {
+                let min = u32::from(reaped.is_empty() && !self.has_cqes());
+                ring.submit(true, min)?;
+            }
+            ring.reap(&mut reaped)?;
+        }
+        *self.reaped.borrow_mut() = reaped;
+        Ok(())
     }
 
     /// Registers `buffers` as fixed buffers (`IORING_REGISTER_BUFFERS`).
@@ -339,6 +429,9 @@ impl Ring {
 
     /// Submits what is queued without waiting (`submit_now`).
     pub(crate) fn submit_pending(&self) -> Result<()> {
+        for ring in self.cmd_rings() {
+            ring.submit(false, 0)?;
+        }
         self.flush_backlog();
         self.enter_submit_only()?;
         self.flush_backlog();
@@ -434,8 +527,10 @@ impl Ring {
     /// push-back. Returns how many completions were delivered.
     pub(crate) fn park(&self, core: &Core, timeout: Option<Duration>) -> Result<usize> {
         self.flush_backlog();
+        let cmd_busy = self.cmd_before_enter()?;
         let want = match timeout {
             Some(t) if t.is_zero() => 0,
+            _ if cmd_busy => 0,
             _ => 1,
         };
         let mut backoff = Duration::from_micros(10);
@@ -472,6 +567,7 @@ impl Ring {
         // release registered files of closed backends.
         self.sweep_files();
         self.reap()?;
+        self.cmd_after_enter()?;
         self.flush_backlog();
         Ok(self.deliver(core))
     }
@@ -540,6 +636,9 @@ impl Ring {
             self.unpark.rearm();
             self.arm_wake();
         }
+        if !self.cmd_wake_armed.get() {
+            self.arm_cmd_wake();
+        }
         Ok(seen)
     }
 
@@ -569,6 +668,10 @@ impl Ring {
         match ud {
             WAKE_UD => {
                 self.wake_armed.set(false);
+                return;
+            }
+            CMD_WAKE_UD => {
+                self.cmd_wake_armed.set(false);
                 return;
             }
             TIMEOUT_UD | CANCEL_UD => return,
@@ -660,6 +763,12 @@ impl Drop for Ring {
             // The kernel may still write the wake buffer: leak it rather
             // than free memory it owns.
             let buf = std::mem::replace(&mut self.wake_buf, Box::new(Cell::new(0)));
+            std::mem::forget(buf);
+        }
+        if self.cmd_wake_armed.get() {
+            // The passthrough eventfd read is still armed: its 8-byte buffer
+            // is leaked rather than freed under the kernel.
+            let buf = std::mem::replace(&mut self.cmd_wake_buf, Box::new(Cell::new(0)));
             std::mem::forget(buf);
         }
         let n = self.slots.borrow().len();
