@@ -2,7 +2,7 @@
 //!
 //! # Mechanism
 //!
-//! Each core has one [`TimerQueue`]: a binary min-heap of
+//! Each core has one timer queue: a binary min-heap of
 //! `(deadline, sequence, slot)` plus a slab of registrations (waker and
 //! sequence). No thread per timer: the core fires every expired timer at the
 //! start of each tick (in deadline order, ties in registration order) and
