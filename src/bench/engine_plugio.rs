@@ -1,0 +1,293 @@
+//! The plugio engines: `iodepth` tasks per core, each looping
+//! `read_into`/`write_at` on one preallocated buffer (`--engine plugio`) or
+//! `Device::nop()` (`--engine nop`), so what is measured is the runtime's
+//! path: executor, plug, tags, dispatch, io_uring, completion.
+//!
+//! Invariants: every task reuses its buffer for its whole life (no
+//! allocation per IO); a core's counters are written only by that core's
+//! thread (tasks and its [`StatsDriver`]); the device is opened before the
+//! tasks start and closed after every task has ended.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use plugio_device::{DeviceDriver, DmaBuf, RingConfig};
+use plugio_engine::tag::TagStats;
+use plugio_engine::{Device, DeviceOptions};
+use plugio_executor::{Driver, JoinHandle, Placement, ShutdownMode, Unpark};
+use rand::RngCore;
+
+use super::error::BenchError;
+use super::options::{Ablation, Job};
+use super::stats::{self, Counters, Dir, IoPattern, Sampler};
+use super::target::Target;
+use super::EngineOutput;
+
+const NAME: &str = "plugio";
+
+/// A core's [`DeviceDriver`] that copies the ring's call counters into the
+/// core's [`WorkerCounters`](super::stats::WorkerCounters) after each park,
+/// so the reporter can print IOS/call.
+struct StatsDriver {
+    inner: DeviceDriver,
+    counters: Arc<Counters>,
+    core: usize,
+}
+
+impl Driver for StatsDriver {
+    fn park(&self, timeout: Option<Duration>) -> std::io::Result<()> {
+        let r = self.inner.park(timeout);
+        if let Some(s) = self.inner.ring_stats() {
+            let w = self.counters.worker(self.core);
+            // SQEs are not counted by the ring: IOs completed stand in for
+            // them (each IO is one SQE on this path, merging aside).
+            w.set_calls(s.enters, w.snapshot().ios, s.cqes);
+        }
+        r
+    }
+
+    fn unparker(&self) -> Arc<dyn Unpark> {
+        self.inner.unparker()
+    }
+}
+
+/// The device options `job` asks for, with its ablations applied; notes
+/// name what could not be applied.
+pub fn device_options(job: &Job, notes: &mut Vec<String>) -> DeviceOptions {
+    let mut opts = DeviceOptions {
+        queue_depth: (u64::from(job.iodepth) * job.cores as u64).clamp(1, 65536) as u32,
+        direct: job.direct,
+        read_only: !job.rw.writes(),
+        ..DeviceOptions::default()
+    };
+    for a in &job.ablate {
+        match a {
+            Ablation::TagBatch => opts.tag_batch = false,
+            Ablation::TagBatchRetry => opts.tag_batch_retry = false,
+            Ablation::Plug => opts.plug_max_count = 1,
+            other => notes.push(format!(
+                "--ablate {}: not available yet (arrives with the engine's issue 5); \
+                 the run keeps it on",
+                super::report::ablation_name(*other)
+            )),
+        }
+    }
+    if let Some(n) = job.nomerges {
+        notes.push(format!(
+            "--nomerges {n}: merging is not available yet in the engine (issue 5); \
+             no IO is merged in this run"
+        ));
+    }
+    opts
+}
+
+/// The ring each core gets.
+fn ring_config(job: &Job) -> RingConfig {
+    RingConfig {
+        sq_entries: job.iodepth.clamp(32, 4096).next_power_of_two(),
+        registered_files: if job.register_files { 64 } else { 0 },
+        ..RingConfig::default()
+    }
+}
+
+/// Runs the plugio (or plugio NOP) engine until `counters` says stop.
+///
+/// # Errors
+/// Runtime or device setup failed, or an IO failed.
+pub fn run(
+    job: &Job,
+    target: &Target,
+    counters: &Arc<Counters>,
+) -> Result<EngineOutput, BenchError> {
+    let mut notes = Vec::new();
+    let opts = device_options(job, &mut notes);
+    let ring = ring_config(job);
+    let driver_counters = counters.clone();
+    let rt = plugio_executor::Builder::new()
+        .cores(job.cores)
+        .placement(Placement::Pinned)
+        .thread_name("plugio-bench")
+        .driver(move |core| {
+            let inner = DeviceDriver::new(&ring)?;
+            Ok(Box::new(StatsDriver {
+                inner,
+                counters: driver_counters.clone(),
+                core,
+            }) as Box<dyn Driver>)
+        })
+        .build()
+        .map_err(|e| BenchError::engine(NAME, format!("starting the runtime: {e}")))?;
+    let dev = Device::open(&target.path, opts)
+        .map_err(|e| BenchError::engine(NAME, format!("opening {}: {e}", target.path.display())))?;
+    let probe_dev = dev.clone();
+    counters.set_tag_probe(Box::new(move || sum_tag_stats(&probe_dev.tag_stats())));
+    let handles: Vec<_> = (0..job.cores)
+        .map(|core| {
+            let cj = CoreJob {
+                dev: dev.clone(),
+                job: job.clone(),
+                size_bytes: target.size_bytes,
+                counters: counters.clone(),
+                core,
+            };
+            rt.spawn_on(core, cj.run())
+        })
+        .collect();
+    counters.mark_started();
+    let mut latency = stats::new_histogram();
+    let mut first_err = None;
+    for h in handles {
+        match futures::executor::block_on(h) {
+            Ok(Ok(hist)) => stats::merge_into(&mut latency, &hist),
+            Ok(Err(e)) => {
+                first_err.get_or_insert(e);
+            }
+            Err(e) => {
+                first_err.get_or_insert(format!("core task ended: {e}"));
+            }
+        }
+    }
+    counters.set_tag_probe(Box::new(TagStats::default));
+    let tags = sum_tag_stats(&dev.tag_stats());
+    drop(dev);
+    if let Err(e) = rt.shutdown(ShutdownMode::Wait) {
+        first_err.get_or_insert(format!("runtime shutdown: {e}"));
+    }
+    if let Some(e) = first_err {
+        return Err(BenchError::engine(NAME, e));
+    }
+    Ok(EngineOutput {
+        latency,
+        notes,
+        tag_stats: Some(tags),
+    })
+}
+
+/// Sums per-slice tag statistics.
+fn sum_tag_stats(slices: &[TagStats]) -> TagStats {
+    let mut s = TagStats::default();
+    for t in slices {
+        s.single_calls += t.single_calls;
+        s.single_tags += t.single_tags;
+        s.batch_calls += t.batch_calls;
+        s.batch_tags += t.batch_tags;
+        s.partial_batches += t.partial_batches;
+        s.empty_batches += t.empty_batches;
+        s.short_allocs += t.short_allocs;
+        s.waits += t.waits;
+        s.puts += t.puts;
+    }
+    s
+}
+
+/// What one core runs: spawns the IO tasks, waits for them, returns the
+/// core's latency histogram.
+struct CoreJob {
+    dev: Device,
+    job: Job,
+    size_bytes: u64,
+    counters: Arc<Counters>,
+    core: usize,
+}
+
+impl CoreJob {
+    async fn run(self) -> Result<Histogram<u64>, String> {
+        let cursor = Arc::new(AtomicU64::new(IoPattern::start_block(
+            &self.job,
+            self.size_bytes,
+            self.core,
+        )));
+        let handles: Vec<JoinHandle<Result<(), String>>> = (0..self.job.iodepth)
+            .map(|i| {
+                let seed = (self.core as u64) << 32 | u64::from(i);
+                let task = IoTask {
+                    dev: self.dev.clone(),
+                    pattern: IoPattern::new(&self.job, self.size_bytes, seed, cursor.clone()),
+                    sampler: Sampler::new(self.job.clat_sample),
+                    counters: self.counters.clone(),
+                    core: self.core,
+                    nop: self.job.nop,
+                    fixed_bufs: self.job.fixed_bufs,
+                    bs_bytes: self.job.bs_bytes as usize,
+                };
+                plugio_executor::spawn_local(task.run())
+            })
+            .collect();
+        let mut first_err = None;
+        for h in handles {
+            match h.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    first_err.get_or_insert(e);
+                }
+                Err(e) => {
+                    first_err.get_or_insert(format!("IO task ended: {e}"));
+                }
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(stats::take_latency()),
+        }
+    }
+}
+
+/// One of the `iodepth` tasks of a core.
+struct IoTask {
+    dev: Device,
+    pattern: IoPattern,
+    sampler: Sampler,
+    counters: Arc<Counters>,
+    core: usize,
+    nop: bool,
+    fixed_bufs: bool,
+    bs_bytes: usize,
+}
+
+impl IoTask {
+    async fn run(mut self) -> Result<(), String> {
+        if self.nop {
+            return self.run_nop().await;
+        }
+        let mut buf = if self.fixed_bufs {
+            self.dev.alloc_buf(self.bs_bytes)
+        } else {
+            let align = self.dev.geometry().mem_align_bytes() as usize;
+            DmaBuf::heap(self.bs_bytes, align)
+        };
+        rand::thread_rng().fill_bytes(buf.as_mut_slice());
+        let worker = self.counters.worker(self.core);
+        while !self.counters.stopped() {
+            let (dir, offset) = self.pattern.next_io();
+            let t0 = self.sampler.start();
+            buf.set_len(self.bs_bytes);
+            let (res, b) = match dir {
+                Dir::Read => self.dev.read_into(buf, offset).await,
+                Dir::Write => self.dev.write_at(buf, offset).await,
+            };
+            buf = b;
+            let n =
+                res.map_err(|e| format!("{dir:?} of {} bytes at {offset}: {e}", self.bs_bytes))?;
+            worker.add_io(n as u64);
+            if let Some(t0) = t0 {
+                stats::record_latency(t0.elapsed());
+            }
+        }
+        Ok(())
+    }
+
+    async fn run_nop(mut self) -> Result<(), String> {
+        let worker = self.counters.worker(self.core);
+        while !self.counters.stopped() {
+            let t0 = self.sampler.start();
+            self.dev.nop().await.map_err(|e| format!("nop: {e}"))?;
+            worker.add_io(0);
+            if let Some(t0) = t0 {
+                stats::record_latency(t0.elapsed());
+            }
+        }
+        Ok(())
+    }
+}

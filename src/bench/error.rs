@@ -1,0 +1,142 @@
+//! [`BenchError`]: everything `plugio bench` can fail with, each with a
+//! message that says what to change and an exit code (2: bad input, 1: the
+//! run itself failed).
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+/// A failed benchmark.
+#[derive(Debug)]
+pub enum BenchError {
+    /// An option is out of range or options conflict.
+    Usage(String),
+    /// `--filename` does not exist.
+    MissingTarget {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// The target is smaller than `--size` (or than one block).
+    TargetTooSmall {
+        /// The target.
+        path: PathBuf,
+        /// Its size in bytes.
+        target_bytes: u64,
+        /// Bytes needed.
+        needed_bytes: u64,
+    },
+    /// The file system refused `O_DIRECT`.
+    DirectRefused {
+        /// The target.
+        path: PathBuf,
+    },
+    /// `--bs` is not a multiple of the target's logical block size.
+    Misaligned {
+        /// The block size asked for, bytes.
+        bs_bytes: u64,
+        /// The target's logical block size, bytes.
+        logical_block_bytes: u32,
+    },
+    /// An operating-system call failed.
+    Io {
+        /// What was being done.
+        context: String,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The engine under test failed (setup or an IO).
+    Engine {
+        /// The engine's name.
+        engine: &'static str,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+impl BenchError {
+    /// A [`BenchError::Usage`].
+    pub fn usage(message: impl Into<String>) -> Self {
+        BenchError::Usage(message.into())
+    }
+
+    /// An [`BenchError::Io`] with `context`.
+    pub fn io(context: impl Into<String>, source: io::Error) -> Self {
+        BenchError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// A [`BenchError::Engine`] from any displayable error.
+    pub fn engine(engine: &'static str, message: impl fmt::Display) -> Self {
+        BenchError::Engine {
+            engine,
+            message: message.to_string(),
+        }
+    }
+
+    /// The process exit code: 2 for bad input (change the command line),
+    /// 1 for a failed run.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            BenchError::Usage(_)
+            | BenchError::MissingTarget { .. }
+            | BenchError::TargetTooSmall { .. }
+            | BenchError::DirectRefused { .. }
+            | BenchError::Misaligned { .. } => 2,
+            BenchError::Io { .. } | BenchError::Engine { .. } => 1,
+        }
+    }
+}
+
+impl fmt::Display for BenchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BenchError::Usage(m) => write!(f, "{m}"),
+            BenchError::MissingTarget { path } => write!(
+                f,
+                "{} does not exist: create it, pass an existing file or block device to \
+                 --filename, or omit --filename to use a temporary file",
+                path.display()
+            ),
+            BenchError::TargetTooSmall {
+                path,
+                target_bytes,
+                needed_bytes,
+            } => write!(
+                f,
+                "{} holds {target_bytes} bytes but the job needs {needed_bytes}: \
+                 lower --size (or --bs) or use a larger target",
+                path.display()
+            ),
+            BenchError::DirectRefused { path } => write!(
+                f,
+                "the file system of {} refuses O_DIRECT (tmpfs does): \
+                 use --direct 0 or a file on a disk-backed file system",
+                path.display()
+            ),
+            BenchError::Misaligned {
+                bs_bytes,
+                logical_block_bytes,
+            } => write!(
+                f,
+                "--bs {bs_bytes} is not a multiple of the target's logical block size \
+                 ({logical_block_bytes} bytes): use e.g. --bs {}",
+                (*bs_bytes)
+                    .max(u64::from(*logical_block_bytes))
+                    .next_multiple_of(u64::from(*logical_block_bytes))
+            ),
+            BenchError::Io { context, source } => write!(f, "{context}: {source}"),
+            BenchError::Engine { engine, message } => write!(f, "engine {engine}: {message}"),
+        }
+    }
+}
+
+impl std::error::Error for BenchError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            BenchError::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! `plugio bench`: runs one IO job on one engine (plugio or a baseline)
+//! and reports IOPS, bandwidth, ring-call and plug figures each second,
+//! then a summary with latency percentiles (text or JSON).
+//!
+//! Files: [`options`] (command line, [`Job`]), [`error`] ([`BenchError`],
+//! exit codes), [`target`] (file or device, temporary file), [`stats`]
+//! (counters, IO pattern, latency), [`report`] (lines, summary, JSON),
+//! one file per engine, and [`compare`] (the peer-comparison report and
+//! plots that `benches/compare.sh` drives).
+//!
+//! Invariants:
+//! - Bad input is refused before any IO with a [`BenchError`] of exit code
+//!   2; nothing panics on user input.
+//! - The engine runs on its own threads; this thread only prints and
+//!   decides when to stop, so the figures cost the engine two relaxed
+//!   stores per IO.
+//! - `bytes == ios * bs` for data engines (the target is a multiple of
+//!   `bs` and every IO is full); NOP engines move no bytes.
+//! - The temporary file is removed when the run ends, failed or not.
+
+pub mod compare;
+pub mod engine_glommio;
+pub mod engine_plugio;
+pub mod engine_psync;
+pub mod engine_raw;
+pub mod engine_tokio;
+pub mod error;
+pub mod options;
+pub mod report;
+pub mod stats;
+pub mod target;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+
+pub use error::BenchError;
+pub use options::{BenchArgs, EngineKind, Job};
+pub use report::BenchResult;
+
+use stats::Counters;
+use target::Target;
+
+/// What an engine hands back when its workers have stopped.
+#[derive(Debug)]
+pub struct EngineOutput {
+    /// Sampled IO latencies in ns, all workers merged.
+    pub latency: Histogram<u64>,
+    /// Things the run could not do as asked (printed and put in the JSON).
+    pub notes: Vec<String>,
+    /// Final tag-set figures (plugio engines).
+    pub tag_stats: Option<plugio_engine::tag::TagStats>,
+}
+
+/// Runs the job the command line describes and prints its report.
+///
+/// # Errors
+/// See [`BenchError`]; its exit code says whether the input was bad (2)
+/// or the run failed (1).
+pub fn main(args: BenchArgs) -> Result<BenchResult, BenchError> {
+    let job = args.into_job()?;
+    let target = if job.engine == EngineKind::Raw && job.nop && job.filename.is_none() {
+        None
+    } else {
+        Some(target::prepare(&job)?)
+    };
+    let result = run(&job, target.as_ref())?;
+    report::print_result(&job, &result)?;
+    Ok(result)
+}
+
+/// Workers (counter slots) an engine uses.
+fn workers(job: &Job) -> usize {
+    match job.engine {
+        EngineKind::Psync => job.cores * job.iodepth as usize,
+        _ => job.cores,
+    }
+}
+
+/// Runs `job` on `target` (`None` only for `raw --nop` without a file),
+/// printing per-second lines unless quiet.
+///
+/// # Errors
+/// The engine's setup or IO failed.
+pub fn run(job: &Job, target: Option<&Target>) -> Result<BenchResult, BenchError> {
+    let counters = Counters::new(workers(job));
+    let cpu_before = stats::cpu_time();
+    let mut printer = report::Printer::new(job);
+    printer.header(job, target);
+    let (output, timeline) = std::thread::scope(|s| {
+        let engine_counters = counters.clone();
+        let engine = std::thread::Builder::new()
+            .name("plugio-bench-engine".into())
+            .spawn_scoped(s, move || {
+                let out = run_engine(job, target, &engine_counters);
+                // Unblocks the clock below if the engine failed before
+                // starting.
+                engine_counters.mark_started();
+                engine_counters.request_stop();
+                out
+            })
+            .map_err(|e| BenchError::io("starting the engine thread", e))?;
+        let timeline = clock(job, &counters, &mut printer, &engine);
+        let output = engine
+            .join()
+            .map_err(|_| BenchError::engine("bench", "the engine thread panicked"))??;
+        Ok::<_, BenchError>((output, timeline))
+    })?;
+    let cpu = stats::cpu_time().saturating_sub(cpu_before);
+    Ok(report::BenchResult::new(
+        job, target, &counters, output, timeline, cpu,
+    ))
+}
+
+fn run_engine(
+    job: &Job,
+    target: Option<&Target>,
+    counters: &Arc<Counters>,
+) -> Result<EngineOutput, BenchError> {
+    match job.engine {
+        EngineKind::Plugio | EngineKind::Nop => engine_plugio::run(job, need(target)?, counters),
+        EngineKind::Raw => engine_raw::run(job, target, counters),
+        EngineKind::Glommio => engine_glommio::run(job, need(target)?, counters),
+        EngineKind::Tokio => engine_tokio::run(job, need(target)?, counters),
+        EngineKind::Psync => engine_psync::run(job, need(target)?, counters),
+    }
+}
+
+/// The target, for engines that need one.
+fn need(t: Option<&Target>) -> Result<&Target, BenchError> {
+    t.ok_or_else(|| BenchError::usage("this engine needs a target file: pass --filename"))
+}
+
+/// The run's timeline: when IO started and stopped, and the per-second
+/// samples.
+#[derive(Debug, Clone, Default)]
+pub struct Timeline {
+    /// Seconds from start to the stop request.
+    pub elapsed: Duration,
+    /// One entry per whole second: the counters' delta over it.
+    pub seconds: Vec<report::Second>,
+    /// The counters when stop was requested (IOs still in flight then
+    /// complete afterwards and are not in it).
+    pub at_stop: stats::Snapshot,
+}
+
+/// Waits for the engine to start, prints a line each second, and stops the
+/// engine after the runtime (or returns early if the engine ended).
+fn clock(
+    job: &Job,
+    counters: &Arc<Counters>,
+    printer: &mut report::Printer,
+    engine: &std::thread::ScopedJoinHandle<'_, Result<EngineOutput, BenchError>>,
+) -> Timeline {
+    let start = loop {
+        if let Some(t) = counters.started_at() {
+            break t;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let mut timeline = Timeline::default();
+    let mut last = counters.total();
+    let mut last_tags = counters.tag_stats();
+    let mut next = start + Duration::from_secs(1);
+    let end = start + job.runtime;
+    while !engine.is_finished() {
+        let now = Instant::now();
+        if now >= end {
+            break;
+        }
+        if now < next.min(end) {
+            std::thread::sleep((next.min(end) - now).min(Duration::from_millis(50)));
+            continue;
+        }
+        let snap = counters.total();
+        let tags = counters.tag_stats();
+        let second = report::Second::new(&snap.since(&last), tags.as_ref(), last_tags.as_ref());
+        printer.second(timeline.seconds.len() + 1, &second);
+        timeline.seconds.push(second);
+        last = snap;
+        last_tags = tags;
+        next += Duration::from_secs(1);
+    }
+    timeline.at_stop = counters.total();
+    counters.request_stop();
+    timeline.elapsed = start.elapsed();
+    timeline
+}

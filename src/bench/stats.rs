@@ -1,0 +1,349 @@
+//! Live counters the engines update and the reporter reads, the IO pattern
+//! generator, and per-thread latency recording.
+//!
+//! Invariants:
+//! - Each [`WorkerCounters`] has exactly one writing thread (a core, or one
+//!   psync thread), so updates are a relaxed load and store, not an atomic
+//!   read-modify-write; readers may see a value up to one update old.
+//! - The stop flag only ever goes from false to true.
+//! - Offsets are multiples of `bs_bytes` below `size_bytes`, so every IO is
+//!   within the target and (with O_DIRECT) aligned.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use crossbeam_utils::CachePadded;
+use hdrhistogram::Histogram;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use super::options::Job;
+
+/// Highest latency the histograms track: 100 s, in ns (larger values are
+/// clamped).
+const MAX_LATENCY_NS: u64 = 100_000_000_000;
+
+/// A snapshot of one worker's (or all workers') counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// IOs completed.
+    pub ios: u64,
+    /// Bytes moved by completed IOs.
+    pub bytes: u64,
+    /// `io_uring_enter` calls (0 where the engine does not say).
+    pub enters: u64,
+    /// SQEs submitted (0 where the engine does not say).
+    pub submitted: u64,
+    /// CQEs reaped (0 where the engine does not say).
+    pub reaped: u64,
+}
+
+impl Snapshot {
+    /// `self - earlier`, field by field (saturating).
+    pub fn since(&self, earlier: &Snapshot) -> Snapshot {
+        Snapshot {
+            ios: self.ios.saturating_sub(earlier.ios),
+            bytes: self.bytes.saturating_sub(earlier.bytes),
+            enters: self.enters.saturating_sub(earlier.enters),
+            submitted: self.submitted.saturating_sub(earlier.submitted),
+            reaped: self.reaped.saturating_sub(earlier.reaped),
+        }
+    }
+
+    fn add(&mut self, other: &Snapshot) {
+        self.ios += other.ios;
+        self.bytes += other.bytes;
+        self.enters += other.enters;
+        self.submitted += other.submitted;
+        self.reaped += other.reaped;
+    }
+}
+
+/// One worker's counters (single writer, see the module invariants).
+#[derive(Debug, Default)]
+pub struct WorkerCounters {
+    ios: AtomicU64,
+    bytes: AtomicU64,
+    enters: AtomicU64,
+    submitted: AtomicU64,
+    reaped: AtomicU64,
+}
+
+impl WorkerCounters {
+    /// Counts one completed IO of `bytes`. Call only from the worker's
+    /// own thread.
+    #[inline]
+    pub fn add_io(&self, bytes: u64) {
+        // Relaxed: single writer (this thread); the reporter only reads a
+        // figure for display, nothing else is published through it.
+        self.ios
+            .store(self.ios.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        // Relaxed: as above.
+        self.bytes.store(
+            self.bytes.load(Ordering::Relaxed) + bytes,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Sets the ring-call figures (running totals). Call only from the
+    /// worker's own thread.
+    #[inline]
+    pub fn set_calls(&self, enters: u64, submitted: u64, reaped: u64) {
+        // Relaxed (all three): display figures with a single writer; the
+        // reporter tolerates seeing them one update apart.
+        self.enters.store(enters, Ordering::Relaxed);
+        self.submitted.store(submitted, Ordering::Relaxed);
+        self.reaped.store(reaped, Ordering::Relaxed);
+    }
+
+    /// Reads the counters (any thread).
+    pub fn snapshot(&self) -> Snapshot {
+        // Relaxed (all): pairs with the relaxed stores above; a display
+        // figure, no ordering with other memory is needed.
+        Snapshot {
+            ios: self.ios.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            enters: self.enters.load(Ordering::Relaxed),
+            submitted: self.submitted.load(Ordering::Relaxed),
+            reaped: self.reaped.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Tag-set figures the plugio engine can report (running totals).
+pub type TagProbe = Box<dyn Fn() -> plugio_engine::tag::TagStats + Send + Sync>;
+
+/// The counters of one run: one [`WorkerCounters`] per worker, the stop
+/// flag, the start time and the plugio engine's tag probe.
+pub struct Counters {
+    workers: Vec<CachePadded<WorkerCounters>>,
+    stop: AtomicBool,
+    started: Mutex<Option<Instant>>,
+    tag_probe: Mutex<Option<TagProbe>>,
+}
+
+impl std::fmt::Debug for Counters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Counters")
+            .field("workers", &self.workers.len())
+            .field("total", &self.total())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Counters {
+    /// Counters for `workers` workers (at least 1).
+    pub fn new(workers: usize) -> Arc<Counters> {
+        Arc::new(Counters {
+            workers: (0..workers.max(1))
+                .map(|_| CachePadded::default())
+                .collect(),
+            stop: AtomicBool::new(false),
+            started: Mutex::new(None),
+            tag_probe: Mutex::new(None),
+        })
+    }
+
+    /// Worker `index`'s counters (indices wrap around).
+    #[inline]
+    pub fn worker(&self, index: usize) -> &WorkerCounters {
+        &self.workers[index % self.workers.len()]
+    }
+
+    /// The sum over all workers.
+    pub fn total(&self) -> Snapshot {
+        let mut sum = Snapshot::default();
+        self.workers.iter().for_each(|w| sum.add(&w.snapshot()));
+        sum
+    }
+
+    /// True once the run should end; workers check it before each IO.
+    #[inline]
+    pub fn stopped(&self) -> bool {
+        // Relaxed: workers only need to see the flag eventually; no data
+        // is published with it (results travel through join handles).
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Tells the workers to stop issuing IO.
+    pub fn request_stop(&self) {
+        // Relaxed: pairs with the relaxed load in `stopped`.
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Records that the engine is set up and IO starts now (first call
+    /// wins).
+    pub fn mark_started(&self) {
+        let mut s = self.started.lock().unwrap_or_else(PoisonError::into_inner);
+        s.get_or_insert_with(Instant::now);
+    }
+
+    /// When the engine started IO, if it has.
+    pub fn started_at(&self) -> Option<Instant> {
+        *self.started.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Installs the engine's tag probe (plugio engines only).
+    pub fn set_tag_probe(&self, probe: TagProbe) {
+        *self
+            .tag_probe
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(probe);
+    }
+
+    /// The tag set's running totals, when the engine has tags.
+    pub fn tag_stats(&self) -> Option<plugio_engine::tag::TagStats> {
+        self.tag_probe
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map(|p| p())
+    }
+}
+
+/// Whether an IO reads or writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dir {
+    /// A read.
+    Read,
+    /// A write.
+    Write,
+}
+
+/// Draws the (direction, offset) of each IO of one worker.
+#[derive(Debug)]
+pub struct IoPattern {
+    rng: SmallRng,
+    blocks: u64,
+    bs_bytes: u64,
+    read_pct: u32,
+    sequential: bool,
+    /// Shared by the tasks of one core so that sequential IO from many
+    /// tasks stays contiguous (block index; wraps at `blocks`).
+    cursor: Arc<AtomicU64>,
+}
+
+impl IoPattern {
+    /// The pattern of `job` over `size_bytes` for worker `worker`;
+    /// sequential workers of one core share `cursor`, which should start
+    /// at [`IoPattern::start_block`].
+    pub fn new(job: &Job, size_bytes: u64, seed: u64, cursor: Arc<AtomicU64>) -> IoPattern {
+        IoPattern {
+            rng: SmallRng::seed_from_u64(seed),
+            blocks: (size_bytes / job.bs_bytes).max(1),
+            bs_bytes: job.bs_bytes,
+            read_pct: job.read_pct,
+            sequential: job.rw.is_sequential(),
+            cursor,
+        }
+    }
+
+    /// Where core `core` of `cores` starts its sequential stream: evenly
+    /// spread over the target.
+    pub fn start_block(job: &Job, size_bytes: u64, core: usize) -> u64 {
+        let blocks = (size_bytes / job.bs_bytes).max(1);
+        blocks / job.cores.max(1) as u64 * core as u64
+    }
+
+    /// The next IO.
+    #[inline]
+    pub fn next_io(&mut self) -> (Dir, u64) {
+        let dir = match self.read_pct {
+            100 => Dir::Read,
+            0 => Dir::Write,
+            pct => {
+                if self.rng.gen_range(0..100) < pct {
+                    Dir::Read
+                } else {
+                    Dir::Write
+                }
+            }
+        };
+        let block = if self.sequential {
+            // Relaxed: a shared ticket counter; only uniqueness matters.
+            self.cursor.fetch_add(1, Ordering::Relaxed) % self.blocks
+        } else {
+            self.rng.gen_range(0..self.blocks)
+        };
+        (dir, block * self.bs_bytes)
+    }
+}
+
+/// A latency histogram in ns (3 significant digits, up to 100 s).
+pub fn new_histogram() -> Histogram<u64> {
+    // Only fails for bounds below 1, high < 2 * low or sigfig > 5: never
+    // with these constants.
+    Histogram::new_with_bounds(1, MAX_LATENCY_NS, 3).expect("constant histogram bounds are valid")
+}
+
+/// Decides which IOs have their latency recorded: one in `every`.
+#[derive(Debug, Clone, Copy)]
+pub struct Sampler {
+    every: u32,
+    count: u32,
+}
+
+impl Sampler {
+    /// One in `every` (0: none).
+    pub fn new(every: u32) -> Sampler {
+        Sampler { every, count: 0 }
+    }
+
+    /// The start time when this IO is sampled.
+    #[inline]
+    pub fn start(&mut self) -> Option<Instant> {
+        if self.every == 0 {
+            return None;
+        }
+        self.count += 1;
+        if self.count >= self.every {
+            self.count = 0;
+            Some(Instant::now())
+        } else {
+            None
+        }
+    }
+}
+
+thread_local! {
+    static LATENCY: RefCell<Option<Histogram<u64>>> = const { RefCell::new(None) };
+}
+
+/// Records `elapsed` in this thread's latency histogram.
+#[inline]
+pub fn record_latency(elapsed: Duration) {
+    LATENCY.with(|h| {
+        let mut h = h.borrow_mut();
+        let h = h.get_or_insert_with(new_histogram);
+        h.saturating_record((elapsed.as_nanos() as u64).max(1));
+    });
+}
+
+/// Takes this thread's latency histogram (empty when nothing was
+/// recorded).
+pub fn take_latency() -> Histogram<u64> {
+    LATENCY.with(|h| h.borrow_mut().take().unwrap_or_else(new_histogram))
+}
+
+/// Adds `from` into `into`, ignoring values out of range (none are: both
+/// share bounds).
+pub fn merge_into(into: &mut Histogram<u64>, from: &Histogram<u64>) {
+    if let Err(e) = into.add(from) {
+        tracing::warn!(error = %e, "latency histogram merge failed");
+    }
+}
+
+/// Process CPU time (user + system) so far.
+pub fn cpu_time() -> Duration {
+    match nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF) {
+        Ok(u) => {
+            let tv = |t: nix::sys::time::TimeVal| {
+                Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000)
+            };
+            tv(u.user_time()) + tv(u.system_time())
+        }
+        Err(_) => Duration::ZERO,
+    }
+}
