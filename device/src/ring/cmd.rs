@@ -415,8 +415,15 @@ pub(crate) fn map_result(res: i32, ok_result: i32) -> i32 {
 
 #[cfg(test)]
 mod tests {
+    use std::time::{Duration, Instant};
+
+    use io_uring::{opcode, types};
+    use plugio_executor::Driver;
+
     use super::*;
     use crate::error::Error;
+    use crate::testing::{park_until, RecordingHandler};
+    use crate::{register_handler, DeviceDriver, RingConfig};
 
     #[test]
     fn results_map_to_bytes_statuses_and_errnos() {
@@ -437,14 +444,147 @@ mod tests {
         );
     }
 
+    /// A driver with a ring and its passthrough ring; `None` where the
+    /// kernel (or seccomp) refuses io_uring or SQE128 rings.
+    fn setup() -> Option<(DeviceDriver, Rc<CmdRing>)> {
+        let driver = match DeviceDriver::with_ring(&RingConfig::default()) {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("skipped: no io_uring here: {e}");
+                return None;
+            }
+        };
+        let ring = driver.ring().expect("ring").clone();
+        match ring.cmd_ring(false) {
+            Ok(cmd) => Some((driver, cmd)),
+            Err(e) => {
+                eprintln!("skipped: no SQE128/CQE32 rings here: {e}");
+                None
+            }
+        }
+    }
+
+    fn null_fd() -> Arc<OwnedFd> {
+        Arc::new(OwnedFd::from(
+            std::fs::File::open("/dev/null").expect("/dev/null"),
+        ))
+    }
+
+    fn slot(
+        handler: HandlerId,
+        token: u64,
+        entry: squeue::Entry128,
+        payload: Option<Box<dyn Any>>,
+    ) -> CmdSlot {
+        CmdSlot {
+            handler,
+            token,
+            entry,
+            ok_result: token as i32,
+            preflush: None,
+            preflush_result: 0,
+            _payload: payload,
+            _file: null_fd(),
+        }
+    }
+
     #[test]
-    fn builds_where_the_kernel_has_big_rings() {
-        // Hosts whose kernel or seccomp refuses io_uring skip this check.
-        match CmdRing::new(false) {
+    fn passthrough_completion_wakes_a_blocking_park() {
+        let Some((driver, cmd)) = setup() else { return };
+        let handler = Rc::new(RecordingHandler::default());
+        let id = register_handler(handler.clone());
+        // A 20 ms timeout completes asynchronously on the passthrough ring,
+        // like a device command: only its eventfd can end the main wait.
+        let ts = Box::new(types::Timespec::new().nsec(20_000_000));
+        let entry = opcode::Timeout::new(&*ts).build().into();
+        cmd.push(slot(id, 1, entry, Some(ts)));
+        assert_eq!(driver.in_flight(), 1);
+        let start = Instant::now();
+        let limit = Duration::from_secs(5);
+        while handler.total() == 0 && start.elapsed() < limit {
+            driver.park(Some(limit)).expect("park");
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "woken by the eventfd, not the park timeout"
+        );
+        assert_eq!(handler.seen.borrow().get(&1), Some(&(1, -libc::ETIME)));
+        assert_eq!(driver.in_flight(), 0);
+    }
+
+    #[test]
+    fn a_thousand_commands_through_a_full_sq_complete_once() {
+        let Some((driver, cmd)) = setup() else { return };
+        let handler = Rc::new(RecordingHandler::default());
+        let id = register_handler(handler.clone());
+        for token in 0..1000u64 {
+            cmd.push(slot(id, token, opcode::Nop::new().build().into(), None));
+        }
+        assert!(park_until(&driver, Duration::from_secs(10), || handler
+            .total()
+            == 1000));
+        assert!(handler.duplicates().is_empty());
+        for (token, &(_, result)) in handler.seen.borrow().iter() {
+            assert_eq!(result, *token as i32, "res 0 delivers the slot's ok_result");
+        }
+        assert_eq!(cmd.in_flight(), 0);
+    }
+
+    #[test]
+    fn uring_cmd_results_and_failed_preflush_errors_are_delivered() {
+        let Some((driver, cmd)) = setup() else { return };
+        let handler = Rc::new(RecordingHandler::default());
+        let id = register_handler(handler.clone());
+        // A regular file has no uring_cmd handler: -EOPNOTSUPP.
+        let tmp = tempfile::tempfile().expect("tmp");
+        let bad_fd = tmp.as_raw_fd();
+        let bad = || opcode::UringCmd80::new(types::Fd(bad_fd), 0).build();
+        cmd.push(slot(id, 1, bad(), None));
+        // /dev/null answers uring_cmd with 0 (Linux 6.1+): success delivers
+        // the slot's ok_result.
+        let null = null_fd();
+        let ok = opcode::UringCmd80::new(types::Fd(null.as_raw_fd()), 0).build();
+        cmd.push(slot(id, 2, ok, None));
+        // A NOP behind a failing linked preflush gets the preflush's error.
+        let mut linked = slot(id, 3, opcode::Nop::new().build().into(), None);
+        linked.preflush = Some(bad());
+        cmd.push(linked);
+        assert!(park_until(&driver, Duration::from_secs(5), || handler
+            .total()
+            == 3));
+        let seen = handler.seen.borrow();
+        assert_eq!(seen[&1], (1, -libc::EOPNOTSUPP));
+        assert_eq!(seen[&2], (1, 2));
+        assert_eq!(
+            seen[&3],
+            (1, -libc::EOPNOTSUPP),
+            "the preflush error, not -ECANCELED"
+        );
+    }
+
+    #[test]
+    fn driver_drop_waits_for_passthrough_commands() {
+        let Some((driver, cmd)) = setup() else { return };
+        let handler = Rc::new(RecordingHandler::default());
+        let id = register_handler(handler.clone());
+        let ts = Box::new(types::Timespec::new().nsec(50_000_000));
+        let entry = opcode::Timeout::new(&*ts).build().into();
+        cmd.push(slot(id, 9, entry, Some(ts)));
+        let start = Instant::now();
+        drop(driver);
+        assert!(start.elapsed() >= Duration::from_millis(40));
+        assert_eq!(
+            handler.total(),
+            1,
+            "drained and delivered before drop returned"
+        );
+    }
+
+    #[test]
+    fn polled_ring_builds_without_an_eventfd() {
+        match CmdRing::new(true) {
             Ok(ring) => {
-                assert!(!ring.is_polled());
-                assert!(ring.eventfd().is_some());
-                assert_eq!(ring.in_flight(), 0);
+                assert!(ring.is_polled() && ring.eventfd().is_none());
             }
             Err(e) => eprintln!("skipped: {e}"),
         }
