@@ -14,7 +14,7 @@
 //! - A free makes the tag's bit reusable only after the holder's writes to
 //!   the request slot (Release on the free, Acquire on the get).
 //! - No wakeup is lost: a waiter registers, then retries, then parks; a free
-//!   does its bitmap RMW, then reads `ws_active` (see [`wait`]). Exhaustion
+//!   does its bitmap RMW, then reads `ws_active` (see the `wait` module). Exhaustion
 //!   makes the IO wait; it never fails it.
 //! - Per-core hints and statistics are heuristics: a wrong core index costs
 //!   speed (shared cache lines), never correctness.

@@ -4,10 +4,11 @@
 //! Run with (their own target dir, as the loom cfg changes every crate):
 //! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=/work/main/target/loom cargo test -p plugio-engine --release --lib loom`
 //!
-//! State space: each model keeps to two or three threads and one to four
-//! words, and the preemption bound defaults to 3 (2 for the depth-32 wake
-//! batch model, whose waiters scan four words under swap locks), unless
-//! `LOOM_MAX_PREEMPTIONS` is set. A lost wakeup shows as a loom deadlock
+//! State space: each model keeps to two to four threads and one to four
+//! words. The preemption bound defaults to 3, to 2 for the depth-32 wake
+//! batch model (its waiters scan four words under swap locks; it also passes
+//! at 3, in about 50 s) and to 1 for the four-thread wake-batch-2 model,
+//! unless `LOOM_MAX_PREEMPTIONS` is set. A lost wakeup shows as a loom deadlock
 //! (a `block_on` that can never finish).
 
 use loom::future::block_on;
@@ -241,6 +242,35 @@ fn loom_more_waiters_than_tags() {
             })
             .collect();
         set.put(0, tag);
+        waiters.into_iter().for_each(|w| w.join().expect("waiter"));
+        assert_eq!(set.busy(), 0);
+    });
+}
+
+#[test]
+fn loom_more_waiters_than_tags_with_wake_batch_2() {
+    // Depth 2, wake batch 2: three waiters, both tags freed together; each
+    // waiter takes one tag and frees it, so wakes come in pairs. Four
+    // threads: preemption bound 1 (bound 2 runs for over ten minutes).
+    model(1, || {
+        let set = tag_set(
+            2,
+            TagOptions {
+                wake_batch: Some(2),
+                ..TagOptions::default()
+            },
+        );
+        let tags = take_all(&set);
+        let waiters: Vec<_> = (0..3)
+            .map(|core| {
+                let set = Arc::clone(&set);
+                thread::spawn(move || {
+                    let batch = block_on(set.acquire(core, 1));
+                    set.put_batch(core, &batch);
+                })
+            })
+            .collect();
+        set.put_batch(0, &tags);
         waiters.into_iter().for_each(|w| w.join().expect("waiter"));
         assert_eq!(set.busy(), 0);
     });

@@ -13,8 +13,13 @@
 //!   the freed bit, or the free sees the waiter and counts a completion.
 //! - `completion_cnt` and `wakeup_cnt` only grow (wrapping); whoever moves
 //!   `wakeup_cnt` forward by `wake_batch` wakes `wake_batch` waiters. Frees
-//!   loop while `completion_cnt - wakeup_cnt >= wake_batch`, so no full batch
-//!   of credit is left unspent.
+//!   loop while `completion_cnt - wakeup_cnt >= wake_batch` (a signed
+//!   difference: `wakeup_cnt` may run ahead of a stale read), so no full
+//!   batch of credit is left unspent.
+//! - Liveness: a waiter parks only after a retry that found every tag held,
+//!   so at least `depth >= wake_batch` frees follow its registration, as long
+//!   as holders free their tags (the engine holds tags only for IO in
+//!   flight). Tags held forever can strand waiters, as in the kernel.
 //! - A waiter whose entry was popped and that then finishes (gets tags or is
 //!   dropped) hands one wakeup on, so a wake never dies with a task that no
 //!   longer needs it.
