@@ -627,3 +627,31 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn tag_set_and_acquire_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<TagSet>();
+    send::<Acquire<'static>>();
+    send_sync::<TagBatch>();
+}
+
+#[test]
+fn stats_count_the_paths() {
+    let set = set(64); // 4 words of 16
+    let mut tags = Vec::new();
+    assert_eq!(set.get_tags(0, 70, &mut tags), 64); // short: the set ran dry
+    let tag = set.get(1);
+    assert_eq!(tag, None);
+    set.put_batch(0, &tags[..10]);
+    set.put(0, tags[10]);
+    let stats = set.stats();
+    assert_eq!(stats.batch_tags, 64);
+    assert_eq!(stats.batch_calls, 5, "4 full words, then one empty try");
+    assert_eq!(stats.empty_batches, 1);
+    assert_eq!(stats.short_allocs, 1);
+    assert_eq!((stats.single_calls, stats.single_tags), (2, 0));
+    assert_eq!(stats.puts, 11);
+    assert_eq!(set.busy(), 53);
+}
