@@ -27,3 +27,69 @@ pub(crate) use raw::{new_task, Header, TaskRef, UNREGISTERED};
 pub(crate) mod raw_bits {
     pub(crate) use super::raw::{CANCEL_REQUESTED, COMPLETE, NOTIFIED};
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use crate::{spawn_local, yield_now, LocalExecutor};
+    use std::cell::Cell;
+    use std::rc::Rc;
+
+    /// Counts drops of task outputs and futures.
+    struct Tracked(Rc<Cell<u32>>);
+
+    impl Drop for Tracked {
+        fn drop(&mut self) {
+            self.0.set(self.0.get() + 1);
+        }
+    }
+
+    #[test]
+    fn output_is_dropped_exactly_once_whoever_goes_last() {
+        let drops = Rc::new(Cell::new(0));
+        let ex = LocalExecutor::new();
+        let d = drops.clone();
+        ex.run(async move {
+            // Handle dropped before completion: the core drops the output.
+            let d1 = d.clone();
+            drop(spawn_local(async move {
+                yield_now().await;
+                Tracked(d1)
+            }));
+            // Handle dropped after completion without awaiting.
+            let d2 = d.clone();
+            let h = spawn_local(async move { Tracked(d2) });
+            yield_now().await;
+            yield_now().await;
+            assert!(h.is_finished());
+            drop(h);
+            // Awaited: the caller owns (and here drops) it.
+            let d3 = d.clone();
+            drop(spawn_local(async move { Tracked(d3) }).await);
+        });
+        assert_eq!(drops.get(), 3);
+    }
+
+    #[test]
+    fn future_and_allocation_are_freed_after_completion() {
+        let drops = Rc::new(Cell::new(0));
+        let weak;
+        {
+            let ex = LocalExecutor::new();
+            let token = Rc::new(());
+            weak = Rc::downgrade(&token);
+            let d = drops.clone();
+            ex.run(async move {
+                let guard = Tracked(d);
+                spawn_local(async move {
+                    let _g = guard;
+                    let _t = token;
+                    yield_now().await;
+                })
+                .await
+                .expect("join");
+            });
+        }
+        assert_eq!(drops.get(), 1);
+        assert!(weak.upgrade().is_none(), "task state leaked");
+    }
+}
