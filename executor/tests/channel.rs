@@ -74,7 +74,8 @@ fn waiting_senders_are_served_in_order() {
             // Let every sender block on the full channel.
             yield_now().await;
             for _ in 0..4 {
-                log.borrow_mut().push(rx.recv().await.expect("item"));
+                let item = rx.recv().await.expect("item");
+                log.borrow_mut().push(item);
             }
             for s in senders {
                 s.await.expect("sender");
