@@ -493,6 +493,14 @@ impl Core {
         self.hooks.borrow_mut().push(hook);
     }
 
+    /// Removes a hook (by pointer identity); true if it was registered.
+    pub(crate) fn unregister_hook(&self, hook: &Rc<dyn TickHook>) -> bool {
+        let mut hooks = self.hooks.borrow_mut();
+        let before = hooks.len();
+        hooks.retain(|h| !ptr::addr_eq(Rc::as_ptr(h), Rc::as_ptr(hook)));
+        hooks.len() != before
+    }
+
     /// Cancels every task the core still has, then closes it: later remote
     /// wakes and spawns cancel their task themselves.
     pub(crate) fn close(&self) {
@@ -582,6 +590,14 @@ pub fn core_id() -> Option<usize> {
 /// Off a plugio core.
 pub fn register_tick_hook(hook: Rc<dyn TickHook>) {
     with_current("register_tick_hook", |core| core.register_hook(hook))
+}
+
+/// Removes `hook` (the same `Rc`, compared by address) from the current
+/// core's tick-end hooks, so the core drops its reference. Returns whether
+/// it was registered; `false` off a plugio core. Removing a hook while the
+/// hooks of a tick run may skip the next hook for that one tick.
+pub fn unregister_tick_hook(hook: &Rc<dyn TickHook>) -> bool {
+    try_with_current(|core| core.unregister_hook(hook)).unwrap_or(false)
 }
 
 /// The current core's tick statistics, or `None` off a plugio core.

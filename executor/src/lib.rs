@@ -27,7 +27,8 @@
 //!   never with a blocking timeout while a task is ready, a hook has work
 //!   pending, or a remote wake is queued (invariant kept with a
 //!   fence-separated "parked" flag, see below).
-//! - **Tick-end hooks** ([`TickHook`], [`register_tick_hook`]): called after
+//! - **Tick-end hooks** ([`TickHook`], [`register_tick_hook`],
+//!   [`unregister_tick_hook`]): called after
 //!   each batch and before parking; returning `true` forbids blocking.
 //!   Hooks may wake or spawn tasks; the core re-checks its run queue.
 //! - **Where am I** ([`core_id`]): the current core's index, `None` off a
@@ -49,8 +50,8 @@
 //!   the queue non-empty does it run the park handshake: `SeqCst` fence,
 //!   then read the core's `parked` flag, unparking the driver if set. The
 //!   core stores `parked`, fences, and re-checks the queue before it
-//!   blocks. Checked with loom (`cargo test --lib loom` under
-//!   `--cfg loom`).
+//!   blocks. Checked with loom (preemption bound 3):
+//!   `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p plugio-executor --release --lib loom`.
 //! - Every atomic ordering in the crate has a comment naming its pair.
 
 #![cfg_attr(not(test), warn(missing_docs))]
@@ -69,7 +70,8 @@ mod task;
 pub mod time;
 
 pub use crate::core::{
-    core_id, register_tick_hook, spawn, spawn_local, tick_stats, yield_now, TickHook,
+    core_id, register_tick_hook, spawn, spawn_local, tick_stats, unregister_tick_hook, yield_now,
+    TickHook,
 };
 pub use driver::{Driver, ThreadDriver, Unpark};
 pub use local::{LocalBuilder, LocalExecutor};

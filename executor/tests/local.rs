@@ -400,3 +400,31 @@ fn tick_stats_count_ticks_and_polls() {
         assert!(s.tasks_polled >= 10);
     });
 }
+
+#[test]
+fn unregistered_hook_is_no_longer_called() {
+    struct Count(Cell<u32>);
+    impl TickHook for Count {
+        fn tick_end(&self) -> bool {
+            self.0.set(self.0.get() + 1);
+            false
+        }
+    }
+    let ex = LocalExecutor::new();
+    let hook = Rc::new(Count(Cell::new(0)));
+    let dyn_hook: Rc<dyn TickHook> = hook.clone();
+    ex.run(async {
+        register_tick_hook(dyn_hook.clone());
+        yield_now().await;
+        yield_now().await;
+        let calls = hook.0.get();
+        assert!(calls >= 2);
+        assert!(plugio_executor::unregister_tick_hook(&dyn_hook));
+        assert!(!plugio_executor::unregister_tick_hook(&dyn_hook));
+        yield_now().await;
+        yield_now().await;
+        assert_eq!(hook.0.get(), calls);
+    });
+    assert!(!plugio_executor::unregister_tick_hook(&dyn_hook));
+    assert_eq!(Rc::strong_count(&hook), 2);
+}
