@@ -19,6 +19,8 @@ use std::task::Waker;
 
 use plugio_device::{DmaBuf, Error, IoFlags, OpKind};
 
+use crate::region::Page;
+
 /// Names a bio in its core's [`BioTable`]: slot index and generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BioId {
@@ -34,17 +36,19 @@ pub enum BioBuf {
     None,
     /// One buffer: the IO covers `buf.len()` bytes.
     One(DmaBuf),
+    /// One page of a [`Region`](crate::Region).
+    Page(Page),
     /// Several buffers in order (readv/writev).
     Many(Vec<DmaBuf>),
 }
 
 impl BioBuf {
-    /// Total bytes of data.
-    pub fn len_bytes(&self) -> u64 {
+    /// Number of segments (buffers) the data is in.
+    pub fn nr_segs(&self) -> usize {
         match self {
             BioBuf::None => 0,
-            BioBuf::One(b) => b.len() as u64,
-            BioBuf::Many(v) => v.iter().map(|b| b.len() as u64).sum(),
+            BioBuf::One(_) | BioBuf::Page(_) => 1,
+            BioBuf::Many(v) => v.len(),
         }
     }
 
@@ -54,6 +58,10 @@ impl BioBuf {
         let bufs: &[DmaBuf] = match self {
             BioBuf::None => &[],
             BioBuf::One(b) => std::slice::from_ref(b),
+            BioBuf::Page(p) => {
+                push_segment(p.as_ptr(), from, len, out);
+                return;
+            }
             BioBuf::Many(v) => v,
         };
         let (mut skip, mut left) = (from, len);
@@ -64,17 +72,90 @@ impl BioBuf {
                 continue;
             }
             let take = (blen - skip).min(left);
-            out.push(libc::iovec {
-                // SAFETY: `skip < blen`, so the offset stays inside the
-                // buffer's allocation.
-                iov_base: unsafe { b.as_ptr().add(skip as usize) } as *mut libc::c_void,
-                iov_len: take as usize,
-            });
+            if take == 0 {
+                break;
+            }
+            push_segment(b.as_ptr(), skip, take, out);
             left -= take;
             skip = 0;
             if left == 0 {
                 break;
             }
+        }
+    }
+}
+
+/// Appends `[base + skip, base + skip + len)` to `out`, joined with the
+/// previous segment when they are adjacent in memory (pages of one region
+/// read into consecutive frames become one segment). Empty ranges add
+/// nothing, so no request ever carries an empty segment.
+fn push_segment(base: *const u8, skip: u64, len: u64, out: &mut Vec<libc::iovec>) {
+    if len == 0 {
+        return;
+    }
+    let start = base as usize + skip as usize;
+    match out.last_mut() {
+        Some(prev) if prev.iov_base as usize + prev.iov_len == start => {
+            prev.iov_len += len as usize;
+        }
+        _ => out.push(libc::iovec {
+            iov_base: start as *mut libc::c_void,
+            iov_len: len as usize,
+        }),
+    }
+}
+
+/// A buffer the device handle can read into and write from: [`DmaBuf`]
+/// and [`Page`](crate::Page). Sealed: the engine must know where the
+/// memory lives.
+pub trait IoBuf: Send + 'static + Sized + sealed::Sealed {
+    /// Bytes the IO covers.
+    fn io_len(&self) -> usize;
+    /// Sets the bytes that hold data after a read (a `DmaBuf` shrinks to
+    /// them; a page keeps its size).
+    fn set_io_len(&mut self, len_bytes: usize);
+    #[doc(hidden)]
+    fn into_bio(self) -> BioBuf;
+    #[doc(hidden)]
+    fn from_bio(buf: BioBuf) -> Self;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for plugio_device::DmaBuf {}
+    impl Sealed for crate::region::Page {}
+}
+
+impl IoBuf for DmaBuf {
+    fn io_len(&self) -> usize {
+        self.len()
+    }
+    fn set_io_len(&mut self, len_bytes: usize) {
+        self.set_len(len_bytes);
+    }
+    fn into_bio(self) -> BioBuf {
+        BioBuf::One(self)
+    }
+    fn from_bio(buf: BioBuf) -> Self {
+        match buf {
+            BioBuf::One(b) => b,
+            _ => unreachable!("a DmaBuf bio gives back a DmaBuf"),
+        }
+    }
+}
+
+impl IoBuf for Page {
+    fn io_len(&self) -> usize {
+        self.len()
+    }
+    fn set_io_len(&mut self, _len_bytes: usize) {}
+    fn into_bio(self) -> BioBuf {
+        BioBuf::Page(self)
+    }
+    fn from_bio(buf: BioBuf) -> Self {
+        match buf {
+            BioBuf::Page(p) => p,
+            _ => unreachable!("a page bio gives back a page"),
         }
     }
 }
@@ -93,7 +174,6 @@ pub(crate) enum BioState {
 /// One bio slot.
 #[derive(Debug)]
 pub(crate) struct Bio {
-    pub generation: u32,
     pub state: BioState,
     /// Index of the device in the core's device list.
     pub dev: u32,
@@ -115,12 +195,13 @@ pub(crate) struct Bio {
     pub waker: Option<Waker>,
     /// The future was dropped: release the slot when the bio completes.
     pub orphaned: bool,
+    /// Keep this bio for reuse when it is freed (the bio cache).
+    pub cached: bool,
 }
 
 impl Bio {
     fn empty() -> Self {
         Self {
-            generation: 0,
             state: BioState::Free,
             dev: 0,
             op: OpKind::Nop,
@@ -135,6 +216,7 @@ impl Bio {
             error: None,
             waker: None,
             orphaned: false,
+            cached: false,
         }
     }
 
@@ -190,52 +272,86 @@ pub struct BioResult {
     pub buf: BioBuf,
 }
 
-/// The per-core table of bios: a slab with a free list. This is also the
-/// per-core bio cache: a freed slot (with its `parts` vector's capacity) is
-/// reused by the next IO without touching the allocator.
+/// The most idle bios a core keeps for reuse, as the kernel's per-cpu bio
+/// cache caps itself (`ALLOC_CACHE_MAX`, 256 since "bio: shrink max number
+/// of pcpu cached bios").
+pub(crate) const BIO_CACHE_MAX: usize = 256;
+
+/// One slot of the table: a generation that outlives the bio, and the bio
+/// itself (boxed, so a slot without a cached bio costs no bio memory).
+#[derive(Debug, Default)]
+struct Slot {
+    generation: u32,
+    bio: Option<Box<Bio>>,
+}
+
+/// The per-core table of bios, which is also the per-core bio cache.
+///
+/// Slots are named by index and generation. A freed bio stays in its slot
+/// (with its `parts` vector's capacity) and its slot goes on the cached
+/// free list, so the next IO reuses it without touching the allocator: a
+/// cache hit. Without the cache (`bio_cache: false`), or past
+/// [`BIO_CACHE_MAX`] idle bios, a freed bio is deallocated and the next IO
+/// allocates one: a miss.
 #[derive(Debug, Default)]
 pub(crate) struct BioTable {
-    slots: Vec<Bio>,
-    free: Vec<u32>,
+    slots: Vec<Slot>,
+    /// Free slots that still hold a bio.
+    free_cached: Vec<u32>,
+    /// Free slots without a bio.
+    free_empty: Vec<u32>,
     in_use: usize,
 }
 
 impl BioTable {
-    /// Takes a free slot (reusing one when possible) and returns its id.
-    pub fn alloc(&mut self) -> BioId {
-        let index = match self.free.pop() {
-            Some(i) => i,
-            None => {
-                self.slots.push(Bio::empty());
-                (self.slots.len() - 1) as u32
-            }
+    /// Takes a free slot and returns its id and whether the bio came from
+    /// the cache. With `cache` false, a fresh bio is allocated every time.
+    pub fn alloc(&mut self, cache: bool) -> (BioId, bool) {
+        let cached = if cache { self.free_cached.pop() } else { None };
+        let (index, hit) = match cached {
+            Some(i) => (i, true),
+            None => match self.free_empty.pop() {
+                Some(i) => (i, false),
+                None => {
+                    self.slots.push(Slot::default());
+                    ((self.slots.len() - 1) as u32, false)
+                }
+            },
         };
         self.in_use += 1;
-        let bio = &mut self.slots[index as usize];
-        bio.generation = bio.generation.wrapping_add(1);
+        let slot = &mut self.slots[index as usize];
+        slot.generation = slot.generation.wrapping_add(1);
+        let bio = slot.bio.get_or_insert_with(|| Box::new(Bio::empty()));
         bio.state = BioState::Issued;
-        BioId {
+        bio.cached = cache;
+        let id = BioId {
             index,
-            generation: bio.generation,
-        }
+            generation: slot.generation,
+        };
+        (id, hit)
     }
 
     /// The bio named by `id`, if the id is current.
     pub fn get_mut(&mut self, id: BioId) -> Option<&mut Bio> {
         self.slots
             .get_mut(id.index as usize)
-            .filter(|b| b.generation == id.generation && b.state != BioState::Free)
+            .filter(|s| s.generation == id.generation)
+            .and_then(|s| s.bio.as_deref_mut())
+            .filter(|b| b.state != BioState::Free)
     }
 
     /// The bio named by `id`, if the id is current (shared access).
     pub fn get(&self, id: BioId) -> Option<&Bio> {
         self.slots
             .get(id.index as usize)
-            .filter(|b| b.generation == id.generation && b.state != BioState::Free)
+            .filter(|s| s.generation == id.generation)
+            .and_then(|s| s.bio.as_deref())
+            .filter(|b| b.state != BioState::Free)
     }
 
-    /// Returns the slot to the free list, resetting it. The buffer is
-    /// dropped (returned to its cache) here unless it was taken before.
+    /// Frees the bio: resets it and keeps it for reuse (cache on and room
+    /// left) or deallocates it. Its buffer, unless taken before, is
+    /// dropped here (back to its cache).
     pub fn free(&mut self, id: BioId) {
         let Some(bio) = self.get_mut(id) else {
             return;
@@ -248,7 +364,13 @@ impl BioTable {
         bio.orphaned = false;
         bio.split = false;
         bio.done_bytes = 0;
-        self.free.push(id.index);
+        let keep = bio.cached && self.free_cached.len() < BIO_CACHE_MAX;
+        if keep {
+            self.free_cached.push(id.index);
+        } else {
+            self.slots[id.index as usize].bio = None;
+            self.free_empty.push(id.index);
+        }
         self.in_use -= 1;
     }
 
@@ -289,12 +411,27 @@ mod tests {
     #[test]
     fn stale_ids_are_refused() {
         let mut t = BioTable::default();
-        let a = t.alloc();
+        let (a, hit) = t.alloc(true);
+        assert!(!hit);
         t.free(a);
-        let b = t.alloc();
+        let (b, hit) = t.alloc(true);
+        assert!(hit, "a freed bio is reused");
         assert_eq!(a.index, b.index);
         assert!(t.get_mut(a).is_none());
         assert!(t.get_mut(b).is_some());
         assert_eq!(t.in_use(), 1);
+        t.free(b);
+        let (c, hit) = t.alloc(false);
+        assert!(!hit, "without the cache every bio is fresh");
+        assert_ne!(
+            c.index, b.index,
+            "an uncached alloc does not take a cached bio"
+        );
+        t.free(c);
+        let (d, hit) = t.alloc(true);
+        assert!(hit && d.index == b.index);
+        let (e, hit) = t.alloc(true);
+        assert!(!hit, "the bio freed without the cache was deallocated");
+        assert_eq!(e.index, c.index, "its empty slot is reused");
     }
 }

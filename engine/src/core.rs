@@ -26,9 +26,12 @@ use plugio_device::{
 use plugio_executor::TickHook;
 
 use crate::bio::{Bio, BioId, BioTable};
+use crate::clock;
+use crate::merge;
 use crate::plug::Plug;
 use crate::request::{Piece, Request};
 use crate::shared::DeviceShared;
+use crate::stats::{BusyClock, CoreCounters};
 use crate::tag::Tag;
 
 thread_local! {
@@ -50,6 +53,14 @@ pub(crate) struct CoreDev {
     pub writes_in_flight: u32,
     /// Waiting requests that change the device.
     pub writes_waiting: u32,
+    /// This core's iostats counters for the device.
+    pub counters: Arc<CoreCounters>,
+    /// `in_flight` / `io_ticks` bookkeeping.
+    pub busy: BusyClock,
+    /// The device's `iostats` option.
+    pub iostats: bool,
+    /// The device's `cached_clock` option.
+    pub cached_clock: bool,
 }
 
 impl CoreDev {
@@ -69,6 +80,50 @@ impl CoreDev {
         }
         self.waiting.iter().any(|w| w.conflicts_with(rq))
             || self.inflight.iter().any(|w| w.conflicts_with(rq))
+    }
+
+    /// Merges bio `id` into the newest waiting request if the merge rules
+    /// allow it and the bio needs no ordering that the request lacks.
+    fn try_merge(&mut self, id: BioId, bio: &mut Bio) -> bool {
+        let max_bytes = self.shared.max_merge_bytes;
+        let max_segs = self.shared.geometry.max_segments.max(1);
+        let Some(side) = self
+            .waiting
+            .back()
+            .and_then(|rq| merge::try_merge(rq, bio, max_bytes, max_segs))
+        else {
+            return false;
+        };
+        let probe = Request {
+            op: Some(bio.op),
+            offset_bytes: bio.offset_bytes,
+            len_bytes: bio.len_bytes,
+            ..Request::default()
+        };
+        let rq_barrier = self.waiting.back().is_some_and(|rq| rq.barrier);
+        if !rq_barrier && self.needs_barrier(&probe) {
+            return false;
+        }
+        let Some(rq) = self.waiting.back_mut() else {
+            return false;
+        };
+        let piece = Piece {
+            bio: id,
+            bio_offset: 0,
+            len_bytes: bio.len_bytes,
+        };
+        match side {
+            merge::Side::Back => rq.pieces.push(piece),
+            merge::Side::Front => {
+                rq.pieces.insert(0, piece);
+                rq.offset_bytes = bio.offset_bytes;
+            }
+        }
+        rq.len_bytes += bio.len_bytes;
+        rq.nr_segs += bio.buf.nr_segs();
+        bio.parts_left = 1;
+        bio.split = false;
+        true
     }
 
     /// How many requests at the front of the queue may be dispatched now:
@@ -110,6 +165,8 @@ impl TickHook for CoreHooks {
         if let Some(core) = EngineCore::try_current() {
             EngineCore::flush(&core);
         }
+        // The core may park now: the next time read must be fresh.
+        clock::invalidate();
         false
     }
 }
@@ -180,8 +237,25 @@ impl EngineCore {
             tags_held: 0,
             writes_in_flight: 0,
             writes_waiting: 0,
+            counters: shared.register_core(),
+            busy: BusyClock::default(),
+            iostats: shared.opts.iostats,
+            cached_clock: shared.opts.cached_clock,
         });
         (devs.len() - 1) as u32
+    }
+
+    /// Counts a bio allocation as a bio cache hit or miss.
+    pub fn count_bio_alloc(&self, dev: u32, hit: bool) {
+        let devs = self.devs.borrow();
+        let d = &devs[dev as usize];
+        if d.iostats {
+            if hit {
+                d.counters.bio_cache_hits.add(1);
+            } else {
+                d.counters.bio_cache_misses.add(1);
+            }
+        }
     }
 
     /// Puts an issued bio into the plug; flushes at once when the plug is
@@ -215,10 +289,16 @@ impl EngineCore {
         }
         let mut bios = std::mem::take(&mut *self.scratch_bios.borrow_mut());
         self.plug.borrow_mut().drain_into(&mut bios);
+        // Stable: program order is kept within each device.
+        bios.sort_by_key(|&(dev, _)| dev);
         let mut touched = 0u64;
-        for &(dev, id) in &bios {
-            self.build_requests(dev, id);
-            touched |= 1 << (dev.min(63));
+        let mut start = 0;
+        while start < bios.len() {
+            let dev = bios[start].0;
+            let end = start + bios[start..].iter().take_while(|b| b.0 == dev).count();
+            self.build_device_requests(dev, &mut bios[start..end]);
+            touched |= 1 << dev.min(63);
+            start = end;
         }
         bios.clear();
         *self.scratch_bios.borrow_mut() = bios;
@@ -233,16 +313,47 @@ impl EngineCore {
         self.wake_pending();
     }
 
-    /// Splits bio `id` into requests no larger than the device's limit and
-    /// appends them to the device's waiting queue.
-    fn build_requests(&self, dev: u32, id: BioId) {
+    /// Turns one device's flushed bios into requests, merging as the
+    /// device's `nomerges` allows (see [`crate::merge`]).
+    fn build_device_requests(&self, dev: u32, list: &mut [(u32, BioId)]) {
+        let nomerges = self.devs.borrow()[dev as usize].shared.opts.nomerges;
+        if nomerges == 0 {
+            merge::order_for_merge(&self.bios.borrow(), list);
+        }
+        let mut built = 0;
+        for &(_, id) in list.iter() {
+            built += self.build_requests(dev, id, nomerges < 2);
+        }
+        let devs = self.devs.borrow();
+        let d = &devs[dev as usize];
+        if d.iostats {
+            d.counters.plug_flushes.add(1);
+            d.counters.bios.add(list.len() as u64);
+            d.counters.requests.add(built);
+        }
+    }
+
+    /// Adds bio `id` to the newest waiting request of the device when it
+    /// merges (and `allow_merge`), else splits it into requests no larger
+    /// than the device's limit and appends them to the waiting queue.
+    /// Returns the number of new requests.
+    fn build_requests(&self, dev: u32, id: BioId, allow_merge: bool) -> u64 {
         let mut bios = self.bios.borrow_mut();
         let Some(bio) = bios.get_mut(id) else {
-            return;
+            return 0;
         };
         let mut devs = self.devs.borrow_mut();
         let d = &mut devs[dev as usize];
         let max = d.shared.max_request_bytes;
+        let mergeable = merge::bio_mergeable(bio) && bio.len_bytes <= d.shared.max_merge_bytes;
+        if allow_merge && mergeable && d.try_merge(id, bio) {
+            if d.iostats {
+                if let Some(g) = d.counters.group(bio.op) {
+                    g.merges.add(1);
+                }
+            }
+            return 0;
+        }
         let len = bio.len_bytes;
         let mut parts = 0;
         let mut off = 0;
@@ -258,6 +369,8 @@ impl EngineCore {
                 bio_offset: off,
                 len_bytes: piece_len,
             });
+            rq.nr_segs = bio.buf.nr_segs();
+            rq.mergeable = mergeable && piece_len == len;
             rq.barrier = d.needs_barrier(&rq);
             if bio.op.is_write() {
                 d.writes_waiting += 1;
@@ -271,6 +384,7 @@ impl EngineCore {
         }
         bio.parts_left = parts;
         bio.split = parts > 1;
+        u64::from(parts)
     }
 
     /// Takes tags for the device's waiting requests and dispatches as many
@@ -316,6 +430,11 @@ impl EngineCore {
         {
             let bios = self.bios.borrow();
             build_iovecs(&bios, &mut rq);
+        }
+        if d.iostats {
+            let now = clock::now_ns(d.cached_clock);
+            rq.start_ns = now;
+            d.busy.event(now, 1, &d.counters);
         }
         let slot = &mut d.inflight[tag.index()];
         std::mem::swap(slot, &mut rq);
@@ -381,6 +500,9 @@ impl EngineCore {
             return;
         };
         let mut rq = std::mem::take(&mut d.inflight[tag.index()]);
+        if d.iostats {
+            account_completion(d, &rq);
+        }
         d.tags_held -= 1;
         if rq.op.is_some_and(OpKind::is_write) {
             d.writes_in_flight -= 1;
@@ -408,6 +530,17 @@ impl EngineCore {
             w.wake();
         }
         *self.wake_list.borrow_mut() = list;
+    }
+}
+
+/// Counts a completed request in the device's iostats.
+fn account_completion(d: &mut CoreDev, rq: &Request) {
+    let now = clock::now_ns(d.cached_clock);
+    d.busy.event(now, -1, &d.counters);
+    if let Some(g) = rq.op.and_then(|op| d.counters.group(op)) {
+        g.ios.add(1);
+        g.sectors.add(rq.len_bytes / 512);
+        g.ticks_ns.add(now.saturating_sub(rq.start_ns));
     }
 }
 

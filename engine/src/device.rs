@@ -20,7 +20,7 @@ use std::task::{Context, Poll};
 
 use plugio_device::{Backend, DmaBuf, Error, Geometry, InvalidInput, IoFlags, IoOp, OpKind};
 
-use crate::bio::{BioBuf, BioId, BioResult};
+use crate::bio::{BioBuf, BioId, BioResult, IoBuf};
 use crate::core::EngineCore;
 use crate::options::DeviceOptions;
 use crate::shared::DeviceShared;
@@ -95,22 +95,28 @@ impl Device {
         self.shared.max_request_bytes
     }
 
+    /// A snapshot of the device's iostats, summed over every core that
+    /// used it. See [`IoStats`](crate::IoStats).
+    pub fn iostats(&self) -> crate::IoStats {
+        self.shared.iostats()
+    }
+
     /// Tags held right now by requests in flight, from all cores.
     pub fn tags_in_use(&self) -> u32 {
         self.shared.tag_sets.iter().map(|t| t.busy()).sum()
     }
 
-    /// Running totals of each of the device's tag sets (one entry per
-    /// slice; a single entry with [`TagSharing::Shared`](crate::TagSharing)):
-    /// batch gets and their sizes, partial batches, waits. Read-only; safe
-    /// from any thread (the counters are relaxed atomics).
-    pub fn tag_stats(&self) -> Vec<crate::tag::TagStats> {
-        self.shared.tag_sets.iter().map(|t| t.stats()).collect()
-    }
-
-    /// A buffer aligned for this device's direct IO, of `len_bytes`.
+    /// A buffer aligned for this device's direct IO, of `len_bytes`: from
+    /// the core's buffer cache (contents not zeroed: whatever its last user
+    /// left) when the device's `buffer_cache` option is on and the
+    /// alignment fits, else a fresh zeroed allocation.
     pub fn alloc_buf(&self, len_bytes: usize) -> DmaBuf {
-        DmaBuf::with_align(len_bytes, self.shared.geometry.mem_align_bytes() as usize)
+        let align = self.shared.geometry.mem_align_bytes() as usize;
+        if self.shared.opts.buffer_cache && align <= plugio_device::buf::cache::CACHE_ALIGN_BYTES {
+            DmaBuf::cached(len_bytes)
+        } else {
+            DmaBuf::heap(len_bytes, align)
+        }
     }
 
     /// Reads `len_bytes` at `offset_bytes` into a new aligned buffer. The
@@ -126,55 +132,60 @@ impl Device {
         res.map(|_| buf)
     }
 
-    /// Reads `buf.len()` bytes at `offset_bytes` into `buf`, and gives the
-    /// buffer back with its length set to the bytes read.
-    pub async fn read_into(
+    /// Reads `buf.io_len()` bytes at `offset_bytes` into `buf` (a
+    /// [`DmaBuf`] or a [`Page`](crate::Page)) and gives the buffer back; a
+    /// `DmaBuf`'s length is set to the bytes read (shorter at end of file:
+    /// set it back with `set_len` before reusing the buffer for a full
+    /// read). After an error the buffer keeps its length and its contents
+    /// are unspecified.
+    pub async fn read_into<B: IoBuf>(
         &self,
-        buf: DmaBuf,
+        buf: B,
         offset_bytes: u64,
-    ) -> (Result<usize, Error>, DmaBuf) {
+    ) -> (Result<usize, Error>, B) {
         self.read_into_with(buf, offset_bytes, IoFlags::NONE).await
     }
 
     /// [`read_into`](Self::read_into) with flags (priority, NOMERGE).
-    pub async fn read_into_with(
+    pub async fn read_into_with<B: IoBuf>(
         &self,
-        buf: DmaBuf,
+        buf: B,
         offset_bytes: u64,
         flags: IoFlags,
-    ) -> (Result<usize, Error>, DmaBuf) {
-        let len = buf.len() as u64;
+    ) -> (Result<usize, Error>, B) {
+        let len = buf.io_len() as u64;
         let r = self
-            .io(OpKind::Read, flags, offset_bytes, len, BioBuf::One(buf))
+            .io(OpKind::Read, flags, offset_bytes, len, buf.into_bio())
             .await;
-        let mut buf = one(r.buf);
+        let mut buf = B::from_bio(r.buf);
         match r.result {
             Ok(n) => {
-                buf.set_len(n as usize);
+                buf.set_io_len(n as usize);
                 (Ok(n as usize), buf)
             }
             Err(e) => (Err(e), buf),
         }
     }
 
-    /// Writes `buf` at `offset_bytes`; gives the buffer back.
-    pub async fn write_at(&self, buf: DmaBuf, offset_bytes: u64) -> (Result<usize, Error>, DmaBuf) {
+    /// Writes `buf` (a [`DmaBuf`] or a [`Page`](crate::Page)) at
+    /// `offset_bytes`; gives the buffer back.
+    pub async fn write_at<B: IoBuf>(&self, buf: B, offset_bytes: u64) -> (Result<usize, Error>, B) {
         self.write_at_with(buf, offset_bytes, IoFlags::NONE).await
     }
 
     /// [`write_at`](Self::write_at) with flags: [`IoFlags::FUA`] makes the
     /// write durable when it completes; priority; NOMERGE.
-    pub async fn write_at_with(
+    pub async fn write_at_with<B: IoBuf>(
         &self,
-        buf: DmaBuf,
+        buf: B,
         offset_bytes: u64,
         flags: IoFlags,
-    ) -> (Result<usize, Error>, DmaBuf) {
-        let len = buf.len() as u64;
+    ) -> (Result<usize, Error>, B) {
+        let len = buf.io_len() as u64;
         let r = self
-            .io(OpKind::Write, flags, offset_bytes, len, BioBuf::One(buf))
+            .io(OpKind::Write, flags, offset_bytes, len, buf.into_bio())
             .await;
-        (r.result.map(|n| n as usize), one(r.buf))
+        (r.result.map(|n| n as usize), B::from_bio(r.buf))
     }
 
     /// Reads into several buffers in order (`preadv`), starting at
@@ -354,13 +365,6 @@ impl Device {
     }
 }
 
-fn one(buf: BioBuf) -> DmaBuf {
-    match buf {
-        BioBuf::One(b) => b,
-        _ => DmaBuf::new(0),
-    }
-}
-
 fn many(buf: BioBuf) -> Vec<DmaBuf> {
     match buf {
         BioBuf::Many(v) => v,
@@ -440,7 +444,8 @@ impl BioFuture {
         let dev = core.dev_index(&self.shared);
         let id = {
             let mut bios = core.bios.borrow_mut();
-            let id = bios.alloc();
+            let (id, hit) = bios.alloc(self.shared.opts.bio_cache);
+            core.count_bio_alloc(dev, hit);
             let bio = bios.get_mut(id).expect("fresh bio id is valid");
             bio.dev = dev;
             bio.op = init.op;

@@ -33,16 +33,22 @@
 #![cfg_attr(not(test), warn(missing_docs))]
 
 mod bio;
+pub mod clock;
 mod core;
 pub mod device;
+mod merge;
 pub mod options;
 mod plug;
+pub mod region;
 mod request;
 pub mod runtime;
 mod shared;
+pub mod stats;
 pub(crate) mod sync;
 pub mod tag;
 
-pub use bio::BioBuf;
+pub use bio::{BioBuf, IoBuf};
 pub use device::{Device, PlugGuard, MAX_IO_BYTES};
 pub use options::{DeviceOptions, TagSharing};
+pub use region::{Page, Region};
+pub use stats::{IoStats, OpStats};

@@ -62,6 +62,27 @@ pub struct DeviceOptions {
     /// Largest request in bytes; larger IOs are split. Default `None`: the
     /// device's `max_sectors` (from its geometry).
     pub max_request_bytes: Option<u64>,
+    /// Merging, as `/sys/block/*/queue/nomerges`: 0 (default) all merges
+    /// (sort the plug, back and front merges), 1 only the simple one-hit
+    /// merge with the newest request, 2 none. Values above 2 act as 2.
+    pub nomerges: u8,
+    /// Largest request merging may build, in bytes. Default `None`: the
+    /// request limit (`max_request_bytes`, or the device's `max_sectors`).
+    pub max_merge_bytes: Option<u64>,
+    /// Keep freed bios on a per-core free list for the next IO (the
+    /// kernel's per-cpu bio cache). Default true.
+    pub bio_cache: bool,
+    /// Take the buffers of [`Device::read_at`](crate::Device::read_at) and
+    /// [`Device::alloc_buf`](crate::Device::alloc_buf) from the per-core
+    /// buffer cache (`DmaBuf::cached`) instead of the allocator. Default
+    /// true.
+    pub buffer_cache: bool,
+    /// Keep iostats (`/proc/diskstats`-shaped counters and the plug's
+    /// figures). Default true.
+    pub iostats: bool,
+    /// Read the clock once per batch (the plug flush, the completion
+    /// batch) instead of once per use. Default true.
+    pub cached_clock: bool,
     /// Open with `O_DIRECT`. Default true. Filesystems that refuse it
     /// (tmpfs) need `false`.
     pub direct: bool,
@@ -84,6 +105,12 @@ impl Default for DeviceOptions {
             tag_batch: true,
             tag_batch_retry: true,
             max_request_bytes: None,
+            nomerges: 0,
+            bio_cache: true,
+            buffer_cache: true,
+            iostats: true,
+            cached_clock: true,
+            max_merge_bytes: None,
             direct: true,
             read_only: false,
             backend: BackendKind::Uring,

@@ -33,6 +33,13 @@ pub(crate) struct Request {
     pub len_bytes: u64,
     pub pieces: Vec<Piece>,
     pub iovecs: Vec<libc::iovec>,
+    /// Monotonic ns at dispatch (iostats).
+    pub start_ns: u64,
+    /// Segments (iovecs) the pieces' buffers make, counted raw.
+    pub nr_segs: usize,
+    /// Whether more bios may join this request (false for split pieces
+    /// and for ops or flags that never merge).
+    pub mergeable: bool,
     /// The request must not start before every earlier request of its
     /// device from this core has completed: it overlaps one of them and one
     /// of the two writes (program order), or it is a flush.
@@ -47,6 +54,8 @@ impl Request {
         self.iovecs.clear();
         self.len_bytes = 0;
         self.barrier = false;
+        self.nr_segs = 0;
+        self.mergeable = false;
     }
 
     /// Whether this request and `other` touch a common byte and at least

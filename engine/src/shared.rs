@@ -6,12 +6,13 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use plugio_device::{Backend, Error, Geometry};
 
 use crate::options::{DeviceOptions, TagSharing};
-use crate::tag::{TagOptions, TagSet};
+use crate::stats::{CoreCounters, IoStats};
+use crate::tag::{TagOptions, TagSet, TagStats};
 
 static NEXT_DEVICE_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -28,6 +29,10 @@ pub(crate) struct DeviceShared {
     pub tag_sets: Vec<TagSet>,
     /// Largest request in bytes (multiple of the logical block size).
     pub max_request_bytes: u64,
+    /// Largest request merging may build (at most `max_request_bytes`).
+    pub max_merge_bytes: u64,
+    /// The iostats counters of every core that used the device.
+    pub counters: Mutex<Vec<Arc<CoreCounters>>>,
 }
 
 impl DeviceShared {
@@ -57,6 +62,10 @@ impl DeviceShared {
             .max_request_bytes
             .unwrap_or_else(|| geometry.max_request_bytes());
         let max_request_bytes = (limit / block * block).max(block);
+        let max_merge_bytes = opts
+            .max_merge_bytes
+            .unwrap_or(max_request_bytes)
+            .min(max_request_bytes);
         Ok(Self {
             // Relaxed: a unique counter; no other memory depends on it.
             id: NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed),
@@ -66,11 +75,52 @@ impl DeviceShared {
             opts,
             tag_sets,
             max_request_bytes,
+            max_merge_bytes,
+            counters: Mutex::new(Vec::new()),
         })
+    }
+
+    /// New counters for a core that starts using the device.
+    pub fn register_core(&self) -> Arc<CoreCounters> {
+        let c = Arc::new(CoreCounters::default());
+        self.counters
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(c.clone());
+        c
+    }
+
+    /// A snapshot of the iostats, summed over cores.
+    pub fn iostats(&self) -> IoStats {
+        let mut s = IoStats::default();
+        for c in self
+            .counters
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+        {
+            s.add_core(c);
+        }
+        for t in &self.tag_sets {
+            add_tag_stats(&mut s.tags, &t.stats());
+        }
+        s
     }
 
     /// The tag set core `core` allocates from.
     pub fn tags_for(&self, core: usize) -> &TagSet {
         &self.tag_sets[core.min(self.tag_sets.len() - 1)]
     }
+}
+
+fn add_tag_stats(a: &mut TagStats, b: &TagStats) {
+    a.single_calls += b.single_calls;
+    a.single_tags += b.single_tags;
+    a.batch_calls += b.batch_calls;
+    a.batch_tags += b.batch_tags;
+    a.partial_batches += b.partial_batches;
+    a.empty_batches += b.empty_batches;
+    a.short_allocs += b.short_allocs;
+    a.waits += b.waits;
+    a.puts += b.puts;
 }

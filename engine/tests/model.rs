@@ -130,12 +130,14 @@ proptest! {
         depth in 1u32..48,
         max_count in 1usize..40,
         max_request_kb in prop_oneof![Just(None), (1u64..32).prop_map(Some)],
+        nomerges in 0u8..3,
         seed in any::<u64>(),
     ) {
         let opts = DeviceOptions {
             queue_depth: depth,
             plug_max_count: max_count,
             max_request_bytes: max_request_kb.map(|kb| kb * 1024),
+            nomerges,
             ..Default::default()
         };
         let (want_reads, want_disk) = model(&ops);

@@ -12,6 +12,7 @@
 //!   arena alive.
 
 mod arena;
+pub mod cache;
 pub(crate) mod return_stack;
 
 use std::fmt;
@@ -31,6 +32,7 @@ pub const DEFAULT_ALIGN_BYTES: usize = 4096;
 enum Origin {
     Heap { align: usize },
     Arena { arena: Arc<ArenaShared>, chunk: u32 },
+    Cache { owner: Arc<cache::CacheShared> },
 }
 
 /// An owned, aligned buffer for direct IO.
@@ -74,6 +76,25 @@ impl DmaBuf {
         buf.as_full_mut_slice()[..len_bytes].fill(0);
         buf.len = len_bytes;
         buf
+    }
+
+    /// A buffer of `len_bytes` from the calling thread's buffer cache
+    /// (see [`cache`]): 4096-aligned, capacity the size class (512 B to
+    /// 1 MiB, powers of two), no heap allocation when the class's free
+    /// list has one. Its bytes are NOT zeroed: they hold what the buffer's
+    /// last user left (use it for reads, or overwrite it). Dropped on any
+    /// thread, it returns to its owner's cache. Larger buffers fall back to
+    /// [`DmaBuf::heap`].
+    pub fn cached(len_bytes: usize) -> Self {
+        match cache::take(len_bytes) {
+            Some((ptr, cap, owner)) => Self {
+                ptr,
+                len: len_bytes,
+                cap,
+                origin: Origin::Cache { owner },
+            },
+            None => Self::heap(len_bytes, cache::CACHE_ALIGN_BYTES),
+        }
     }
 
     /// A plain zeroed aligned allocation (never from the arena).
@@ -187,7 +208,7 @@ impl DmaBuf {
     pub fn fixed_index(&self) -> Option<u16> {
         match &self.origin {
             Origin::Arena { arena, .. } => arena.fixed_index_here(),
-            Origin::Heap { .. } => None,
+            Origin::Heap { .. } | Origin::Cache { .. } => None,
         }
     }
 
@@ -236,6 +257,7 @@ impl Drop for DmaBuf {
                 }
             }
             Origin::Arena { arena, chunk } => arena.give_back(*chunk),
+            Origin::Cache { owner } => cache::give_back(self.ptr, self.cap, owner),
         }
     }
 }

@@ -1,0 +1,253 @@
+//! iostats: per-device counters in the shape of `/proc/diskstats`, plus the
+//! plug's own figures.
+//!
+//! Invariants:
+//! - Each core writes only its own [`CoreCounters`] (one per device it
+//!   uses), with plain load + store: there is a single writer, so no
+//!   read-modify-write is needed; readers on other threads sum the cores
+//!   and may see a value a moment old, never a torn one.
+//! - `in_flight`, `io_ticks` and `time_in_queue` are kept as the kernel's
+//!   `part_stat` does (`update_io_ticks`, `part_in_flight`): at every start
+//!   and end of a request, the time since the last event is added to
+//!   `io_ticks` if anything was in flight, and times the number in flight
+//!   to `time_in_queue`. They are per core, so with several cores using one
+//!   device, `io_ticks` is the sum of the cores' busy times.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use plugio_device::OpKind;
+
+use crate::tag::TagStats;
+
+/// A counter written by one thread and read by any.
+#[derive(Debug, Default)]
+pub(crate) struct Counter(AtomicU64);
+
+impl Counter {
+    /// Adds `n` (single writer: the owning core).
+    #[inline]
+    pub fn add(&self, n: u64) {
+        // Relaxed: a statistic; only the owning core writes it, so the load
+        // sees its own last store; readers pair with nothing.
+        self.0
+            .store(self.0.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+    }
+
+    /// Sets the value (gauges).
+    #[inline]
+    pub fn set(&self, v: u64) {
+        // Relaxed: see `add`.
+        self.0.store(v, Ordering::Relaxed);
+    }
+
+    /// The current value.
+    pub fn get(&self) -> u64 {
+        // Relaxed: a statistic read; no other memory depends on it.
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Counters of one op group (reads, writes, discards, flushes).
+#[derive(Debug, Default)]
+pub(crate) struct OpCounters {
+    pub ios: Counter,
+    pub merges: Counter,
+    pub sectors: Counter,
+    pub ticks_ns: Counter,
+}
+
+/// One core's counters for one device.
+#[derive(Debug, Default)]
+pub(crate) struct CoreCounters {
+    pub read: OpCounters,
+    pub write: OpCounters,
+    pub discard: OpCounters,
+    pub flush: OpCounters,
+    pub in_flight: Counter,
+    pub io_ticks_ns: Counter,
+    pub time_in_queue_ns: Counter,
+    pub plug_flushes: Counter,
+    pub bios: Counter,
+    pub requests: Counter,
+    pub bio_cache_hits: Counter,
+    pub bio_cache_misses: Counter,
+}
+
+impl CoreCounters {
+    /// The group an op is counted in (`None` for no-ops).
+    pub fn group(&self, op: OpKind) -> Option<&OpCounters> {
+        match op {
+            OpKind::Read => Some(&self.read),
+            OpKind::Write | OpKind::WriteZeroes => Some(&self.write),
+            OpKind::Discard | OpKind::Fallocate { .. } => Some(&self.discard),
+            OpKind::Flush | OpKind::Fsync => Some(&self.flush),
+            _ => None,
+        }
+    }
+}
+
+/// The core-local side of `in_flight` / `io_ticks` / `time_in_queue`.
+#[derive(Debug, Default)]
+pub(crate) struct BusyClock {
+    in_flight: u64,
+    stamp_ns: u64,
+}
+
+impl BusyClock {
+    /// Accounts the time since the last event, then changes the number in
+    /// flight by `delta` (+1 at dispatch, -1 at completion).
+    pub fn event(&mut self, now_ns: u64, delta: i64, c: &CoreCounters) {
+        let since = now_ns.saturating_sub(self.stamp_ns);
+        if self.in_flight > 0 {
+            c.io_ticks_ns.add(since);
+            c.time_in_queue_ns.add(since * self.in_flight);
+        }
+        self.stamp_ns = self.stamp_ns.max(now_ns);
+        self.in_flight = self.in_flight.saturating_add_signed(delta);
+        c.in_flight.set(self.in_flight);
+    }
+}
+
+/// Totals of one op group.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpStats {
+    /// Requests completed (after merging), as diskstats counts them.
+    pub ios: u64,
+    /// Bios merged into another bio's request.
+    pub merges: u64,
+    /// 512-byte sectors transferred (asked, for discards and zeroes).
+    pub sectors: u64,
+    /// Total time of the completed requests, dispatch to completion, ns.
+    pub ticks_ns: u64,
+}
+
+impl OpStats {
+    /// `ticks_ns` in milliseconds, the unit of `/proc/diskstats`.
+    pub fn ticks_ms(&self) -> u64 {
+        self.ticks_ns / 1_000_000
+    }
+
+    fn sum(&mut self, c: &OpCounters) {
+        self.ios += c.ios.get();
+        self.merges += c.merges.get();
+        self.sectors += c.sectors.get();
+        self.ticks_ns += c.ticks_ns.get();
+    }
+}
+
+/// A snapshot of a device's iostats, summed over the cores that used it
+/// (see [`Device::iostats`](crate::Device::iostats)).
+///
+/// The first group of fields has the shape of `/proc/diskstats`; the rest
+/// are the plug's figures. All zero (except the tag figures) when the
+/// device was opened with `iostats: false`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct IoStats {
+    /// Reads.
+    pub read: OpStats,
+    /// Writes and write-zeroes.
+    pub write: OpStats,
+    /// Discards (and other fallocate range ops).
+    pub discard: OpStats,
+    /// Flushes (fdatasync, fsync); `merges` and `sectors` stay 0.
+    pub flush: OpStats,
+    /// Requests in flight now.
+    pub in_flight: u64,
+    /// Time with at least one request in flight, ns (summed over cores).
+    pub io_ticks_ns: u64,
+    /// Time requests spent in flight, weighted by their number, ns.
+    pub time_in_queue_ns: u64,
+    /// Plug flushes that sent requests to this device.
+    pub plug_flushes: u64,
+    /// Bios issued.
+    pub bios: u64,
+    /// Requests built from them (after merging and splitting).
+    pub requests: u64,
+    /// Bios served from the per-core bio cache.
+    pub bio_cache_hits: u64,
+    /// Bios that had to be allocated.
+    pub bio_cache_misses: u64,
+    /// Tag allocation figures (batch sizes, partial batches, waits).
+    pub tags: TagStats,
+}
+
+impl IoStats {
+    /// Sums one core's counters into the snapshot.
+    pub(crate) fn add_core(&mut self, c: &CoreCounters) {
+        self.read.sum(&c.read);
+        self.write.sum(&c.write);
+        self.discard.sum(&c.discard);
+        self.flush.sum(&c.flush);
+        self.in_flight += c.in_flight.get();
+        self.io_ticks_ns += c.io_ticks_ns.get();
+        self.time_in_queue_ns += c.time_in_queue_ns.get();
+        self.plug_flushes += c.plug_flushes.get();
+        self.bios += c.bios.get();
+        self.requests += c.requests.get();
+        self.bio_cache_hits += c.bio_cache_hits.get();
+        self.bio_cache_misses += c.bio_cache_misses.get();
+    }
+
+    /// Requests per plug flush (0 when nothing was flushed).
+    pub fn requests_per_flush(&self) -> f64 {
+        ratio(self.requests, self.plug_flushes)
+    }
+
+    /// Bios per request: 1.0 without merging, more with it.
+    pub fn bios_per_request(&self) -> f64 {
+        ratio(self.bios, self.requests)
+    }
+
+    /// The counters as one `/proc/diskstats` line (fields 1-17 after the
+    /// major, minor and name columns), with `name` as the device name and
+    /// 0 for major and minor.
+    pub fn diskstats_line(&self, name: &str) -> String {
+        let (r, w, d, f) = (&self.read, &self.write, &self.discard, &self.flush);
+        format!(
+            "   0       0 {name} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}",
+            r.ios,
+            r.merges,
+            r.sectors,
+            r.ticks_ms(),
+            w.ios,
+            w.merges,
+            w.sectors,
+            w.ticks_ms(),
+            self.in_flight,
+            self.io_ticks_ns / 1_000_000,
+            self.time_in_queue_ns / 1_000_000,
+            d.ios,
+            d.merges,
+            d.sectors,
+            d.ticks_ms(),
+            f.ios,
+            f.ticks_ms(),
+        )
+    }
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busy_clock_accounts_like_part_stat() {
+        let c = CoreCounters::default();
+        let mut b = BusyClock::default();
+        b.event(100, 1, &c); // start A at 100
+        b.event(150, 1, &c); // start B at 150: 50 ns busy with 1
+        b.event(250, -1, &c); // A ends: 100 ns busy with 2
+        b.event(300, -1, &c); // B ends: 50 ns with 1
+        assert_eq!(c.io_ticks_ns.get(), 200);
+        assert_eq!(c.time_in_queue_ns.get(), 50 + 200 + 50);
+        assert_eq!(c.in_flight.get(), 0);
+    }
+}
