@@ -29,7 +29,7 @@ use std::future::Future;
 use std::pin::pin;
 use std::ptr;
 use std::rc::Rc;
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, SeqCst};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
@@ -120,8 +120,6 @@ impl CoreShared {
         self.unparker.unpark();
     }
 }
-
-use std::sync::atomic::Ordering::Release;
 
 /// The main future's waker: a flag plus the park handshake.
 pub(crate) struct MainWake {

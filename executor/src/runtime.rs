@@ -160,24 +160,10 @@ impl Builder {
         let mut starts = Vec::with_capacity(self.cores);
         let mut first_error = None;
         for index in 0..self.cores {
-            let (start_tx, start_rx) = mpsc::channel();
-            let (handle_tx, handle_rx) = mpsc::channel();
-            let ctx = CoreThread {
-                index,
-                cpu: cpus.as_ref().map(|c| c[index]),
-                config: self.config,
-                driver: self.driver.clone(),
-                on_thread_start: self.on_thread_start.clone(),
-                start_tx,
-                handle_rx,
-            };
-            let spawned = thread::Builder::new()
-                .name(format!("{}-{index}", self.thread_name))
-                .spawn(move || ctx.run());
-            match spawned {
-                Ok(t) => {
-                    threads.push(t);
-                    starts.push((start_rx, handle_tx));
+            match self.spawn_core(index, cpus.as_ref().map(|c| c[index])) {
+                Ok((thread, start)) => {
+                    threads.push(thread);
+                    starts.push(start);
                 }
                 Err(e) => {
                     first_error = Some(e);
@@ -214,6 +200,37 @@ impl Builder {
         }
         tracing::debug!(cores = self.cores, "runtime started");
         Ok(Runtime { handle, threads })
+    }
+}
+
+/// A starting core's report channel and the channel its handle goes to.
+type CoreStart = (
+    mpsc::Receiver<io::Result<Arc<CoreShared>>>,
+    mpsc::Sender<Handle>,
+);
+
+impl Builder {
+    /// Starts core `index`'s thread.
+    fn spawn_core(
+        &self,
+        index: usize,
+        cpu: Option<usize>,
+    ) -> io::Result<(thread::JoinHandle<()>, CoreStart)> {
+        let (start_tx, start_rx) = mpsc::channel();
+        let (handle_tx, handle_rx) = mpsc::channel();
+        let ctx = CoreThread {
+            index,
+            cpu,
+            config: self.config,
+            driver: self.driver.clone(),
+            on_thread_start: self.on_thread_start.clone(),
+            start_tx,
+            handle_rx,
+        };
+        let thread = thread::Builder::new()
+            .name(format!("{}-{index}", self.thread_name))
+            .spawn(move || ctx.run())?;
+        Ok((thread, (start_rx, handle_tx)))
     }
 }
 
