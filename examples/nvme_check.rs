@@ -191,22 +191,65 @@ impl Future for Wait {
     }
 }
 
+/// Submits `op` to the backend directly (no engine) and waits for its
+/// result; `unbounded` skips the capacity check.
+async fn submit_direct(
+    backend: &NvmeBackend,
+    op: &IoOp<'_>,
+    unbounded: bool,
+) -> plugio_device::Result<i32> {
+    let slot = Rc::new(Slot::default());
+    let handler = register_handler(Rc::new(SlotHandler(slot.clone())));
+    // SAFETY: the memory `op` describes outlives this call, which returns
+    // only after the completion was delivered.
+    let submitted = unsafe {
+        if unbounded {
+            backend.submit_unbounded(op, handler, 7)
+        } else {
+            backend.submit(op, handler, 7)
+        }
+    };
+    let result = match submitted {
+        Ok(()) => Ok(Wait(slot).await),
+        Err(e) => Err(e),
+    };
+    plugio_device::unregister_handler(handler);
+    result
+}
+
 /// Reads one block past the end of the namespace through the backend
 /// directly (the engine refuses it before submission).
 async fn read_past_end(backend: &NvmeBackend) -> plugio_device::Result<i32> {
-    let slot = Rc::new(Slot::default());
-    let handler = register_handler(Rc::new(SlotHandler(slot.clone())));
     let block = backend.geometry().logical_block_bytes as usize;
     let mut buf = DmaBuf::new(block);
     let segs = [buf.iovec(block)];
     let end = backend.geometry().capacity_bytes.unwrap_or(0);
-    let op = IoOp::read(end, &segs);
-    // SAFETY: `buf` and `segs` live until the completion is awaited below.
-    unsafe { backend.submit_unbounded(&op, handler, 7)? };
-    let result = Wait(slot).await;
-    plugio_device::unregister_handler(handler);
-    drop(buf);
-    Ok(result)
+    submit_direct(backend, &IoOp::read(end, &segs), true).await
+}
+
+/// A read into a registered buffer (`IORING_URING_CMD_FIXED`), directly.
+async fn check_fixed_buffer(ns: &Ns, report: &Report) {
+    let backend = &ns.counting.inner;
+    let fixed_ring = backend.fixed_buffers_here();
+    let len = 8 * ns.block;
+    let mut buf = DmaBuf::new(len);
+    let index = buf.fixed_index();
+    let segs = [buf.iovec(len)];
+    let lba = 200u64;
+    let op = IoOp::read(lba * ns.block as u64, &segs).with_fixed_buf(index);
+    let r = submit_direct(backend, &op, false).await;
+    let bad = pattern_mismatches(buf.as_slice(), lba, ns.block);
+    // Where the kernel cannot map the registered buffer for passthrough
+    // (EINVAL) the command is resent with a plain buffer and the core stops
+    // using fixed buffers: the data must be right either way.
+    let fixed_after = backend.fixed_buffers_here();
+    report.check(
+        "registered-buffer read (URING_CMD_FIXED or its fallback)",
+        matches!(fixed_ring, Ok(true)) && index.is_some() && r == Ok(len as i32) && bad.is_empty(),
+        format!(
+            "fixed buffers before {fixed_ring:?} after {fixed_after:?}, buffer index {index:?}, result {r:?}, bad blocks {bad:?}"
+        ),
+    );
 }
 
 struct Ns {
@@ -324,6 +367,7 @@ async fn check_pattern_reads(ns: &Ns, report: &Report) {
     let block = ns.block as u64;
     // Many small concurrent reads of neighbouring blocks (one plug: merged
     // where the engine merges) plus scattered ones.
+    let before = ns.counting.commands.load(Ordering::Relaxed);
     let lbas: Vec<u64> = (0..64)
         .chain((0..64).map(|i| (i * 997 + 13) % PATTERN_BLOCKS))
         .collect();
@@ -344,10 +388,15 @@ async fn check_pattern_reads(ns: &Ns, report: &Report) {
             }
         }
     }
+    let commands = ns.counting.commands.load(Ordering::Relaxed) - before;
     report.check(
         "concurrent pattern reads",
         bad.is_empty(),
-        format!("{} reads, mismatching blocks {:?}", lbas.len(), bad),
+        format!(
+            "{} reads in {commands} NVMe commands, mismatching blocks {:?}",
+            lbas.len(),
+            bad
+        ),
     );
 }
 
@@ -616,27 +665,81 @@ async fn check_bench(ns: &Ns, ops: usize, report: &Report) {
 }
 
 /// Child mode (run as an unprivileged user, uid 65534): opening must fail
-/// with a clear permission error that names the block device path.
-fn unprivileged_child(path: &str) -> ExitCode {
+/// with a clear permission error that names the block device path, or
+/// succeed when `expect_denied` is false.
+fn unprivileged_child(path: &str, expect_denied: bool) -> ExitCode {
     match NvmeBackend::open(path) {
         Err(e)
-            if *e.kind() == ErrorKind::PermissionDenied
+            if expect_denied
+                && *e.kind() == ErrorKind::PermissionDenied
                 && e.to_string().contains("/dev/nvmeXnY") =>
         {
-            println!("PASS open as an unprivileged user: {e}");
+            println!("PASS open as an unprivileged user is refused clearly: {e}");
+            ExitCode::SUCCESS
+        }
+        Ok(b) if !expect_denied => {
+            println!("PASS open as an unprivileged user: nsid {}", b.nsid());
             ExitCode::SUCCESS
         }
         other => {
-            println!("FAIL open as an unprivileged user: {other:?}");
+            println!(
+                "FAIL open as an unprivileged user (expect denied {expect_denied}): {other:?}"
+            );
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Kernel release `(major, minor)`.
+fn kernel_version() -> (u32, u32) {
+    let text = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut it = text
+        .trim()
+        .split(['.', '-'])
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    (it.next().unwrap_or(0), it.next().unwrap_or(0))
+}
+
+/// Runs the unprivileged child on `path` with the node's mode set to
+/// `mode` (restored afterwards).
+fn check_unprivileged(path: &Path, mode: u32, expect_denied: bool, report: &Report) {
+    use std::os::unix::fs::PermissionsExt;
+    let name = format!("unprivileged open, node mode {mode:o}");
+    let old = match std::fs::metadata(path) {
+        Ok(m) => m.permissions(),
+        Err(e) => return report.check(&name, false, e),
+    };
+    if let Err(e) = std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)) {
+        return report.check(&name, false, e);
+    }
+    let child = std::env::current_exe().and_then(|exe| {
+        std::process::Command::new(exe)
+            .arg("--unprivileged-child")
+            .arg(path)
+            .arg(if expect_denied { "denied" } else { "allowed" })
+            .uid(65534)
+            .gid(65534)
+            .output()
+    });
+    let _ = std::fs::set_permissions(path, old);
+    match child {
+        Ok(out) => {
+            print!("{}", String::from_utf8_lossy(&out.stdout));
+            report.check(
+                &name,
+                out.status.success(),
+                "child as uid 65534 (no CAP_SYS_ADMIN)",
+            );
+        }
+        Err(e) => report.check(&name, false, e),
     }
 }
 
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().collect();
     if argv.get(1).map(String::as_str) == Some("--unprivileged-child") {
-        return unprivileged_child(argv.get(2).map_or("/dev/ng0n1", String::as_str));
+        let path = argv.get(2).map_or("/dev/ng0n1", String::as_str);
+        return unprivileged_child(path, argv.get(3).map(String::as_str) != Some("allowed"));
     }
     let args = match parse_args() {
         Ok(a) => a,
@@ -646,30 +749,12 @@ fn main() -> ExitCode {
         }
     };
     let report = Report::default();
-    let exe = match std::env::current_exe() {
-        Ok(exe) => exe,
-        Err(e) => {
-            eprintln!("nvme_check: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let child = std::process::Command::new(exe)
-        .arg("--unprivileged-child")
-        .arg(&args.paths[0])
-        .uid(65534)
-        .gid(65534)
-        .output();
-    match child {
-        Ok(out) => {
-            print!("{}", String::from_utf8_lossy(&out.stdout));
-            report.check(
-                "permission error is clear",
-                out.status.success(),
-                "child as uid 65534 (no CAP_SYS_ADMIN, no access to the node)",
-            );
-        }
-        Err(e) => report.check("permission error is clear", false, e),
-    }
+    // A root-only node: the open itself is refused. A node opened up to
+    // everyone: Linux before 6.2 still refuses every passthrough command
+    // (admin Identify included) without CAP_SYS_ADMIN; 6.2+ allows
+    // Identify and IO to a node opened for writing.
+    check_unprivileged(&args.paths[0], 0o600, true, &report);
+    check_unprivileged(&args.paths[0], 0o666, kernel_version() < (6, 2), &report);
     let rt = match plugio_engine::runtime::local(RingConfig::default()) {
         Ok(rt) => rt,
         Err(e) => {
@@ -691,6 +776,7 @@ fn main() -> ExitCode {
             check_split(ns, &report).await;
             check_writes(ns, &report, 40 + i as u8).await;
             check_zeroes_and_discard(ns, &report).await;
+            check_fixed_buffer(ns, &report).await;
             check_errors(ns, &report).await;
         }
         check_multi(&all, &report).await;

@@ -65,6 +65,11 @@ pub(crate) struct CmdSlot {
     pub preflush: Option<squeue::Entry128>,
     /// The preflush CQE's raw `res` (0 until it arrives).
     pub preflush_result: i32,
+    /// The same command without `IORING_URING_CMD_FIXED`, for a command
+    /// that uses a registered buffer: resubmitted once if the kernel
+    /// refuses the fixed form with `-EINVAL` (kernels or buffer layouts
+    /// where passthrough cannot map a registered buffer).
+    pub unfixed: Option<squeue::Entry128>,
     /// Memory the command points to that the submitter does not own (the
     /// DSM range list), freed only after the CQE.
     pub _payload: Option<Box<dyn Any>>,
@@ -84,7 +89,7 @@ pub struct CmdRing {
     polled: bool,
     /// The core's arena is registered as fixed buffer 0 (the same index it
     /// has on the main ring), so `IoOp::fixed_buf == Some(0)` is valid here.
-    fixed_buffers: bool,
+    fixed_buffers: std::cell::Cell<bool>,
     _arena: Option<Rc<Arena>>,
 }
 
@@ -93,7 +98,7 @@ impl std::fmt::Debug for CmdRing {
         f.debug_struct("CmdRing")
             .field("polled", &self.polled)
             .field("in_flight", &self.in_flight.get())
-            .field("fixed_buffers", &self.fixed_buffers)
+            .field("fixed_buffers", &self.fixed_buffers.get())
             .finish()
     }
 }
@@ -172,7 +177,7 @@ impl CmdRing {
             backlog: RefCell::new(VecDeque::new()),
             efd,
             polled,
-            fixed_buffers,
+            fixed_buffers: std::cell::Cell::new(fixed_buffers),
             _arena: arena,
         })
     }
@@ -185,7 +190,7 @@ impl CmdRing {
     /// True when registered buffer 0 (the core's arena) can be used with
     /// `IORING_URING_CMD_FIXED`.
     pub fn fixed_buffers(&self) -> bool {
-        self.fixed_buffers
+        self.fixed_buffers.get()
     }
 
     /// Commands pushed and not yet completed.
@@ -359,6 +364,10 @@ impl CmdRing {
             self.push_linked(index, entry, preflush);
             return false;
         }
+        if let Some(entry) = self.unfixed_retry_of(index, res) {
+            self.push_sqe(entry.user_data(ud));
+            return false;
+        }
         let slot = self
             .slots
             .borrow_mut()
@@ -383,6 +392,23 @@ impl CmdRing {
             result,
         });
         true
+    }
+
+    /// The unfixed form of a fixed-buffer command the kernel refused with
+    /// `-EINVAL`; the ring stops using fixed buffers from then on (logged
+    /// once per ring).
+    fn unfixed_retry_of(&self, index: u32, res: i32) -> Option<squeue::Entry128> {
+        if res != -libc::EINVAL {
+            return None;
+        }
+        let mut slots = self.slots.borrow_mut();
+        let slot = slots.get_mut(index as usize)?.as_mut()?;
+        let unfixed = slot.unfixed.take()?;
+        slot.entry = unfixed.clone();
+        if self.fixed_buffers.replace(false) {
+            tracing::info!("passthrough refused a registered buffer (EINVAL); using plain buffers on this core");
+        }
+        Some(unfixed)
     }
 
     /// The SQEs to resubmit when the command (or its preflush) got a
@@ -483,6 +509,7 @@ mod tests {
             ok_result: token as i32,
             preflush: None,
             preflush_result: 0,
+            unfixed: None,
             _payload: payload,
             _file: null_fd(),
         }

@@ -121,9 +121,27 @@ pub fn passthrough_path_for(block_path: impl AsRef<Path>) -> Option<PathBuf> {
     is_ng_name(&ng).then(|| path.with_file_name(ng))
 }
 
-/// A built command: the SQE, the result to deliver on success, and the
-/// payload the SQE points to (kept alive by the slot until the CQE).
-type Built = (squeue::Entry128, i32, Option<Box<dyn std::any::Any>>);
+/// A built command: the SQE (and its unfixed form), the result to deliver
+/// on success, and the payload the SQE points to (kept alive by the slot
+/// until the CQE).
+struct Built {
+    entry: squeue::Entry128,
+    /// The same command without a registered buffer, when `entry` uses one.
+    unfixed: Option<squeue::Entry128>,
+    ok_result: i32,
+    payload: Option<Box<dyn std::any::Any>>,
+}
+
+impl Built {
+    fn plain(entry: squeue::Entry128, ok_result: i32) -> Self {
+        Self {
+            entry,
+            unfixed: None,
+            ok_result,
+            payload: None,
+        }
+    }
+}
 
 /// An NVMe namespace opened for io_uring passthrough.
 #[derive(Debug)]
@@ -214,6 +232,17 @@ impl NvmeBackend {
         self.polled
     }
 
+    /// Whether this core's passthrough ring for this namespace can use the
+    /// core's registered buffers (`IORING_URING_CMD_FIXED` for ops whose
+    /// `fixed_buf` is set); builds the ring if needed.
+    ///
+    /// # Errors
+    /// [`ErrorKind::NoDriver`] off a core with a ring; the ring setup error.
+    pub fn fixed_buffers_here(&self) -> Result<bool> {
+        let main = ring::current().ok_or_else(|| Error::new(ErrorKind::NoDriver))?;
+        Ok(main.cmd_ring(self.polled)?.fixed_buffers())
+    }
+
     /// The raw descriptor of the namespace node.
     pub fn raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
@@ -286,7 +315,7 @@ impl NvmeBackend {
         let cmd_ring = main
             .cmd_ring(self.polled)
             .map_err(|e| e.with_path(&self.path))?;
-        let (entry, ok_result, payload) = self.build(op, cmd_ring.fixed_buffers())?;
+        let built = self.build(op, cmd_ring.fixed_buffers())?;
         let preflush = op
             .flags
             .contains(IoFlags::PREFLUSH)
@@ -294,11 +323,12 @@ impl NvmeBackend {
         cmd_ring.push(CmdSlot {
             handler,
             token,
-            entry,
-            ok_result,
+            entry: built.entry,
+            ok_result: built.ok_result,
             preflush,
             preflush_result: 0,
-            _payload: payload,
+            unfixed: built.unfixed,
+            _payload: built.payload,
             _file: Arc::clone(&self.fd),
         });
         Ok(())
@@ -318,37 +348,14 @@ impl NvmeBackend {
         let shift = self.info.lba_shift;
         let slba = op.offset_bytes >> shift;
         let nlb = (op.len_bytes >> shift) as u32;
-        let fua = op.flags.contains(IoFlags::FUA);
+        let io = |cmd: &NvmeCmd| self.uring_cmd(NVME_URING_CMD_IO, cmd, None);
         match op.kind {
-            OpKind::Read | OpKind::Write => {
-                let len = i32::try_from(op.len_bytes).map_err(|_| {
-                    Error::invalid(InvalidInput::Length {
-                        len_bytes: op.len_bytes,
-                        max_bytes: i32::MAX as u64,
-                    })
-                })?;
-                let mut cmd = NvmeCmd::rw(op.kind == OpKind::Write, nsid, slba, nlb, fua);
-                let entry = if let [seg] = op.segments {
-                    cmd.addr = seg.iov_base as u64;
-                    cmd.data_len = seg.iov_len as u32;
-                    let fixed = op.fixed_buf.filter(|&i| fixed_ok && i == 0);
-                    self.uring_cmd(NVME_URING_CMD_IO, &cmd, fixed)
-                } else {
-                    cmd.addr = op.segments.as_ptr() as u64;
-                    cmd.data_len = op.segments.len() as u32;
-                    self.uring_cmd(NVME_URING_CMD_IO_VEC, &cmd, None)
-                };
-                Ok((entry, len, None))
-            }
-            OpKind::Flush | OpKind::Fsync => Ok((
-                self.uring_cmd(NVME_URING_CMD_IO, &NvmeCmd::flush(nsid), None),
-                0,
-                None,
-            )),
+            OpKind::Read | OpKind::Write => self.build_rw(op, slba, nlb, fixed_ok),
+            OpKind::Flush | OpKind::Fsync => Ok(Built::plain(io(&NvmeCmd::flush(nsid)), 0)),
             OpKind::WriteZeroes => {
                 let deac = self.options.write_zeroes_deallocate;
                 let cmd = NvmeCmd::write_zeroes(nsid, slba, nlb, deac);
-                Ok((self.uring_cmd(NVME_URING_CMD_IO, &cmd, None), 0, None))
+                Ok(Built::plain(io(&cmd), 0))
             }
             OpKind::Discard => {
                 let ranges: Box<[DsmRange]> = Box::new([DsmRange {
@@ -357,13 +364,48 @@ impl NvmeBackend {
                     slba,
                 }]);
                 let cmd = NvmeCmd::deallocate(nsid, ranges.as_ptr() as u64, 1);
-                let entry = self.uring_cmd(NVME_URING_CMD_IO, &cmd, None);
-                Ok((entry, 0, Some(Box::new(ranges))))
+                let mut built = Built::plain(io(&cmd), 0);
+                built.payload = Some(Box::new(ranges));
+                Ok(built)
             }
             OpKind::Nop | OpKind::Fallocate { .. } => {
                 Err(Error::new(ErrorKind::Unsupported).with_context("no NVMe command for this op"))
             }
         }
+    }
+
+    /// Read or Write: one segment with `NVME_URING_CMD_IO` (on a registered
+    /// buffer when possible), several with `NVME_URING_CMD_IO_VEC`.
+    fn build_rw(&self, op: &IoOp<'_>, slba: u64, nlb: u32, fixed_ok: bool) -> Result<Built> {
+        let len = i32::try_from(op.len_bytes).map_err(|_| {
+            Error::invalid(InvalidInput::Length {
+                len_bytes: op.len_bytes,
+                max_bytes: i32::MAX as u64,
+            })
+        })?;
+        let write = op.kind == OpKind::Write;
+        let fua = op.flags.contains(IoFlags::FUA);
+        let mut cmd = NvmeCmd::rw(write, self.info.nsid, slba, nlb, fua);
+        if let [seg] = op.segments {
+            cmd.addr = seg.iov_base as u64;
+            cmd.data_len = seg.iov_len as u32;
+            let plain = self.uring_cmd(NVME_URING_CMD_IO, &cmd, None);
+            return Ok(match op.fixed_buf.filter(|&i| fixed_ok && i == 0) {
+                Some(index) => Built {
+                    entry: self.uring_cmd(NVME_URING_CMD_IO, &cmd, Some(index)),
+                    unfixed: Some(plain),
+                    ok_result: len,
+                    payload: None,
+                },
+                None => Built::plain(plain, len),
+            });
+        }
+        cmd.addr = op.segments.as_ptr() as u64;
+        cmd.data_len = op.segments.len() as u32;
+        Ok(Built::plain(
+            self.uring_cmd(NVME_URING_CMD_IO_VEC, &cmd, None),
+            len,
+        ))
     }
 }
 
