@@ -27,6 +27,8 @@ struct Cli {
 enum Command {
     /// Run an IO benchmark (default: 4 KiB O_DIRECT random reads at queue
     /// depth 128 on one core for 10 s, on a 1 GiB temporary file).
+    /// A repeated option takes its last value.
+    #[command(args_override_self = true)]
     Bench(bench::BenchArgs),
     /// Describe a file or block device (geometry, O_DIRECT, io_uring).
     Info {

@@ -122,7 +122,7 @@ pub fn run(
     Ok(EngineOutput {
         latency,
         notes,
-        tag_stats: None,
+        iostats: None,
     })
 }
 

@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use plugio_device::{DeviceDriver, DmaBuf, RingConfig};
-use plugio_engine::tag::TagStats;
 use plugio_engine::{Device, DeviceOptions};
 use plugio_executor::{Driver, JoinHandle, Placement, ShutdownMode, Unpark};
 use rand::RngCore;
@@ -41,9 +40,9 @@ impl Driver for StatsDriver {
         let r = self.inner.park(timeout);
         if let Some(s) = self.inner.ring_stats() {
             let w = self.counters.worker(self.core);
-            // SQEs are not counted by the ring: IOs completed stand in for
-            // them (each IO is one SQE on this path, merging aside).
-            w.set_calls(s.enters, w.snapshot().ios, s.cqes);
+            // The ring does not count SQEs: the reporter takes the engine's
+            // request count (one SQE per request) from its iostats.
+            w.set_calls(s.enters, 0, s.cqes);
         }
         r
     }
@@ -67,18 +66,23 @@ pub fn device_options(job: &Job, notes: &mut Vec<String>) -> DeviceOptions {
             Ablation::TagBatch => opts.tag_batch = false,
             Ablation::TagBatchRetry => opts.tag_batch_retry = false,
             Ablation::Plug => opts.plug_max_count = 1,
+            Ablation::Merge => opts.nomerges = 2,
+            Ablation::CachedClock => opts.cached_clock = false,
+            Ablation::Iostats => opts.iostats = false,
             other => notes.push(format!(
-                "--ablate {}: not available yet (arrives with the engine's issue 5); \
-                 the run keeps it on",
+                "--ablate {}: not available yet (no switch in the engine); the run keeps it on",
                 super::report::ablation_name(*other)
             )),
         }
     }
     if let Some(n) = job.nomerges {
-        notes.push(format!(
-            "--nomerges {n}: merging is not available yet in the engine (issue 5); \
-             no IO is merged in this run"
-        ));
+        if job.ablate.contains(&Ablation::Merge) && n != 2 {
+            notes.push(format!(
+                "--nomerges {n} overridden by --ablate merge (nomerges 2)"
+            ));
+        } else {
+            opts.nomerges = n;
+        }
     }
     opts
 }
@@ -122,7 +126,7 @@ pub fn run(
     let dev = Device::open(&target.path, opts)
         .map_err(|e| BenchError::engine(NAME, format!("opening {}: {e}", target.path.display())))?;
     let probe_dev = dev.clone();
-    counters.set_tag_probe(Box::new(move || sum_tag_stats(&probe_dev.tag_stats())));
+    counters.set_stats_probe(Box::new(move || probe_dev.iostats()));
     let handles: Vec<_> = (0..job.cores)
         .map(|core| {
             let cj = CoreJob {
@@ -149,8 +153,9 @@ pub fn run(
             }
         }
     }
-    counters.set_tag_probe(Box::new(TagStats::default));
-    let tags = sum_tag_stats(&dev.tag_stats());
+    let iostats = dev.iostats();
+    // The probe holds a device handle: drop it with ours before shutdown.
+    counters.set_stats_probe(Box::new(move || iostats));
     drop(dev);
     if let Err(e) = rt.shutdown(ShutdownMode::Wait) {
         first_err.get_or_insert(format!("runtime shutdown: {e}"));
@@ -161,25 +166,8 @@ pub fn run(
     Ok(EngineOutput {
         latency,
         notes,
-        tag_stats: Some(tags),
+        iostats: Some(iostats),
     })
-}
-
-/// Sums per-slice tag statistics.
-fn sum_tag_stats(slices: &[TagStats]) -> TagStats {
-    let mut s = TagStats::default();
-    for t in slices {
-        s.single_calls += t.single_calls;
-        s.single_tags += t.single_tags;
-        s.batch_calls += t.batch_calls;
-        s.batch_tags += t.batch_tags;
-        s.partial_batches += t.partial_batches;
-        s.empty_batches += t.empty_batches;
-        s.short_allocs += t.short_allocs;
-        s.waits += t.waits;
-        s.puts += t.puts;
-    }
-    s
 }
 
 /// What one core runs: spawns the IO tasks, waits for them, returns the

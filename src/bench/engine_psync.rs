@@ -111,6 +111,6 @@ pub fn run(
     Ok(EngineOutput {
         latency,
         notes: Vec::new(),
-        tag_stats: None,
+        iostats: None,
     })
 }

@@ -84,7 +84,7 @@ pub fn run(
     Ok(EngineOutput {
         latency,
         notes,
-        tag_stats: None,
+        iostats: None,
     })
 }
 

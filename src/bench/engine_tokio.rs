@@ -61,7 +61,7 @@ pub fn run(
     Ok(EngineOutput {
         latency,
         notes: Vec::new(),
-        tag_stats: None,
+        iostats: None,
     })
 }
 

@@ -140,3 +140,23 @@ impl std::error::Error for BenchError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_say_what_to_change_and_codes_split_input_from_failure() {
+        let refused = BenchError::DirectRefused { path: "/x".into() };
+        assert!(refused.to_string().contains("--direct 0"));
+        assert_eq!(refused.exit_code(), 2);
+        let misaligned = BenchError::Misaligned {
+            bs_bytes: 1000,
+            logical_block_bytes: 512,
+        };
+        assert!(misaligned.to_string().contains("--bs 1024"));
+        let io = BenchError::io("open /x", io::Error::from_raw_os_error(libc::EIO));
+        assert_eq!(io.exit_code(), 1);
+        assert_eq!(BenchError::engine("raw", "boom").exit_code(), 1);
+    }
+}

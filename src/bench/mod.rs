@@ -49,8 +49,8 @@ pub struct EngineOutput {
     pub latency: Histogram<u64>,
     /// Things the run could not do as asked (printed and put in the JSON).
     pub notes: Vec<String>,
-    /// Final tag-set figures (plugio engines).
-    pub tag_stats: Option<plugio_engine::tag::TagStats>,
+    /// Final iostats (plugio engines).
+    pub iostats: Option<plugio_engine::IoStats>,
 }
 
 /// Runs the job the command line describes and prints its report.
@@ -161,7 +161,7 @@ fn clock(
     };
     let mut timeline = Timeline::default();
     let mut last = counters.total();
-    let mut last_tags = counters.tag_stats();
+    let mut last_stats = counters.iostats();
     let mut next = start + Duration::from_secs(1);
     let end = start + job.runtime;
     while !engine.is_finished() {
@@ -174,12 +174,12 @@ fn clock(
             continue;
         }
         let snap = counters.total();
-        let tags = counters.tag_stats();
-        let second = report::Second::new(&snap.since(&last), tags.as_ref(), last_tags.as_ref());
+        let stats = counters.iostats();
+        let second = report::Second::new(&snap.since(&last), stats.as_ref(), last_stats.as_ref());
         printer.second(timeline.seconds.len() + 1, &second);
         timeline.seconds.push(second);
         last = snap;
-        last_tags = tags;
+        last_stats = stats;
         next += Duration::from_secs(1);
     }
     timeline.at_stop = counters.total();

@@ -75,14 +75,17 @@ pub enum Ablation {
     TagBatchRetry,
     /// Flush the plug after every bio (`plug_max_count = 1`).
     Plug,
-    /// Bio merging (engine issue 5; not available yet).
+    /// Bio merging (`nomerges = 2`).
     Merge,
-    /// Per-core bio cache (engine issue 5; not available yet).
-    BioCache,
-    /// Per-core buffer cache (engine issue 5; not available yet).
-    BufCache,
-    /// Once-per-batch cached clock (engine issue 5; not available yet).
+    /// The once-per-batch cached clock (`cached_clock = false`).
     CachedClock,
+    /// iostats accounting (`iostats = false`; the plug figures then read 0).
+    Iostats,
+    /// The per-core bio cache (no switch in the engine yet: noted, kept on).
+    BioCache,
+    /// The per-core buffer cache (no switch in the engine yet: noted, kept
+    /// on).
+    BufCache,
 }
 
 /// `plugio bench` options. Sizes take fio's suffixes (`k`, `m`, `g`, `t`,
@@ -118,9 +121,9 @@ pub struct BenchArgs {
     /// 1: O_DIRECT (bypass the page cache); 0: buffered IO.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
     pub direct: u8,
-    /// Merging as in sysfs: 0 all merges, 1 simple merges only, 2 none.
-    /// plugio's merging arrives with engine issue 5: until then the value is
-    /// recorded and a note says it has no effect.
+    /// Merging as in sysfs `queue/nomerges`: 0 all merges, 1 only the
+    /// one-hit merge with the newest request, 2 none (plugio engines;
+    /// default 0).
     #[arg(long, value_parser = clap::value_parser!(u8).range(0..=2))]
     pub nomerges: Option<u8>,
     /// 1: registered (fixed) buffers where the engine supports them.

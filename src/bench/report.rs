@@ -9,7 +9,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use plugio_engine::tag::TagStats;
+use plugio_engine::IoStats;
 use serde::{Deserialize, Serialize};
 
 use super::error::BenchError;
@@ -28,6 +28,7 @@ pub fn ablation_name(a: Ablation) -> &'static str {
         Ablation::BioCache => "bio-cache",
         Ablation::BufCache => "buf-cache",
         Ablation::CachedClock => "cached-clock",
+        Ablation::Iostats => "iostats",
     }
 }
 
@@ -55,7 +56,11 @@ pub struct Second {
     pub submit_per_call: Option<f64>,
     /// CQEs per `io_uring_enter`.
     pub reap_per_call: Option<f64>,
-    /// Mean tags per batch get (plugio engines).
+    /// Bios merged into another bio's request (plugio engines).
+    pub merges: Option<u64>,
+    /// Requests per plug flush.
+    pub requests_per_flush: Option<f64>,
+    /// Mean tags per batch get.
     pub tags_per_batch: Option<f64>,
     /// Batch gets that got fewer tags than asked.
     pub partial_batches: Option<u64>,
@@ -67,38 +72,73 @@ fn ratio(num: u64, den: u64) -> Option<f64> {
     (den > 0).then(|| num as f64 / den as f64)
 }
 
-impl Second {
-    /// The figures of a second from its counter delta and the tag totals
-    /// at its end and start.
-    pub fn new(delta: &Snapshot, tags: Option<&TagStats>, before: Option<&TagStats>) -> Second {
-        let tag_delta = match (tags, before) {
-            (Some(t), Some(b)) => Some(tag_since(t, b)),
-            (Some(t), None) => Some(*t),
-            _ => None,
-        };
-        Second {
-            ios: delta.ios,
-            bytes: delta.bytes,
-            submit_per_call: ratio(delta.submitted, delta.enters),
-            reap_per_call: ratio(delta.reaped, delta.enters),
-            tags_per_batch: tag_delta.and_then(|t| ratio(t.batch_tags, t.batch_calls)),
-            partial_batches: tag_delta.map(|t| t.partial_batches),
-            tag_waits: tag_delta.map(|t| t.waits),
+/// The plug figures of an iostats delta (or of a whole run).
+#[derive(Debug, Clone, Copy, Default)]
+struct PlugDelta {
+    merges: u64,
+    plug_flushes: u64,
+    requests: u64,
+    batch_calls: u64,
+    batch_tags: u64,
+    partial_batches: u64,
+    waits: u64,
+}
+
+impl PlugDelta {
+    fn of(s: &IoStats) -> PlugDelta {
+        PlugDelta {
+            merges: s.read.merges + s.write.merges + s.discard.merges,
+            plug_flushes: s.plug_flushes,
+            requests: s.requests,
+            batch_calls: s.tags.batch_calls,
+            batch_tags: s.tags.batch_tags,
+            partial_batches: s.tags.partial_batches,
+            waits: s.tags.waits,
+        }
+    }
+
+    fn since(&self, b: &PlugDelta) -> PlugDelta {
+        PlugDelta {
+            merges: self.merges.saturating_sub(b.merges),
+            plug_flushes: self.plug_flushes.saturating_sub(b.plug_flushes),
+            requests: self.requests.saturating_sub(b.requests),
+            batch_calls: self.batch_calls.saturating_sub(b.batch_calls),
+            batch_tags: self.batch_tags.saturating_sub(b.batch_tags),
+            partial_batches: self.partial_batches.saturating_sub(b.partial_batches),
+            waits: self.waits.saturating_sub(b.waits),
         }
     }
 }
 
-fn tag_since(now: &TagStats, before: &TagStats) -> TagStats {
-    TagStats {
-        single_calls: now.single_calls.saturating_sub(before.single_calls),
-        single_tags: now.single_tags.saturating_sub(before.single_tags),
-        batch_calls: now.batch_calls.saturating_sub(before.batch_calls),
-        batch_tags: now.batch_tags.saturating_sub(before.batch_tags),
-        partial_batches: now.partial_batches.saturating_sub(before.partial_batches),
-        empty_batches: now.empty_batches.saturating_sub(before.empty_batches),
-        short_allocs: now.short_allocs.saturating_sub(before.short_allocs),
-        waits: now.waits.saturating_sub(before.waits),
-        puts: now.puts.saturating_sub(before.puts),
+/// SQEs per enter: the engine's requests (one SQE each) when it keeps
+/// iostats, else the SQEs the engine counted itself.
+fn submit_per_call(delta: &Snapshot, plug: Option<&PlugDelta>) -> Option<f64> {
+    match plug {
+        Some(p) if p.requests > 0 => ratio(p.requests, delta.enters),
+        _ if delta.submitted > 0 => ratio(delta.submitted, delta.enters),
+        _ => None,
+    }
+}
+
+impl Second {
+    /// The figures of a second from its counter delta and the iostats at
+    /// its end and start.
+    pub fn new(delta: &Snapshot, now: Option<&IoStats>, before: Option<&IoStats>) -> Second {
+        let plug = now.map(|n| {
+            let n = PlugDelta::of(n);
+            before.map_or(n, |b| n.since(&PlugDelta::of(b)))
+        });
+        Second {
+            ios: delta.ios,
+            bytes: delta.bytes,
+            submit_per_call: submit_per_call(delta, plug.as_ref()),
+            reap_per_call: ratio(delta.reaped, delta.enters),
+            merges: plug.map(|p| p.merges),
+            requests_per_flush: plug.and_then(|p| ratio(p.requests, p.plug_flushes)),
+            tags_per_batch: plug.and_then(|p| ratio(p.batch_tags, p.batch_calls)),
+            partial_batches: plug.map(|p| p.partial_batches),
+            tag_waits: plug.map(|p| p.waits),
+        }
     }
 }
 
@@ -135,10 +175,14 @@ pub struct PlugFigures {
     pub partial_batches: Option<u64>,
     /// Times a flush parked waiting for tags.
     pub tag_waits: Option<u64>,
-    /// Bios merged into requests (engine iostats, issue 5).
+    /// Bios merged into another bio's request.
     pub merges: Option<u64>,
-    /// Requests per plug flush (engine iostats, issue 5).
+    /// Requests per plug flush.
     pub requests_per_flush: Option<f64>,
+    /// Bios per request (1.0 without merging).
+    pub bios_per_request: Option<f64>,
+    /// The device's counters as a `/proc/diskstats` line.
+    pub diskstats: Option<String>,
 }
 
 /// The result of one run (`--json` prints it).
@@ -222,15 +266,18 @@ impl BenchResult {
             p999_ns: h.value_at_quantile(0.999),
             max_ns: h.max(),
         };
-        let tags = output.tag_stats;
+        let io = output.iostats;
+        let d = io.as_ref().map(PlugDelta::of);
         let plug = PlugFigures {
-            submit_per_call: ratio(total.submitted, total.enters),
+            submit_per_call: submit_per_call(&total, d.as_ref()),
             reap_per_call: ratio(total.reaped, total.enters),
-            tags_per_batch: tags.and_then(|t| ratio(t.batch_tags, t.batch_calls)),
-            partial_batches: tags.map(|t| t.partial_batches),
-            tag_waits: tags.map(|t| t.waits),
-            merges: None,
-            requests_per_flush: None,
+            tags_per_batch: d.and_then(|t| ratio(t.batch_tags, t.batch_calls)),
+            partial_batches: d.map(|t| t.partial_batches),
+            tag_waits: d.map(|t| t.waits),
+            merges: d.map(|t| t.merges),
+            requests_per_flush: d.and_then(|t| ratio(t.requests, t.plug_flushes)),
+            bios_per_request: io.as_ref().and_then(|s| ratio(s.bios, s.requests)),
+            diskstats: io.as_ref().map(|s| s.diskstats_line("plugio")),
         };
         BenchResult {
             tag: job.tag.clone(),
@@ -335,9 +382,11 @@ impl Printer {
             opt_f(s.submit_per_call, 0),
             opt_f(s.reap_per_call, 0)
         );
-        if let Some(t) = s.tags_per_batch {
+        if let Some(m) = s.merges {
             line += &format!(
-                ", tags/batch={t:.1}, partial={}, tag waits={}",
+                ", merges={m}, rq/flush={}, tags/batch={}, partial={}, tag waits={}",
+                opt_f(s.requests_per_flush, 1),
+                opt_f(s.tags_per_batch, 1),
                 s.partial_batches.unwrap_or(0),
                 s.tag_waits.unwrap_or(0)
             );
@@ -414,14 +463,26 @@ pub fn print_result(job: &Job, r: &BenchResult) -> Result<(), BenchError> {
     }
     writeln!(
         out,
-        "  plug: IOS/call={}/{}, tags/batch={}, partial batches={}, tag waits={}, \
-         merges=n/a, requests/flush=n/a (engine iostats: issue 5)",
+        "  ring: IOS/call={}/{}",
         opt_f(p.submit_per_call, 1),
-        opt_f(p.reap_per_call, 1),
-        opt_f(p.tags_per_batch, 2),
-        p.partial_batches.map_or("n/a".into(), |v| v.to_string()),
-        p.tag_waits.map_or("n/a".into(), |v| v.to_string()),
+        opt_f(p.reap_per_call, 1)
     )
     .map_err(io)?;
+    if let Some(m) = p.merges {
+        writeln!(
+            out,
+            "  plug: merges={m}, requests/flush={}, bios/request={}, tags/batch={}, \
+             partial batches={}, tag waits={}",
+            opt_f(p.requests_per_flush, 2),
+            opt_f(p.bios_per_request, 2),
+            opt_f(p.tags_per_batch, 2),
+            p.partial_batches.unwrap_or(0),
+            p.tag_waits.unwrap_or(0),
+        )
+        .map_err(io)?;
+    }
+    if let Some(d) = &p.diskstats {
+        writeln!(out, "  diskstats: {}", d.trim_start()).map_err(io)?;
+    }
     Ok(())
 }

@@ -112,16 +112,17 @@ impl WorkerCounters {
     }
 }
 
-/// Tag-set figures the plugio engine can report (running totals).
-pub type TagProbe = Box<dyn Fn() -> plugio_engine::tag::TagStats + Send + Sync>;
+/// The plugio engine's iostats (running totals: merges, plug flushes,
+/// requests, tag batches), read by the reporter each second.
+pub type StatsProbe = Box<dyn Fn() -> plugio_engine::IoStats + Send + Sync>;
 
 /// The counters of one run: one [`WorkerCounters`] per worker, the stop
-/// flag, the start time and the plugio engine's tag probe.
+/// flag, the start time and the plugio engine's iostats probe.
 pub struct Counters {
     workers: Vec<CachePadded<WorkerCounters>>,
     stop: AtomicBool,
     started: Mutex<Option<Instant>>,
-    tag_probe: Mutex<Option<TagProbe>>,
+    stats_probe: Mutex<Option<StatsProbe>>,
 }
 
 impl std::fmt::Debug for Counters {
@@ -142,7 +143,7 @@ impl Counters {
                 .collect(),
             stop: AtomicBool::new(false),
             started: Mutex::new(None),
-            tag_probe: Mutex::new(None),
+            stats_probe: Mutex::new(None),
         })
     }
 
@@ -185,17 +186,17 @@ impl Counters {
         *self.started.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Installs the engine's tag probe (plugio engines only).
-    pub fn set_tag_probe(&self, probe: TagProbe) {
+    /// Installs the engine's iostats probe (plugio engines only).
+    pub fn set_stats_probe(&self, probe: StatsProbe) {
         *self
-            .tag_probe
+            .stats_probe
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(probe);
     }
 
-    /// The tag set's running totals, when the engine has tags.
-    pub fn tag_stats(&self) -> Option<plugio_engine::tag::TagStats> {
-        self.tag_probe
+    /// The engine's iostats (running totals), when it has them.
+    pub fn iostats(&self) -> Option<plugio_engine::IoStats> {
+        self.stats_probe
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .as_ref()
