@@ -61,7 +61,8 @@ pub struct Geometry {
     pub max_segments: u32,
     /// Largest segment, bytes (`max_segment_size`).
     pub max_segment_bytes: u32,
-    /// Depth of the device queue (`nr_requests`).
+    /// Depth of the device queue (`nr_requests`); 0 for bio-based
+    /// devices (zram, brd), which have none.
     pub nr_requests: u32,
     /// Spinning disk (`rotational`).
     pub rotational: bool,
@@ -219,7 +220,9 @@ impl Geometry {
             max_hw_sectors_kb: read_sysfs(&q, "max_hw_sectors_kb")? as u32,
             max_segments: read_sysfs(&q, "max_segments")? as u32,
             max_segment_bytes: read_sysfs(&q, "max_segment_size")?.min(u64::from(u32::MAX)) as u32,
-            nr_requests: read_sysfs(&q, "nr_requests")? as u32,
+            // Bio-based drivers (zram, brd) have no request queue and no
+            // `nr_requests`: 0 says so.
+            nr_requests: read_sysfs(&q, "nr_requests").unwrap_or(0) as u32,
             rotational: read_sysfs(&q, "rotational")? != 0,
             nomerges: read_sysfs(&q, "nomerges")? as u8,
             capacity_bytes: Some(sectors * 512),
