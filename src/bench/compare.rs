@@ -317,9 +317,10 @@ fn section(
     out.push_str(&format!(
         "Reproduce with `{}`. {}\nEach cell: median IOPS of the repeats (min–max). \
          Targets: `cache` = temporary file in the page cache (`--direct 0`), `zram` = \
-         `/dev/zram0` (O_DIRECT), `loop` = loop device over a file in /dev/shm (O_DIRECT), \
+         a zram device (O_DIRECT), `loop` = loop device over a file in /dev/shm (O_DIRECT), \
          `none` = no file (NOP). `raw` is our t/io_uring-like loop; `fio` is Debian's fio with \
-         ioengine=io_uring (t/io_uring-like settings).\n\n",
+         ioengine=io_uring (t/io_uring-like settings). \
+         Every engine runs on one pinned CPU.\n\n",
         args.command, args.context
     ));
     out.push_str("### 4 KiB random reads, one core\n\n");

@@ -1,5 +1,6 @@
 //! `--engine psync`: `pread`/`pwrite` on `iodepth` threads per job, each
-//! with one reused aligned buffer: the blocking baseline.
+//! with one reused aligned buffer: the blocking baseline. A job's threads
+//! are pinned to the job's CPU (one core per job, as for every engine).
 //!
 //! Invariant: thread `i` writes only worker counter `i`.
 
@@ -69,6 +70,9 @@ pub fn run(
 ) -> Result<EngineOutput, BenchError> {
     let file = open_target(job, target)?;
     let threads = job.cores * job.iodepth as usize;
+    // Job j's threads all run on the job's CPU, so that a job is one core
+    // as for the other engines.
+    let cpus = plugio_executor::allowed_cpus().unwrap_or_default();
     let results: Vec<Result<Histogram<u64>, String>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|i| {
@@ -80,7 +84,9 @@ pub fn run(
                     core,
                 )));
                 let mut pattern = IoPattern::new(job, target.size_bytes, i as u64 + 1, cursor);
+                let cpu = (!cpus.is_empty()).then(|| cpus[core % cpus.len()]);
                 s.spawn(move || {
+                    super::engine_raw::pin_to(cpu);
                     let mut buf = job_buf(job);
                     let mut sampler = Sampler::new(job.clat_sample);
                     let mut hist = stats::new_histogram();

@@ -1,7 +1,8 @@
 //! `--engine tokio`: what tokio offers for files: each of `iodepth` tasks
 //! per job loops a positional read/write on tokio's blocking thread pool
 //! (`spawn_blocking`, as `tokio::fs` does internally), with one reused
-//! aligned buffer that moves into the pool call and back.
+//! aligned buffer that moves into the pool call and back. The runtime
+//! thread and its blocking pool are pinned to the job's CPU.
 //!
 //! Invariant: counters and latency of a job are written only by its
 //! runtime thread (after each `spawn_blocking` returns).
@@ -38,8 +39,10 @@ pub fn run(
                 let cpu = (!cpus.is_empty()).then(|| cpus[core % cpus.len()]);
                 s.spawn(move || {
                     super::engine_raw::pin_to(cpu);
+                    // The blocking pool's threads run on the job's CPU too.
                     let rt = tokio::runtime::Builder::new_current_thread()
                         .max_blocking_threads(job.iodepth as usize)
+                        .on_thread_start(move || super::engine_raw::pin_to(cpu))
                         .build()
                         .map_err(|e| format!("building the runtime: {e}"))?;
                     rt.block_on(core_main(job, target.size_bytes, file, counters, core))
