@@ -13,6 +13,12 @@
 //! - An eventfd read is always armed (user_data `WAKE_UD`) so another
 //!   thread can wake a waiting enter; the ring waits in enter only with that
 //!   read armed, so it never waits with nothing in flight.
+//! - The core's passthrough rings ([`CmdRing`], SQE128/CQE32, built on first
+//!   use) are driven by this ring's park: their SQEs are submitted and their
+//!   CQs reaped in every park, and the interrupt-driven one's eventfd read
+//!   (user_data `CMD_WAKE_UD`) is kept armed here so its completions end a
+//!   waiting enter; their commands count in [`Ring::in_flight`], so the
+//!   driver drains them before the core goes away.
 
 mod cmd;
 mod config;
@@ -177,7 +183,12 @@ impl Ring {
     /// Ops pushed and not yet completed (the armed wake read excluded),
     /// passthrough commands included.
     pub fn in_flight(&self) -> usize {
-        let cmd: usize = self.cmd_rings().iter().map(|r| r.in_flight()).sum();
+        let cmd: usize = self
+            .cmd_rings()
+            .iter()
+            .flatten()
+            .map(|r| r.in_flight())
+            .sum();
         self.slots.borrow().len() + cmd
     }
 
@@ -201,8 +212,9 @@ impl Ring {
         Ok(ring)
     }
 
-    fn cmd_rings(&self) -> Vec<Rc<CmdRing>> {
-        self.cmd_rings.borrow().iter().flatten().cloned().collect()
+    /// The passthrough rings built so far (a cheap clone: no allocation).
+    fn cmd_rings(&self) -> [Option<Rc<CmdRing>>; 2] {
+        self.cmd_rings.borrow().clone()
     }
 
     fn arm_cmd_wake(&self) {
@@ -224,12 +236,12 @@ impl Ring {
     /// reaped, or a polled ring has commands to poll for).
     fn cmd_before_enter(&self) -> Result<bool> {
         let rings = self.cmd_rings();
-        if rings.is_empty() {
+        if rings.iter().all(Option::is_none) {
             return Ok(false);
         }
         let mut busy = false;
         let mut reaped = std::mem::take(&mut *self.reaped.borrow_mut());
-        for ring in &rings {
+        for ring in rings.iter().flatten() {
             ring.submit(false, 0)?;
             busy |= ring.reap(&mut reaped)? > 0 || (ring.is_polled() && ring.in_flight() > 0);
         }
@@ -242,11 +254,11 @@ impl Ring {
     /// passthrough CQ.
     fn cmd_after_enter(&self) -> Result<()> {
         let rings = self.cmd_rings();
-        if rings.is_empty() {
+        if rings.iter().all(Option::is_none) {
             return Ok(());
         }
         let mut reaped = std::mem::take(&mut *self.reaped.borrow_mut());
-        for ring in &rings {
+        for ring in rings.iter().flatten() {
             if ring.is_polled() && ring.in_flight() > 0 {
                 let min = u32::from(reaped.is_empty() && !self.has_cqes());
                 ring.submit(true, min)?;
@@ -429,7 +441,7 @@ impl Ring {
 
     /// Submits what is queued without waiting (`submit_now`).
     pub(crate) fn submit_pending(&self) -> Result<()> {
-        for ring in self.cmd_rings() {
+        for ring in self.cmd_rings().iter().flatten() {
             ring.submit(false, 0)?;
         }
         self.flush_backlog();

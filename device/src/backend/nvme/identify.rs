@@ -13,7 +13,7 @@ use std::fs;
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 
-use super::cmd::{NvmeCmd, NvmeStatus, MAX_NLB_PER_CMD, NVME_IOCTL_ADMIN_CMD, NVME_IOCTL_ID};
+use super::cmd::{NvmeCmd, MAX_NLB_PER_CMD, NVME_IOCTL_ADMIN_CMD, NVME_IOCTL_ID};
 use crate::buf::DmaBuf;
 use crate::error::{nvme_status_result, Error, ErrorKind, Result};
 
@@ -239,12 +239,6 @@ pub fn max_command_bytes(info: &NsInfo, sysfs_max_hw_kb: Option<u64>) -> u64 {
         max = max.min(kb * 1024);
     }
     (max / block * block).max(block)
-}
-
-/// Decodes a status for logs.
-pub fn describe_status(raw: u16) -> String {
-    let s = NvmeStatus::from_raw(raw);
-    format!("sct={:#x} sc={:#04x} dnr={}", s.sct, s.sc, s.dnr)
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@
 //! - Completions: `res == 0` is success for the whole command (the handler
 //!   gets the byte length for reads and writes, 0 otherwise); `res > 0` is
 //!   an NVMe status, delivered as [`nvme_status_result`](crate::error::nvme_status_result)
-//!   so `Error::from_errno` gives [`ErrorKind::Nvme`](crate::ErrorKind::Nvme);
+//!   so `Error::from_errno` gives [`ErrorKind::Nvme`];
 //!   `res < 0` is an errno.
 //! - Geometry: LBA size, capacity and MDTS from admin Identify (Namespace
 //!   CNS 0, Controller CNS 1), with sysfs `max_hw_sectors_kb` as a cap, so
@@ -239,8 +239,7 @@ impl NvmeBackend {
     /// # Errors
     /// [`ErrorKind::NoDriver`] off a core with a ring; the ring setup error.
     pub fn fixed_buffers_here(&self) -> Result<bool> {
-        let main = ring::current().ok_or_else(|| Error::new(ErrorKind::NoDriver))?;
-        Ok(main.cmd_ring(self.polled)?.fixed_buffers())
+        Ok(current_ring()?.cmd_ring(self.polled)?.fixed_buffers())
     }
 
     /// The raw descriptor of the namespace node.
@@ -307,7 +306,7 @@ impl NvmeBackend {
     /// # Safety
     /// As [`Backend::submit`]; `op` has passed the checks.
     unsafe fn queue(&self, op: &IoOp<'_>, handler: HandlerId, token: u64) -> Result<()> {
-        let main = ring::current().ok_or_else(|| Error::new(ErrorKind::NoDriver))?;
+        let main = current_ring()?;
         if op.kind == OpKind::Nop {
             main.push(opcode::Nop::new().build(), None, None, handler, token);
             return Ok(());
@@ -450,6 +449,16 @@ impl Backend for NvmeBackend {
         // SAFETY: forwarded to the caller's contract.
         unsafe { self.queue(op, handler, token) }
     }
+}
+
+/// This core's main ring, which owns and drives the passthrough ring.
+fn current_ring() -> Result<std::rc::Rc<ring::Ring>> {
+    ring::current().ok_or_else(|| {
+        Error::new(ErrorKind::NoDriver).with_context(
+            "NVMe passthrough needs this core's io_uring (a DeviceDriver with a ring; \
+             io_uring may be disabled here); the block device /dev/nvmeXnY works without it",
+        )
+    })
 }
 
 /// `/dev/nvmeXnY` -> `/dev/ngXnY`; other paths unchanged; a path that is
@@ -598,6 +607,15 @@ mod tests {
         let tmp = tempfile::NamedTempFile::new().expect("tmp");
         let err = NvmeBackend::open(tmp.path()).expect_err("regular file");
         assert_eq!(*err.kind(), ErrorKind::Unsupported, "{err}");
+    }
+
+    #[test]
+    fn a_thread_without_a_ring_gets_a_clear_error() {
+        let err = std::thread::spawn(|| current_ring().expect_err("no driver here"))
+            .join()
+            .expect("thread");
+        assert_eq!(*err.kind(), ErrorKind::NoDriver);
+        assert!(err.to_string().contains("/dev/nvmeXnY"), "{err}");
     }
 
     #[test]
