@@ -52,6 +52,20 @@ impl BioBuf {
         }
     }
 
+    /// The whole of a one-buffer bio (`One` or `Page`) as one iovec; an
+    /// empty iovec for the others.
+    pub(crate) fn first_iovec(&self) -> libc::iovec {
+        let (ptr, len) = match self {
+            BioBuf::One(b) => (b.as_ptr(), b.len()),
+            BioBuf::Page(p) => (p.as_ptr(), p.len()),
+            _ => (std::ptr::null(), 0),
+        };
+        libc::iovec {
+            iov_base: ptr as *mut libc::c_void,
+            iov_len: len,
+        }
+    }
+
     /// Appends `(address, len)` of the byte range `[from, from + len)` of
     /// this buffer list, as iovecs, to `out`.
     pub(crate) fn push_iovecs(&self, from: u64, len: u64, out: &mut Vec<libc::iovec>) {

@@ -21,7 +21,8 @@ use std::sync::Arc;
 use std::task::Waker;
 
 use plugio_device::{
-    register_handler, CompletionHandler, Error, ErrorKind, HandlerId, IoOp, OpKind,
+    register_handler, unregister_handler, CompletionHandler, Error, ErrorKind, HandlerId, IoOp,
+    OpKind,
 };
 use plugio_executor::TickHook;
 
@@ -144,6 +145,8 @@ impl CoreDev {
 /// The engine's state on one core.
 pub(crate) struct EngineCore {
     pub core: usize,
+    /// The executor core this state belongs to (`core_uid`).
+    pub uid: u64,
     pub handler: HandlerId,
     pub bios: RefCell<BioTable>,
     pub plug: RefCell<Plug>,
@@ -185,19 +188,30 @@ impl EngineCore {
     ///
     /// # Errors
     /// [`ErrorKind::NoDriver`] when the thread is not a plugio executor core.
+    ///
+    /// A thread that runs one executor after another (a `LocalExecutor`
+    /// per test, say) gets a fresh engine state for each: the old one's
+    /// hook went with its executor, and its ring was drained when its
+    /// driver was dropped.
     pub fn current() -> Result<Rc<EngineCore>, Error> {
-        if let Some(c) = Self::try_current() {
-            return Ok(c);
-        }
-        let core = plugio_executor::core_id().ok_or_else(|| {
+        let no_runtime = || {
             Error::new(ErrorKind::NoDriver)
                 .with_context("plugio IO must run inside a plugio runtime (plugio::Runtime)")
-        })?;
+        };
+        let uid = plugio_executor::core_uid().ok_or_else(no_runtime)?;
+        if let Some(c) = Self::try_current() {
+            if c.uid == uid {
+                return Ok(c);
+            }
+            unregister_handler(c.handler);
+        }
+        let core = plugio_executor::core_id().ok_or_else(no_runtime)?;
         let hooks = Rc::new(CoreHooks);
         plugio_executor::register_tick_hook(hooks.clone());
         let handler = register_handler(hooks);
         let c = Rc::new(EngineCore {
             core,
+            uid,
             handler,
             bios: RefCell::default(),
             plug: RefCell::default(),
@@ -516,8 +530,13 @@ impl EngineCore {
                 finish_piece(&mut bios, p, share, &mut wakes)
             });
         }
+        // Back into its slot, cleared, with its vectors' capacity: the next
+        // dispatch on this tag swaps it out to the spare list. (Pushing it
+        // to the spare list here would grow that list by one per IO.)
         rq.clear();
-        self.spare.borrow_mut().push(rq);
+        if let Some(d) = self.devs.borrow_mut().get_mut(dev as usize) {
+            d.inflight[tag.index()] = rq;
+        }
         if !self.flushing.get() {
             self.wake_pending();
         }
@@ -539,7 +558,7 @@ fn account_completion(d: &mut CoreDev, rq: &Request) {
     d.busy.event(now, -1, &d.counters);
     if let Some(g) = rq.op.and_then(|op| d.counters.group(op)) {
         g.ios.add(1);
-        g.sectors.add(rq.len_bytes / 512);
+        g.sectors.add(rq.len_bytes.div_ceil(512));
         g.ticks_ns.add(now.saturating_sub(rq.start_ns));
     }
 }

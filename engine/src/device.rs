@@ -349,15 +349,28 @@ impl Device {
                 max_bytes: MAX_IO_BYTES,
             }));
         }
-        let mut iovecs = Vec::new();
-        if init.op.has_data() {
-            init.buf.push_iovecs(0, init.len_bytes, &mut iovecs);
-        }
+        // One buffer (the common case) is checked without a heap vector.
+        let mut one = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }];
+        let mut many = Vec::new();
+        let segments: &[libc::iovec] = match &init.buf {
+            _ if !init.op.has_data() => &[],
+            BioBuf::Many(_) => {
+                init.buf.push_iovecs(0, init.len_bytes, &mut many);
+                &many
+            }
+            buf => {
+                one[0] = buf.first_iovec();
+                &one
+            }
+        };
         let op = IoOp {
             kind: init.op,
             offset_bytes: init.offset_bytes,
             len_bytes: init.len_bytes,
-            segments: &iovecs,
+            segments,
             fixed_buf: None,
             flags: init.flags,
         };
@@ -411,7 +424,7 @@ struct BioInit {
 
 enum State {
     Init(Option<BioInit>),
-    Issued { core: usize, id: BioId },
+    Issued { uid: u64, id: BioId },
     Done,
 }
 
@@ -456,10 +469,7 @@ impl BioFuture {
             bio.waker = Some(cx.waker().clone());
             id
         };
-        self.state = State::Issued {
-            core: core.core,
-            id,
-        };
+        self.state = State::Issued { uid: core.uid, id };
         core.plug_bio(dev, id, init.len_bytes);
         Poll::Pending
     }
@@ -475,10 +485,10 @@ impl Future for BioFuture {
                 let init = init.take().expect("an Init state always holds its bio");
                 this.issue(init, cx)
             }
-            State::Issued { core, id } => {
-                let (core_idx, id) = (*core, *id);
+            State::Issued { uid, id } => {
+                let (uid, id) = (*uid, *id);
                 let ec = EngineCore::try_current()
-                    .filter(|c| c.core == core_idx)
+                    .filter(|c| c.uid == uid)
                     .expect("a plugio IO future was moved to another core after its first poll");
                 let mut bios = ec.bios.borrow_mut();
                 if let Some(r) = bios.take_result(id) {
@@ -501,8 +511,8 @@ impl Future for BioFuture {
 
 impl Drop for BioFuture {
     fn drop(&mut self) {
-        if let State::Issued { core, id } = self.state {
-            let Some(ec) = EngineCore::try_current().filter(|c| c.core == core) else {
+        if let State::Issued { uid, id } = self.state {
+            let Some(ec) = EngineCore::try_current().filter(|c| c.uid == uid) else {
                 // The core's thread is gone (runtime shut down): its bio
                 // table, and the buffers in it, went with it after the
                 // driver drained the ring.

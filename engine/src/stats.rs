@@ -115,7 +115,8 @@ pub struct OpStats {
     pub ios: u64,
     /// Bios merged into another bio's request.
     pub merges: u64,
-    /// 512-byte sectors transferred (asked, for discards and zeroes).
+    /// 512-byte sectors asked for by the completed requests (a partial
+    /// sector counts as one).
     pub sectors: u64,
     /// Total time of the completed requests, dispatch to completion, ns.
     pub ticks_ns: u64,

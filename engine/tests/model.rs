@@ -1,7 +1,10 @@
 //! Property test: random streams of reads and writes, issued concurrently
 //! through the engine onto the simulated `mem` device, give the same read
 //! results and final contents as applying them one at a time to a plain
-//! byte array.
+//! byte array, with every mechanism (merging at each `nomerges` level, the
+//! bio and buffer caches, the cached clock, iostats, small queue depths and
+//! request limits that force splits and tag waits) switched on or off at
+//! random.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -131,6 +134,7 @@ proptest! {
         max_count in 1usize..40,
         max_request_kb in prop_oneof![Just(None), (1u64..32).prop_map(Some)],
         nomerges in 0u8..3,
+        switches in any::<[bool; 4]>(),
         seed in any::<u64>(),
     ) {
         let opts = DeviceOptions {
@@ -138,6 +142,10 @@ proptest! {
             plug_max_count: max_count,
             max_request_bytes: max_request_kb.map(|kb| kb * 1024),
             nomerges,
+            bio_cache: switches[0],
+            buffer_cache: switches[1],
+            cached_clock: switches[2],
+            iostats: switches[3],
             ..Default::default()
         };
         let (want_reads, want_disk) = model(&ops);

@@ -197,6 +197,9 @@ impl Drop for EnterGuard<'_> {
 
 /// One core's thread-local state. See the module invariants.
 pub(crate) struct Core {
+    /// Unique for the life of the process (a new executor on the same
+    /// thread gets a new one).
+    uid: u64,
     pub(crate) shared: Arc<CoreShared>,
     run_queue: RefCell<VecDeque<TaskRef>>,
     owned: RefCell<OwnedTasks>,
@@ -230,6 +233,7 @@ impl Core {
         // Relaxed: a unique id, no data hangs on it.
         let core_uid = NEXT_CORE_UID.fetch_add(1, Relaxed);
         Core {
+            uid: core_uid,
             main_wake: Arc::new(MainWake {
                 woken: AtomicBool::new(false),
                 shared: shared.clone(),
@@ -579,6 +583,15 @@ where
 /// map keyed by this index).
 pub fn core_id() -> Option<usize> {
     try_with_current(|core| core.shared.index)
+}
+
+/// A process-unique id of the current core, or `None` off a plugio core.
+/// Unlike [`core_id`], it differs between two executors run one after the
+/// other on the same thread, so per-core state kept in a `thread_local!`
+/// can tell that it belongs to an executor that is gone (its hooks
+/// went with it) and must be rebuilt.
+pub fn core_uid() -> Option<u64> {
+    try_with_current(|core| core.uid)
 }
 
 /// Registers `hook` on the current core; it is called at the end of every

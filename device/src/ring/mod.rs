@@ -103,6 +103,8 @@ pub struct Ring {
     free_file_indices: RefCell<Vec<u32>>,
     files_closed_seen: Cell<u64>,
     reaped: RefCell<Vec<Completion>>,
+    /// CQEs being handled by `reap` (kept for its capacity).
+    cqe_scratch: RefCell<Vec<cqueue::Entry>>,
     stats: RefCell<RingStats>,
     /// The passthrough rings (interrupt-driven, polled), built on first use.
     cmd_rings: RefCell<[Option<Rc<CmdRing>>; 2]>,
@@ -150,6 +152,7 @@ impl Ring {
             free_file_indices: RefCell::new(Vec::new()),
             files_closed_seen: Cell::new(0),
             reaped: RefCell::new(Vec::new()),
+            cqe_scratch: RefCell::new(Vec::new()),
             stats: RefCell::new(RingStats::default()),
             cmd_rings: RefCell::new([None, None]),
             cmd_wake_buf: Box::new(Cell::new(0)),
@@ -605,12 +608,14 @@ impl Ring {
     fn reap(&self) -> Result<usize> {
         let mut seen = 0;
         let mut idle_flushes = 0;
+        // One vector reused across reaps: no allocation per batch.
+        let mut batch = std::mem::take(&mut *self.cqe_scratch.borrow_mut());
         loop {
-            let batch: Vec<cqueue::Entry> = {
+            batch.clear();
+            {
                 let mut uring = self.uring.borrow_mut();
-                let cq = uring.completion();
-                cq.collect()
-            };
+                batch.extend(uring.completion());
+            }
             seen += batch.len();
             self.stats.borrow_mut().cqes += batch.len() as u64;
             for cqe in &batch {
@@ -651,6 +656,8 @@ impl Ring {
         if !self.cmd_wake_armed.get() {
             self.arm_cmd_wake();
         }
+        batch.clear();
+        *self.cqe_scratch.borrow_mut() = batch;
         Ok(seen)
     }
 
@@ -735,10 +742,16 @@ impl Ring {
     }
 
     fn deliver(&self, core: &Core) -> usize {
-        let reaped = std::mem::take(&mut *self.reaped.borrow_mut());
+        // Take the list (handlers may push new completions while we
+        // deliver), then give its capacity back: no allocation per batch.
+        let mut reaped = std::mem::take(&mut *self.reaped.borrow_mut());
         let n = reaped.len();
-        for c in reaped {
+        for c in reaped.drain(..) {
             core.deliver(c);
+        }
+        let mut slot = self.reaped.borrow_mut();
+        if slot.is_empty() && slot.capacity() < reaped.capacity() {
+            *slot = reaped;
         }
         n
     }

@@ -1,0 +1,352 @@
+//! The batching mechanisms' correctness rules: merging (and its limits and
+//! ordering), errors and short reads of merged requests, the nomerges
+//! switch, and iostats figures that show each mechanism at work.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use plugio_device::backend::mem::{Fault, FaultOn, Latency, MemClock, MemConfig, MemDevice};
+use plugio_device::{ErrorKind, RingConfig};
+use plugio_engine::{Device, DeviceOptions, Region};
+
+fn tmpdir() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir")
+}
+
+fn pattern(off: u64, len: usize) -> Vec<u8> {
+    (0..len as u64)
+        .map(|i| ((off + i) / 7) as u8 ^ ((off + i) >> 12) as u8)
+        .collect()
+}
+
+fn local() -> plugio_executor::LocalExecutor {
+    plugio_engine::runtime::local(RingConfig::default()).expect("executor")
+}
+
+fn mem(latency_max_us: u64, faults: Vec<Fault>) -> Arc<MemDevice> {
+    Arc::new(MemDevice::new(MemConfig {
+        capacity_bytes: 1 << 20,
+        latency: Latency::Uniform {
+            min: Duration::from_micros(1),
+            max: Duration::from_micros(latency_max_us.max(1)),
+        },
+        clock: MemClock::Virtual,
+        faults,
+        ..Default::default()
+    }))
+}
+
+#[test]
+fn adjacent_reads_into_adjacent_pages_merge_into_one_request_with_exact_bytes() {
+    let dir = tmpdir();
+    let path = dir.path().join("pages");
+    std::fs::write(&path, pattern(0, 64 * 1024)).unwrap();
+    local().run(async {
+        let dev = Device::open(&path, DeviceOptions::default()).expect("open");
+        let mut pages = Region::new(16 * 1024, 4096).into_pages(4096);
+        let p3 = pages.pop().unwrap();
+        let p2 = pages.pop().unwrap();
+        let p1 = pages.pop().unwrap();
+        // File offsets 0, 4 KiB, 8 KiB into region offsets 4, 8, 12 KiB,
+        // issued in one tick.
+        let (a, b, c) = futures::join!(
+            dev.read_into(p1, 0),
+            dev.read_into(p2, 4096),
+            dev.read_into(p3, 8192)
+        );
+        for (i, (res, page)) in [a, b, c].into_iter().enumerate() {
+            assert_eq!(res.expect("read"), 4096);
+            let off = i as u64 * 4096;
+            assert_eq!(page.as_slice(), &pattern(off, 4096)[..], "page {i}");
+        }
+        let s = dev.iostats();
+        assert_eq!((s.bios, s.requests), (3, 1), "{s:?}");
+        assert_eq!(s.read.merges, 2);
+        assert_eq!(s.read.ios, 1);
+        assert_eq!(s.read.sectors, 24);
+    });
+}
+
+#[test]
+fn small_reads_spread_over_100_mib_are_not_merged_into_a_giant_read() {
+    let dir = tmpdir();
+    let path = dir.path().join("sparse");
+    let f = std::fs::File::create(&path).unwrap();
+    f.set_len(100 << 20).unwrap();
+    let offsets: Vec<u64> = (0..30u64).map(|i| i * (100 << 20) / 30 + i * 13).collect();
+    for &o in &offsets {
+        use std::os::unix::fs::FileExt;
+        f.write_all_at(&pattern(o, 100), o).unwrap();
+    }
+    drop(f);
+    local().run(async {
+        let opts = DeviceOptions {
+            direct: false,
+            ..Default::default()
+        };
+        let dev = Device::open(&path, opts).expect("open buffered");
+        let reads = offsets.iter().map(|&o| dev.read_at(o, 100));
+        let results = futures::future::join_all(reads).await;
+        for (o, r) in offsets.iter().zip(results) {
+            assert_eq!(r.expect("read").as_slice(), &pattern(*o, 100)[..]);
+        }
+        let s = dev.iostats();
+        assert_eq!(s.read.ios, 30, "{s:?}");
+        assert_eq!(s.read.merges, 0);
+        assert_eq!(s.read.sectors, 30, "a partial sector counts as one");
+    });
+}
+
+/// Write A [0, 8 KiB), write B [2 KiB, 6 KiB), read [0, 10 KiB) in one
+/// plug: B lands on top of A and the read sees both.
+fn overlapping_writes_then_read(dev: Device) {
+    local().run(async move {
+        let mut a = dev.alloc_buf(8192);
+        a.as_mut_slice().fill(0xAA);
+        let mut b = dev.alloc_buf(4096);
+        b.as_mut_slice().fill(0xBB);
+        let (wa, wb, r) = futures::join!(
+            dev.write_at(a, 0),
+            dev.write_at(b, 2048),
+            dev.read_at(0, 10240)
+        );
+        wa.0.expect("write A");
+        wb.0.expect("write B");
+        let mut want = vec![0u8; 10240];
+        want[..8192].fill(0xAA);
+        want[2048..6144].fill(0xBB);
+        assert_eq!(r.expect("read").as_slice(), &want[..]);
+        let back = dev.read_at(0, 10240).await.expect("read back");
+        assert_eq!(back.as_slice(), &want[..]);
+    });
+}
+
+#[test]
+fn overlapping_ios_in_one_plug_keep_program_order_on_the_mem_device() {
+    for seed in 0..50 {
+        let m = Arc::new(MemDevice::new(MemConfig {
+            capacity_bytes: 1 << 20,
+            latency: Latency::Uniform {
+                min: Duration::from_micros(1),
+                max: Duration::from_micros(500),
+            },
+            seed,
+            ..Default::default()
+        }));
+        let dev = Device::with_backend(m, None, DeviceOptions::default()).unwrap();
+        overlapping_writes_then_read(dev);
+    }
+}
+
+#[test]
+fn overlapping_ios_in_one_plug_keep_program_order_on_a_file() {
+    let dir = tmpdir();
+    let path = dir.path().join("order");
+    std::fs::write(&path, vec![0u8; 64 * 1024]).unwrap();
+    let dev = Device::open(&path, DeviceOptions::default()).expect("open");
+    overlapping_writes_then_read(dev);
+}
+
+#[test]
+fn a_failing_merged_request_fails_every_bio_in_it() {
+    // EIO at LBA 9 (bytes 4608..5120), inside the second of three reads.
+    let m = mem(
+        50,
+        vec![Fault::Eio {
+            lbas: 9..10,
+            on: FaultOn::Read,
+        }],
+    );
+    let dev = Device::with_backend(m, None, DeviceOptions::default()).unwrap();
+    local().run(async move {
+        let (a, b, c) = futures::join!(
+            dev.read_at(0, 4096),
+            dev.read_at(4096, 4096),
+            dev.read_at(8192, 4096)
+        );
+        for r in [a, b, c] {
+            let e = r.expect_err("every bio of the merged request fails");
+            assert_eq!(e.kind(), &ErrorKind::Io { errno: libc::EIO });
+        }
+        let s = dev.iostats();
+        assert_eq!(
+            (s.bios, s.requests),
+            (3, 1),
+            "the three reads were merged: {s:?}"
+        );
+        // Outside the faulty block, the same reads succeed.
+        assert_eq!(dev.read_at(0, 4096).await.expect("read").len(), 4096);
+    });
+}
+
+#[test]
+fn a_short_read_of_a_merged_request_gives_each_bio_its_share() {
+    let dir = tmpdir();
+    let path = dir.path().join("eof");
+    std::fs::write(&path, pattern(0, 4864)).unwrap();
+    local().run(async {
+        let dev = Device::open(&path, DeviceOptions::default()).expect("open");
+        let (a, b, c) = futures::join!(
+            dev.read_at(0, 4096),
+            dev.read_at(4096, 4096),
+            dev.read_at(8192, 4096)
+        );
+        let (a, b, c) = (a.unwrap(), b.unwrap(), c.unwrap());
+        assert_eq!((a.len(), b.len(), c.len()), (4096, 768, 0));
+        assert_eq!(a.as_slice(), &pattern(0, 4096)[..]);
+        assert_eq!(b.as_slice(), &pattern(4096, 768)[..]);
+        assert_eq!(dev.iostats().requests, 1);
+    });
+}
+
+/// 32 reads of 4 KiB, covering 128 KiB contiguously, issued in a shuffled
+/// order in one tick; returns (bios, requests).
+fn shuffled_sequential_reads(nomerges: u8) -> (u64, u64) {
+    let m = mem(20, Vec::new());
+    let opts = DeviceOptions {
+        nomerges,
+        ..Default::default()
+    };
+    let dev = Device::with_backend(m, None, opts).unwrap();
+    local().run(async move {
+        let order = [
+            5u64, 4, 6, 7, 0, 1, 3, 2, 12, 13, 14, 15, 11, 10, 9, 8, 16, 17, 18, 19, 31, 30, 29,
+            28, 20, 21, 22, 23, 27, 26, 25, 24,
+        ];
+        let reads = order.iter().map(|&i| dev.read_at(i * 4096, 4096));
+        for r in futures::future::join_all(reads).await {
+            assert_eq!(r.expect("read").len(), 4096);
+        }
+        let s = dev.iostats();
+        (s.bios, s.requests)
+    })
+}
+
+#[test]
+fn nomerges_switch_behaves_as_in_sysfs() {
+    let (bios, all) = shuffled_sequential_reads(0);
+    let (_, one_hit) = shuffled_sequential_reads(1);
+    let (_, none) = shuffled_sequential_reads(2);
+    assert_eq!(bios, 32);
+    assert_eq!(all, 1, "sorted merging makes one 128 KiB request");
+    assert!(
+        one_hit > 1 && one_hit < 32,
+        "one-hit merging only: {one_hit}"
+    );
+    assert_eq!(none, 32, "nomerges=2 never merges");
+}
+
+#[test]
+fn merges_stay_within_max_merge_bytes() {
+    let m = mem(20, Vec::new());
+    let opts = DeviceOptions {
+        max_merge_bytes: Some(16 * 1024),
+        ..Default::default()
+    };
+    let dev = Device::with_backend(m, None, opts).unwrap();
+    local().run(async move {
+        let reads = (0..32u64).map(|i| dev.read_at(i * 4096, 4096));
+        for r in futures::future::join_all(reads).await {
+            r.expect("read");
+        }
+        let s = dev.iostats();
+        assert_eq!(s.requests, 8, "128 KiB in 16 KiB requests: {s:?}");
+    });
+}
+
+#[test]
+fn fua_and_nomerge_bios_are_never_merged() {
+    let m = mem(20, Vec::new());
+    let dev = Device::with_backend(m, None, DeviceOptions::default()).unwrap();
+    local().run(async move {
+        let writes = (0..4u64).map(|i| {
+            let dev = dev.clone();
+            async move {
+                let buf = dev.alloc_buf(4096);
+                dev.write_at_with(buf, i * 4096, plugio_device::IoFlags::FUA)
+                    .await
+                    .0
+                    .expect("fua write");
+            }
+        });
+        futures::future::join_all(writes).await;
+        assert_eq!(dev.iostats().requests, 4);
+    });
+}
+
+#[test]
+fn the_cached_clock_reads_once_per_batch() {
+    let dir = tmpdir();
+    let path = dir.path().join("clock");
+    std::fs::write(&path, pattern(0, 1 << 20)).unwrap();
+    let reads_for = |cached_clock: bool| {
+        let opts = DeviceOptions {
+            cached_clock,
+            nomerges: 2,
+            ..Default::default()
+        };
+        let dev = Device::open(&path, opts).expect("open");
+        local().run(async move {
+            let before = plugio_engine::clock::reads();
+            for round in 0..10u64 {
+                let reads = (0..32u64).map(|i| dev.read_at((round * 32 + i) % 200 * 4096, 4096));
+                futures::future::join_all(reads).await;
+            }
+            plugio_engine::clock::reads() - before
+        })
+    };
+    let cached = reads_for(true);
+    let uncached = reads_for(false);
+    println!("clock reads for 320 IOs: cached {cached}, uncached {uncached}");
+    // Without the cache: two reads per IO (dispatch and completion). With
+    // it: one per plug flush and one per completion batch.
+    assert_eq!(uncached, 2 * 320);
+    assert!(
+        cached * 2 < uncached,
+        "cached {cached} vs uncached {uncached}"
+    );
+}
+
+#[test]
+fn iostats_off_counts_nothing_and_changes_no_result() {
+    let m = mem(20, Vec::new());
+    let opts = DeviceOptions {
+        iostats: false,
+        ..Default::default()
+    };
+    let dev = Device::with_backend(m, None, opts).unwrap();
+    local().run(async move {
+        let mut b = dev.alloc_buf(4096);
+        b.as_mut_slice().fill(3);
+        dev.write_at(b, 0).await.0.expect("write");
+        assert!(dev
+            .read_at(0, 4096)
+            .await
+            .unwrap()
+            .as_slice()
+            .iter()
+            .all(|&x| x == 3));
+        let s = dev.iostats();
+        assert_eq!((s.bios, s.requests, s.read.ios, s.write.ios), (0, 0, 0, 0));
+    });
+}
+
+#[test]
+fn iostats_look_like_diskstats() {
+    let m = mem(20, Vec::new());
+    let dev = Device::with_backend(m, None, DeviceOptions::default()).unwrap();
+    local().run(async move {
+        let b = dev.alloc_buf(8192);
+        dev.write_at(b, 0).await.0.expect("write");
+        dev.flush().await.expect("flush");
+        dev.read_at(0, 4096).await.expect("read");
+        let s = dev.iostats();
+        assert_eq!((s.read.ios, s.read.sectors), (1, 8));
+        assert_eq!((s.write.ios, s.write.sectors), (1, 16));
+        assert_eq!(s.flush.ios, 1);
+        assert_eq!(s.in_flight, 0);
+        assert!(s.io_ticks_ns > 0 && s.time_in_queue_ns >= s.io_ticks_ns);
+        let line = s.diskstats_line("mem0");
+        assert_eq!(line.split_whitespace().count(), 3 + 17, "{line}");
+    });
+}
