@@ -128,8 +128,11 @@ run() {
         > "$file" || { log "plugio nop failed"; rm -f "$file"; }
       ;;
     *)
-      "$BIN" bench --engine "$engine" --filename "$path" --rw "$rw" --bs 4k --iodepth "$qd" \
-        --runtime "$RUNTIME" --direct "$direct" --json --quiet --tag "$tname" \
+      # plugio-nomerges: plugio with merging off (sysfs nomerges=2).
+      local engine_arg=$engine extra=()
+      [ "$engine" = plugio-nomerges ] && { engine_arg=plugio; extra=(--nomerges 2); }
+      "$BIN" bench --engine "$engine_arg" "${extra[@]}" --filename "$path" --rw "$rw" --bs 4k \
+        --iodepth "$qd" --runtime "$RUNTIME" --direct "$direct" --json --quiet --tag "$tname" \
         > "$file" || { log "$engine failed on $tname qd$qd"; rm -f "$file"; }
       ;;
   esac
@@ -156,7 +159,7 @@ for rep in $(seq 1 "$REPS"); do
     for e in $ENGINES; do run "$tn" "$tp" "$td" "$e" randread4k 128 "$rep"; done
   done
   IFS=: read -r tn tp td <<< "$SWEEP"
-  for e in plugio raw glommio; do run "$tn" "$tp" "$td" "$e" seqread4k 32 "$rep"; done
+  for e in plugio plugio-nomerges raw glommio; do run "$tn" "$tp" "$td" "$e" seqread4k 32 "$rep"; done
   [ "$HAVE_FIO" = 1 ] && run "$tn" "$tp" "$td" fio seqread4k 32 "$rep"
   run none none 0 nop nop 128 "$rep"
   run none none 0 rawnop nop 128 "$rep"

@@ -156,7 +156,17 @@ fn cell(runs: Option<&Runs>) -> String {
     }
 }
 
-const ENGINES: &[&str] = &["plugio", "raw", "glommio", "tokio", "psync", "fio"];
+const ENGINES: &[&str] = &[
+    "plugio",
+    "plugio-nomerges",
+    "nop",
+    "raw",
+    "rawnop",
+    "glommio",
+    "tokio",
+    "psync",
+    "fio",
+];
 
 fn median_of(
     map: &BTreeMap<Key, Runs>,
@@ -325,7 +335,9 @@ fn section(
     ));
     out.push_str("### 4 KiB random reads, one core\n\n");
     table(&mut out, map, "randread4k", true);
-    out.push_str("### Sequential 4 KiB reads, 32 tasks, one core\n\n");
+    out.push_str(
+        "### Sequential 4 KiB reads, 32 tasks, one core (`plugio-nomerges`: `--nomerges 2`)\n\n",
+    );
     table(&mut out, map, "seqread4k", true);
     out.push_str("### NOP through the whole path (per-IO CPU cost)\n\n");
     nop_table(&mut out, map);
@@ -440,7 +452,7 @@ fn plot_all(dir: &Path, map: &BTreeMap<Key, Runs>) -> Result<Vec<PathBuf>, Bench
     for (workload, title, file, cpu) in [
         (
             "seqread4k",
-            "Sequential 4 KiB reads, 32 tasks (IOPS)",
+            "Sequential 4 KiB reads, 32 tasks (IOPS; plugio-nomerges: merging off)",
             "seqread",
             false,
         ),
@@ -464,7 +476,8 @@ fn plot_all(dir: &Path, map: &BTreeMap<Key, Runs>) -> Result<Vec<PathBuf>, Bench
                 continue;
             }
             let path = dir.join(format!("{file}_{target}.svg"));
-            bar_plot(&path, &format!("{title}, {target}"), &bars)?;
+            let unit: fn(f64) -> String = if cpu { |v| format!("{v:.0}") } else { fmt_iops };
+            bar_plot(&path, &format!("{title}, {target}"), &bars, unit)?;
             written.push(path);
         }
     }
@@ -533,7 +546,12 @@ fn qd_plot(
     root.present().map_err(plot_err)
 }
 
-fn bar_plot(path: &Path, title: &str, bars: &[(String, f64)]) -> Result<(), BenchError> {
+fn bar_plot(
+    path: &Path,
+    title: &str,
+    bars: &[(String, f64)],
+    unit: fn(f64) -> String,
+) -> Result<(), BenchError> {
     let max = bars.iter().map(|b| b.1).fold(1.0, f64::max);
     let root = SVGBackend::new(path, (900, 120 + 50 * bars.len() as u32)).into_drawing_area();
     root.fill(&WHITE).map_err(plot_err)?;
@@ -551,7 +569,7 @@ fn bar_plot(path: &Path, title: &str, bars: &[(String, f64)]) -> Result<(), Benc
         .disable_y_mesh()
         .y_labels(bars.len())
         .y_label_formatter(&|y| labels.get(*y as usize).cloned().unwrap_or_default())
-        .x_label_formatter(&|x| fmt_iops(*x))
+        .x_label_formatter(&|x| unit(*x))
         .draw()
         .map_err(plot_err)?;
     chart
