@@ -590,6 +590,124 @@ async fn check_errors(ns: &Ns, report: &Report) {
     );
 }
 
+/// A write and an overlapping read issued together: the read must see the
+/// write (program order is kept for overlapping IO).
+async fn check_overlap_order(ns: &Ns, report: &Report) {
+    let block = ns.block;
+    let lba = 100_000u64;
+    let mut buf = ns.dev.alloc_buf(4 * block);
+    fill(&mut buf, lba, block, 77);
+    let expect = buf.as_slice().to_vec();
+    let write = ns.dev.write_at(buf, lba * block as u64);
+    let read = ns.dev.read_at(lba * block as u64, 4 * block);
+    let ((w, _), r) = futures::join!(write, read);
+    report.check(
+        "overlapping write then read in one plug",
+        w.is_ok() && r.as_ref().is_ok_and(|b| b.as_slice() == &expect[..]),
+        format!("{w:?}"),
+    );
+}
+
+/// IO futures dropped while their commands are in flight: the commands
+/// still complete (their buffers stay alive), the tags come back, and IO
+/// afterwards is correct.
+async fn check_dropped_futures(ns: &Ns, report: &Report) {
+    use futures::FutureExt;
+    let block = ns.block as u64;
+    for lba in 300..332u64 {
+        // Polled once (submitted at the tick's plug flush), then dropped.
+        let pending = ns
+            .dev
+            .read_at(lba * block, ns.block)
+            .now_or_never()
+            .is_none();
+        if !pending {
+            return report.check(
+                "dropped IO futures",
+                false,
+                "a read completed on its first poll",
+            );
+        }
+    }
+    let start = Instant::now();
+    while ns.dev.tags_in_use() > 0 && start.elapsed().as_secs() < 10 {
+        plugio_executor::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let r = ns.dev.read_at(300 * block, ns.block).await;
+    report.check(
+        "dropped IO futures",
+        ns.dev.tags_in_use() == 0
+            && r.as_ref()
+                .is_ok_and(|b| pattern_mismatches(b.as_slice(), 300, ns.block).is_empty()),
+        format!(
+            "tags in use afterwards {}, then {:?}",
+            ns.dev.tags_in_use(),
+            r.err()
+        ),
+    );
+}
+
+/// Two cores, each with its own passthrough ring, on one namespace at
+/// once: disjoint ranges written and read back, shared ranges read.
+fn check_multicore(path: &Path, options: &NvmeOptions, report: &Report) {
+    let name = "two cores, one passthrough ring each";
+    let runtime = match plugio_engine::runtime::builder(RingConfig::default())
+        .cores(2)
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return report.check(name, false, e),
+    };
+    let dev = match NvmeBackend::open_with(path, options).and_then(|b| {
+        Device::with_backend(
+            Arc::new(b),
+            Some(path.to_path_buf()),
+            DeviceOptions::default(),
+        )
+    }) {
+        Ok(d) => d,
+        Err(e) => return report.check(name, false, e),
+    };
+    let block = dev.geometry().logical_block_bytes as usize;
+    let joins: Vec<_> = (0..2u64)
+        .map(|core| {
+            let dev = dev.clone();
+            runtime.spawn_on(core as usize, async move {
+                let base = 110_000 + core * 1000;
+                let writes = (0..16u64).map(|i| {
+                    let mut buf = dev.alloc_buf(4 * block);
+                    fill(&mut buf, base + i * 4, block, 50 + core as u8);
+                    dev.write_at(buf, (base + i * 4) * block as u64)
+                });
+                let failed_writes = join_all(writes)
+                    .await
+                    .iter()
+                    .filter(|(r, _)| r.is_err())
+                    .count();
+                let back = dev.read_at(base * block as u64, 64 * block).await;
+                let mut expect = dev.alloc_buf(64 * block);
+                fill(&mut expect, base, block, 50 + core as u8);
+                let reads = (0..64u64).map(|i| dev.read_at((400 + i) * block as u64, block));
+                let shared_ok = join_all(reads).await.iter().enumerate().all(|(i, r)| {
+                    r.as_ref().is_ok_and(|b| {
+                        pattern_mismatches(b.as_slice(), 400 + i as u64, block).is_empty()
+                    })
+                });
+                let own_ok = back.is_ok_and(|b| b.as_slice() == expect.as_slice());
+                (failed_writes, own_ok, shared_ok)
+            })
+        })
+        .collect();
+    let results: Vec<_> = joins.into_iter().map(futures::executor::block_on).collect();
+    let ok = results.iter().all(|r| matches!(r, Ok((0, true, true))));
+    let _ = runtime.shutdown(plugio_executor::ShutdownMode::Wait);
+    report.check(
+        name,
+        ok,
+        format!("per core (failed writes, own range ok, shared reads ok): {results:?}"),
+    );
+}
+
 /// Both namespaces at once on this core (one shared passthrough ring).
 async fn check_multi(all: &[Ns], report: &Report) {
     if all.len() < 2 {
@@ -790,6 +908,8 @@ fn main() -> ExitCode {
             check_writes(ns, &report, 40 + i as u8).await;
             check_zeroes_and_discard(ns, &report).await;
             check_fixed_buffer(ns, &report).await;
+            check_overlap_order(ns, &report).await;
+            check_dropped_futures(ns, &report).await;
             check_errors(ns, &report).await;
         }
         check_multi(&all, &report).await;
@@ -799,6 +919,12 @@ fn main() -> ExitCode {
             }
         }
     });
+    drop(rt);
+    let options = NvmeOptions {
+        iopoll: args.iopoll,
+        write_zeroes_deallocate: false,
+    };
+    check_multicore(&args.paths[0], &options, &report);
     println!(
         "nvme_check: {} passed, {} failed",
         report.passed.get(),
