@@ -166,21 +166,22 @@ fn clock(
     let end = start + job.runtime;
     while !engine.is_finished() {
         let now = Instant::now();
+        if now >= next && next <= end {
+            let snap = counters.total();
+            let stats = counters.iostats();
+            let second =
+                report::Second::new(&snap.since(&last), stats.as_ref(), last_stats.as_ref());
+            printer.second(timeline.seconds.len() + 1, &second);
+            timeline.seconds.push(second);
+            last = snap;
+            last_stats = stats;
+            next += Duration::from_secs(1);
+            continue;
+        }
         if now >= end {
             break;
         }
-        if now < next.min(end) {
-            std::thread::sleep((next.min(end) - now).min(Duration::from_millis(50)));
-            continue;
-        }
-        let snap = counters.total();
-        let stats = counters.iostats();
-        let second = report::Second::new(&snap.since(&last), stats.as_ref(), last_stats.as_ref());
-        printer.second(timeline.seconds.len() + 1, &second);
-        timeline.seconds.push(second);
-        last = snap;
-        last_stats = stats;
-        next += Duration::from_secs(1);
+        std::thread::sleep((next.min(end) - now).min(Duration::from_millis(50)));
     }
     timeline.at_stop = counters.total();
     counters.request_stop();
