@@ -207,6 +207,15 @@ fn bad_input_is_refused_before_submission_and_others_are_unaffected() {
 
 #[test]
 fn ten_thousand_ios_against_depth_32_from_every_core_all_complete() {
+    ten_thousand_ios(plugio_engine::TagSharing::Shared);
+}
+
+#[test]
+fn ten_thousand_ios_with_tags_split_per_core_all_complete() {
+    ten_thousand_ios(plugio_engine::TagSharing::PerCore { cores: 2 });
+}
+
+fn ten_thousand_ios(tag_sharing: plugio_engine::TagSharing) {
     let dir = tmpdir();
     let path = file_with(&dir, "many", &pattern(0, 1 << 20, 11));
     let cores = 2;
@@ -218,6 +227,7 @@ fn ten_thousand_ios_against_depth_32_from_every_core_all_complete() {
         &path,
         DeviceOptions {
             queue_depth: 32,
+            tag_sharing,
             ..Default::default()
         },
     )
@@ -250,7 +260,9 @@ fn ten_thousand_ios_against_depth_32_from_every_core_all_complete() {
     for j in joins {
         worst = worst.max(rt.block_on(j).expect("core task"));
     }
-    println!("10,000 IOs at queue depth 32 on {cores} cores: maximum wait {worst:?}");
+    println!(
+        "10,000 IOs at queue depth 32 on {cores} cores ({tag_sharing:?}): maximum wait {worst:?}"
+    );
     assert!(worst < Duration::from_secs(20), "a task waited {worst:?}");
     assert_eq!(dev.tags_in_use(), 0);
     rt.shutdown(ShutdownMode::Wait).expect("shutdown");
