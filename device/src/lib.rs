@@ -18,8 +18,10 @@
 //! - [`Backend`]: `geometry()`, `check(&op)`, `unsafe submit(&op, handler,
 //!   token)`. Implementations: [`FileBackend`] (io_uring, O_DIRECT, fixed
 //!   buffers/files; with `OpenOptions::backend(BackendKind::Sync)`, or on a
-//!   thread whose driver has no ring, the `sync` thread pool) and
-//!   [`MemDevice`] (simulated, seeded).
+//!   thread whose driver has no ring, the `sync` thread pool),
+//!   [`MemDevice`] (simulated, seeded) and [`NvmeBackend`] (NVMe
+//!   passthrough on `/dev/ngXnY`, with its own SQE128/CQE32 ring per core
+//!   driven by the same park; see [`backend::nvme`]).
 //! - [`CompletionHandler::complete`]`(token, result)`: `result` is the byte
 //!   count for `Read`/`Write` (`>= 0`; short at end of file, 0 at or past
 //!   it), 0 for the other ops, or `-errno`; map errors with

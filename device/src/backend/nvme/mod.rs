@@ -36,7 +36,15 @@
 //! - `IOPOLL`: with [`NvmeOptions::iopoll`], and only when the namespace's
 //!   queue has poll queues (`queue/io_poll` is 1; `nvme.poll_queues=N`), the
 //!   core uses a second, polled passthrough ring for it; otherwise the
-//!   interrupt-driven one.
+//!   interrupt-driven one. (Linux 6.1+: older IOPOLL rings refuse
+//!   `URING_CMD`.)
+//! - Registered buffers: where the kernel refuses `IORING_URING_CMD_FIXED`
+//!   for a buffer (`-EINVAL`, as Linux 6.1 does), the command is resent
+//!   with the plain address and the core stops using fixed buffers for
+//!   passthrough.
+//! - Not carried: the IO priority in [`IoFlags`] (the `UringCmd80` SQE
+//!   builder has no `ioprio`) and metadata (namespaces with separate
+//!   metadata are used without it).
 //!
 //! # Invariants
 //!
@@ -194,20 +202,14 @@ impl NvmeBackend {
         let info = identify::read_ns_info(file.as_raw_fd(), dirs.ctrl.as_deref())
             .map_err(|e| permission_hint(e).with_path(&path))?;
         let geometry = geometry_of(&info, &dirs);
-        let has_poll_queues = dirs
-            .block
-            .as_deref()
-            .and_then(|b| identify::queue_limit(b, "io_poll"))
-            == Some(1);
-        if options.iopoll && !has_poll_queues {
-            tracing::info!(path = %path.display(), "no poll queues (nvme.poll_queues=0): interrupt-driven passthrough");
-        }
+        cross_check_sysfs(&path, &geometry, &dirs);
+        let polled = options.iopoll && can_poll(&path, &dirs);
         Ok(Self {
             fd: Arc::new(OwnedFd::from(file)),
             path,
             info,
             geometry,
-            polled: options.iopoll && has_poll_queues,
+            polled,
             options: options.clone(),
         })
     }
@@ -503,6 +505,62 @@ fn permission_hint(e: Error) -> Error {
     }
 }
 
+/// Warns when the block layer's view (sysfs) disagrees with Identify (a
+/// namespace reformatted behind the kernel's back); Identify wins.
+fn cross_check_sysfs(path: &Path, g: &Geometry, dirs: &SysfsDirs) {
+    let Some(block) = dirs.block.as_deref() else {
+        return;
+    };
+    let lbs = identify::queue_limit(block, "logical_block_size");
+    let size_bytes = fs::read_to_string(block.join("size"))
+        .ok()
+        .and_then(|t| t.trim().parse::<u64>().ok())
+        .map(|sectors| sectors * 512);
+    if lbs.is_some_and(|l| l != u64::from(g.logical_block_bytes))
+        || size_bytes.is_some_and(|s| Some(s) != g.capacity_bytes)
+    {
+        tracing::warn!(
+            path = %path.display(),
+            sysfs_lba_bytes = ?lbs,
+            sysfs_size_bytes = ?size_bytes,
+            identify_lba_bytes = g.logical_block_bytes,
+            identify_size_bytes = ?g.capacity_bytes,
+            "sysfs and Identify disagree; using Identify (rescan the controller to refresh the block device)"
+        );
+    }
+}
+
+/// IOPOLL passthrough needs poll queues on the namespace's queue
+/// (`queue/io_poll` = 1, from `nvme.poll_queues=N`) and Linux 6.1+ (before
+/// it, an IOPOLL ring refuses `URING_CMD`).
+fn can_poll(path: &Path, dirs: &SysfsDirs) -> bool {
+    let poll_queues = dirs
+        .block
+        .as_deref()
+        .and_then(|b| identify::queue_limit(b, "io_poll"))
+        == Some(1);
+    let kernel_ok = kernel_version() >= (6, 1);
+    if !poll_queues || !kernel_ok {
+        tracing::info!(
+            path = %path.display(),
+            poll_queues,
+            kernel_ok,
+            "IOPOLL passthrough unavailable (needs nvme.poll_queues=N and Linux 6.1+): interrupt-driven"
+        );
+    }
+    poll_queues && kernel_ok
+}
+
+/// The running kernel's `(major, minor)`; `(0, 0)` when unknown.
+fn kernel_version() -> (u32, u32) {
+    let text = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut parts = text
+        .trim()
+        .split(['.', '-'])
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+}
+
 /// The geometry the engine splits and aligns by.
 fn geometry_of(info: &NsInfo, dirs: &SysfsDirs) -> Geometry {
     let lba = 1u32 << info.lba_shift;
@@ -607,6 +665,12 @@ mod tests {
         let tmp = tempfile::NamedTempFile::new().expect("tmp");
         let err = NvmeBackend::open(tmp.path()).expect_err("regular file");
         assert_eq!(*err.kind(), ErrorKind::Unsupported, "{err}");
+    }
+
+    #[test]
+    fn kernel_version_is_read() {
+        let (major, minor) = kernel_version();
+        assert!(major >= 3, "{major}.{minor}");
     }
 
     #[test]
