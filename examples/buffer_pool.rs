@@ -143,14 +143,10 @@ impl BufferPool {
         loop {
             let mapped = self.table.borrow().get(&page_no).copied();
             if let Some(i) = mapped {
-                let mut frames = self.frames.borrow_mut();
-                if frames[i].page.is_some() {
-                    frames[i].referenced = true;
-                    self.count(|s| s.hits += 1);
+                if self.hit(i) {
                     return Ok(i);
                 }
                 // Being read in or written back by another task.
-                drop(frames);
                 let _ = self.io_done.wait().await;
                 continue;
             }
@@ -164,6 +160,18 @@ impl BufferPool {
                 let _ = self.io_done.wait().await; // every frame is in IO
             }
         }
+    }
+
+    /// Counts a hit on frame `i` if it is resident; `false` while it is
+    /// lent to an IO.
+    fn hit(&self, i: usize) -> bool {
+        let mut frames = self.frames.borrow_mut();
+        if frames[i].page.is_none() {
+            return false;
+        }
+        frames[i].referenced = true;
+        self.count(|s| s.hits += 1);
+        true
     }
 
     /// The clock: sweeps the frames from the hand, giving referenced frames
