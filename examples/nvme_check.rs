@@ -472,6 +472,28 @@ async fn check_writes(ns: &Ns, report: &Report, seed: u8) {
         Ok(()) => report.check("flush", true, "ok"),
         Err(e) => report.check("flush", false, e),
     }
+    let (sync, nop) = (ns.dev.sync().await, ns.dev.nop().await);
+    report.check(
+        "sync (NVMe Flush) and nop",
+        sync.is_ok() && nop.is_ok(),
+        format!("{sync:?} {nop:?}"),
+    );
+    // PREFLUSH | FUA: a Flush linked ahead of a FUA write.
+    let pre_lba = 99_000u64;
+    let mut buf = ns.dev.alloc_buf(2 * block);
+    fill(&mut buf, pre_lba, block, 88);
+    let expect = buf.as_slice().to_vec();
+    let flags = plugio_device::IoFlags::PREFLUSH | plugio_device::IoFlags::FUA;
+    let (w, _) = ns
+        .dev
+        .write_at_with(buf, pre_lba * block as u64, flags)
+        .await;
+    let back = ns.dev.read_at(pre_lba * block as u64, 2 * block).await;
+    report.check(
+        "PREFLUSH|FUA write read back",
+        w.is_ok() && back.as_ref().is_ok_and(|b| b.as_slice() == &expect[..]),
+        format!("{w:?}"),
+    );
     // Read everything back, in one read and with a vectored read.
     let mut expect = ns.dev.alloc_buf(total_blocks * block);
     fill(&mut expect, base_lba, block, seed);
