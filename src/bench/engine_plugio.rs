@@ -26,6 +26,9 @@ use super::EngineOutput;
 
 const NAME: &str = "plugio";
 
+/// Alignment of the buffers the bench allocates itself (`--fixedbufs 0`).
+const PAGE_BYTES: usize = 4096;
+
 /// A core's [`DeviceDriver`] that copies the ring's call counters into the
 /// core's [`WorkerCounters`](super::stats::WorkerCounters) after each park,
 /// so the reporter can print IOS/call.
@@ -242,8 +245,12 @@ impl IoTask {
         let mut buf = if self.fixed_bufs {
             self.dev.alloc_buf(self.bs_bytes)
         } else {
+            // Page-aligned even where the device allows less: Linux 6.18's
+            // zram advertises dma_alignment 511 but an O_DIRECT read into a
+            // buffer that is not page-aligned writes the whole pages it
+            // touches, outside the buffer (heap corruption).
             let align = self.dev.geometry().mem_align_bytes() as usize;
-            DmaBuf::heap(self.bs_bytes, align)
+            DmaBuf::heap(self.bs_bytes, align.max(PAGE_BYTES))
         };
         rand::thread_rng().fill_bytes(buf.as_mut_slice());
         let worker = self.counters.worker(self.core);
