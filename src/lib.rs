@@ -41,6 +41,10 @@ pub use plugio_executor::{
     sleep, spawn, spawn_local, timeout, yield_now, JoinHandle, LocalExecutor, Runtime, ShutdownMode,
 };
 
+/// `plugio replay`: IO traces (CSV, fio iolog, blkparse) replayed through
+/// the engine, with verification and figures.
+pub mod replay;
+
 /// Runtimes whose cores drive IO through io_uring: see
 /// [`plugio_engine::runtime`].
 pub mod runtime {

@@ -39,6 +39,9 @@ enum Command {
     /// (benches/compare.sh runs this).
     #[command(hide = true)]
     CompareReport(bench::compare::CompareArgs),
+    /// Replay an IO trace (CSV, fio iolog, blkparse text; zstd or plain)
+    /// onto a file or block device, with optional verification.
+    Replay(plugio::replay::cli::ReplayArgs),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +50,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::main(args).map(|_| ()),
         Command::Info { path } => info(&path),
         Command::CompareReport(args) => bench::compare::main(&args),
+        Command::Replay(args) => return plugio::replay::cli::main(args),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,

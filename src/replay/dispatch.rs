@@ -1,0 +1,527 @@
+//! The replay loop: issues trace IOs through a [`Device`] in trace order,
+//! keeping the ordering a real storage stack would, and collects the
+//! figures of [`ReplayReport`].
+//!
+//! Rules (each IO waits, in trace order, until all hold):
+//! - at most `iodepth` IOs in flight;
+//! - under `--timing original`, its recorded time has come;
+//! - it overlaps no in-flight IO where either of the two writes or
+//!   discards (so reads see the writes before them and writes land in
+//!   trace order: what the page cache and the file system guaranteed when
+//!   the trace was taken);
+//! - a flush waits until every write and discard issued before it has
+//!   completed (reads may still be in flight), and nothing after a flush is
+//!   issued until the flush has completed: writes before a flush are
+//!   durable when it completes, as `fdatasync` promises.
+//!
+//! IOs of one tick are spawned together, so the engine's plug sees them as
+//! one batch and merges what is contiguous. With several cores, data IOs go
+//! to the core that owns their 1 MiB region (neighbours on one core, so
+//! they can merge); the loop itself, flushes and verification run on the
+//! calling core.
+//!
+//! Invariant: every issued IO is received back before [`replay`] returns,
+//! failed or not (its buffer and tag belong to the engine until then).
+
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::future::{select, Either};
+use hdrhistogram::Histogram;
+use plugio_device::DmaBuf;
+use plugio_engine::Device;
+use plugio_executor::channel::{self, Receiver, Sender};
+use plugio_executor::Handle;
+
+use super::error::ReplayError;
+use super::pattern;
+use super::report::{self, EngineFigures, OpReport, ReplayReport};
+use super::timing::{Schedule, Timing};
+use super::trace::{TraceIo, TraceOp};
+use super::verify::{self, BlockMap, Unwritten, VerifyStats};
+
+/// Bytes of the region that one core owns when IO is spread over cores.
+const CORE_REGION_SHIFT: u32 = 20;
+
+/// Completions between two progress callbacks.
+const PROGRESS_EVERY: u64 = 1024;
+
+/// Called with the number of IOs completed so far.
+pub type Progress = Arc<dyn Fn(u64) + Send + Sync>;
+
+/// Returns the `io_uring_enter` calls made so far by the replay's cores.
+pub type EntersProbe = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+/// How to replay.
+#[derive(Clone)]
+pub struct ReplayOptions {
+    /// When IOs are issued. Default [`Timing::None`].
+    pub timing: Timing,
+    /// Most IOs in flight (all cores together). Default 32. Must be
+    /// 1..=65536.
+    pub iodepth: u32,
+    /// Cores to spread data IO over: 1 (default) issues everything on the
+    /// calling core; more needs a multi-core plugio runtime with at least
+    /// that many cores (`plugio::runtime::builder`).
+    pub cores: usize,
+    /// Check replayed reads as they complete and read every written sector
+    /// back at the end. Default false.
+    pub verify: bool,
+    /// What never-written sectors hold. Default [`Unwritten::Unchecked`].
+    pub unwritten: Unwritten,
+    /// Progress callback (every 1024 completions and at the end).
+    pub progress: Option<Progress>,
+    /// Reads the ring's enter count, for IOS/call (`None`: reported as
+    /// unknown). Read before the first IO and after the last completion.
+    pub enters: Option<EntersProbe>,
+}
+
+impl Default for ReplayOptions {
+    fn default() -> Self {
+        ReplayOptions {
+            timing: Timing::None,
+            iodepth: 32,
+            cores: 1,
+            verify: false,
+            unwritten: Unwritten::Unchecked,
+            progress: None,
+            enters: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for ReplayOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplayOptions")
+            .field("timing", &self.timing)
+            .field("iodepth", &self.iodepth)
+            .field("cores", &self.cores)
+            .field("verify", &self.verify)
+            .field("unwritten", &self.unwritten)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Replays `ios` through `dev` from a task of a plugio runtime, then (with
+/// `verify`) reads every written sector back.
+///
+/// Callers check that the IOs fit the device first
+/// ([`Trace::check_fits`](super::trace::Trace::check_fits)); an IO the
+/// engine refuses still ends the replay with a clear error.
+///
+/// # Errors
+/// Bad options ([`ReplayError::Usage`]); an IO failed
+/// ([`ReplayError::Engine`] naming its trace line; IOs in flight are
+/// waited for first); verification found mismatches
+/// ([`ReplayError::Verify`]).
+pub async fn replay(
+    dev: &Device,
+    ios: &[TraceIo],
+    opts: &ReplayOptions,
+) -> Result<ReplayReport, ReplayError> {
+    if opts.iodepth == 0 || opts.iodepth > 65536 {
+        return Err(ReplayError::usage(format!(
+            "--iodepth {} is out of range: use 1..=65536",
+            opts.iodepth
+        )));
+    }
+    let handle = spread(opts.cores)?;
+    let before = dev.iostats();
+    let enters_before = opts.enters.as_ref().map(|p| p());
+    let (tx, mut rx) = channel::bounded(opts.iodepth as usize + 1);
+    let mut d = Dispatcher::new(dev, ios, opts, handle, tx);
+    d.run(&mut rx).await;
+    let elapsed = d.schedule_start.elapsed();
+    if let Some(e) = d.failed.take() {
+        return Err(e);
+    }
+    let mut engine = EngineFigures::between(&before, &dev.iostats());
+    if let (Some(p), Some(b)) = (&opts.enters, enters_before) {
+        engine.set_enters(p().saturating_sub(b));
+    }
+    let mut verify_stats = d.verify.take();
+    if let (Some(map), Some(stats)) = (&d.map, verify_stats.as_mut()) {
+        verify::verify_all(dev, map, ios, opts.iodepth as usize, stats).await?;
+    }
+    if let Some(p) = &opts.progress {
+        p(d.completed);
+    }
+    let verify = verify_stats.map(VerifyStats::into_result).transpose()?;
+    Ok(d.report(engine, elapsed.as_secs_f64(), verify))
+}
+
+/// The runtime handle to spread IO with (`None`: all on this core).
+fn spread(cores: usize) -> Result<Option<Handle>, ReplayError> {
+    if cores == 0 {
+        return Err(ReplayError::usage("--cpus 0: use at least 1"));
+    }
+    if cores == 1 {
+        return Ok(None);
+    }
+    match Handle::current() {
+        Some(h) if h.cores() >= cores => Ok(Some(h)),
+        Some(h) => Err(ReplayError::usage(format!(
+            "{cores} cores asked for but the runtime has {}",
+            h.cores()
+        ))),
+        None => Err(ReplayError::usage(format!(
+            "{cores} cores asked for but the replay is not running on a multi-core plugio runtime"
+        ))),
+    }
+}
+
+/// An IO in flight.
+#[derive(Debug, Clone, Copy)]
+struct InFlight {
+    seq: usize,
+    op: TraceOp,
+    start: u64,
+    end: u64,
+}
+
+/// What an IO task sends back.
+struct Done {
+    seq: usize,
+    result: Result<usize, plugio_device::Error>,
+    /// The read's buffer, when it is to be verified.
+    buf: Option<DmaBuf>,
+    latency_ns: u64,
+}
+
+/// Why the next IO is not issued yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hold {
+    Depth,
+    Overlap,
+    Flush,
+}
+
+/// Per-op accumulators.
+struct OpAcc {
+    ios: u64,
+    bytes: u64,
+    latency: Histogram<u64>,
+}
+
+struct Dispatcher<'a> {
+    dev: &'a Device,
+    ios: &'a [TraceIo],
+    iodepth: usize,
+    cores: usize,
+    handle: Option<Handle>,
+    here: usize,
+    tx: Sender<Done>,
+    timing: Timing,
+    schedule: Schedule,
+    schedule_start: Instant,
+    in_flight: Vec<InFlight>,
+    writes_in_flight: usize,
+    flush_in_flight: bool,
+    map: Option<BlockMap>,
+    verify: Option<VerifyStats>,
+    acc: Vec<OpAcc>,
+    /// The last IO counted as held, so each wait counts once.
+    held: Option<(usize, Hold)>,
+    overlap_waits: u64,
+    flush_waits: u64,
+    completed: u64,
+    failed: Option<ReplayError>,
+    progress: Option<Progress>,
+}
+
+impl<'a> Dispatcher<'a> {
+    fn new(
+        dev: &'a Device,
+        ios: &'a [TraceIo],
+        opts: &ReplayOptions,
+        handle: Option<Handle>,
+        tx: Sender<Done>,
+    ) -> Self {
+        Dispatcher {
+            dev,
+            ios,
+            iodepth: opts.iodepth as usize,
+            cores: opts.cores,
+            handle,
+            here: plugio_executor::core_id().unwrap_or(0),
+            tx,
+            timing: opts.timing,
+            schedule: Schedule::new(opts.timing, ios),
+            schedule_start: Instant::now(),
+            in_flight: Vec::with_capacity(opts.iodepth as usize),
+            writes_in_flight: 0,
+            flush_in_flight: false,
+            map: opts.verify.then(|| BlockMap::new(opts.unwritten)),
+            verify: opts.verify.then(VerifyStats::default),
+            acc: TraceOp::ALL
+                .iter()
+                .map(|_| OpAcc {
+                    ios: 0,
+                    bytes: 0,
+                    latency: report::new_histogram(),
+                })
+                .collect(),
+            held: None,
+            overlap_waits: 0,
+            flush_waits: 0,
+            completed: 0,
+            failed: None,
+            progress: opts.progress.clone(),
+        }
+    }
+
+    /// Issues and completes IOs until every issued IO is back and either
+    /// the trace is done or an IO failed.
+    async fn run(&mut self, rx: &mut Receiver<Done>) {
+        let mut next = 0;
+        loop {
+            let mut due = None;
+            if self.failed.is_none() {
+                (next, due) = self.issue_ready(next);
+            }
+            if self.in_flight.is_empty() {
+                match due {
+                    Some(at) if self.failed.is_none() => {
+                        plugio_executor::sleep_until(at).await;
+                        continue;
+                    }
+                    _ => break,
+                }
+            }
+            let done = match due {
+                Some(at) => {
+                    let recv = pin!(rx.recv());
+                    let sleep = pin!(plugio_executor::sleep_until(at));
+                    match select(recv, sleep).await {
+                        Either::Left((d, _)) => d,
+                        Either::Right(_) => continue,
+                    }
+                }
+                None => rx.recv().await,
+            };
+            // The dispatcher holds a sender, so the channel never closes.
+            let Some(done) = done else { break };
+            self.complete(done);
+            while let Ok(d) = rx.try_recv() {
+                self.complete(d);
+            }
+        }
+    }
+
+    /// Issues IOs from `next` while the rules allow; returns the new
+    /// `next` and, when the next IO only waits for its time, that time.
+    fn issue_ready(&mut self, mut next: usize) -> (usize, Option<Instant>) {
+        let mut now = Instant::now();
+        while let Some(io) = self.ios.get(next) {
+            if let Some(at) = self.schedule.due(io) {
+                if at > now {
+                    now = Instant::now();
+                    if at > now {
+                        return (next, Some(at));
+                    }
+                }
+            }
+            if let Some(hold) = self.hold(io) {
+                self.count_hold(next, hold);
+                return (next, None);
+            }
+            self.schedule.issued(io, now);
+            self.issue(next);
+            next += 1;
+        }
+        (next, None)
+    }
+
+    fn hold(&self, io: &TraceIo) -> Option<Hold> {
+        if self.flush_in_flight {
+            return Some(Hold::Flush);
+        }
+        if self.in_flight.len() >= self.iodepth {
+            return Some(Hold::Depth);
+        }
+        if io.op == TraceOp::Flush {
+            return (self.writes_in_flight > 0).then_some(Hold::Flush);
+        }
+        let (start, end) = (io.offset_bytes, io.end_bytes());
+        let conflict = self
+            .in_flight
+            .iter()
+            .any(|f| f.start < end && start < f.end && (f.op.modifies() || io.op.modifies()));
+        conflict.then_some(Hold::Overlap)
+    }
+
+    fn count_hold(&mut self, seq: usize, hold: Hold) {
+        if self.held == Some((seq, hold)) {
+            return;
+        }
+        self.held = Some((seq, hold));
+        match hold {
+            Hold::Overlap => self.overlap_waits += 1,
+            Hold::Flush => self.flush_waits += 1,
+            Hold::Depth => {}
+        }
+    }
+
+    /// Spawns IO `seq` on its core.
+    fn issue(&mut self, seq: usize) {
+        let io = self.ios[seq];
+        if let Some(map) = &mut self.map {
+            map.record(seq as u64, &io);
+        }
+        self.in_flight.push(InFlight {
+            seq,
+            op: io.op,
+            start: io.offset_bytes,
+            end: io.end_bytes(),
+        });
+        match io.op {
+            TraceOp::Flush => self.flush_in_flight = true,
+            op if op.modifies() => self.writes_in_flight += 1,
+            _ => {}
+        }
+        let task = run_io(
+            self.dev.clone(),
+            seq,
+            io,
+            self.map.is_some(),
+            self.tx.clone(),
+        );
+        let core = match (&self.handle, io.op) {
+            (Some(_), op) if op != TraceOp::Flush => {
+                ((io.offset_bytes >> CORE_REGION_SHIFT) % self.cores as u64) as usize
+            }
+            _ => self.here,
+        };
+        match &self.handle {
+            Some(h) if core != self.here => drop(h.spawn_on(core, task)),
+            _ => drop(plugio_executor::spawn_local(task)),
+        }
+    }
+
+    fn complete(&mut self, done: Done) {
+        let Some(pos) = self.in_flight.iter().position(|f| f.seq == done.seq) else {
+            return;
+        };
+        let f = self.in_flight.swap_remove(pos);
+        match f.op {
+            TraceOp::Flush => self.flush_in_flight = false,
+            op if op.modifies() => self.writes_in_flight -= 1,
+            _ => {}
+        }
+        let io = self.ios[done.seq];
+        self.completed += 1;
+        if let Some(p) = &self.progress {
+            if self.completed % PROGRESS_EVERY == 0 {
+                p(self.completed);
+            }
+        }
+        let n = match done.result {
+            Ok(n) => n as u64,
+            Err(e) => {
+                let context = format!(
+                    "trace line {}: {} of {} bytes at byte {}",
+                    io.line,
+                    io.op.name(),
+                    io.len_bytes,
+                    io.offset_bytes
+                );
+                self.failed.get_or_insert(ReplayError::engine(context, e));
+                return;
+            }
+        };
+        if io.op != TraceOp::Flush && n != io.len_bytes {
+            self.failed.get_or_insert(ReplayError::usage(format!(
+                "trace line {}: {} of {} bytes at byte {} moved {n} bytes (end of the target?)",
+                io.line,
+                io.op.name(),
+                io.len_bytes,
+                io.offset_bytes
+            )));
+            return;
+        }
+        let acc = &mut self.acc[io.op.index()];
+        acc.ios += 1;
+        acc.bytes += n;
+        report::record(&mut acc.latency, done.latency_ns);
+        if let (Some(buf), Some(map), Some(stats)) = (&done.buf, &self.map, self.verify.as_mut()) {
+            let what = format!("read at trace line {}", io.line);
+            let checked = map.check(buf.as_slice(), io.offset_bytes, self.ios, &what, stats);
+            stats.read_sectors_checked += checked;
+        }
+    }
+
+    fn report(
+        &self,
+        engine: EngineFigures,
+        elapsed_s: f64,
+        verify: Option<VerifyStats>,
+    ) -> ReplayReport {
+        let ops: Vec<OpReport> = TraceOp::ALL
+            .iter()
+            .map(|&op| {
+                let a = &self.acc[op.index()];
+                OpReport {
+                    op: op.name(),
+                    ios: a.ios,
+                    bytes: a.bytes,
+                    latency: report::LatencySummary::of(&a.latency),
+                }
+            })
+            .collect();
+        let ios: u64 = ops.iter().map(|o| o.ios).sum();
+        let bytes = self.acc[TraceOp::Read.index()].bytes + self.acc[TraceOp::Write.index()].bytes;
+        let per_s = |x: f64| if elapsed_s > 0.0 { x / elapsed_s } else { 0.0 };
+        ReplayReport {
+            timing: self.timing,
+            iodepth: self.iodepth as u32,
+            cores: self.cores,
+            ios,
+            bytes,
+            elapsed_s,
+            iops: per_s(ios as f64),
+            bandwidth_bytes_per_s: per_s(bytes as f64),
+            ops,
+            engine,
+            lag: self.schedule.lag(),
+            overlap_waits: self.overlap_waits,
+            flush_waits: self.flush_waits,
+            verify,
+        }
+    }
+}
+
+/// One IO, run on its core; sends its result back to the dispatcher.
+async fn run_io(dev: Device, seq: usize, io: TraceIo, keep_read: bool, tx: Sender<Done>) {
+    let len = io.len_bytes as usize;
+    let t0 = Instant::now();
+    let (result, buf) = match io.op {
+        TraceOp::Read => {
+            let buf = dev.alloc_buf(len);
+            let (r, buf) = dev.read_into(buf, io.offset_bytes).await;
+            (r, keep_read.then_some(buf))
+        }
+        TraceOp::Write => {
+            let mut buf = dev.alloc_buf(len);
+            pattern::fill(buf.as_mut_slice(), io.offset_bytes, seq as u64);
+            (dev.write_at(buf, io.offset_bytes).await.0, None)
+        }
+        TraceOp::Flush => (dev.flush().await.map(|()| 0), None),
+        TraceOp::Discard => (
+            dev.discard(io.offset_bytes, io.len_bytes)
+                .await
+                .map(|()| len),
+            None,
+        ),
+    };
+    let latency_ns = t0.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
+    // A closed channel means the replay is gone; nothing is left to tell.
+    let _ = tx
+        .send(Done {
+            seq,
+            result,
+            buf,
+            latency_ns,
+        })
+        .await;
+}

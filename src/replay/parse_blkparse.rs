@@ -1,0 +1,283 @@
+//! blkparse's default text output: `maj,min cpu seq time pid action rwbs
+//! [sector + nsectors] [proc]`, keeping the events of one action (Q or D).
+//!
+//! The rwbs flags are decomposed as the shared traces' CSVs do, so that a
+//! blkparse text and its `q.csv`/`d.csv` give the same IOs: a leading `F`
+//! (REQ_PREFLUSH) becomes a flush before the data IO, an `F` after the op
+//! letter (REQ_FUA) a flush after it, and an event with no data but an
+//! `F` (an empty flush: `FWS` at Q, `FN` at D) a single flush. The kernel
+//! builds rwbs in `blk_fill_rwbs` (`kernel/trace/blktrace.c`).
+//!
+//! Invariants: lines after the summary (`CPU...`/`Total...`) are ignored;
+//! event lines of other actions are skipped; every other line is an error
+//! naming it.
+
+use super::error::ReplayError;
+use super::trace::{BlkAction, Sink, TraceOp, SECTOR_BYTES};
+
+/// True when `token` looks like blkparse's `maj,min` device field.
+pub(crate) fn is_dev(token: &str) -> bool {
+    let mut parts = token.split(',');
+    let ok =
+        |p: Option<&str>| p.is_some_and(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()));
+    ok(parts.next()) && ok(parts.next()) && parts.next().is_none()
+}
+
+/// What an rwbs string asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Rwbs {
+    /// The data op (`None`: no data op letter, or `N`).
+    op: Option<TraceOp>,
+    preflush: bool,
+    fua: bool,
+}
+
+fn parse_rwbs(s: &str) -> Result<Rwbs, String> {
+    let mut r = Rwbs {
+        op: None,
+        preflush: false,
+        fua: false,
+    };
+    let mut seen_op = false;
+    for c in s.chars() {
+        match c {
+            'F' if !seen_op => r.preflush = true,
+            'F' => r.fua = true,
+            'R' | 'W' | 'D' | 'N' if !seen_op => {
+                seen_op = true;
+                r.op = match c {
+                    'R' => Some(TraceOp::Read),
+                    'W' => Some(TraceOp::Write),
+                    'D' => Some(TraceOp::Discard),
+                    _ => None,
+                };
+            }
+            // Secure erase (DE), sync, meta, readahead, priority.
+            'E' | 'S' | 'M' | 'A' | 'P' => {}
+            _ => return Err(format!("unknown rwbs flag '{c}' in '{s}'")),
+        }
+    }
+    // A bare flush op shows as a lone 'F' (REQ_OP_FLUSH).
+    if !seen_op && !r.preflush {
+        return Err(format!("rwbs '{s}' has no op letter"));
+    }
+    Ok(r)
+}
+
+/// `seconds.nanoseconds` to ns.
+fn parse_time(s: &str) -> Option<u64> {
+    let (secs, frac) = s.split_once('.').unwrap_or((s, ""));
+    if frac.len() > 9 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let secs: u64 = secs.parse().ok()?;
+    let frac_ns: u64 = if frac.is_empty() {
+        0
+    } else {
+        frac.parse::<u64>().ok()? * 10u64.pow(9 - frac.len() as u32)
+    };
+    secs.checked_mul(1_000_000_000)?.checked_add(frac_ns)
+}
+
+/// Parses blkparse text into `sink`, keeping `action` events.
+pub(crate) fn parse(text: &str, action: BlkAction, sink: &mut Sink<'_>) -> Result<(), ReplayError> {
+    let keep = match action {
+        BlkAction::Q => "Q",
+        BlkAction::D => "D",
+    };
+    for (i, raw) in text.lines().enumerate() {
+        if sink.full() {
+            break;
+        }
+        let fields: Vec<&str> = raw.split_whitespace().collect();
+        let Some(first) = fields.first() else {
+            sink.skip();
+            continue;
+        };
+        if first.starts_with("CPU") || *first == "Total" {
+            // The per-CPU and total summary: the events are over.
+            break;
+        }
+        if !is_dev(first) || fields.len() < 7 {
+            return Err(sink.error(
+                i,
+                format!(
+                    "not a blkparse event line (expected 'maj,min cpu seq time pid action \
+                     rwbs ...'): '{}'",
+                    raw.trim()
+                ),
+            ));
+        }
+        if fields[5] != keep {
+            sink.skip();
+            continue;
+        }
+        event(i, &fields, sink)?;
+    }
+    Ok(())
+}
+
+/// One kept event line.
+fn event(i: usize, f: &[&str], sink: &mut Sink<'_>) -> Result<(), ReplayError> {
+    let time_ns = parse_time(f[3])
+        .ok_or_else(|| sink.error(i, format!("time '{}' is not seconds.nanoseconds", f[3])))?;
+    let rwbs = parse_rwbs(f[6]).map_err(|m| sink.error(i, m))?;
+    let (sector, nsectors) = match f.get(7..10) {
+        Some([s, "+", n]) => {
+            let num = |what: &str, v: &str| {
+                v.parse::<u64>()
+                    .map_err(|_| sink.error(i, format!("{what} '{v}' is not a whole number")))
+            };
+            (num("sector", s)?, num("sector count", n)?)
+        }
+        _ if f.get(7).is_none_or(|p| p.starts_with('[')) => (0, 0),
+        _ => {
+            return Err(sink.error(
+                i,
+                format!("expected 'sector + nsectors' after rwbs '{}'", f[6]),
+            ))
+        }
+    };
+    let offset = sector
+        .checked_mul(SECTOR_BYTES)
+        .ok_or_else(|| sink.error(i, "sector out of range"))?;
+    let len = nsectors
+        .checked_mul(SECTOR_BYTES)
+        .ok_or_else(|| sink.error(i, "sector count out of range"))?;
+    match rwbs.op {
+        Some(op) if len > 0 => {
+            if rwbs.preflush {
+                sink.push(i, time_ns, TraceOp::Flush, 0, 0)?;
+            }
+            sink.push(i, time_ns, op, offset, len)?;
+            if rwbs.fua {
+                sink.push(i, time_ns, TraceOp::Flush, 0, 0)?;
+            }
+        }
+        _ if rwbs.preflush || rwbs.fua => sink.push(i, time_ns, TraceOp::Flush, 0, 0)?,
+        _ => {
+            return Err(sink.error(
+                i,
+                format!(
+                    "rwbs '{}' with no data and no flush: nothing to replay",
+                    f[6]
+                ),
+            ))
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::replay::trace::{parse, ParseOptions, Trace, TraceFormat};
+
+    use super::*;
+
+    /// Lines as blkparse printed them for the shared sqlite trace.
+    const SAMPLE: &str = "\
+  7,1    0        1     0.000000000  7251  Q  RM 67848 + 8 [(null)]
+  7,1    0        2     0.000028082  7251  G  RM 67848 + 8 [(null)]
+  7,1    0        3     0.000029495  7251  P   N [(null)]
+  7,1    0        4     0.000030526  7251  U   N [(null)] 1
+  7,1    0        5     0.000031889  7251  D  RM 67848 + 8 [(null)]
+  7,1    1        1     0.000092199    22  C  RM 67848 + 8 [0]
+  7,1    0      160    36.858101465  7206  Q  FWS [(null)]
+  7,1    0      172    36.858192374  7206  Q FWFSM 2104816 + 8 [(null)]
+  7,1    0      174    36.858201381    10  D  FN [(null)]
+  7,1    1      155    36.858254292    44  I WSM 2104816 + 8 [(null)]
+  7,1    1      156    36.858256286    44  D WSM 2104816 + 8 [(null)]
+CPU0 (7,1):
+ Reads Queued:       31384,   150440KiB\t Writes Queued:        2642,    52152KiB
+";
+
+    fn blk(text: &str, action: BlkAction) -> Result<Trace, ReplayError> {
+        let opts = ParseOptions {
+            format: Some(TraceFormat::Blkparse),
+            action,
+            limit: None,
+        };
+        parse(text, "t.txt", &opts)
+    }
+
+    fn rows(t: &Trace) -> Vec<(char, u64, u64, u64)> {
+        t.ios
+            .iter()
+            .map(|io| (io.op.letter(), io.time_ns, io.offset_bytes, io.len_bytes))
+            .collect()
+    }
+
+    #[test]
+    fn q_events_decompose_preflush_and_fua_as_the_csv_does() {
+        let t = blk(SAMPLE, BlkAction::Q).unwrap();
+        assert_eq!(
+            rows(&t),
+            [
+                ('R', 0, 67848 * 512, 4096),
+                ('F', 36_858_101_465, 0, 0),
+                ('F', 36_858_192_374, 0, 0),
+                ('W', 36_858_192_374, 2104816 * 512, 4096),
+                ('F', 36_858_192_374, 0, 0),
+            ]
+        );
+        assert_eq!(t.ios[3].line, 8);
+    }
+
+    #[test]
+    fn d_events_are_kept_with_action_d() {
+        let t = blk(SAMPLE, BlkAction::D).unwrap();
+        assert_eq!(
+            rows(&t),
+            [
+                ('R', 31_889, 67848 * 512, 4096),
+                ('F', 36_858_201_381, 0, 0),
+                ('W', 36_858_256_286, 2104816 * 512, 4096),
+            ]
+        );
+    }
+
+    #[test]
+    fn malformed_lines_are_errors_naming_the_line() {
+        let ok = "  7,1 0 1 0.5 1 Q R 8 + 8 [p]\n";
+        let cases = [
+            ("garbage here\n", "t.txt:1: not a blkparse event line"),
+            ("  7,1 0 1 x.5 1 Q R 8 + 8 [p]\n", "t.txt:1: time 'x.5'"),
+            (
+                "  7,1 0 1 0.5 1 Q R 8 - 8 [p]\n",
+                "t.txt:1: expected 'sector + nsectors'",
+            ),
+            (
+                "  7,1 0 1 0.5 1 Q R 8 + y [p]\n",
+                "t.txt:1: sector count 'y'",
+            ),
+            (
+                "  7,1 0 1 0.5 1 Q RQ 8 + 8 [p]\n",
+                "t.txt:1: unknown rwbs flag 'Q'",
+            ),
+            (
+                "  7,1 0 1 0.5 1 Q N [p]\n",
+                "t.txt:1: rwbs 'N' with no data",
+            ),
+            (
+                "  7,1 0 1 0.5 1 Q R 3 + 0 [p]\n",
+                "t.txt:1: rwbs 'R' with no data",
+            ),
+        ];
+        for (text, want) in cases {
+            let all = format!("{ok}{text}");
+            let e = blk(text, BlkAction::Q).unwrap_err().to_string();
+            assert!(e.starts_with(want), "{text:?}: {e}");
+            let e = blk(&all, BlkAction::Q).unwrap_err().to_string();
+            assert!(e.starts_with(&want.replace(":1:", ":2:")), "{all:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn time_and_dev_helpers() {
+        assert_eq!(parse_time("36.858101465"), Some(36_858_101_465));
+        assert_eq!(parse_time("1.5"), Some(1_500_000_000));
+        assert_eq!(parse_time("2"), Some(2_000_000_000));
+        assert_eq!(parse_time("1.1234567890"), None);
+        assert!(is_dev("259,0") && !is_dev("7,") && !is_dev("7,1,2") && !is_dev("a,1"));
+    }
+}

@@ -1,0 +1,108 @@
+//! The CSV trace format of the shared traces: `time_ns,op,offset_bytes,
+//! len_bytes`, op `R`/`W`/`F`/`D`, an optional header line.
+//!
+//! Invariant: a line is either the header (first line only), blank, or an
+//! IO; anything else is an error naming the line.
+
+use super::error::ReplayError;
+use super::trace::{Sink, TraceOp};
+
+/// The header line.
+pub const HEADER: &str = "time_ns,op,offset_bytes,len_bytes";
+
+/// Parses CSV text into `sink`.
+pub(crate) fn parse(text: &str, sink: &mut Sink<'_>) -> Result<(), ReplayError> {
+    for (i, raw) in text.lines().enumerate() {
+        if sink.full() {
+            break;
+        }
+        let line = raw.trim();
+        if line.is_empty() || (i == 0 && line == HEADER) {
+            sink.skip();
+            continue;
+        }
+        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+        let [time, op, offset, len] = fields[..] else {
+            return Err(sink.error(
+                i,
+                format!(
+                    "expected 4 comma-separated fields ({HEADER}), found {}: '{line}'",
+                    fields.len()
+                ),
+            ));
+        };
+        let op = match op {
+            "R" => TraceOp::Read,
+            "W" => TraceOp::Write,
+            "F" => TraceOp::Flush,
+            "D" => TraceOp::Discard,
+            other => return Err(sink.error(i, format!("unknown op '{other}': use R, W, F or D"))),
+        };
+        let number = |what: &str, s: &str| {
+            s.parse::<u64>()
+                .map_err(|_| sink.error(i, format!("{what} '{s}' is not a whole number")))
+        };
+        let time_ns = number("time_ns", time)?;
+        let offset_bytes = number("offset_bytes", offset)?;
+        let len_bytes = number("len_bytes", len)?;
+        if op == TraceOp::Flush && len_bytes != 0 {
+            return Err(sink.error(
+                i,
+                format!("F row with length {len_bytes}: flushes carry no data"),
+            ));
+        }
+        sink.push(i, time_ns, op, offset_bytes, len_bytes)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::replay::trace::{parse, ParseOptions, TraceFormat, TraceIo};
+
+    use super::*;
+
+    fn csv(text: &str) -> Result<Vec<TraceIo>, ReplayError> {
+        let opts = ParseOptions {
+            format: Some(TraceFormat::Csv),
+            ..ParseOptions::default()
+        };
+        parse(text, "t.csv", &opts).map(|t| t.ios)
+    }
+
+    #[test]
+    fn rows_become_ios_with_their_line_numbers() {
+        let ios = csv("time_ns,op,offset_bytes,len_bytes\n0,R,4096,8192\n\n10,F,0,0\n20,D,0,512\n")
+            .unwrap();
+        assert_eq!(ios.len(), 3);
+        assert_eq!(
+            ios[0],
+            TraceIo {
+                time_ns: 0,
+                op: TraceOp::Read,
+                offset_bytes: 4096,
+                len_bytes: 8192,
+                line: 2
+            }
+        );
+        assert_eq!((ios[1].op, ios[1].line), (TraceOp::Flush, 4));
+        assert_eq!((ios[2].op, ios[2].time_ns), (TraceOp::Discard, 20));
+    }
+
+    #[test]
+    fn malformed_rows_are_errors_naming_the_line() {
+        let cases = [
+            ("0,R,0,4096\n1,X,0,4096\n", "t.csv:2: unknown op 'X'"),
+            ("0,R,0\n", "t.csv:1: expected 4 comma-separated fields"),
+            ("0,R,zero,4096\n", "t.csv:1: offset_bytes 'zero'"),
+            ("0,W,100,4096\n", "t.csv:1: write at byte 100"),
+            ("0,R,0,0\n", "t.csv:1: read of length 0"),
+            ("0,F,0,8\n", "t.csv:1: F row with length 8"),
+            ("-1,R,0,512\n", "t.csv:1: time_ns '-1'"),
+        ];
+        for (text, want) in cases {
+            let e = csv(text).unwrap_err().to_string();
+            assert!(e.starts_with(want), "{text:?}: {e}");
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! The deterministic bytes replayed writes carry, and their decoding.
+//!
+//! Every 512-byte sector a write covers holds: word 0 = the sector number
+//! (LBA in 512-byte units, little endian), word 1 = the write's sequence
+//! number (its index in the trace) xor [`SEQ_MAGIC`], then 62 words derived
+//! from both. So a sector read back says which write it holds (or that it
+//! holds none), and two writes to one sector never hold the same bytes.
+//!
+//! Invariant: [`fill`] and [`decode`] agree: `decode(fill(s, q)) ==
+//! Found::Write(q)` for every sector `s` and sequence `q`.
+
+use super::trace::SECTOR_BYTES;
+
+/// Xored into word 1 so a zeroed sector never decodes as write 0.
+pub const SEQ_MAGIC: u64 = 0x706c_7567_696f_5251; // "plugioRQ"
+
+const WORDS: usize = SECTOR_BYTES as usize / 8;
+
+/// splitmix64's finaliser: a cheap, well-mixed 64-bit hash.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Word `w` (2..64) of sector `sector` written by write `seq`.
+#[inline]
+fn word(seed: u64, w: usize) -> u64 {
+    (seed ^ (w as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_mul(0xd605_bbb5_8c8a_bbcd)
+}
+
+fn seed(sector: u64, seq: u64) -> u64 {
+    mix(sector.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ mix(seq))
+}
+
+/// Fills `buf` (a whole number of sectors) with the bytes write `seq`
+/// puts at byte `offset_bytes`.
+///
+/// # Panics
+/// If `buf.len()` is not a multiple of 512 (the parsers guarantee it).
+pub fn fill(buf: &mut [u8], offset_bytes: u64, seq: u64) {
+    assert_eq!(buf.len() % SECTOR_BYTES as usize, 0, "whole sectors only");
+    let first = offset_bytes / SECTOR_BYTES;
+    for (i, sector) in buf.chunks_exact_mut(SECTOR_BYTES as usize).enumerate() {
+        fill_sector(sector, first + i as u64, seq);
+    }
+}
+
+fn fill_sector(out: &mut [u8], sector: u64, seq: u64) {
+    let s = seed(sector, seq);
+    for (w, chunk) in out.chunks_exact_mut(8).enumerate() {
+        let v = match w {
+            0 => sector,
+            1 => seq ^ SEQ_MAGIC,
+            _ => word(s, w),
+        };
+        chunk.copy_from_slice(&v.to_le_bytes());
+    }
+}
+
+/// What a sector read back holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Found {
+    /// Exactly the bytes of write `seq` to this sector.
+    Write(u64),
+    /// All zeros.
+    Zeros,
+    /// Anything else (torn, another sector's data, foreign bytes).
+    Other,
+}
+
+/// Decodes one 512-byte sector read back from sector number `sector`.
+///
+/// # Panics
+/// If `data` is not 512 bytes long.
+pub fn decode(data: &[u8], sector: u64) -> Found {
+    assert_eq!(data.len(), SECTOR_BYTES as usize, "one sector");
+    let w = |i: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&data[i * 8..i * 8 + 8]);
+        u64::from_le_bytes(b)
+    };
+    if w(0) == sector {
+        let seq = w(1) ^ SEQ_MAGIC;
+        let s = seed(sector, seq);
+        if (2..WORDS).all(|i| w(i) == word(s, i)) {
+            return Found::Write(seq);
+        }
+    }
+    if data.iter().all(|&b| b == 0) {
+        Found::Zeros
+    } else {
+        Found::Other
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filled_sectors_decode_to_their_write_and_differ_between_writes() {
+        let mut a = vec![0u8; 2048];
+        fill(&mut a, 4096, 7);
+        let mut b = vec![0u8; 2048];
+        fill(&mut b, 4096, 8);
+        assert_ne!(a, b);
+        for (i, s) in a.chunks(512).enumerate() {
+            assert_eq!(decode(s, 8 + i as u64), Found::Write(7));
+            assert_eq!(decode(s, 9 + i as u64), Found::Other, "wrong sector");
+        }
+        assert_eq!(decode(&[0u8; 512], 3), Found::Zeros);
+        let mut torn = a[..512].to_vec();
+        torn[100] ^= 1;
+        assert_eq!(decode(&torn, 8), Found::Other);
+    }
+}

@@ -1,0 +1,433 @@
+//! The trace model ([`Trace`], [`TraceIo`], [`TraceOp`]), loading a trace
+//! file (plain or zstd, detected by its magic number), detecting its format,
+//! and checking that every IO fits a target.
+//!
+//! Invariants: every data IO of a parsed trace has a non-zero length, and
+//! its offset and length are multiples of [`SECTOR_BYTES`]; flushes have
+//! offset and length 0; `line` is the IO's 1-based line in the
+//! decompressed text; IOs are in trace order (the order replay issues
+//! them).
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::error::ReplayError;
+use super::{parse_blkparse, parse_csv, parse_iolog};
+
+/// The unit of every trace format: a 512-byte sector.
+pub const SECTOR_BYTES: u64 = 512;
+
+/// The first four bytes of a zstd frame.
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+
+/// What one trace IO does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum TraceOp {
+    /// Read `len_bytes` at `offset_bytes`.
+    Read,
+    /// Write `len_bytes` at `offset_bytes`.
+    Write,
+    /// Make completed writes durable (`fdatasync`; no data).
+    Flush,
+    /// Discard (trim) `len_bytes` at `offset_bytes`.
+    Discard,
+}
+
+impl TraceOp {
+    /// Every op, in report order.
+    pub const ALL: [TraceOp; 4] = [
+        TraceOp::Read,
+        TraceOp::Write,
+        TraceOp::Flush,
+        TraceOp::Discard,
+    ];
+
+    /// The one-letter name the CSV format uses (`R`, `W`, `F`, `D`).
+    pub fn letter(self) -> char {
+        match self {
+            TraceOp::Read => 'R',
+            TraceOp::Write => 'W',
+            TraceOp::Flush => 'F',
+            TraceOp::Discard => 'D',
+        }
+    }
+
+    /// The lowercase name used in reports (`read`, `write`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            TraceOp::Read => "read",
+            TraceOp::Write => "write",
+            TraceOp::Flush => "flush",
+            TraceOp::Discard => "discard",
+        }
+    }
+
+    /// True for ops that change the target's contents (write, discard).
+    pub fn modifies(self) -> bool {
+        matches!(self, TraceOp::Write | TraceOp::Discard)
+    }
+
+    /// Index in [`TraceOp::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// One IO of a trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceIo {
+    /// When the IO was issued, ns since the trace's time origin.
+    pub time_ns: u64,
+    /// What it does.
+    pub op: TraceOp,
+    /// Byte offset (0 for flushes).
+    pub offset_bytes: u64,
+    /// Length in bytes (0 for flushes).
+    pub len_bytes: u64,
+    /// 1-based line of the trace text it came from (decomposed flags give
+    /// several IOs the same line).
+    pub line: usize,
+}
+
+impl TraceIo {
+    /// One past the IO's last byte.
+    pub fn end_bytes(&self) -> u64 {
+        self.offset_bytes + self.len_bytes
+    }
+}
+
+/// The formats `plugio replay` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum TraceFormat {
+    /// `time_ns,op,offset_bytes,len_bytes` with op R/W/F/D (the shared
+    /// traces' `q.csv`/`d.csv`).
+    Csv,
+    /// fio's `read_iolog` text, version 2 or 3.
+    Iolog,
+    /// blkparse's default text output (`maj,min cpu seq time pid action
+    /// rwbs sector + nsectors [proc]`).
+    Blkparse,
+}
+
+/// Which blkparse action a blkparse trace keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+pub enum BlkAction {
+    /// Q: bios as the file system queued them, before merging.
+    #[value(name = "Q")]
+    Q,
+    /// D: requests issued to the driver, after the kernel merged them.
+    #[value(name = "D")]
+    D,
+}
+
+/// A parsed trace.
+#[derive(Debug, Clone)]
+pub struct Trace {
+    /// The format it was read as.
+    pub format: TraceFormat,
+    /// Its IOs, in trace order.
+    pub ios: Vec<TraceIo>,
+    /// Lines that were not IOs of the kept kind (other blkparse actions,
+    /// fio file-management lines, headers, blank lines).
+    pub skipped_lines: u64,
+    /// True when parsing stopped early at the IO limit.
+    pub truncated: bool,
+}
+
+impl Trace {
+    /// One past the farthest byte any IO touches (0 for an empty trace).
+    pub fn extent_bytes(&self) -> u64 {
+        self.ios.iter().map(TraceIo::end_bytes).max().unwrap_or(0)
+    }
+
+    /// IOs of each op, indexed as [`TraceOp::ALL`].
+    pub fn counts(&self) -> [u64; 4] {
+        let mut c = [0u64; 4];
+        for io in &self.ios {
+            c[io.op.index()] += 1;
+        }
+        c
+    }
+
+    /// Checks that every IO ends within `capacity_bytes` and is aligned to
+    /// `align_bytes` (the target's O_DIRECT block; 1 or 512 for buffered
+    /// IO).
+    ///
+    /// # Errors
+    /// [`ReplayError::TargetTooSmall`] or [`ReplayError::Misaligned`]
+    /// naming the first offending line.
+    pub fn check_fits(
+        &self,
+        path: &Path,
+        capacity_bytes: u64,
+        align_bytes: u64,
+    ) -> Result<(), ReplayError> {
+        let align = align_bytes.max(1);
+        for io in &self.ios {
+            if io.end_bytes() > capacity_bytes {
+                return Err(ReplayError::TargetTooSmall {
+                    path: path.to_path_buf(),
+                    target_bytes: capacity_bytes,
+                    needed_bytes: self.extent_bytes(),
+                    line: io.line,
+                });
+            }
+            if io.offset_bytes % align != 0 || io.len_bytes % align != 0 {
+                return Err(ReplayError::Misaligned {
+                    line: io.line,
+                    offset_bytes: io.offset_bytes,
+                    len_bytes: io.len_bytes,
+                    align_bytes: align,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How to read a trace.
+#[derive(Debug, Clone, Copy)]
+pub struct ParseOptions {
+    /// The format; `None` detects it from the first meaningful line.
+    pub format: Option<TraceFormat>,
+    /// The blkparse action to keep.
+    pub action: BlkAction,
+    /// Stop after this many IOs (`None`: all).
+    pub limit: Option<usize>,
+}
+
+impl Default for ParseOptions {
+    fn default() -> Self {
+        ParseOptions {
+            format: None,
+            action: BlkAction::Q,
+            limit: None,
+        }
+    }
+}
+
+/// Reads and parses the trace at `path` (zstd-compressed or plain).
+///
+/// # Errors
+/// The file cannot be read or decompressed; a line is malformed
+/// ([`ReplayError::Parse`] with its line number).
+pub fn load(path: &Path, opts: &ParseOptions) -> Result<Trace, ReplayError> {
+    let raw =
+        std::fs::read(path).map_err(|e| ReplayError::io(format!("read {}", path.display()), e))?;
+    let bytes = if raw.starts_with(&ZSTD_MAGIC) {
+        zstd::stream::decode_all(&raw[..])
+            .map_err(|e| ReplayError::io(format!("decompress {} (zstd)", path.display()), e))?
+    } else {
+        raw
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    parse(&text, &path.display().to_string(), opts)
+}
+
+/// Parses trace text; `name` labels errors.
+///
+/// # Errors
+/// [`ReplayError::Parse`] naming the first malformed line, or the first
+/// line when the format cannot be detected.
+pub fn parse(text: &str, name: &str, opts: &ParseOptions) -> Result<Trace, ReplayError> {
+    let format = match opts.format {
+        Some(f) => f,
+        None => detect(text, name)?,
+    };
+    let mut sink = Sink::new(name, opts.limit);
+    match format {
+        TraceFormat::Csv => parse_csv::parse(text, &mut sink)?,
+        TraceFormat::Iolog => parse_iolog::parse(text, &mut sink)?,
+        TraceFormat::Blkparse => parse_blkparse::parse(text, opts.action, &mut sink)?,
+    }
+    Ok(Trace {
+        format,
+        truncated: sink.full(),
+        ios: sink.ios,
+        skipped_lines: sink.skipped,
+    })
+}
+
+/// Guesses the format from the first non-blank line.
+fn detect(text: &str, name: &str) -> Result<TraceFormat, ReplayError> {
+    let Some((i, line)) = text.lines().enumerate().find(|(_, l)| !l.trim().is_empty()) else {
+        return Err(ReplayError::Parse {
+            source: name.to_string(),
+            line: 1,
+            message: "the trace is empty".into(),
+        });
+    };
+    let t = line.trim();
+    if t.starts_with("fio version ") {
+        return Ok(TraceFormat::Iolog);
+    }
+    if t == parse_csv::HEADER {
+        return Ok(TraceFormat::Csv);
+    }
+    let first = t.split_whitespace().next().unwrap_or("");
+    if parse_blkparse::is_dev(first) && t.split_whitespace().count() >= 7 {
+        return Ok(TraceFormat::Blkparse);
+    }
+    if t.split(',').count() == 4 {
+        return Ok(TraceFormat::Csv);
+    }
+    Err(ReplayError::Parse {
+        source: name.to_string(),
+        line: i + 1,
+        message: format!(
+            "cannot tell the trace format from '{t}': expected a CSV header \
+             ({}), 'fio version 2|3 iolog', or a blkparse event line; pass --format",
+            parse_csv::HEADER
+        ),
+    })
+}
+
+/// Where parsers put IOs: counts skipped lines, enforces the limit and the
+/// sector-multiple rule.
+#[derive(Debug)]
+pub(crate) struct Sink<'a> {
+    name: &'a str,
+    limit: Option<usize>,
+    pub(crate) ios: Vec<TraceIo>,
+    pub(crate) skipped: u64,
+}
+
+impl<'a> Sink<'a> {
+    fn new(name: &'a str, limit: Option<usize>) -> Self {
+        Sink {
+            name,
+            limit,
+            ios: Vec::new(),
+            skipped: 0,
+        }
+    }
+
+    /// True once the limit is reached: parsers stop reading.
+    pub(crate) fn full(&self) -> bool {
+        self.limit.is_some_and(|l| self.ios.len() >= l)
+    }
+
+    /// A parse error at 0-based line index `i`.
+    pub(crate) fn error(&self, i: usize, message: impl Into<String>) -> ReplayError {
+        ReplayError::Parse {
+            source: self.name.to_string(),
+            line: i + 1,
+            message: message.into(),
+        }
+    }
+
+    /// Counts a line that holds no kept IO.
+    pub(crate) fn skip(&mut self) {
+        self.skipped += 1;
+    }
+
+    /// Adds an IO from 0-based line index `i`, checking lengths and sector
+    /// multiples. Ignored once the limit is reached.
+    pub(crate) fn push(
+        &mut self,
+        i: usize,
+        time_ns: u64,
+        op: TraceOp,
+        offset_bytes: u64,
+        len_bytes: u64,
+    ) -> Result<(), ReplayError> {
+        if self.full() {
+            return Ok(());
+        }
+        let (offset_bytes, len_bytes) = if op == TraceOp::Flush {
+            (0, 0)
+        } else {
+            if len_bytes == 0 {
+                return Err(self.error(i, format!("{} of length 0", op.name())));
+            }
+            if offset_bytes % SECTOR_BYTES != 0 || len_bytes % SECTOR_BYTES != 0 {
+                return Err(self.error(
+                    i,
+                    format!(
+                        "{} at byte {offset_bytes} of {len_bytes} bytes: offset and length \
+                         must be multiples of {SECTOR_BYTES}",
+                        op.name()
+                    ),
+                ));
+            }
+            if offset_bytes.checked_add(len_bytes).is_none() {
+                return Err(self.error(i, "offset + length overflows 64 bits"));
+            }
+            (offset_bytes, len_bytes)
+        };
+        self.ios.push(TraceIo {
+            time_ns,
+            op,
+            offset_bytes,
+            len_bytes,
+            line: i + 1,
+        });
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_auto(text: &str) -> Result<Trace, ReplayError> {
+        parse(text, "t", &ParseOptions::default())
+    }
+
+    #[test]
+    fn formats_are_detected_from_the_first_line() {
+        let csv = parse_auto("time_ns,op,offset_bytes,len_bytes\n0,R,0,4096\n").unwrap();
+        assert_eq!(csv.format, TraceFormat::Csv);
+        let iolog = parse_auto("fio version 2 iolog\n/f add\n/f read 0 4096\n").unwrap();
+        assert_eq!(iolog.format, TraceFormat::Iolog);
+        let blk =
+            parse_auto("  7,1    0        1     0.000000000  7251  Q  RM 67848 + 8 [(null)]\n")
+                .unwrap();
+        assert_eq!(blk.format, TraceFormat::Blkparse);
+        let e = parse_auto("\nhello world\n").unwrap_err();
+        assert!(e.to_string().contains("t:2: cannot tell"), "{e}");
+        assert!(parse_auto("").unwrap_err().to_string().contains("empty"));
+    }
+
+    #[test]
+    fn fit_check_names_the_first_line_past_the_end_or_misaligned() {
+        let t = parse_auto("0,R,0,4096\n5,W,8192,4096\n").unwrap();
+        assert_eq!(t.extent_bytes(), 12288);
+        t.check_fits(Path::new("/x"), 12288, 4096).unwrap();
+        match t.check_fits(Path::new("/x"), 8192, 512).unwrap_err() {
+            ReplayError::TargetTooSmall {
+                line, needed_bytes, ..
+            } => assert_eq!((line, needed_bytes), (2, 12288)),
+            e => panic!("{e}"),
+        }
+        let odd = parse_auto("0,R,512,512\n").unwrap();
+        assert!(matches!(
+            odd.check_fits(Path::new("/x"), 1 << 20, 4096),
+            Err(ReplayError::Misaligned { line: 1, .. })
+        ));
+    }
+
+    #[test]
+    fn the_limit_stops_parsing_before_later_bad_lines() {
+        let opts = ParseOptions {
+            limit: Some(1),
+            ..ParseOptions::default()
+        };
+        let t = parse("0,R,0,4096\nbad line\n", "t", &opts).unwrap();
+        assert_eq!(t.ios.len(), 1);
+        assert!(t.truncated);
+    }
+
+    #[test]
+    fn zstd_files_are_decompressed_by_magic_number() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.bin");
+        let text = "time_ns,op,offset_bytes,len_bytes\n0,W,512,1024\n1,F,0,0\n";
+        std::fs::write(&path, zstd::encode_all(text.as_bytes(), 3).unwrap()).unwrap();
+        let t = load(&path, &ParseOptions::default()).unwrap();
+        assert_eq!(t.counts(), [0, 1, 1, 0]);
+        assert_eq!(t.ios[0].line, 2);
+    }
+}

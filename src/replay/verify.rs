@@ -1,0 +1,294 @@
+//! `--verify`: which write each sector should hold ([`BlockMap`]), the check
+//! of replayed reads as they complete, and the final read-back of every
+//! written sector through the engine ([`verify_all`]).
+//!
+//! Invariants:
+//! - The map is updated when a write or discard is *issued*, in trace
+//!   order. The dispatcher never lets an IO overlap an in-flight write or
+//!   discard (nor a write overlap an in-flight read), so when a read
+//!   completes, the map still says what it must have seen.
+//! - A discarded sector is unchecked afterwards (its contents are the
+//!   device's choice); a never-written sector is checked against zeros only
+//!   when the target was created by the replay ([`Unwritten::Zeros`]).
+
+use std::collections::HashMap;
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use plugio_engine::Device;
+use serde::Serialize;
+
+use super::error::ReplayError;
+use super::pattern::{self, Found};
+use super::trace::{TraceIo, TraceOp, SECTOR_BYTES};
+
+/// The largest read of the final read-back, bytes.
+const VERIFY_READ_BYTES: u64 = 1 << 20;
+
+/// Mismatches described in full (the rest are only counted).
+const MAX_DESCRIBED: usize = 10;
+
+/// Marks a discarded sector in the map.
+const DISCARDED: u64 = u64::MAX;
+
+/// What sectors no replayed write touched should hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Unwritten {
+    /// Anything: they are not checked (an existing target).
+    Unchecked,
+    /// Zeros: the target was created (sparse) by the replay.
+    Zeros,
+}
+
+/// What verification found.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct VerifyStats {
+    /// Sectors compared in replayed reads as they completed.
+    pub read_sectors_checked: u64,
+    /// Sectors compared in the final read-back.
+    pub final_sectors_checked: u64,
+    /// Sectors that did not hold what they should.
+    pub mismatched_sectors: u64,
+    /// The first mismatches, described.
+    pub first_mismatches: Vec<String>,
+}
+
+impl VerifyStats {
+    /// `Err(ReplayError::Verify)` when anything mismatched.
+    ///
+    /// # Errors
+    /// See above.
+    pub fn into_result(self) -> Result<VerifyStats, ReplayError> {
+        if self.mismatched_sectors == 0 {
+            Ok(self)
+        } else {
+            Err(ReplayError::Verify {
+                mismatched_sectors: self.mismatched_sectors,
+                first: self.first_mismatches,
+            })
+        }
+    }
+}
+
+/// The last write (trace index) issued to each sector.
+#[derive(Debug)]
+pub struct BlockMap {
+    last: HashMap<u64, u64>,
+    unwritten: Unwritten,
+}
+
+/// What one sector should hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    Write(u64),
+    Zeros,
+    Unchecked,
+}
+
+impl BlockMap {
+    /// An empty map.
+    pub fn new(unwritten: Unwritten) -> Self {
+        BlockMap {
+            last: HashMap::new(),
+            unwritten,
+        }
+    }
+
+    /// Records trace IO `seq` as issued: a write becomes each of its
+    /// sectors' last write, a discard makes them unchecked.
+    pub fn record(&mut self, seq: u64, io: &TraceIo) {
+        let value = match io.op {
+            TraceOp::Write => seq,
+            TraceOp::Discard => DISCARDED,
+            TraceOp::Read | TraceOp::Flush => return,
+        };
+        let first = io.offset_bytes / SECTOR_BYTES;
+        for s in first..first + io.len_bytes / SECTOR_BYTES {
+            self.last.insert(s, value);
+        }
+    }
+
+    fn expect(&self, sector: u64) -> Expect {
+        match self.last.get(&sector) {
+            Some(&DISCARDED) => Expect::Unchecked,
+            Some(&seq) => Expect::Write(seq),
+            None if self.unwritten == Unwritten::Zeros => Expect::Zeros,
+            None => Expect::Unchecked,
+        }
+    }
+
+    /// Compares `data`, read at `offset_bytes`, with what each of its
+    /// sectors should hold; returns the sectors compared. `what` names the
+    /// read in mismatch messages.
+    pub fn check(
+        &self,
+        data: &[u8],
+        offset_bytes: u64,
+        ios: &[TraceIo],
+        what: &str,
+        stats: &mut VerifyStats,
+    ) -> u64 {
+        let first = offset_bytes / SECTOR_BYTES;
+        let mut checked = 0;
+        for (i, chunk) in data.chunks_exact(SECTOR_BYTES as usize).enumerate() {
+            let sector = first + i as u64;
+            let want = self.expect(sector);
+            let found = match want {
+                Expect::Unchecked => continue,
+                _ => pattern::decode(chunk, sector),
+            };
+            checked += 1;
+            let ok = match want {
+                Expect::Write(seq) => found == Found::Write(seq),
+                _ => found == Found::Zeros,
+            };
+            if !ok {
+                stats.mismatched_sectors += 1;
+                if stats.first_mismatches.len() < MAX_DESCRIBED {
+                    stats
+                        .first_mismatches
+                        .push(describe(sector, want, found, ios, what));
+                }
+            }
+        }
+        checked
+    }
+
+    /// The written (not discarded) sectors as sorted runs of at most
+    /// [`VERIFY_READ_BYTES`]: `(offset_bytes, len_bytes)`.
+    fn written_runs(&self) -> Vec<(u64, u64)> {
+        let mut sectors: Vec<u64> = self
+            .last
+            .iter()
+            .filter(|(_, &v)| v != DISCARDED)
+            .map(|(&s, _)| s)
+            .collect();
+        sectors.sort_unstable();
+        let max = VERIFY_READ_BYTES / SECTOR_BYTES;
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for s in sectors {
+            match runs.last_mut() {
+                Some((start, n)) if *start + *n == s && *n < max => *n += 1,
+                _ => runs.push((s, 1)),
+            }
+        }
+        runs.into_iter()
+            .map(|(s, n)| (s * SECTOR_BYTES, n * SECTOR_BYTES))
+            .collect()
+    }
+}
+
+fn write_name(seq: u64, ios: &[TraceIo]) -> String {
+    match ios.get(seq as usize) {
+        Some(io) => format!("write #{seq} (trace line {})", io.line),
+        None => format!("write #{seq} (not in this replay)"),
+    }
+}
+
+fn describe(sector: u64, want: Expect, found: Found, ios: &[TraceIo], what: &str) -> String {
+    let want = match want {
+        Expect::Write(seq) => write_name(seq, ios),
+        _ => "zeros (never written)".to_string(),
+    };
+    let found = match found {
+        Found::Write(seq) => write_name(seq, ios),
+        Found::Zeros => "zeros".to_string(),
+        Found::Other => "other bytes".to_string(),
+    };
+    format!(
+        "{what}: sector {sector} (byte {}) should hold {want} but holds {found}",
+        sector * SECTOR_BYTES
+    )
+}
+
+/// Reads back every written sector through `dev` (at most `iodepth`
+/// reads in flight, on the calling core) and checks it.
+///
+/// # Errors
+/// A read failed or came back short.
+pub async fn verify_all(
+    dev: &Device,
+    map: &BlockMap,
+    ios: &[TraceIo],
+    iodepth: usize,
+    stats: &mut VerifyStats,
+) -> Result<(), ReplayError> {
+    let runs = map.written_runs();
+    let mut pending = runs.iter();
+    let mut reads = FuturesUnordered::new();
+    loop {
+        while reads.len() < iodepth.max(1) {
+            let Some(&(off, len)) = pending.next() else {
+                break;
+            };
+            reads.push(async move { (off, len, dev.read_at(off, len as usize).await) });
+        }
+        let Some((off, len, res)) = reads.next().await else {
+            break;
+        };
+        let buf = res.map_err(|e| {
+            ReplayError::engine(format!("verify: read of {len} bytes at byte {off}"), e)
+        })?;
+        if buf.len() as u64 != len {
+            return Err(ReplayError::usage(format!(
+                "verify: read of {len} bytes at byte {off} returned {} bytes: the target \
+                 shrank during the replay",
+                buf.len()
+            )));
+        }
+        let checked = map.check(buf.as_slice(), off, ios, "final read-back", stats);
+        stats.final_sectors_checked += checked;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn io(op: TraceOp, offset_bytes: u64, len_bytes: u64) -> TraceIo {
+        TraceIo {
+            time_ns: 0,
+            op,
+            offset_bytes,
+            len_bytes,
+            line: 1,
+        }
+    }
+
+    #[test]
+    fn the_map_keeps_the_last_write_and_forgets_discards() {
+        let ios = [
+            io(TraceOp::Write, 0, 2048),
+            io(TraceOp::Write, 1024, 512),
+            io(TraceOp::Discard, 1536, 512),
+        ];
+        let mut map = BlockMap::new(Unwritten::Zeros);
+        for (i, x) in ios.iter().enumerate() {
+            map.record(i as u64, x);
+        }
+        assert_eq!(map.expect(0), Expect::Write(0));
+        assert_eq!(map.expect(2), Expect::Write(1));
+        assert_eq!(map.expect(3), Expect::Unchecked);
+        assert_eq!(map.expect(4), Expect::Zeros);
+        assert_eq!(map.written_runs(), [(0, 1536)]);
+
+        let mut data = vec![0u8; 2048];
+        pattern::fill(&mut data[..1024], 0, 0);
+        pattern::fill(&mut data[1024..1536], 1024, 1);
+        let mut stats = VerifyStats::default();
+        assert_eq!(map.check(&data, 0, &ios, "r", &mut stats), 3);
+        assert_eq!(stats.mismatched_sectors, 0);
+        // Sector 2 holding write 0 instead of write 1 is caught.
+        pattern::fill(&mut data[1024..1536], 1024, 0);
+        map.check(&data, 0, &ios, "r", &mut stats);
+        assert_eq!(stats.mismatched_sectors, 1);
+        assert!(
+            stats.first_mismatches[0]
+                .contains("should hold write #1 (trace line 1) but holds write #0"),
+            "{:?}",
+            stats.first_mismatches
+        );
+        assert!(stats.into_result().is_err());
+    }
+}
