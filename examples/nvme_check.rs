@@ -269,12 +269,13 @@ fn open_ns(path: &Path, args: &Args, report: &Report) -> Result<Ns, Error> {
     let g = backend.geometry().clone();
     let info = backend.info().clone();
     println!(
-        "{}: nsid {} lba {} B, {} blocks, mdts {:?} B, max request {} KiB, max_segments {}, polled {}",
+        "{}: nsid {} lba {} B, {} blocks, mdts {:?} B (CAP.MPSMIN {:?}), max request {} KiB, max_segments {}, polled {}",
         path.display(),
         info.nsid,
         g.logical_block_bytes,
         info.nsze_blocks,
         info.mdts_bytes,
+        info.cap_mpsmin,
         g.max_sectors_kb,
         g.max_segments,
         backend.is_polled()

@@ -4,10 +4,14 @@
 //! limits where the kernel exposes them.
 //!
 //! Invariants: every value comes from the device or sysfs, never a guess,
-//! except `CAP.MPSMIN`, which is read from the controller's BAR when that is
-//! mappable and otherwise taken as 0 (4 KiB pages, what Linux itself uses
-//! for its PRPs); the sysfs `max_hw_sectors_kb`, which the kernel derived
-//! from the real CAP and MDTS, caps the result either way.
+//! except `CAP.MPSMIN` (a controller register, not reachable through
+//! passthrough). It is read from the controller's BAR when that can be
+//! mapped, which kernels with `CONFIG_IO_STRICT_DEVMEM` refuse while the
+//! nvme driver owns the device (the usual case); then 0 (4 KiB pages) is
+//! assumed. MPSMIN 0 is the smallest possible value, so the assumption can
+//! only under-estimate MDTS (commands smaller than allowed, never larger),
+//! and the sysfs `max_hw_sectors_kb`, which the kernel derived from the
+//! real CAP and MDTS, caps the result either way.
 
 use std::fs;
 use std::os::fd::{AsRawFd, RawFd};
@@ -32,6 +36,9 @@ pub struct NsInfo {
     /// Maximum Data Transfer Size in bytes (`2^MDTS * 2^(12 + CAP.MPSMIN)`);
     /// `None` when the controller reports no limit (MDTS 0).
     pub mdts_bytes: Option<u64>,
+    /// CAP.MPSMIN as read from the controller's BAR; `None` when the BAR
+    /// could not be mapped (then 0, 4 KiB pages, is assumed for MDTS).
+    pub cap_mpsmin: Option<u32>,
     /// The controller supports Write Zeroes (ONCS bit 3).
     pub write_zeroes: bool,
     /// The controller supports Dataset Management (ONCS bit 2).
@@ -145,14 +152,16 @@ pub fn read_ns_info(fd: RawFd, sysfs_ctrl: Option<&Path>) -> Result<NsInfo> {
     }
     let ctrl = identify(fd, 0, CNS_CONTROLLER)?;
     let (mdts, oncs, vwc) = parse_controller(ctrl.as_slice());
-    let mpsmin = sysfs_ctrl.and_then(read_cap_mpsmin).unwrap_or(0);
-    let mdts_bytes = (mdts != 0).then(|| 1u64 << (u32::from(mdts) + 12 + mpsmin));
+    let cap_mpsmin = sysfs_ctrl.and_then(read_cap_mpsmin);
+    let page_shift = 12 + cap_mpsmin.unwrap_or(0);
+    let mdts_bytes = (mdts != 0).then(|| 1u64 << (u32::from(mdts) + page_shift));
     Ok(NsInfo {
         nsid,
         nsze_blocks,
         lba_shift,
         metadata_bytes,
         mdts_bytes,
+        cap_mpsmin,
         write_zeroes: oncs & (1 << 3) != 0,
         dsm: oncs & (1 << 2) != 0,
         volatile_cache: vwc & 1 != 0,
@@ -161,7 +170,8 @@ pub fn read_ns_info(fd: RawFd, sysfs_ctrl: Option<&Path>) -> Result<NsInfo> {
 
 /// Reads CAP.MPSMIN (bits 51:48 of the CAP register at BAR0 offset 0) by
 /// mapping the controller's PCI `resource0` read-only. `None` where that is
-/// not possible (not PCI, no permission, locked down).
+/// not possible (not PCI, no permission, locked down, or the BAR is claimed
+/// by the driver under `CONFIG_IO_STRICT_DEVMEM`: `EINVAL`).
 fn read_cap_mpsmin(ctrl_dir: &Path) -> Option<u32> {
     let path = ctrl_dir.join("device/resource0");
     let file = fs::File::open(&path).ok()?;
@@ -298,6 +308,7 @@ mod tests {
             lba_shift: 9,
             metadata_bytes: 0,
             mdts_bytes: Some(256 << 10),
+            cap_mpsmin: Some(0),
             write_zeroes: true,
             dsm: true,
             volatile_cache: true,

@@ -602,6 +602,7 @@ mod tests {
             lba_shift,
             metadata_bytes: 0,
             mdts_bytes,
+            cap_mpsmin: None,
             write_zeroes: true,
             dsm: true,
             volatile_cache: true,
