@@ -214,7 +214,11 @@ impl Geometry {
             direct: true,
             logical_block_bytes: logical as u32,
             physical_block_bytes: read_sysfs(&q, "physical_block_size")? as u32,
-            dio_mem_align_bytes: (dma_alignment + 1) as u32,
+            // At least the logical block: zram on 6.18 advertises
+            // dma_alignment 511 but a 4 KiB O_DIRECT read into a buffer
+            // that is not page-aligned overwrites the whole pages it
+            // touches (found by `plugio bench`, benches/RESULTS.md).
+            dio_mem_align_bytes: ((dma_alignment + 1) as u32).max(logical as u32),
             dio_offset_align_bytes: logical as u32,
             max_sectors_kb: read_sysfs(&q, "max_sectors_kb")? as u32,
             max_hw_sectors_kb: read_sysfs(&q, "max_hw_sectors_kb")? as u32,
@@ -327,7 +331,7 @@ mod tests {
         let g = Geometry::of_block_device_in(sysfs.path(), 8, 0).expect("disk");
         assert_eq!(g.logical_block_bytes, 512);
         assert_eq!(g.physical_block_bytes, 4096);
-        assert_eq!(g.dio_mem_align_bytes, 4);
+        assert_eq!(g.dio_mem_align_bytes, 512, "dma_alignment 3, raised to the logical block");
         assert_eq!((g.max_sectors_kb, g.max_hw_sectors_kb), (1280, 2048));
         assert_eq!((g.max_segments, g.max_segment_bytes), (33, 65536));
         assert_eq!((g.nr_requests, g.rotational, g.nomerges), (64, true, 2));
