@@ -121,6 +121,25 @@ fn a_random_trace_replays_on_the_mem_device_and_verifies_for_many_seeds() {
 }
 
 #[test]
+fn queued_flushes_skip_the_barrier_and_still_verify() {
+    let ios = random_trace(9, 3000);
+    let m = mem(9);
+    let dev = mem_dev(&m, 32);
+    let opts = ReplayOptions {
+        verify: true,
+        flush_barrier: false,
+        ..Default::default()
+    };
+    let r = local()
+        .run(replay::replay(&dev, &ios, &opts))
+        .expect("replay");
+    assert_eq!(r.flush_waits, 0);
+    assert!(!r.flush_barrier);
+    assert!(r.op(TraceOp::Flush).ios > 0);
+    assert_eq!(r.verify.expect("verify").mismatched_sectors, 0);
+}
+
+#[test]
 fn verification_catches_a_write_that_did_not_land() {
     // Replay once, then overwrite one written sector behind the replay's
     // back and verify again with the same map: the read-back must fail.

@@ -54,6 +54,11 @@ pub struct ReplayArgs {
     /// Most IOs in flight (all cores together); also the device's tags.
     #[arg(long, default_value_t = 32)]
     pub iodepth: u32,
+    /// 1: a flush waits for the writes before it and holds back the IO
+    /// after it until it completes (fdatasync's promise); 0: flushes are
+    /// queued like other IOs (as fio's iolog replay does).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub flush_barrier: u8,
     /// Cores to spread IO over (1 MiB regions per core).
     #[arg(long, default_value_t = 1)]
     pub cpus: usize,
@@ -317,6 +322,7 @@ fn replay_on_runtime(
         } else {
             Unwritten::Unchecked
         },
+        flush_barrier: args.flush_barrier == 1,
         progress: Some(Arc::new(move |n| bar_cb.set_position(n))),
         // Relaxed: see CountingDriver::park.
         enters: Some(Arc::new(move || {

@@ -12,7 +12,9 @@
 //! - a flush waits until every write and discard issued before it has
 //!   completed (reads may still be in flight), and nothing after a flush is
 //!   issued until the flush has completed: writes before a flush are
-//!   durable when it completes, as `fdatasync` promises.
+//!   durable when it completes, as `fdatasync` promises. With
+//!   `flush_barrier` off, a flush is queued like any other IO (what fio's
+//!   iolog replay does), which is faster and keeps no durability promise.
 //!
 //! IOs of one tick are spawned together, so the engine's plug sees them as
 //! one batch and merges what is contiguous. With several cores, data IOs go
@@ -70,6 +72,10 @@ pub struct ReplayOptions {
     pub verify: bool,
     /// What never-written sectors hold. Default [`Unwritten::Unchecked`].
     pub unwritten: Unwritten,
+    /// Flushes are barriers (see the module docs). Default true; false
+    /// queues them like other IOs (reads and writes keep their overlap
+    /// order either way, so `verify` still holds).
+    pub flush_barrier: bool,
     /// Progress callback (every 1024 completions and at the end).
     pub progress: Option<Progress>,
     /// Reads the ring's enter count, for IOS/call (`None`: reported as
@@ -85,6 +91,7 @@ impl Default for ReplayOptions {
             cores: 1,
             verify: false,
             unwritten: Unwritten::Unchecked,
+            flush_barrier: true,
             progress: None,
             enters: None,
         }
@@ -99,6 +106,7 @@ impl std::fmt::Debug for ReplayOptions {
             .field("cores", &self.cores)
             .field("verify", &self.verify)
             .field("unwritten", &self.unwritten)
+            .field("flush_barrier", &self.flush_barrier)
             .finish_non_exhaustive()
     }
 }
@@ -218,6 +226,7 @@ struct Dispatcher<'a> {
     in_flight: Vec<InFlight>,
     writes_in_flight: usize,
     flush_in_flight: bool,
+    flush_barrier: bool,
     map: Option<BlockMap>,
     verify: Option<VerifyStats>,
     acc: Vec<OpAcc>,
@@ -252,6 +261,7 @@ impl<'a> Dispatcher<'a> {
             in_flight: Vec::with_capacity(opts.iodepth as usize),
             writes_in_flight: 0,
             flush_in_flight: false,
+            flush_barrier: opts.flush_barrier,
             map: opts.verify.then(|| BlockMap::new(opts.unwritten)),
             verify: opts.verify.then(VerifyStats::default),
             acc: TraceOp::ALL
@@ -341,7 +351,7 @@ impl<'a> Dispatcher<'a> {
             return Some(Hold::Depth);
         }
         if io.op == TraceOp::Flush {
-            return (self.writes_in_flight > 0).then_some(Hold::Flush);
+            return (self.flush_barrier && self.writes_in_flight > 0).then_some(Hold::Flush);
         }
         let (start, end) = (io.offset_bytes, io.end_bytes());
         let conflict = self
@@ -376,7 +386,7 @@ impl<'a> Dispatcher<'a> {
             end: io.end_bytes(),
         });
         match io.op {
-            TraceOp::Flush => self.flush_in_flight = true,
+            TraceOp::Flush => self.flush_in_flight = self.flush_barrier,
             op if op.modifies() => self.writes_in_flight += 1,
             _ => {}
         }
@@ -476,6 +486,7 @@ impl<'a> Dispatcher<'a> {
             timing: self.timing,
             iodepth: self.iodepth as u32,
             cores: self.cores,
+            flush_barrier: self.flush_barrier,
             ios,
             bytes,
             elapsed_s,

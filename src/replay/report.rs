@@ -152,6 +152,8 @@ pub struct ReplayReport {
     pub iodepth: u32,
     /// Cores the IO was spread over.
     pub cores: usize,
+    /// Flushes were barriers (false: queued like other IOs).
+    pub flush_barrier: bool,
     /// Trace IOs replayed (all ops).
     pub ios: u64,
     /// Bytes moved by reads and writes.
@@ -196,13 +198,19 @@ impl ReplayReport {
     fn write_text(&self, s: &mut String) -> std::fmt::Result {
         writeln!(
             s,
-            "replayed {} IOs in {:.3} s ({} timing, iodepth {}, {} core{}): {:.0} IOPS, {}/s",
+            "replayed {} IOs in {:.3} s ({} timing, iodepth {}, {} core{}, flushes {}): \
+             {:.0} IOPS, {}/s",
             self.ios,
             self.elapsed_s,
             self.timing.name(),
             self.iodepth,
             self.cores,
             if self.cores == 1 { "" } else { "s" },
+            if self.flush_barrier {
+                "as barriers"
+            } else {
+                "queued"
+            },
             self.iops,
             human_bytes(self.bandwidth_bytes_per_s)
         )?;
