@@ -10,7 +10,7 @@ use std::time::Duration;
 use plugio::device::backend::mem::{Latency, MemClock, MemConfig, MemDevice};
 use plugio::{Device, DeviceOptions, IoFlags, RingConfig, ShutdownMode};
 
-const BLOCK: u64 = 512;
+const BLOCK: u64 = 4096;
 
 fn local() -> plugio::LocalExecutor {
     plugio::runtime::local(RingConfig::default()).expect("local executor")
@@ -105,9 +105,6 @@ fn gen_ops(rng: &mut Rng, count: usize, blocks: u64) -> Vec<Op> {
 /// latencies reordering completions; each read must see exactly the
 /// writes issued before it.
 fn program_order_case(seed: u64, opts: DeviceOptions, blocks: u64) {
-    let mut rng = Rng(seed | 1);
-    let ops = gen_ops(&mut rng, 300, blocks);
-    let groups: Vec<usize> = (0..ops.len()).map(|_| 1 + rng.below(12) as usize).collect();
     let m = MemDevice::new(MemConfig {
         capacity_bytes: blocks * BLOCK,
         latency: Latency::Uniform {
@@ -120,6 +117,14 @@ fn program_order_case(seed: u64, opts: DeviceOptions, blocks: u64) {
         ..MemConfig::default()
     });
     let dev = Device::with_backend(Arc::new(m), None, opts.clone()).expect("device");
+    program_order_on(seed, dev, blocks, 200);
+}
+
+fn program_order_on(seed: u64, dev: Device, blocks: u64, count: usize) {
+    let opts = dev.options().clone();
+    let mut rng = Rng(seed | 1);
+    let ops = gen_ops(&mut rng, count, blocks);
+    let groups: Vec<usize> = (0..ops.len()).map(|_| 1 + rng.below(12) as usize).collect();
     // The model: the expected read results, in program order.
     let mut disk = vec![0u8; (blocks * BLOCK) as usize];
     let mut expect = Vec::new();
@@ -225,7 +230,7 @@ fn overlapping_io_from_one_core_keeps_program_order_at_every_setting() {
         let mut seed = 1;
         for qd in 1..=4u32 {
             for nomerges in 0..=2u8 {
-                for (max_rq, plug_max) in [(None, 32), (Some(1024), 3), (Some(2048), 1)] {
+                for (max_rq, plug_max) in [(None, 32), (Some(8192), 3), (Some(2048), 1)] {
                     seed += 1;
                     program_order_case(
                         seed * 7919,
@@ -240,6 +245,35 @@ fn overlapping_io_from_one_core_keeps_program_order_at_every_setting() {
                         64,
                     );
                 }
+            }
+        }
+    });
+}
+
+/// The same program-order model on a real file through io_uring, where
+/// the kernel may complete overlapping O_DIRECT requests in any order.
+#[test]
+fn overlapping_io_from_one_core_keeps_program_order_on_a_file() {
+    watchdog(60, || {
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+        let mut seed = 100;
+        for qd in [1u32, 4, 32] {
+            for nomerges in 0..=2u8 {
+                seed += 1;
+                let path = dir.path().join(format!("order-{seed}"));
+                std::fs::write(&path, vec![0u8; 64 * BLOCK as usize]).expect("fixture");
+                let dev = Device::open(
+                    &path,
+                    DeviceOptions {
+                        queue_depth: qd,
+                        nomerges,
+                        max_request_bytes: Some(16384),
+                        plug_max_count: 4,
+                        ..DeviceOptions::default()
+                    },
+                )
+                .expect("open");
+                program_order_on(seed * 31, dev, 64, 200);
             }
         }
     });
