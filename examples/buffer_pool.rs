@@ -293,12 +293,12 @@ fn page_header(bytes: &[u8]) -> (u64, u64) {
 }
 
 /// Writes the initial file: page `n` holds `n` and a zero counter.
-fn create_file(path: &Path) -> std::io::Result<()> {
+fn create_file(path: &Path) -> Result<(), String> {
     let mut bytes = vec![0u8; FILE_PAGES as usize * PAGE_BYTES];
     for (n, page) in bytes.chunks_mut(PAGE_BYTES).enumerate() {
         page[0..8].copy_from_slice(&(n as u64).to_le_bytes());
     }
-    std::fs::write(path, bytes)
+    std::fs::write(path, bytes).map_err(|e| format!("create {}: {e}", path.display()))
 }
 
 // ANCHOR: workload
@@ -397,7 +397,17 @@ async fn run(path: &Path) -> Result<(), Box<dyn StdError>> {
 }
 // ANCHOR_END: check
 
-fn main() -> Result<(), Box<dyn StdError>> {
+fn main() -> std::process::ExitCode {
+    match try_main() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("buffer_pool: error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn try_main() -> Result<(), Box<dyn StdError>> {
     let dir = tempfile::tempdir_in(std::env::current_dir()?)?;
     let path = std::env::args()
         .nth(1)

@@ -5,6 +5,7 @@
 //! Run: `cargo run --release --example hello [PATH]` (default: a temporary
 //! file in the current directory).
 
+// ANCHOR: main
 use plugio::{Device, DeviceOptions, RingConfig};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -49,3 +50,4 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     })?;
     Ok(())
 }
+// ANCHOR_END: main

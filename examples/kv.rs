@@ -445,17 +445,29 @@ async fn recover(
 // ANCHOR_END: recover
 
 // ANCHOR: main
-fn main() -> Result<(), Box<dyn StdError>> {
+fn main() -> std::process::ExitCode {
+    match try_main() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kv: error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn try_main() -> Result<(), Box<dyn StdError>> {
     let tmp = tempfile::tempdir_in(std::env::current_dir()?)?;
     let dir = std::env::args()
         .nth(1)
         .map(PathBuf::from)
         .unwrap_or_else(|| tmp.path().to_path_buf());
-    std::fs::create_dir_all(&dir)?;
+    let in_dir = |e: std::io::Error| format!("create files in {}: {e}", dir.display());
+    std::fs::create_dir_all(&dir).map_err(in_dir)?;
     for shard in 0..SHARDS {
-        std::fs::File::create(dir.join(format!("shard-{shard}.log")))?;
-        std::fs::File::create(dir.join(format!("shard-{shard}.data")))?
-            .set_len(BUCKETS * PAGE_BYTES as u64)?;
+        std::fs::File::create(dir.join(format!("shard-{shard}.log"))).map_err(in_dir)?;
+        std::fs::File::create(dir.join(format!("shard-{shard}.data")))
+            .and_then(|f| f.set_len(BUCKETS * PAGE_BYTES as u64))
+            .map_err(in_dir)?;
     }
 
     let rt = plugio::runtime::builder(RingConfig::default())

@@ -268,7 +268,8 @@ fn record(w: usize, seq: usize) -> Vec<u8> {
 /// one committer, then checks every acknowledged LSN against the log on
 /// disk.
 async fn run(path: &Path, durability: Durability) -> Result<(), Box<dyn StdError>> {
-    std::fs::File::create(path)?; // start from an empty log
+    // Start from an empty log.
+    std::fs::File::create(path).map_err(|e| format!("create {}: {e}", path.display()))?;
     let dev = Device::open(path, DeviceOptions::default())?;
     let (queue, incoming) = bounded::<Append>(4 * WRITERS);
     let committer = plugio::spawn_local(commit_loop(dev.clone(), incoming, durability));
@@ -332,7 +333,42 @@ async fn run(path: &Path, durability: Durability) -> Result<(), Box<dyn StdError
 }
 // ANCHOR_END: check
 
-fn main() -> Result<(), Box<dyn StdError>> {
+// ANCHOR: refused
+/// O_DIRECT needs aligned offsets, lengths and buffers: a misaligned write
+/// is refused with a typed error before anything is submitted, and the log
+/// is not touched.
+async fn misaligned_write_is_refused(dev: &Device) -> Result<(), Box<dyn StdError>> {
+    let before = dev.iostats().bios;
+    let buf = dev.alloc_buf(BLOCK_BYTES as usize);
+    let (result, _buf) = dev.write_at(buf, 100).await;
+    let Err(e) = result else {
+        return Err("a write at byte 100 was accepted by an O_DIRECT log".into());
+    };
+    assert!(
+        matches!(e.kind(), plugio::ErrorKind::InvalidInput(_)),
+        "{e}"
+    );
+    assert_eq!(
+        dev.iostats().bios,
+        before,
+        "a refused IO never becomes a bio"
+    );
+    println!("refused as expected: {e}");
+    Ok(())
+}
+// ANCHOR_END: refused
+
+fn main() -> std::process::ExitCode {
+    match try_main() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("wal: error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn try_main() -> Result<(), Box<dyn StdError>> {
     let dir = tempfile::tempdir_in(std::env::current_dir()?)?;
     let path = std::env::args()
         .nth(1)
@@ -342,6 +378,10 @@ fn main() -> Result<(), Box<dyn StdError>> {
     for durability in [Durability::Fua, Durability::Fdatasync] {
         ex.run(run(&path, durability))?;
     }
+    ex.run(async {
+        let dev = Device::open(&path, DeviceOptions::default())?;
+        misaligned_write_is_refused(&dev).await
+    })?;
     println!(
         "wal: all records read back in LSN order ({})",
         path.display()

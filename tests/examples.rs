@@ -1,0 +1,82 @@
+//! The error messages that the book's troubleshooting page
+//! (`book/src/troubleshooting.md`) quotes, produced for real: if one of
+//! these changes, the page must change with it. (The tutorial programs in
+//! `examples/` are built by `cargo test` and run to completion by the
+//! `book` block of `.ci/run`.)
+
+use plugio::{Device, DeviceOptions, ErrorKind, InvalidInput, RingConfig};
+
+fn temp_file(len_bytes: u64) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
+    let path = dir.path().join("data.db");
+    std::fs::File::create(&path)
+        .and_then(|f| f.set_len(len_bytes))
+        .expect("create the file");
+    (dir, path)
+}
+
+#[test]
+fn a_missing_path_is_not_found_and_names_the_path() {
+    let err = Device::open("/nonexistent-plugio-book/data.db", DeviceOptions::default())
+        .expect_err("a missing path cannot be opened");
+    assert_eq!(*err.kind(), ErrorKind::NotFound);
+    assert_eq!(
+        err.to_string(),
+        "not found (path /nonexistent-plugio-book/data.db)"
+    );
+}
+
+#[test]
+fn an_out_of_range_option_names_the_field_and_the_range() {
+    let options = DeviceOptions {
+        queue_depth: 0,
+        ..DeviceOptions::default()
+    };
+    let (_dir, path) = temp_file(4096);
+    let err = Device::open(&path, options).expect_err("queue_depth 0 is refused");
+    assert!(matches!(
+        err.kind(),
+        ErrorKind::InvalidInput(InvalidInput::Config { .. })
+    ));
+    assert_eq!(
+        err.to_string(),
+        "invalid input: bad option: queue_depth 0 is out of range: use 1..=65536"
+    );
+}
+
+#[test]
+fn misaligned_direct_io_is_refused_with_the_value_and_the_alignment() {
+    let (_dir, path) = temp_file(1 << 20);
+    let ex = plugio::runtime::local(RingConfig::default()).expect("executor");
+    ex.run(async {
+        let dev = Device::open(&path, DeviceOptions::default()).expect("open");
+        let align = dev.geometry().offset_align_bytes();
+        assert!(align > 1, "the file is opened with O_DIRECT");
+
+        let buf = dev.alloc_buf(4096);
+        let (res, _) = dev.write_at(buf, 100).await;
+        let err = res.expect_err("offset 100 is not aligned");
+        assert_eq!(
+            err.to_string(),
+            format!("invalid input: offset 0x64 is not aligned to {align} bytes")
+        );
+
+        let buf = dev.alloc_buf(100);
+        let (res, _) = dev.write_at(buf, 0).await;
+        let err = res.expect_err("a 100-byte length is not aligned");
+        println!("misaligned length: {err}");
+        assert!(matches!(
+            err.kind(),
+            ErrorKind::InvalidInput(InvalidInput::Alignment { .. })
+        ));
+        assert!(err.to_string().contains(&format!("{align} bytes")), "{err}");
+
+        let err = dev.read_at(0, 0).await.expect_err("zero length");
+        println!("zero length: {err}");
+        assert!(matches!(
+            err.kind(),
+            ErrorKind::InvalidInput(InvalidInput::Length { len_bytes: 0, .. })
+        ));
+        assert_eq!(dev.iostats().bios, 0, "refused IOs never become bios");
+    });
+}
