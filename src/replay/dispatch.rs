@@ -2,19 +2,26 @@
 //! keeping the ordering a real storage stack would, and collects the
 //! figures of [`ReplayReport`].
 //!
-//! Rules (each IO waits, in trace order, until all hold):
+//! Rules (an IO is issued once all hold):
 //! - at most `iodepth` IOs in flight;
 //! - under `--timing original`, its recorded time has come;
-//! - it overlaps no in-flight IO where either of the two writes or
-//!   discards (so reads see the writes before them and writes land in
-//!   trace order: what the page cache and the file system guaranteed when
-//!   the trace was taken);
-//! - a flush waits until every write and discard issued before it has
-//!   completed (reads may still be in flight), and nothing after a flush is
-//!   issued until the flush has completed: writes before a flush are
-//!   durable when it completes, as `fdatasync` promises. With
-//!   `flush_barrier` off, a flush is queued like any other IO (what fio's
-//!   iolog replay does), which is faster and keeps no durability promise.
+//! - it overlaps no in-flight IO, and no earlier IO still waiting, where
+//!   either of the two writes or discards (so reads see the writes before
+//!   them and writes land in trace order: what the page cache and the file
+//!   system guaranteed when the trace was taken);
+//! - a flush is issued only after every IO before it; as a barrier (the
+//!   default) it also waits until every write and discard before it has
+//!   completed (reads may still be in flight), and nothing after it is
+//!   issued until it has completed: writes before a flush are durable when
+//!   it completes, as `fdatasync` promises. With `flush_barrier` off, a
+//!   flush is queued like any other IO (what fio's iolog replay does) and
+//!   later IOs may pass it: faster, with no durability promise.
+//!
+//! So IOs leave in trace order except that an IO may pass earlier ones
+//! that wait for an overlap, when it conflicts with none of them: the scan
+//! looks up to `4 * iodepth` IOs past the first unissued one. A database
+//! rewriting its WAL page before each `fdatasync` (postgres) would
+//! otherwise stall the whole queue behind every rewrite.
 //!
 //! IOs of one tick are spawned together, so the engine's plug sees them as
 //! one batch and merges what is contiguous. With several cores, data IOs go
@@ -197,12 +204,33 @@ struct Done {
     latency_ns: u64,
 }
 
-/// Why the next IO is not issued yet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Hold {
-    Depth,
-    Overlap,
-    Flush,
+/// `waited` bit: the IO waited for an overlapping earlier IO.
+const WAITED_OVERLAP: u8 = 1;
+/// `waited` bit: the IO waited at a flush (a flush for the writes before
+/// it or for its turn).
+const WAITED_FLUSH: u8 = 2;
+
+/// IOs after the first unissued one that may be issued ahead of it, per
+/// unit of queue depth.
+const LOOKAHEAD_PER_DEPTH: usize = 4;
+
+/// The byte range of trace IO `seq`.
+fn span(seq: usize, io: &TraceIo) -> InFlight {
+    InFlight {
+        seq,
+        op: io.op,
+        start: io.offset_bytes,
+        end: io.end_bytes(),
+    }
+}
+
+/// True when `io` overlaps one of `others` and either of the two modifies
+/// data. Flushes (empty ranges) overlap nothing.
+fn conflicts(others: &[InFlight], io: &TraceIo) -> bool {
+    let (start, end) = (io.offset_bytes, io.end_bytes());
+    others
+        .iter()
+        .any(|f| f.start < end && start < f.end && (f.op.modifies() || io.op.modifies()))
 }
 
 /// Per-op accumulators.
@@ -230,8 +258,12 @@ struct Dispatcher<'a> {
     map: Option<BlockMap>,
     verify: Option<VerifyStats>,
     acc: Vec<OpAcc>,
-    /// The last IO counted as held, so each wait counts once.
-    held: Option<(usize, Hold)>,
+    /// Which IOs have been issued (those before `next` all have).
+    issued: Vec<bool>,
+    /// Why each IO waited (`WAITED_*` bits), so each wait counts once.
+    waited: Vec<u8>,
+    /// How far past the first unissued IO the scan looks.
+    lookahead: usize,
     overlap_waits: u64,
     flush_waits: u64,
     completed: u64,
@@ -272,7 +304,9 @@ impl<'a> Dispatcher<'a> {
                     latency: report::new_histogram(),
                 })
                 .collect(),
-            held: None,
+            issued: vec![false; ios.len()],
+            waited: vec![0; ios.len()],
+            lookahead: (opts.iodepth as usize).saturating_mul(LOOKAHEAD_PER_DEPTH),
             overlap_waits: 0,
             flush_waits: 0,
             completed: 0,
@@ -319,72 +353,85 @@ impl<'a> Dispatcher<'a> {
         }
     }
 
-    /// Issues IOs from `next` while the rules allow; returns the new
-    /// `next` and, when the next IO only waits for its time, that time.
+    /// Issues every IO of the look-ahead window (from `next`, the first IO
+    /// not issued yet) that the rules allow; returns the new `next` and,
+    /// when the scan stopped at an IO whose time has not come, that time.
     fn issue_ready(&mut self, mut next: usize) -> (usize, Option<Instant>) {
         let mut now = Instant::now();
-        while let Some(io) = self.ios.get(next) {
-            if let Some(at) = self.schedule.due(io) {
+        // Ranges of earlier IOs that are still waiting: a later IO that
+        // overlaps one (where either modifies) must not pass it.
+        let mut waiting: Vec<InFlight> = Vec::new();
+        let window_end = self.ios.len().min(next.saturating_add(self.lookahead));
+        let mut j = next;
+        let mut due_stop = None;
+        while j < window_end && self.in_flight.len() < self.iodepth && !self.flush_in_flight {
+            if self.issued[j] {
+                j += 1;
+                continue;
+            }
+            let io = self.ios[j];
+            if let Some(at) = self.schedule.due(&io) {
                 if at > now {
                     now = Instant::now();
                     if at > now {
-                        return (next, Some(at));
+                        due_stop = Some(at);
+                        break;
                     }
                 }
             }
-            if let Some(hold) = self.hold(io) {
-                self.count_hold(next, hold);
-                return (next, None);
+            if io.op == TraceOp::Flush {
+                // Flushes keep their place: everything before is issued,
+                // and (as a barrier) every write before has completed.
+                if j != next || (self.flush_barrier && self.writes_in_flight > 0) {
+                    if self.flush_barrier {
+                        self.count_wait(j, WAITED_FLUSH);
+                        break;
+                    }
+                    waiting.push(span(j, &io));
+                    j += 1;
+                    continue;
+                }
+            } else if conflicts(&self.in_flight, &io) || conflicts(&waiting, &io) {
+                self.count_wait(j, WAITED_OVERLAP);
+                waiting.push(span(j, &io));
+                j += 1;
+                continue;
             }
-            self.schedule.issued(io, now);
-            self.issue(next);
-            next += 1;
+            self.schedule.issued(&io, now);
+            self.issue(j);
+            j += 1;
+            while next < self.ios.len() && self.issued[next] {
+                next += 1;
+            }
         }
-        (next, None)
-    }
-
-    fn hold(&self, io: &TraceIo) -> Option<Hold> {
         if self.flush_in_flight {
-            return Some(Hold::Flush);
+            // The IOs after an in-flight barrier wait for it.
+            if let Some(k) = (j..window_end).find(|&k| !self.issued[k]) {
+                self.count_wait(k, WAITED_FLUSH);
+            }
         }
-        if self.in_flight.len() >= self.iodepth {
-            return Some(Hold::Depth);
-        }
-        if io.op == TraceOp::Flush {
-            return (self.flush_barrier && self.writes_in_flight > 0).then_some(Hold::Flush);
-        }
-        let (start, end) = (io.offset_bytes, io.end_bytes());
-        let conflict = self
-            .in_flight
-            .iter()
-            .any(|f| f.start < end && start < f.end && (f.op.modifies() || io.op.modifies()));
-        conflict.then_some(Hold::Overlap)
+        (next, due_stop)
     }
 
-    fn count_hold(&mut self, seq: usize, hold: Hold) {
-        if self.held == Some((seq, hold)) {
-            return;
-        }
-        self.held = Some((seq, hold));
-        match hold {
-            Hold::Overlap => self.overlap_waits += 1,
-            Hold::Flush => self.flush_waits += 1,
-            Hold::Depth => {}
+    /// Counts IO `seq` as having waited for `why`, once per reason.
+    fn count_wait(&mut self, seq: usize, why: u8) {
+        if self.waited[seq] & why == 0 {
+            self.waited[seq] |= why;
+            match why {
+                WAITED_OVERLAP => self.overlap_waits += 1,
+                _ => self.flush_waits += 1,
+            }
         }
     }
 
     /// Spawns IO `seq` on its core.
     fn issue(&mut self, seq: usize) {
         let io = self.ios[seq];
+        self.issued[seq] = true;
         if let Some(map) = &mut self.map {
             map.record(seq as u64, &io);
         }
-        self.in_flight.push(InFlight {
-            seq,
-            op: io.op,
-            start: io.offset_bytes,
-            end: io.end_bytes(),
-        });
+        self.in_flight.push(span(seq, &io));
         match io.op {
             TraceOp::Flush => self.flush_in_flight = self.flush_barrier,
             op if op.modifies() => self.writes_in_flight += 1,

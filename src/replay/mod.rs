@@ -30,9 +30,10 @@
 //!   no IO done.
 //! - Every IO is checked against the target (extent, alignment) before the
 //!   first is issued.
-//! - IOs are issued in trace order; an IO never overlaps an in-flight IO
-//!   where either modifies data, and flushes are barriers (see
-//!   [`dispatch`]), so the result of a replay is deterministic and
+//! - Per sector, IOs take effect in trace order: an IO is never in flight
+//!   with, nor issued ahead of, an earlier overlapping IO where either
+//!   modifies data; flushes are barriers unless asked otherwise (see
+//!   [`dispatch`]). So the result of a replay is deterministic and
 //!   verifiable whatever the device's completion order.
 //! - Every issued IO has completed when [`replay`] returns.
 
