@@ -80,3 +80,11 @@ fn misaligned_direct_io_is_refused_with_the_value_and_the_alignment() {
         assert_eq!(dev.iostats().bios, 0, "refused IOs never become bios");
     });
 }
+
+#[test]
+fn the_handles_the_kv_tutorial_shares_between_cores_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Device>();
+    send_sync::<plugio::executor::channel::Sender<Vec<u8>>>();
+    send_sync::<plugio::DmaBuf>();
+}
