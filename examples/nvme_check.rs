@@ -296,10 +296,17 @@ fn open_ns(path: &Path, args: &Args, report: &Report) -> Result<Ns, Error> {
     }
     check_sysfs(path, &g, report);
     if args.iopoll {
+        // Polled only where the kernel's passthrough IOPOLL is safe.
+        let safe = kernel_version() >= plugio_device::backend::nvme::MIN_KERNEL_FOR_IOPOLL;
         report.check(
-            "IOPOLL passthrough ring",
-            backend.is_polled(),
-            "namespace has poll queues",
+            "IOPOLL passthrough ring where the kernel allows it",
+            backend.is_polled() == safe,
+            format!(
+                "polled {} on Linux {:?} (needs {:?}+)",
+                backend.is_polled(),
+                kernel_version(),
+                plugio_device::backend::nvme::MIN_KERNEL_FOR_IOPOLL
+            ),
         );
     }
     check_block_path_maps(path, &info, report);

@@ -36,8 +36,8 @@
 //! - `IOPOLL`: with [`NvmeOptions::iopoll`], and only when the namespace's
 //!   queue has poll queues (`queue/io_poll` is 1; `nvme.poll_queues=N`), the
 //!   core uses a second, polled passthrough ring for it; otherwise the
-//!   interrupt-driven one. (Linux 6.1+: older IOPOLL rings refuse
-//!   `URING_CMD`.)
+//!   interrupt-driven one. Only on Linux 6.5+ ([`MIN_KERNEL_FOR_IOPOLL`]):
+//!   6.1-6.4 polled passthrough can fault in the kernel.
 //! - Registered buffers: where the kernel refuses `IORING_URING_CMD_FIXED`
 //!   for a buffer (`-EINVAL`, as Linux 6.1 does), the command is resent
 //!   with the plain address and the core stops using fixed buffers for
@@ -530,22 +530,30 @@ fn cross_check_sysfs(path: &Path, g: &Geometry, dirs: &SysfsDirs) {
     }
 }
 
+/// The first kernel whose passthrough IOPOLL is safe: Linux 6.1 added
+/// IOPOLL for `URING_CMD`, but until 6.5 ("nvme: improved uring polling",
+/// which polls the request instead of a bio) the poll could touch a bio
+/// already completed and freed. Seen here: a general protection fault in
+/// `bio_poll` from `nvme_ns_head_chr_uring_cmd_iopoll` on Debian's 6.1.0-57
+/// within seconds of polled passthrough IO.
+pub const MIN_KERNEL_FOR_IOPOLL: (u32, u32) = (6, 5);
+
 /// IOPOLL passthrough needs poll queues on the namespace's queue
-/// (`queue/io_poll` = 1, from `nvme.poll_queues=N`) and Linux 6.1+ (before
-/// it, an IOPOLL ring refuses `URING_CMD`).
+/// (`queue/io_poll` = 1, from `nvme.poll_queues=N`) and a kernel at least
+/// [`MIN_KERNEL_FOR_IOPOLL`].
 fn can_poll(path: &Path, dirs: &SysfsDirs) -> bool {
     let poll_queues = dirs
         .block
         .as_deref()
         .and_then(|b| identify::queue_limit(b, "io_poll"))
         == Some(1);
-    let kernel_ok = kernel_version() >= (6, 1);
+    let kernel_ok = kernel_version() >= MIN_KERNEL_FOR_IOPOLL;
     if !poll_queues || !kernel_ok {
         tracing::info!(
             path = %path.display(),
             poll_queues,
             kernel_ok,
-            "IOPOLL passthrough unavailable (needs nvme.poll_queues=N and Linux 6.1+): interrupt-driven"
+            "IOPOLL passthrough unavailable (needs nvme.poll_queues=N and Linux 6.5+): interrupt-driven"
         );
     }
     poll_queues && kernel_ok
