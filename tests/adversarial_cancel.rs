@@ -383,7 +383,6 @@ fn io_left_in_flight_between_two_runs_of_one_executor_completes() {
 /// IO on the mem device is queued on a deadline heap nobody runs.
 /// Expected: a typed NoDriver error (or the IO completes); observed: a hang.
 #[test]
-#[ignore = "bug: IO on a mem device from an executor without the DeviceDriver hangs forever instead of failing with NoDriver"]
 fn mem_io_on_an_executor_without_the_device_driver_does_not_hang() {
     watchdog(5, || {
         let m = mem(Latency::Zero, MemClock::Virtual);
@@ -398,7 +397,6 @@ fn mem_io_on_an_executor_without_the_device_driver_does_not_hang() {
 }
 
 #[test]
-#[ignore = "bug: IO on a mem device from plugio::Runtime::builder() (no DeviceDriver) hangs forever instead of failing with NoDriver"]
 fn mem_io_on_a_plain_runtime_does_not_hang() {
     watchdog(5, || {
         let m = mem(Latency::Zero, MemClock::Virtual);
@@ -416,7 +414,6 @@ fn mem_io_on_a_plain_runtime_does_not_hang() {
 /// File IO on an executor without the device driver goes to the sync
 /// pool and completes.
 #[test]
-#[ignore = "bug: file IO from an executor without the DeviceDriver hangs (sync-pool completion lands in an inbox nobody drains)"]
 fn file_io_on_an_executor_without_the_device_driver_completes_or_fails_typed() {
     watchdog(10, || {
         let dir = tmpdir();
@@ -437,7 +434,6 @@ fn file_io_on_an_executor_without_the_device_driver_completes_or_fails_typed() {
 /// in-flight reads included. A's read then lands in freed memory that a
 /// new buffer already reuses.
 #[test]
-#[ignore = "bug: a second executor on the thread replaces EngineCore and frees the first one's in-flight bio buffers (use after free)"]
 fn a_second_executor_on_the_thread_does_not_free_in_flight_buffers() {
     watchdog(10, || {
         let m = mem(Latency::Fixed(Duration::from_millis(20)), MemClock::Real);

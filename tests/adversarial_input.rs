@@ -117,7 +117,6 @@ fn a_read_at_an_offset_beyond_i64_max_on_a_file_is_a_typed_error() {
 /// Two IOs at the top of the u64 offset space in one plug: the engine's
 /// overlap and merge checks compute `offset + len`, which overflows.
 #[test]
-#[ignore = "bug: offset+len overflow panics inside the plug flush (tick hook) for file devices"]
 fn two_writes_at_the_top_of_the_offset_space_do_not_panic_the_core() {
     watchdog(10, || {
         let dir = tmpdir();
@@ -145,7 +144,6 @@ fn two_writes_at_the_top_of_the_offset_space_do_not_panic_the_core() {
 
 /// Same overflow through the merge check: two reads at the top.
 #[test]
-#[ignore = "bug: offset+len overflow panics in merge::try_merge for reads near u64::MAX on files"]
 fn two_reads_at_the_top_of_the_offset_space_do_not_panic_the_core() {
     watchdog(10, || {
         let dir = tmpdir();
@@ -295,7 +293,6 @@ fn flush_sync_and_nop_on_the_mem_device_succeed() {
 /// `DeviceOptions::read_only` on a device built with `with_backend`: the
 /// option is accepted and then ignored, so writes go through.
 #[test]
-#[ignore = "bug: DeviceOptions::read_only is ignored by Device::with_backend (writes to a 'read-only' mem device succeed)"]
 fn read_only_option_is_honoured_by_with_backend() {
     watchdog(10, || {
         let ex = local();
@@ -356,7 +353,6 @@ fn write_to_a_read_only_file_is_an_error_and_reads_still_work() {
 /// should never reach the kernel (it reaches it today and comes back as
 /// EBADF).
 #[test]
-#[ignore = "bug: a write to a read_only device is submitted and fails in the kernel (EBADF) instead of being refused up front"]
 fn write_to_a_read_only_file_is_refused_before_submission() {
     watchdog(10, || {
         let dir = tmpdir();
@@ -410,7 +406,6 @@ fn child_passes(name: &str) -> (bool, String) {
 /// check: 2^50 bytes abort the process (handle_alloc_error), usize::MAX
 /// overflows the capacity rounding in DmaBuf::heap.
 #[test]
-#[ignore = "bug: Device::read_at allocates the buffer before the length check; huge lengths abort the process (alloc failure) or overflow DmaBuf::heap"]
 fn read_at_with_an_absurd_length_is_refused_not_aborted() {
     for name in ["child_read_at_2_pow_50", "child_read_at_usize_max"] {
         let (ok, text) = child_passes(name);
@@ -464,7 +459,6 @@ fn child_read_at_usize_max() {
 /// Strict form of the EINVAL case above: an offset no file can have is
 /// out of range and should be refused before submission.
 #[test]
-#[ignore = "bug: a file offset above i64::MAX is submitted to the kernel (EINVAL after submission) instead of refused up front as InvalidInput::Range"]
 fn a_file_offset_above_i64_max_is_refused_before_submission() {
     watchdog(10, || {
         let dir = tmpdir();
@@ -516,7 +510,6 @@ fn a_split_read_across_end_of_file_returns_exactly_the_prefix() {
 /// (0x7fff_f000), whose byte count no longer fits the i32 completion
 /// result (the kernel caps them at MAX_RW_COUNT: a silent short count).
 #[test]
-#[ignore = "bug: DeviceOptions::max_request_bytes is not capped at MAX_IO_BYTES, so merged requests can exceed what one read/write (and an i32 result) can carry"]
 fn the_request_limit_never_exceeds_max_io_bytes() {
     let m = MemDevice::new(MemConfig {
         capacity_bytes: 1 << 20,

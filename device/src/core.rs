@@ -127,10 +127,20 @@ pub(crate) struct Core {
     /// completions have not been delivered yet.
     external: Cell<usize>,
     ring: RefCell<Option<Rc<Ring>>>,
+    /// `DeviceDriver`s alive on this thread (0 or 1).
+    drivers: Cell<usize>,
 }
 
 thread_local! {
     static CORE: Rc<Core> = Rc::new(Core::new());
+}
+
+/// Whether a [`DeviceDriver`](crate::DeviceDriver) is installed on the
+/// calling thread: only then are ring completions, sync-pool completions
+/// and simulated (mem device) completions delivered, by its `park`. IO
+/// submitted on a thread without one would never complete.
+pub fn driver_installed() -> bool {
+    CORE.try_with(|c| c.drivers.get() > 0).unwrap_or(false)
 }
 
 /// Runs `f` with the current thread's core context.
@@ -150,7 +160,14 @@ impl Core {
             timer_seq: Cell::new(0),
             external: Cell::new(0),
             ring: RefCell::new(None),
+            drivers: Cell::new(0),
         }
+    }
+
+    /// Notes that a `DeviceDriver` was installed (+1) or dropped (-1).
+    pub fn driver_count_add(&self, delta: isize) {
+        self.drivers
+            .set(self.drivers.get().saturating_add_signed(delta));
     }
 
     /// The inbox other threads post to.

@@ -106,6 +106,7 @@ impl DeviceDriver {
         };
         core.set_ring(ring.clone());
         core.set_unpark(unparker.clone());
+        core.driver_count_add(1);
         let arena = ring.as_ref().and_then(|r| register_arena(r));
         Ok(Self {
             core,
@@ -238,6 +239,7 @@ impl Drop for DeviceDriver {
         self.core.set_ring(None);
         self.core
             .set_unpark(Arc::new(ThreadUnpark(std::thread::current())));
+        self.core.driver_count_add(-1);
     }
 }
 

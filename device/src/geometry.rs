@@ -331,7 +331,10 @@ mod tests {
         let g = Geometry::of_block_device_in(sysfs.path(), 8, 0).expect("disk");
         assert_eq!(g.logical_block_bytes, 512);
         assert_eq!(g.physical_block_bytes, 4096);
-        assert_eq!(g.dio_mem_align_bytes, 512, "dma_alignment 3, raised to the logical block");
+        assert_eq!(
+            g.dio_mem_align_bytes, 512,
+            "dma_alignment 3, raised to the logical block"
+        );
         assert_eq!((g.max_sectors_kb, g.max_hw_sectors_kb), (1280, 2048));
         assert_eq!((g.max_segments, g.max_segment_bytes), (33, 65536));
         assert_eq!((g.nr_requests, g.rotational, g.nomerges), (64, true, 2));

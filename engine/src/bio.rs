@@ -404,7 +404,6 @@ impl BioTable {
     }
 
     /// Bios issued and not yet freed.
-    #[cfg(test)]
     pub fn in_use(&self) -> usize {
         self.in_use
     }

@@ -16,7 +16,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use std::sync::Arc;
 use std::task::Waker;
 
@@ -36,7 +36,9 @@ use crate::stats::{BusyClock, CoreCounters};
 use crate::tag::Tag;
 
 thread_local! {
-    static CORE: RefCell<Option<Rc<EngineCore>>> = const { RefCell::new(None) };
+    /// The engine states of the executor cores this thread runs (usually
+    /// one), see [`EngineCore::current`].
+    static CORES: RefCell<Vec<Rc<EngineCore>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Per-device state on one core.
@@ -54,6 +56,8 @@ pub(crate) struct CoreDev {
     pub writes_in_flight: u32,
     /// Waiting requests that change the device.
     pub writes_waiting: u32,
+    /// Waiting requests marked as barriers.
+    pub barriers_waiting: u32,
     /// This core's iostats counters for the device.
     pub counters: Arc<CoreCounters>,
     /// `in_flight` / `io_ticks` bookkeeping.
@@ -131,6 +135,9 @@ impl CoreDev {
     /// up to the first barrier, which itself may go only when nothing of
     /// this device is in flight from this core.
     fn dispatchable(&self) -> usize {
+        if self.barriers_waiting == 0 {
+            return self.waiting.len();
+        }
         let mut n = 0;
         for rq in &self.waiting {
             if rq.barrier && (n > 0 || self.tags_held > 0) {
@@ -142,6 +149,84 @@ impl CoreDev {
     }
 }
 
+/// This core's devices, by index; a released device leaves a vacant slot
+/// that the next device reuses, so indices in flight stay valid.
+#[derive(Default)]
+pub(crate) struct DevList {
+    slots: Vec<Option<CoreDev>>,
+}
+
+impl DevList {
+    /// Number of slots (live or vacant).
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The slot of device `id`, if this core uses it.
+    fn position(&self, id: u64) -> Option<usize> {
+        self.slots
+            .iter()
+            .position(|s| s.as_ref().is_some_and(|d| d.shared.id == id))
+    }
+
+    /// Adds a device in the first vacant slot; returns its index.
+    fn insert(&mut self, dev: CoreDev) -> usize {
+        match self.slots.iter().position(Option::is_none) {
+            Some(i) => {
+                self.slots[i] = Some(dev);
+                i
+            }
+            None => {
+                self.slots.push(Some(dev));
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    /// The live devices.
+    pub fn iter(&self) -> impl Iterator<Item = &CoreDev> {
+        self.slots.iter().flatten()
+    }
+
+    /// Device `i`, if live.
+    pub fn get(&self, i: usize) -> Option<&CoreDev> {
+        self.slots.get(i).and_then(Option::as_ref)
+    }
+
+    /// Device `i`, if live.
+    pub fn get_mut(&mut self, i: usize) -> Option<&mut CoreDev> {
+        self.slots.get_mut(i).and_then(Option::as_mut)
+    }
+
+    /// Vacates the slots of closed, idle devices.
+    fn release_closed(&mut self) {
+        for slot in &mut self.slots {
+            let idle_closed = slot.as_ref().is_some_and(|d| {
+                d.shared.is_closed()
+                    && d.tags_held == 0
+                    && d.waiting.is_empty()
+                    && !d.waiter_running
+            });
+            if idle_closed {
+                *slot = None;
+            }
+        }
+    }
+}
+
+impl std::ops::Index<usize> for DevList {
+    type Output = CoreDev;
+    fn index(&self, i: usize) -> &CoreDev {
+        self.get(i).expect("a live device index")
+    }
+}
+
+impl std::ops::IndexMut<usize> for DevList {
+    fn index_mut(&mut self, i: usize) -> &mut CoreDev {
+        self.get_mut(i).expect("a live device index")
+    }
+}
+
 /// The engine's state on one core.
 pub(crate) struct EngineCore {
     pub core: usize,
@@ -150,7 +235,7 @@ pub(crate) struct EngineCore {
     pub handler: HandlerId,
     pub bios: RefCell<BioTable>,
     pub plug: RefCell<Plug>,
-    pub devs: RefCell<Vec<CoreDev>>,
+    pub devs: RefCell<DevList>,
     /// Spare requests, cleared, with their vectors' capacity.
     spare: RefCell<Vec<Request>>,
     scratch_bios: RefCell<Vec<(u32, BioId)>>,
@@ -159,13 +244,23 @@ pub(crate) struct EngineCore {
     flushing: Cell<bool>,
 }
 
-/// The hook and handler registered with the executor and the device layer;
-/// both forward to the thread's [`EngineCore`].
-struct CoreHooks;
+/// The hook and handler registered with the executor and the device layer
+/// for one [`EngineCore`]; both forward to that core (not to whatever core
+/// is current), so a late completion always reaches the bios it belongs
+/// to.
+struct CoreHooks {
+    core: std::cell::OnceCell<Weak<EngineCore>>,
+}
+
+impl CoreHooks {
+    fn core(&self) -> Option<Rc<EngineCore>> {
+        self.core.get().and_then(Weak::upgrade)
+    }
+}
 
 impl TickHook for CoreHooks {
     fn tick_end(&self) -> bool {
-        if let Some(core) = EngineCore::try_current() {
+        if let Some(core) = self.core() {
             EngineCore::flush(&core);
         }
         // The core may park now: the next time read must be fresh.
@@ -176,39 +271,48 @@ impl TickHook for CoreHooks {
 
 impl CompletionHandler for CoreHooks {
     fn complete(&self, token: u64, result: i32) {
-        if let Some(core) = EngineCore::try_current() {
+        if let Some(core) = self.core() {
             core.complete(token, result);
         }
     }
 }
 
 impl EngineCore {
-    /// The calling thread's engine state, created (and its hook and
-    /// handler registered) on first use.
+    /// The engine state of the calling thread's current executor core,
+    /// created (and its hook and handler registered) on first use.
+    ///
+    /// A thread may run several executors, one after another or
+    /// interleaved: each gets its own engine state, found by the executor
+    /// core's `core_uid`. A state whose executor moved on is kept while it
+    /// still has IO in flight or plugged (its buffers belong to the kernel;
+    /// its handler stays registered so the completions reach it), and
+    /// dropped, with its handler, once idle.
     ///
     /// # Errors
-    /// [`ErrorKind::NoDriver`] when the thread is not a plugio executor core.
-    ///
-    /// A thread that runs one executor after another (a `LocalExecutor`
-    /// per test, say) gets a fresh engine state for each: the old one's
-    /// hook went with its executor, and its ring was drained when its
-    /// driver was dropped.
+    /// [`ErrorKind::NoDriver`] when the thread is not a plugio executor
+    /// core, or its executor has no `DeviceDriver` (nothing would reap the
+    /// completions).
     pub fn current() -> Result<Rc<EngineCore>, Error> {
-        let no_runtime = || {
-            Error::new(ErrorKind::NoDriver)
-                .with_context("plugio IO must run inside a plugio runtime (plugio::Runtime)")
-        };
-        let uid = plugio_executor::core_uid().ok_or_else(no_runtime)?;
-        if let Some(c) = Self::try_current() {
-            if c.uid == uid {
-                return Ok(c);
-            }
-            unregister_handler(c.handler);
+        let no_runtime = |why: &'static str| Error::new(ErrorKind::NoDriver).with_context(why);
+        let uid = plugio_executor::core_uid().ok_or_else(|| {
+            no_runtime(
+                "plugio IO must run inside a plugio runtime (plugio::runtime::local or builder)",
+            )
+        })?;
+        if let Some(c) = Self::by_uid(uid) {
+            return Ok(c);
         }
-        let core = plugio_executor::core_id().ok_or_else(no_runtime)?;
-        let hooks = Rc::new(CoreHooks);
+        if !plugio_device::driver_installed() {
+            return Err(no_runtime(
+                "this executor has no plugio DeviceDriver: build it with plugio::runtime::local or plugio::runtime::builder",
+            ));
+        }
+        let core = plugio_executor::core_id().ok_or_else(|| no_runtime("not on a plugio core"))?;
+        let hooks = Rc::new(CoreHooks {
+            core: std::cell::OnceCell::new(),
+        });
         plugio_executor::register_tick_hook(hooks.clone());
-        let handler = register_handler(hooks);
+        let handler = register_handler(hooks.clone());
         let c = Rc::new(EngineCore {
             core,
             uid,
@@ -222,28 +326,49 @@ impl EngineCore {
             wake_list: RefCell::default(),
             flushing: Cell::new(false),
         });
-        CORE.with(|slot| *slot.borrow_mut() = Some(c.clone()));
+        let _ = hooks.core.set(Rc::downgrade(&c));
+        CORES.with(|cores| {
+            let mut cores = cores.borrow_mut();
+            cores.retain(|old| {
+                let keep = old.busy();
+                if !keep {
+                    unregister_handler(old.handler);
+                }
+                keep
+            });
+            cores.push(c.clone());
+        });
         Ok(c)
     }
 
-    /// This core's `Rc` (the thread's current engine core is `self`).
-    fn rc(&self) -> Rc<EngineCore> {
-        Self::try_current().expect("an EngineCore is only used on its own thread")
+    /// The engine state of executor core `uid` on this thread, if any.
+    pub fn by_uid(uid: u64) -> Option<Rc<EngineCore>> {
+        CORES.with(|cores| cores.borrow().iter().find(|c| c.uid == uid).cloned())
     }
 
-    /// The calling thread's engine state if it has one.
-    pub fn try_current() -> Option<Rc<EngineCore>> {
-        CORE.with(|slot| slot.borrow().clone())
+    /// This core's `Rc`.
+    fn rc(&self) -> Rc<EngineCore> {
+        Self::by_uid(self.uid).expect("an EngineCore is only used on its own thread")
+    }
+
+    /// Whether anything of this core is plugged or in flight.
+    fn busy(&self) -> bool {
+        self.bios.borrow().in_use() > 0
+            || self
+                .devs
+                .borrow()
+                .iter()
+                .any(|d| d.tags_held > 0 || !d.waiting.is_empty())
     }
 
     /// This core's index for `shared`, adding the device on first use.
     pub fn dev_index(&self, shared: &Arc<DeviceShared>) -> u32 {
         let mut devs = self.devs.borrow_mut();
-        if let Some(i) = devs.iter().position(|d| d.shared.id == shared.id) {
+        if let Some(i) = devs.position(shared.id) {
             return i as u32;
         }
         let depth = shared.tags_for(self.core).depth() as usize;
-        devs.push(CoreDev {
+        devs.insert(CoreDev {
             shared: shared.clone(),
             inflight: (0..depth).map(|_| Request::default()).collect(),
             waiting: VecDeque::new(),
@@ -251,12 +376,22 @@ impl EngineCore {
             tags_held: 0,
             writes_in_flight: 0,
             writes_waiting: 0,
+            barriers_waiting: 0,
             counters: shared.register_core(),
             busy: BusyClock::default(),
             iostats: shared.opts.iostats,
             cached_clock: shared.opts.cached_clock,
-        });
-        (devs.len() - 1) as u32
+        }) as u32
+    }
+
+    /// Forgets devices whose every handle was dropped and that have
+    /// nothing waiting or in flight here, closing their files once no core
+    /// holds them (done at the end of each tick).
+    fn release_closed_devices(&self) {
+        let plug_empty = self.plug.borrow().bios.is_empty();
+        if plug_empty {
+            self.devs.borrow_mut().release_closed();
+        }
     }
 
     /// Counts a bio allocation as a bio cache hit or miss.
@@ -286,7 +421,9 @@ impl EngineCore {
             plug.push(dev, id, len_bytes);
             plug.should_flush(max_count, flush_bytes)
         };
-        if full {
+        // IO issued from a tick hook that runs after ours would otherwise
+        // sit in the plug while the core parks: send it at once.
+        if full || plugio_executor::in_tick_hooks() {
             EngineCore::flush(&self.rc());
             if let Err(e) = plugio_device::submit_now() {
                 tracing::warn!(error = %e, "submit after an early plug flush failed; the park will retry");
@@ -303,8 +440,11 @@ impl EngineCore {
         }
         let mut bios = std::mem::take(&mut *self.scratch_bios.borrow_mut());
         self.plug.borrow_mut().drain_into(&mut bios);
-        // Stable: program order is kept within each device.
-        bios.sort_by_key(|&(dev, _)| dev);
+        // Stable: program order is kept within each device. (One device,
+        // the common case, needs no sort.)
+        if bios.windows(2).any(|w| w[0].0 != w[1].0) {
+            bios.sort_by_key(|&(dev, _)| dev);
+        }
         let mut touched = 0u64;
         let mut start = 0;
         while start < bios.len() {
@@ -318,13 +458,18 @@ impl EngineCore {
         *self.scratch_bios.borrow_mut() = bios;
         let nr_devs = self.devs.borrow().len();
         for dev in 0..nr_devs {
-            let has_waiting = !self.devs.borrow()[dev].waiting.is_empty();
+            let has_waiting = self
+                .devs
+                .borrow()
+                .get(dev)
+                .is_some_and(|d| !d.waiting.is_empty());
             if has_waiting || (dev < 64 && touched & (1 << dev) != 0) {
                 self.dispatch_waiting(dev as u32);
             }
         }
         self.flushing.set(false);
         self.wake_pending();
+        self.release_closed_devices();
     }
 
     /// Turns one device's flushed bios into requests, merging as the
@@ -386,6 +531,9 @@ impl EngineCore {
             rq.nr_segs = bio.buf.nr_segs();
             rq.mergeable = mergeable && piece_len == len;
             rq.barrier = d.needs_barrier(&rq);
+            if rq.barrier {
+                d.barriers_waiting += 1;
+            }
             if bio.op.is_write() {
                 d.writes_waiting += 1;
             }
@@ -440,7 +588,6 @@ impl EngineCore {
             d.writes_waiting -= 1;
             d.writes_in_flight += 1;
         }
-        let shared = d.shared.clone();
         {
             let bios = self.bios.borrow();
             build_iovecs(&bios, &mut rq);
@@ -454,20 +601,25 @@ impl EngineCore {
         std::mem::swap(slot, &mut rq);
         self.spare.borrow_mut().push(rq);
         d.tags_held += 1;
+        if rq_is_barrier(&d.inflight[tag.index()]) {
+            d.barriers_waiting -= 1;
+        }
         let slot = &d.inflight[tag.index()];
         let op = IoOp {
             kind: slot.op.unwrap_or(plugio_device::OpKind::Nop),
             offset_bytes: slot.offset_bytes,
             len_bytes: slot.len_bytes,
             segments: &slot.iovecs,
-            fixed_buf: None,
+            fixed_buf: slot.fixed_buf,
             flags: slot.flags,
         };
         let token = (u64::from(dev) << 32) | u64::from(tag.as_u32());
         // SAFETY: the iovecs point into the buffers of the request's bios,
         // which the bio table keeps (even for orphaned bios) until this
         // request's completion has been delivered to `complete`.
-        let submitted = unsafe { shared.backend.submit(&op, self.handler, token) };
+        // The device list stays borrowed across the submit: a backend
+        // never delivers a completion from inside `submit`.
+        let submitted = unsafe { d.shared.backend.submit(&op, self.handler, token) };
         drop(devs);
         if let Err(e) = submitted {
             self.complete(token, -e.errno());
@@ -579,12 +731,25 @@ fn finish_piece(bios: &mut BioTable, p: &Piece, share: i64, wakes: &mut Vec<Wake
     }
 }
 
-/// Fills `rq.iovecs` from its pieces' bio buffers.
+/// Whether a request just swapped into its slot was a barrier.
+fn rq_is_barrier(rq: &Request) -> bool {
+    rq.barrier
+}
+
+/// Fills `rq.iovecs` from its pieces' bio buffers, and names the
+/// registered buffer when the request is one whole buffer of the core's
+/// registered arena (`READ_FIXED`/`WRITE_FIXED`).
 fn build_iovecs(bios: &BioTable, rq: &mut Request) {
     rq.iovecs.clear();
+    rq.fixed_buf = None;
     for p in &rq.pieces {
         if let Some(bio) = bios.get(p.bio) {
             bio_iovecs(bio, p, &mut rq.iovecs);
+        }
+    }
+    if let [p] = rq.pieces.as_slice() {
+        if let Some(crate::bio::BioBuf::One(b)) = bios.get(p.bio).map(|b| &b.buf) {
+            rq.fixed_buf = b.fixed_index();
         }
     }
 }

@@ -15,6 +15,7 @@
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -32,9 +33,31 @@ pub const MAX_IO_BYTES: u64 = 0x7fff_f000;
 
 /// A cheap, clonable handle to an open device, usable from the tasks of
 /// any core of a plugio runtime.
-#[derive(Clone, Debug)]
+///
+/// Dropping the last handle closes the device: each core that used it
+/// lets go of it at the end of its next tick once nothing of it is waiting
+/// or in flight there, and the file is closed when the last core has.
+#[derive(Debug)]
 pub struct Device {
     shared: Arc<DeviceShared>,
+}
+
+impl Clone for Device {
+    fn clone(&self) -> Self {
+        // Relaxed: a count of handles; closing is decided by the Release
+        // decrement in `drop` and the Acquire load in `is_closed`.
+        self.shared.handles.fetch_add(1, Ordering::Relaxed);
+        Device {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        // Release pairs with the Acquire load in `DeviceShared::is_closed`.
+        self.shared.handles.fetch_sub(1, Ordering::Release);
+    }
 }
 
 impl Device {
@@ -127,6 +150,8 @@ impl Device {
     /// Invalid input (zero, unaligned, beyond the device, above
     /// [`MAX_IO_BYTES`]) before submission; the device's error otherwise.
     pub async fn read_at(&self, offset_bytes: u64, len_bytes: usize) -> Result<DmaBuf, Error> {
+        // Refuse absurd lengths before allocating the buffer for them.
+        check_len(len_bytes as u64, true)?;
         let buf = self.alloc_buf(len_bytes);
         let (res, buf) = self.read_into(buf, offset_bytes).await;
         res.map(|_| buf)
@@ -337,17 +362,22 @@ impl Device {
 
     /// Checks an IO against the device before it gets a bio.
     fn check(shared: &DeviceShared, init: &BioInit) -> Result<(), Error> {
-        if init.op.has_data() && init.len_bytes == 0 {
-            return Err(Error::invalid(InvalidInput::Length {
-                len_bytes: 0,
-                max_bytes: MAX_IO_BYTES,
-            }));
+        check_len(init.len_bytes, init.op.has_data())?;
+        if init.op.has_range() {
+            // Offsets are signed in the kernel (loff_t): the end must not
+            // pass i64::MAX, whatever the capacity.
+            let end = init.offset_bytes.checked_add(init.len_bytes);
+            if end.is_none_or(|e| e > i64::MAX as u64) {
+                return Err(Error::invalid(InvalidInput::Range {
+                    offset_bytes: init.offset_bytes,
+                    len_bytes: init.len_bytes,
+                    capacity_bytes: shared.geometry.capacity_bytes.unwrap_or(i64::MAX as u64),
+                }));
+            }
         }
-        if init.len_bytes > MAX_IO_BYTES {
-            return Err(Error::invalid(InvalidInput::Length {
-                len_bytes: init.len_bytes,
-                max_bytes: MAX_IO_BYTES,
-            }));
+        if shared.opts.read_only && init.op.is_write() {
+            return Err(Error::new(plugio_device::ErrorKind::PermissionDenied)
+                .with_context("the device was opened read-only (DeviceOptions::read_only)"));
         }
         // One buffer (the common case) is checked without a heap vector.
         let mut one = [libc::iovec {
@@ -383,6 +413,18 @@ fn many(buf: BioBuf) -> Vec<DmaBuf> {
         BioBuf::Many(v) => v,
         _ => Vec::new(),
     }
+}
+
+/// Refuses a zero length for a data op and a length above
+/// [`MAX_IO_BYTES`].
+fn check_len(len_bytes: u64, has_data: bool) -> Result<(), Error> {
+    if (has_data && len_bytes == 0) || len_bytes > MAX_IO_BYTES {
+        return Err(Error::invalid(InvalidInput::Length {
+            len_bytes,
+            max_bytes: MAX_IO_BYTES,
+        }));
+    }
+    Ok(())
 }
 
 /// An explicit plug; see [`Device::plug`]. Flushes on drop.
@@ -487,8 +529,7 @@ impl Future for BioFuture {
             }
             State::Issued { uid, id } => {
                 let (uid, id) = (*uid, *id);
-                let ec = EngineCore::try_current()
-                    .filter(|c| c.uid == uid)
+                let ec = EngineCore::by_uid(uid)
                     .expect("a plugio IO future was moved to another core after its first poll");
                 let mut bios = ec.bios.borrow_mut();
                 if let Some(r) = bios.take_result(id) {
@@ -512,7 +553,7 @@ impl Future for BioFuture {
 impl Drop for BioFuture {
     fn drop(&mut self) {
         if let State::Issued { uid, id } = self.state {
-            let Some(ec) = EngineCore::try_current().filter(|c| c.uid == uid) else {
+            let Some(ec) = EngineCore::by_uid(uid) else {
                 // The core's thread is gone (runtime shut down): its bio
                 // table, and the buffers in it, went with it after the
                 // driver drained the ring.

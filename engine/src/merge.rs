@@ -96,13 +96,16 @@ fn sort_key(bio: &Bio) -> (u8, u32, u64) {
 
 /// Reorders one device's plugged bios for merging (nomerges 0): cuts them
 /// into runs where no bio must stay behind an earlier one of the same run,
-/// and sorts each run by (op, flags, offset). The sort is stable, so equal
-/// keys keep program order.
+/// and sorts each run by (op, flags, offset). The sort need not be stable:
+/// two bios of one run with equal keys are reads of the same range (order
+/// does not matter), since two such writes would overlap and so be in
+/// different runs.
 pub(crate) fn order_for_merge(bios: &BioTable, list: &mut [(u32, BioId)]) {
     let mut start = 0;
     while start < list.len() {
         let end = run_end(bios, list, start);
-        list[start..end].sort_by_key(|&(_, id)| bios.get(id).map(sort_key).unwrap_or_default());
+        list[start..end]
+            .sort_unstable_by_key(|&(_, id)| bios.get(id).map(sort_key).unwrap_or_default());
         start = end;
     }
 }

@@ -33,6 +33,8 @@ pub(crate) struct Request {
     pub len_bytes: u64,
     pub pieces: Vec<Piece>,
     pub iovecs: Vec<libc::iovec>,
+    /// The registered buffer holding the whole request, if any.
+    pub fixed_buf: Option<u16>,
     /// Monotonic ns at dispatch (iostats).
     pub start_ns: u64,
     /// Segments (iovecs) the pieces' buffers make, counted raw.

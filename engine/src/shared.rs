@@ -5,7 +5,7 @@
 //! device's logical block size.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use plugio_device::{Backend, Error, Geometry};
@@ -31,6 +31,8 @@ pub(crate) struct DeviceShared {
     pub max_request_bytes: u64,
     /// Largest request merging may build (at most `max_request_bytes`).
     pub max_merge_bytes: u64,
+    /// Handles ([`Device`](crate::Device) values) alive; 0 = closed.
+    pub handles: AtomicUsize,
     /// The iostats counters of every core that used the device.
     pub counters: Mutex<Vec<Arc<CoreCounters>>>,
 }
@@ -57,10 +59,20 @@ impl DeviceShared {
             .map(|_| TagSet::new(depth, tag_opts.clone()))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| crate::options::invalid(format!("tag set: {e:?}")))?;
-        let block = u64::from(geometry.logical_block_bytes.max(1));
+        // Splits happen at multiples of this, so every part stays aligned
+        // for direct IO (offset, length and buffer address alike).
+        let block = u64::from(
+            geometry
+                .logical_block_bytes
+                .max(geometry.mem_align_bytes())
+                .max(geometry.offset_align_bytes())
+                .max(1),
+        )
+        .next_power_of_two();
         let limit = opts
             .max_request_bytes
-            .unwrap_or_else(|| geometry.max_request_bytes());
+            .unwrap_or_else(|| geometry.max_request_bytes())
+            .min(crate::device::MAX_IO_BYTES);
         let max_request_bytes = (limit / block * block).max(block);
         let max_merge_bytes = opts
             .max_merge_bytes
@@ -77,7 +89,14 @@ impl DeviceShared {
             max_request_bytes,
             max_merge_bytes,
             counters: Mutex::new(Vec::new()),
+            handles: AtomicUsize::new(1),
         })
+    }
+
+    /// Whether every [`Device`](crate::Device) handle was dropped.
+    pub fn is_closed(&self) -> bool {
+        // Acquire pairs with the Release decrement in `Device::drop`.
+        self.handles.load(Ordering::Acquire) == 0
     }
 
     /// New counters for a core that starts using the device.

@@ -197,6 +197,8 @@ impl Drop for EnterGuard<'_> {
 
 /// One core's thread-local state. See the module invariants.
 pub(crate) struct Core {
+    /// True while the tick-end hooks run (see [`in_tick_hooks`]).
+    in_hooks: Cell<bool>,
     /// Unique for the life of the process (a new executor on the same
     /// thread gets a new one).
     uid: u64,
@@ -233,6 +235,7 @@ impl Core {
         // Relaxed: a unique id, no data hangs on it.
         let core_uid = NEXT_CORE_UID.fetch_add(1, Relaxed);
         Core {
+            in_hooks: Cell::new(false),
             uid: core_uid,
             main_wake: Arc::new(MainWake {
                 woken: AtomicBool::new(false),
@@ -426,6 +429,7 @@ impl Core {
     fn run_hooks(&self) -> bool {
         let mut pending = false;
         let mut i = 0;
+        self.in_hooks.set(true);
         loop {
             let hook = match self.hooks.borrow().get(i) {
                 Some(h) => h.clone(),
@@ -434,6 +438,7 @@ impl Core {
             pending |= hook.tick_end();
             i += 1;
         }
+        self.in_hooks.set(false);
         pending
     }
 
@@ -583,6 +588,14 @@ where
 /// map keyed by this index).
 pub fn core_id() -> Option<usize> {
     try_with_current(|core| core.shared.index)
+}
+
+/// Whether the current core is running its tick-end hooks right now. A
+/// hook that batches work until the end of the tick (the engine's plug)
+/// uses it to act at once on work queued by a hook that runs after it:
+/// nothing else would flush that work before the core parks.
+pub fn in_tick_hooks() -> bool {
+    try_with_current(|core| core.in_hooks.get()).unwrap_or(false)
 }
 
 /// A process-unique id of the current core, or `None` off a plugio core.

@@ -70,8 +70,8 @@ mod task;
 pub mod time;
 
 pub use crate::core::{
-    core_id, core_uid, register_tick_hook, spawn, spawn_local, tick_stats, unregister_tick_hook,
-    yield_now, TickHook,
+    core_id, core_uid, in_tick_hooks, register_tick_hook, spawn, spawn_local, tick_stats,
+    unregister_tick_hook, yield_now, TickHook,
 };
 pub use driver::{Driver, ThreadDriver, Unpark};
 pub use local::{LocalBuilder, LocalExecutor};

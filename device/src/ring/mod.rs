@@ -98,7 +98,7 @@ pub struct Ring {
     wake_buf: Box<Cell<u64>>,
     wake_armed: Cell<bool>,
     info: RingInfo,
-    files: RefCell<HashMap<u64, (u32, Weak<OwnedFd>)>>,
+    files: RefCell<HashMap<u64, (u32, Weak<OwnedFd>), FileIdHash>>,
     next_file_index: Cell<u32>,
     free_file_indices: RefCell<Vec<u32>>,
     files_closed_seen: Cell<u64>,
@@ -147,7 +147,7 @@ impl Ring {
             wake_buf: Box::new(Cell::new(0)),
             wake_armed: Cell::new(false),
             info,
-            files: RefCell::new(HashMap::new()),
+            files: RefCell::new(HashMap::default()),
             next_file_index: Cell::new(0),
             free_file_indices: RefCell::new(Vec::new()),
             files_closed_seen: Cell::new(0),
@@ -800,6 +800,30 @@ impl Drop for Ring {
         if n > 0 {
             tracing::error!(in_flight = n, "ring dropped with ops in flight");
         }
+    }
+}
+
+/// Hashes the process-unique `u64` file ids of the registered-file table
+/// with one multiply (Fibonacci hashing) instead of SipHash: the lookup is
+/// on every submission, and the ids are not attacker-controlled.
+type FileIdHash = std::hash::BuildHasherDefault<FileIdHasher>;
+
+#[derive(Default)]
+struct FileIdHasher(u64);
+
+impl std::hash::Hasher for FileIdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8 | u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }
 }
 
