@@ -9,17 +9,18 @@
 //!   either of the two writes or discards (so reads see the writes before
 //!   them and writes land in trace order: what the page cache and the file
 //!   system guaranteed when the trace was taken);
-//! - a flush is issued only after every IO before it; as a barrier (the
-//!   default) it also waits until every write and discard before it has
+//! - a flush, as a barrier (the default), is issued only after every IO
+//!   before it has been issued and every write and discard before it has
 //!   completed (reads may still be in flight), and nothing after it is
 //!   issued until it has completed: writes before a flush are durable when
 //!   it completes, as `fdatasync` promises. With `flush_barrier` off, a
-//!   flush is queued like any other IO (what fio's iolog replay does) and
-//!   later IOs may pass it: faster, with no durability promise.
+//!   flush is queued like any other IO (what fio's iolog replay does):
+//!   faster, with no durability promise.
 //!
 //! So IOs leave in trace order except that an IO may pass earlier ones
 //! that wait for an overlap, when it conflicts with none of them: the scan
-//! looks up to `4 * iodepth` IOs past the first unissued one. A database
+//! looks up to `4 * iodepth` IOs past the first unissued one, and past at
+//! most 16 waiting IOs. A database
 //! rewriting its WAL page before each `fdatasync` (postgres) would
 //! otherwise stall the whole queue behind every rewrite.
 //!
@@ -214,6 +215,10 @@ const WAITED_FLUSH: u8 = 2;
 /// unit of queue depth.
 const LOOKAHEAD_PER_DEPTH: usize = 4;
 
+/// Waiting IOs one scan looks past before it stops (bounds the cost of a
+/// scan when the queue is congested).
+const MAX_WAITING_SCANNED: usize = 16;
+
 /// The byte range of trace IO `seq`.
 fn span(seq: usize, io: &TraceIo) -> InFlight {
     InFlight {
@@ -380,19 +385,18 @@ impl<'a> Dispatcher<'a> {
                 }
             }
             if io.op == TraceOp::Flush {
-                // Flushes keep their place: everything before is issued,
-                // and (as a barrier) every write before has completed.
-                if j != next || (self.flush_barrier && self.writes_in_flight > 0) {
-                    if self.flush_barrier {
-                        self.count_wait(j, WAITED_FLUSH);
-                        break;
-                    }
-                    waiting.push(span(j, &io));
-                    j += 1;
-                    continue;
+                // A barrier keeps its place: everything before it is
+                // issued and every write before it has completed. A queued
+                // flush goes when the depth allows.
+                if self.flush_barrier && (j != next || self.writes_in_flight > 0) {
+                    self.count_wait(j, WAITED_FLUSH);
+                    break;
                 }
             } else if conflicts(&self.in_flight, &io) || conflicts(&waiting, &io) {
                 self.count_wait(j, WAITED_OVERLAP);
+                if waiting.len() + 1 >= MAX_WAITING_SCANNED {
+                    break;
+                }
                 waiting.push(span(j, &io));
                 j += 1;
                 continue;
