@@ -9,6 +9,9 @@
 
 mod bench;
 
+#[global_allocator]
+static GLOBAL: bench::alloc_count::CountingAlloc = bench::alloc_count::CountingAlloc;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -235,6 +235,7 @@ fn an_io_future_polled_on_another_thread_panics_clearly() {
 /// Dropping a device closes its file, even after IO went through a core
 /// that keeps running (a database opens and closes many table files): at
 /// the end of the tick in which its last handle was dropped.
+#[test]
 fn dropping_a_device_closes_its_file_while_the_core_lives() {
     watchdog(10, || {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");

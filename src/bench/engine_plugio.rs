@@ -72,10 +72,8 @@ pub fn device_options(job: &Job, notes: &mut Vec<String>) -> DeviceOptions {
             Ablation::Merge => opts.nomerges = 2,
             Ablation::CachedClock => opts.cached_clock = false,
             Ablation::Iostats => opts.iostats = false,
-            other => notes.push(format!(
-                "--ablate {}: not available yet (no switch in the engine); the run keeps it on",
-                super::report::ablation_name(*other)
-            )),
+            Ablation::BioCache => opts.bio_cache = false,
+            Ablation::BufCache => opts.buffer_cache = false,
         }
     }
     if let Some(n) = job.nomerges {
@@ -201,6 +199,7 @@ impl CoreJob {
                     core: self.core,
                     nop: self.job.nop,
                     fixed_bufs: self.job.fixed_bufs,
+                    buf_per_io: self.job.buf_per_io,
                     bs_bytes: self.job.bs_bytes as usize,
                 };
                 plugio_executor::spawn_local(task.run())
@@ -234,6 +233,7 @@ struct IoTask {
     core: usize,
     nop: bool,
     fixed_bufs: bool,
+    buf_per_io: bool,
     bs_bytes: usize,
 }
 
@@ -257,6 +257,11 @@ impl IoTask {
         while !self.counters.stopped() {
             let (dir, offset) = self.pattern.next_io();
             let t0 = self.sampler.start();
+            if self.buf_per_io {
+                // A fresh buffer per IO, as `Device::read_at` takes one:
+                // from the core's buffer cache unless it is ablated.
+                buf = self.dev.alloc_buf(self.bs_bytes);
+            }
             buf.set_len(self.bs_bytes);
             let (res, b) = match dir {
                 Dir::Read => self.dev.read_into(buf, offset).await,

@@ -18,6 +18,7 @@
 //!   `bs` and every IO is full); NOP engines move no bytes.
 //! - The temporary file is removed when the run ends, failed or not.
 
+pub mod alloc_count;
 pub mod compare;
 pub mod engine_glommio;
 pub mod engine_plugio;
@@ -86,6 +87,7 @@ fn workers(job: &Job) -> usize {
 pub fn run(job: &Job, target: Option<&Target>) -> Result<BenchResult, BenchError> {
     let counters = Counters::new(workers(job));
     let cpu_before = stats::cpu_time();
+    let allocs_before = alloc_count::allocations();
     let mut printer = report::Printer::new(job);
     printer.header(job, target);
     let (output, timeline) = std::thread::scope(|s| {
@@ -108,9 +110,10 @@ pub fn run(job: &Job, target: Option<&Target>) -> Result<BenchResult, BenchError
         Ok::<_, BenchError>((output, timeline))
     })?;
     let cpu = stats::cpu_time().saturating_sub(cpu_before);
-    Ok(report::BenchResult::new(
-        job, target, &counters, output, timeline, cpu,
-    ))
+    let allocs = alloc_count::allocations() - allocs_before;
+    let mut result = report::BenchResult::new(job, target, &counters, output, timeline, cpu);
+    result.allocs_per_io = (result.ios > 0).then(|| allocs as f64 / result.ios as f64);
+    Ok(result)
 }
 
 fn run_engine(

@@ -81,10 +81,11 @@ pub enum Ablation {
     CachedClock,
     /// iostats accounting (`iostats = false`; the plug figures then read 0).
     Iostats,
-    /// The per-core bio cache (no switch in the engine yet: noted, kept on).
+    /// The per-core bio cache (`bio_cache = false`: a bio is allocated
+    /// and freed per IO).
     BioCache,
-    /// The per-core buffer cache (no switch in the engine yet: noted, kept
-    /// on).
+    /// The per-core buffer cache (`buffer_cache = false`); it matters with
+    /// `--buf-per-io`, where each IO takes a fresh buffer.
     BufCache,
 }
 
@@ -148,6 +149,11 @@ pub struct BenchArgs {
     /// No progress bar and no per-second lines.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Engine plugio: take a fresh buffer per IO (`Device::alloc_buf`, from
+    /// the core's buffer cache) instead of reusing one per task, as code
+    /// using `Device::read_at` does.
+    #[arg(long)]
+    pub buf_per_io: bool,
     /// Record the latency of one IO in N (0: none). Default: 1, or 64 for
     /// NOP engines (two clock reads per IO would dominate a NOP).
     #[arg(long)]
@@ -187,6 +193,9 @@ pub struct Job {
     pub register_files: bool,
     /// The IO is IORING_OP_NOP (engines `nop` and `raw --nop`).
     pub nop: bool,
+    /// Engine plugio: a fresh buffer per IO (`Device::alloc_buf`) instead
+    /// of one reused buffer per task.
+    pub buf_per_io: bool,
     /// Mechanisms switched off.
     pub ablate: Vec<Ablation>,
     /// Explicit target path.
@@ -262,6 +271,7 @@ impl BenchArgs {
             direct: self.direct == 1,
             nomerges: self.nomerges,
             fixed_bufs: self.fixedbufs == 1,
+            buf_per_io: self.buf_per_io,
             register_files: self.registerfiles == 1,
             nop,
             ablate,

@@ -234,6 +234,9 @@ pub struct BenchResult {
     pub bw_mib_s: f64,
     /// Process CPU time (all threads) per IO, ns.
     pub cpu_ns_per_io: Option<f64>,
+    /// Heap allocations (all threads, the whole run including setup) per
+    /// IO.
+    pub allocs_per_io: Option<f64>,
     /// Latency percentiles.
     pub latency: Latency,
     /// Plug and ring figures.
@@ -307,6 +310,7 @@ impl BenchResult {
             iops: timeline.at_stop.ios as f64 / secs,
             bw_mib_s: timeline.at_stop.bytes as f64 / secs / (1u64 << 20) as f64,
             cpu_ns_per_io: ratio(cpu.as_nanos() as u64, total.ios),
+            allocs_per_io: None,
             latency,
             plug,
             seconds: timeline.seconds,
@@ -437,14 +441,15 @@ pub fn print_result(job: &Job, r: &BenchResult) -> Result<(), BenchError> {
     let p = &r.plug;
     writeln!(
         out,
-        "{}: IOPS={:.0}, BW={:.1}MiB/s ({} IOs, {} bytes in {:.2} s), CPU {} ns/IO",
+        "{}: IOPS={:.0}, BW={:.1}MiB/s ({} IOs, {} bytes in {:.2} s), CPU {} ns/IO, {} allocations/IO",
         r.engine,
         r.iops,
         r.bw_mib_s,
         r.ios,
         r.bytes,
         r.runtime_s,
-        opt_f(r.cpu_ns_per_io, 0)
+        opt_f(r.cpu_ns_per_io, 0),
+        opt_f(r.allocs_per_io, 3)
     )
     .map_err(io)?;
     if l.samples > 0 {
