@@ -6,14 +6,16 @@
 # when one can be made as root), alternating in each round:
 #   plugio replay q.csv.zst --timing none --iodepth QD                (flushes as barriers)
 #   plugio replay q.csv.zst --timing none --iodepth QD --flush-barrier 0 (flushes queued)
+#   plugio replay q.csv.zst --timing none --iodepth QD --flush-barrier 0 --overlap-order 0
+#                                                         (no ordering at all, as fio)
 #   fio --read_iolog=<trace>.bin --replay_redirect=TARGET --replay_no_stall=1
 #       --ioengine=io_uring --iodepth=QD --direct=1
 # then prints a markdown table (median of the rounds) and the request counts
 # plugio's merging makes of the Q stream next to the kernel's D counts.
 #
 # Usage: benches/replay.sh [--quick] [--rounds N] [--iodepth N]
-#   --quick   one round, file target only, first 20000 IOs (plugio) /
-#             number_ios=20000 (fio): a smoke test
+#   --quick   one round, file target only, plugio replays the first 20000
+#             IOs (fio the whole trace): a smoke test
 # Environment: WORK (scratch dir, default target/replay-bench; must not be
 # tmpfs, O_DIRECT), TRACES (default ../shared/traces).
 set -euo pipefail
@@ -65,22 +67,24 @@ make_zram() {
 # now_s: wall clock in seconds with ns.
 now_s() { date +%s.%N; }
 
-# run_plugio TRACE TARGET_KIND TARGET BARRIER
+# run_plugio TRACE TARGET_KIND TARGET BARRIER ORDER
 run_plugio() {
-  local trace=$1 kind=$2 target=$3 barrier=$4 limit=() t0 t1 out
+  local trace=$1 kind=$2 target=$3 barrier=$4 order=$5 limit=() t0 t1 out
   [ "$QUICK" = 1 ] && limit=(--limit 20000)
   out=$WORK/plugio.json
   t0=$(now_s)
   "$PLUGIO" replay "$TRACES/$trace/q.csv.zst" --filename "$target" --timing none \
-    --iodepth "$QD" --flush-barrier "$barrier" --json --quiet "${limit[@]}" > "$out"
+    --iodepth "$QD" --flush-barrier "$barrier" --overlap-order "$order" --json --quiet \
+    "${limit[@]}" > "$out"
   t1=$(now_s)
-  python3 - "$out" "$trace" "$kind" "$barrier" "$t0" "$t1" >> "$RESULTS" <<'EOF'
+  python3 - "$out" "$trace" "$kind" "$barrier" "$order" "$t0" "$t1" >> "$RESULTS" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
-_, _, trace, kind, barrier, t0, t1 = sys.argv
+_, _, trace, kind, barrier, order, t0, t1 = sys.argv
 e = r["engine"]
-print(json.dumps({"trace": trace, "target": kind,
-  "tool": "plugio (flush barrier)" if barrier == "1" else "plugio (flush queued)",
+tool = ("plugio, ordered, flush barriers" if barrier == "1" else
+        "plugio, ordered, flushes queued" if order == "1" else "plugio, no ordering (as fio)")
+print(json.dumps({"trace": trace, "target": kind, "tool": tool,
   "ios": r["ios"], "run_s": r["elapsed_s"], "wall_s": float(t1) - float(t0),
   "data_bios": r["trace_ios"][0] + r["trace_ios"][1] + r["trace_ios"][3],
   "data_requests": e["read_requests"] + e["write_requests"] + e["discard_requests"],
@@ -91,7 +95,6 @@ EOF
 # run_fio TRACE TARGET_KIND TARGET
 run_fio() {
   local trace=$1 kind=$2 target=$3 extra=() t0 t1 out
-  [ "$QUICK" = 1 ] && extra=(--number_ios=20000)
   out=$WORK/fio.json
   t0=$(now_s)
   fio --name=replay --read_iolog="$WORK/$trace.bin" --replay_redirect="$target" \
@@ -126,8 +129,9 @@ for trace in postgres sqlite; do
     fi
     for round in $(seq "$ROUNDS"); do
       log "$trace on $kind, round $round/$ROUNDS"
-      run_plugio "$trace" "$kind" "$target" 1
-      run_plugio "$trace" "$kind" "$target" 0
+      run_plugio "$trace" "$kind" "$target" 1 1
+      run_plugio "$trace" "$kind" "$target" 0 1
+      run_plugio "$trace" "$kind" "$target" 0 0
       run_fio "$trace" "$kind" "$target"
     done
   done
@@ -160,7 +164,7 @@ print("\nRequests from the Q stream (data IOs: reads, writes, discards):\n")
 print("| trace | Q data bios | plugio data requests | plugio merges | kernel D data requests | kernel merges (M + F) | kernel splits (X) |")
 print("|---|---|---|---|---|---|---|")
 for t in dict.fromkeys(r["trace"] for r in rows):
-    p = next((r for r in rows if r["trace"] == t and r.get("tool") == "plugio (flush barrier)"), None)
+    p = next((r for r in rows if r["trace"] == t and r.get("tool") == "plugio, ordered, flush barriers"), None)
     if p is None:
         continue
     s = json.load(open(f"{traces}/{t}/stats.json"))

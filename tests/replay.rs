@@ -140,6 +140,35 @@ fn queued_flushes_skip_the_barrier_and_still_verify() {
 }
 
 #[test]
+fn unordered_overlaps_replay_every_io_and_refuse_verify() {
+    let ios = random_trace(11, 2000);
+    let m = mem(11);
+    let dev = mem_dev(&m, 32);
+    let opts = ReplayOptions {
+        flush_barrier: false,
+        overlap_order: false,
+        ..Default::default()
+    };
+    let r = local()
+        .run(replay::replay(&dev, &ios, &opts))
+        .expect("replay");
+    assert_eq!((r.ios, r.overlap_waits, r.flush_waits), (2000, 0, 0));
+    let refused = ReplayOptions {
+        verify: true,
+        overlap_order: false,
+        ..Default::default()
+    };
+    let e = local()
+        .run(replay::replay(&dev, &ios, &refused))
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("--verify needs overlapping IOs kept in order"),
+        "{e}"
+    );
+}
+
+#[test]
 fn verification_catches_a_write_that_did_not_land() {
     // Replay once, then overwrite one written sector behind the replay's
     // back and verify again with the same map: the read-back must fail.

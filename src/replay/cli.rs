@@ -59,6 +59,11 @@ pub struct ReplayArgs {
     /// queued like other IOs (as fio's iolog replay does).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
     pub flush_barrier: u8,
+    /// 1: an IO overlapping an earlier write (or a write overlapping an
+    /// earlier read) waits for it; 0: no such ordering, as fio (overlapping
+    /// writes race; not allowed with --verify).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub overlap_order: u8,
     /// Cores to spread IO over (1 MiB regions per core).
     #[arg(long, default_value_t = 1)]
     pub cpus: usize,
@@ -146,6 +151,11 @@ pub fn run(args: &ReplayArgs) -> Result<CliReport, ReplayError> {
     }
     if args.cpus == 0 {
         return Err(ReplayError::usage("--cpus 0: use at least 1"));
+    }
+    if args.verify && args.overlap_order == 0 {
+        return Err(ReplayError::usage(
+            "--verify needs overlapping IOs kept in order: drop --overlap-order 0",
+        ));
     }
     if args.limit == Some(0) {
         return Err(ReplayError::usage("--limit 0: replay at least one IO"));
@@ -323,6 +333,7 @@ fn replay_on_runtime(
             Unwritten::Unchecked
         },
         flush_barrier: args.flush_barrier == 1,
+        overlap_order: args.overlap_order == 1,
         progress: Some(Arc::new(move |n| bar_cb.set_position(n))),
         // Relaxed: see CountingDriver::park.
         enters: Some(Arc::new(move || {

@@ -17,6 +17,9 @@
 //!   flush is queued like any other IO (what fio's iolog replay does):
 //!   faster, with no durability promise.
 //!
+//! With `overlap_order` off the overlap rule is dropped (fio's behaviour:
+//! overlapping writes race, nothing can be verified).
+//!
 //! So IOs leave in trace order except that an IO may pass earlier ones
 //! that wait for an overlap, when it conflicts with none of them: the scan
 //! looks up to `4 * iodepth` IOs past the first unissued one, and past at
@@ -84,6 +87,11 @@ pub struct ReplayOptions {
     /// queues them like other IOs (reads and writes keep their overlap
     /// order either way, so `verify` still holds).
     pub flush_barrier: bool,
+    /// Keep overlapping IOs in trace order (see the module docs). Default
+    /// true; false issues every IO as soon as the depth (and flush
+    /// barriers) allow, as fio does: overlapping writes then race and the
+    /// target's contents are undefined, so `verify` needs this on.
+    pub overlap_order: bool,
     /// Progress callback (every 1024 completions and at the end).
     pub progress: Option<Progress>,
     /// Reads the ring's enter count, for IOS/call (`None`: reported as
@@ -100,6 +108,7 @@ impl Default for ReplayOptions {
             verify: false,
             unwritten: Unwritten::Unchecked,
             flush_barrier: true,
+            overlap_order: true,
             progress: None,
             enters: None,
         }
@@ -115,6 +124,7 @@ impl std::fmt::Debug for ReplayOptions {
             .field("verify", &self.verify)
             .field("unwritten", &self.unwritten)
             .field("flush_barrier", &self.flush_barrier)
+            .field("overlap_order", &self.overlap_order)
             .finish_non_exhaustive()
     }
 }
@@ -141,6 +151,11 @@ pub async fn replay(
             "--iodepth {} is out of range: use 1..=65536",
             opts.iodepth
         )));
+    }
+    if opts.verify && !opts.overlap_order {
+        return Err(ReplayError::usage(
+            "--verify needs overlapping IOs kept in order: drop --overlap-order 0",
+        ));
     }
     let handle = spread(opts.cores)?;
     let before = dev.iostats();
@@ -260,6 +275,7 @@ struct Dispatcher<'a> {
     writes_in_flight: usize,
     flush_in_flight: bool,
     flush_barrier: bool,
+    overlap_order: bool,
     map: Option<BlockMap>,
     verify: Option<VerifyStats>,
     acc: Vec<OpAcc>,
@@ -299,6 +315,7 @@ impl<'a> Dispatcher<'a> {
             writes_in_flight: 0,
             flush_in_flight: false,
             flush_barrier: opts.flush_barrier,
+            overlap_order: opts.overlap_order,
             map: opts.verify.then(|| BlockMap::new(opts.unwritten)),
             verify: opts.verify.then(VerifyStats::default),
             acc: TraceOp::ALL
@@ -392,7 +409,9 @@ impl<'a> Dispatcher<'a> {
                     self.count_wait(j, WAITED_FLUSH);
                     break;
                 }
-            } else if conflicts(&self.in_flight, &io) || conflicts(&waiting, &io) {
+            } else if self.overlap_order
+                && (conflicts(&self.in_flight, &io) || conflicts(&waiting, &io))
+            {
                 self.count_wait(j, WAITED_OVERLAP);
                 if waiting.len() + 1 >= MAX_WAITING_SCANNED {
                     break;
@@ -538,6 +557,7 @@ impl<'a> Dispatcher<'a> {
             iodepth: self.iodepth as u32,
             cores: self.cores,
             flush_barrier: self.flush_barrier,
+            overlap_order: self.overlap_order,
             ios,
             bytes,
             elapsed_s,

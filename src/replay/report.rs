@@ -154,6 +154,8 @@ pub struct ReplayReport {
     pub cores: usize,
     /// Flushes were barriers (false: queued like other IOs).
     pub flush_barrier: bool,
+    /// Overlapping IOs were kept in trace order.
+    pub overlap_order: bool,
     /// Trace IOs replayed (all ops).
     pub ios: u64,
     /// Bytes moved by reads and writes.
@@ -198,7 +200,7 @@ impl ReplayReport {
     fn write_text(&self, s: &mut String) -> std::fmt::Result {
         writeln!(
             s,
-            "replayed {} IOs in {:.3} s ({} timing, iodepth {}, {} core{}, flushes {}): \
+            "replayed {} IOs in {:.3} s ({} timing, iodepth {}, {} core{}, flushes {}{}): \
              {:.0} IOPS, {}/s",
             self.ios,
             self.elapsed_s,
@@ -210,6 +212,11 @@ impl ReplayReport {
                 "as barriers"
             } else {
                 "queued"
+            },
+            if self.overlap_order {
+                ""
+            } else {
+                ", overlaps unordered"
             },
             self.iops,
             human_bytes(self.bandwidth_bytes_per_s)
