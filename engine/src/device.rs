@@ -63,7 +63,10 @@ impl Drop for Device {
 impl Device {
     /// Opens a file or a block device at `path` through io_uring (or the
     /// sync fallback where io_uring is refused), with `O_DIRECT` unless
-    /// `options.direct` is false.
+    /// `options.direct` is false. An NVMe namespace's character device
+    /// (`/dev/ngXnY`) is opened for passthrough (`IORING_OP_URING_CMD`);
+    /// use `NvmeBackend::open` with [`Device::with_backend`] to reach
+    /// `/dev/nvmeXnY` through passthrough too.
     ///
     /// # Errors
     /// Invalid options; the path does not exist or cannot be opened;
@@ -72,6 +75,10 @@ impl Device {
     pub fn open(path: impl AsRef<Path>, options: DeviceOptions) -> Result<Device, Error> {
         options.validate()?;
         let path = path.as_ref();
+        if plugio_device::is_passthrough_path(path) {
+            let ns = plugio_device::backend::nvme::NvmeBackend::open(path)?;
+            return Self::with_backend(Arc::new(ns), Some(path.to_path_buf()), options);
+        }
         let backend = plugio_device::backend::file::OpenOptions::new()
             .write(!options.read_only)
             .direct(options.direct)

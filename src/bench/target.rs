@@ -98,7 +98,12 @@ fn existing_len(path: &Path) -> Result<(u64, &'static str), BenchError> {
         }
         Err(e) => return Err(BenchError::io(format!("stat {}", path.display()), e)),
     };
-    if meta.file_type().is_block_device() {
+    if plugio_device::is_passthrough_path(path) {
+        let ns = plugio_device::backend::nvme::NvmeBackend::open(path)
+            .map_err(|e| BenchError::engine("plugio", format!("open {}: {e}", path.display())))?;
+        let info = ns.info();
+        Ok((info.nsze_blocks << info.lba_shift, "NVMe passthrough namespace"))
+    } else if meta.file_type().is_block_device() {
         let mut f =
             File::open(path).map_err(|e| BenchError::io(format!("open {}", path.display()), e))?;
         let len = f
@@ -118,6 +123,20 @@ fn existing_len(path: &Path) -> Result<(u64, &'static str), BenchError> {
 /// Opens the target as the engines will and returns its logical block
 /// size, checking O_DIRECT and `--bs` alignment when `job.direct`.
 fn check_direct(path: &Path, job: &Job) -> Result<u32, BenchError> {
+    if plugio_device::is_passthrough_path(path) {
+        // NVMe passthrough has no page cache to bypass: the LBA size is
+        // the alignment.
+        let ns = plugio_device::backend::nvme::NvmeBackend::open(path)
+            .map_err(|e| BenchError::engine("plugio", format!("open {}: {e}", path.display())))?;
+        let lbs = 1u32 << ns.info().lba_shift;
+        if job.bs_bytes % u64::from(lbs) != 0 {
+            return Err(BenchError::Misaligned {
+                bs_bytes: job.bs_bytes,
+                logical_block_bytes: lbs,
+            });
+        }
+        return Ok(lbs);
+    }
     let mut opts = OpenOptions::new();
     opts.read(true);
     if job.direct {
