@@ -102,7 +102,10 @@ fn existing_len(path: &Path) -> Result<(u64, &'static str), BenchError> {
         let ns = plugio_device::backend::nvme::NvmeBackend::open(path)
             .map_err(|e| BenchError::engine("plugio", format!("open {}: {e}", path.display())))?;
         let info = ns.info();
-        Ok((info.nsze_blocks << info.lba_shift, "NVMe passthrough namespace"))
+        Ok((
+            info.nsze_blocks << info.lba_shift,
+            "NVMe passthrough namespace",
+        ))
     } else if meta.file_type().is_block_device() {
         let mut f =
             File::open(path).map_err(|e| BenchError::io(format!("open {}", path.display()), e))?;
