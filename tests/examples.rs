@@ -4,7 +4,7 @@
 //! `examples/` are built by `cargo test` and run to completion by the
 //! `book` block of `.ci/run`.)
 
-use plugio::{Device, DeviceOptions, ErrorKind, InvalidInput, RingConfig};
+use plugio::{Device, DeviceOptions, ErrorKind, InvalidInput, RingConfig, TagSharing};
 
 fn temp_file(len_bytes: u64) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
@@ -87,4 +87,43 @@ fn the_handles_the_kv_tutorial_shares_between_cores_are_send_and_sync() {
     send_sync::<Device>();
     send_sync::<plugio::executor::channel::Sender<Vec<u8>>>();
     send_sync::<plugio::DmaBuf>();
+}
+
+/// The defaults the book's tuning page shows (it includes this block), so
+/// the page changes when a default does.
+#[test]
+// `..RingConfig::default()` keeps this compiling when a field is added.
+#[allow(clippy::needless_update)]
+fn the_defaults_on_the_tuning_page_are_the_defaults() {
+    // ANCHOR: defaults
+    // The defaults, spelled out (DeviceOptions also has bio_cache,
+    // buffer_cache, iostats, max_merge_bytes, read_only and backend).
+    let options = DeviceOptions {
+        queue_depth: 256,             // tags: requests in flight, all cores together
+        plug_max_count: 32,           // BLK_MAX_REQUEST_COUNT
+        plug_flush_bytes: 128 * 1024, // BLK_PLUG_FLUSH_SIZE; 0: no byte trigger
+        tag_sharing: TagSharing::Shared,
+        tag_batch: true,
+        tag_batch_retry: true,
+        max_request_bytes: None, // the device's max_sectors_kb
+        nomerges: 0,
+        cached_clock: true,
+        direct: true, // O_DIRECT
+        ..DeviceOptions::default()
+    };
+    let ring = RingConfig {
+        sq_entries: 256,
+        cq_entries: None,    // 2 x SQ
+        taskrun_flags: true, // SINGLE_ISSUER|DEFER_TASKRUN, else COOP_TASKRUN
+        sqpoll_idle_ms: None,
+        iopoll: false,
+        registered_files: 64,
+        ..RingConfig::default()
+    };
+    // ANCHOR_END: defaults
+    assert_eq!(
+        format!("{options:?}"),
+        format!("{:?}", DeviceOptions::default())
+    );
+    assert_eq!(format!("{ring:?}"), format!("{:?}", RingConfig::default()));
 }
