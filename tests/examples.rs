@@ -127,3 +127,31 @@ fn the_defaults_on_the_tuning_page_are_the_defaults() {
     );
     assert_eq!(format!("{ring:?}"), format!("{:?}", RingConfig::default()));
 }
+
+// ANCHOR: passthrough
+/// Opens an NVMe namespace's generic character device (`/dev/ngXnY`) for
+/// passthrough: NVMe commands through `IORING_OP_URING_CMD`.
+fn open_passthrough(path: &str, iopoll: bool) -> Result<Device, plugio::Error> {
+    use plugio::device::{NvmeBackend, NvmeOptions};
+    let nvme = NvmeOptions {
+        iopoll, // a polled ring, when the namespace has poll queues
+        ..NvmeOptions::default()
+    };
+    let backend = NvmeBackend::open_with(path, &nvme)?;
+    Device::with_backend(
+        std::sync::Arc::new(backend),
+        Some(path.into()),
+        DeviceOptions::default(),
+    )
+}
+// ANCHOR_END: passthrough
+
+/// The tuning page's passthrough snippet compiles (above) and, on a machine
+/// without that namespace, fails with a typed error instead of panicking.
+#[test]
+fn the_passthrough_snippet_reports_a_missing_namespace() {
+    let path = "/dev/ng-plugio-book-missing-n1";
+    let err = open_passthrough(path, false).expect_err("no such namespace");
+    println!("passthrough on a missing node: {err}");
+    assert_eq!(*err.kind(), ErrorKind::NotFound, "{err}");
+}
