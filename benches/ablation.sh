@@ -9,8 +9,8 @@
 # benches/RESULTS.md (or of --out FILE).
 #
 # Each cell is the median of --repeat runs (default 3), the mechanisms
-# interleaved round by round so that drift in the machine's load spreads
-# over all rows alike.
+# interleaved round by round, in a new random order each round, so that
+# drift in the machine's load spreads over all rows alike.
 #
 # Usage: benches/ablation.sh [--quick] [--runtime S] [--repeat N] [--out FILE]
 set -euo pipefail
@@ -54,7 +54,8 @@ RESULTS=$WORK/results.jsonl
 run() { # workload target direct extra...
   local workload=$1 target=$2 direct=$3; shift 3
   for round in $(seq "$REPEAT"); do
-  for m in $MECHS; do
+  # A new random order each round: no mechanism always runs first or last.
+  for m in $(printf '%s\n' $MECHS | shuf); do
     local ab=(); [ "$m" = none ] || ab=(--ablate "$m")
     "$BIN" bench --engine plugio --filename "$target" --direct "$direct" --bs 4k \
       --runtime "$RUNTIME" --buf-per-io --json --quiet "${ab[@]}" "$@" 2>/dev/null \
