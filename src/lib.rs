@@ -45,6 +45,9 @@ pub use plugio_executor::{
 /// the engine, with verification and figures.
 pub mod replay;
 
+/// `Result` with plugio's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
 /// Runtimes whose cores drive IO through io_uring: see
 /// [`plugio_engine::runtime`].
 pub mod runtime {

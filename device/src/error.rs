@@ -257,7 +257,7 @@ impl fmt::Display for Error {
             ErrorKind::NotFound => write!(f, "not found")?,
             ErrorKind::DirectIoRefused => write!(
                 f,
-                "the file system refused O_DIRECT; open it buffered with OpenOptions::direct(false)"
+                "the file system refused O_DIRECT; open it buffered: DeviceOptions {{ direct: false, .. }} (or OpenOptions::direct(false))"
             )?,
             ErrorKind::NoDriver => write!(
                 f,

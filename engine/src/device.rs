@@ -425,7 +425,14 @@ fn many(buf: BioBuf) -> Vec<DmaBuf> {
 /// Refuses a zero length for a data op and a length above
 /// [`MAX_IO_BYTES`].
 fn check_len(len_bytes: u64, has_data: bool) -> Result<(), Error> {
-    if (has_data && len_bytes == 0) || len_bytes > MAX_IO_BYTES {
+    if has_data && len_bytes == 0 {
+        // `max_bytes: 0` is how the error says "zero is not allowed".
+        return Err(Error::invalid(InvalidInput::Length {
+            len_bytes: 0,
+            max_bytes: 0,
+        }));
+    }
+    if len_bytes > MAX_IO_BYTES {
         return Err(Error::invalid(InvalidInput::Length {
             len_bytes,
             max_bytes: MAX_IO_BYTES,
