@@ -166,7 +166,7 @@ fn sequential_reads_merge_unless_nomerges_2() {
 }
 
 #[test]
-fn ablations_are_accepted_and_unavailable_ones_noted() {
+fn ablations_switch_the_engine_mechanisms_off() {
     let v = bench_json(&[
         "--ablate",
         "tag-batch",
@@ -176,12 +176,17 @@ fn ablations_are_accepted_and_unavailable_ones_noted() {
         "16",
     ]);
     check_data_run(&v, "plugio");
-    let notes = v["notes"].to_string();
-    assert!(
-        notes.contains("bio-cache") && notes.contains("not available yet"),
-        "{notes}"
-    );
+    assert_eq!(v["notes"], serde_json::json!([]), "every ablation applies");
     assert_eq!(v["ablate"], serde_json::json!(["tag-batch", "bio-cache"]));
+    // Without the bio cache each IO allocates its bio.
+    let allocs = v["allocs_per_io"].as_f64().expect("allocs_per_io");
+    assert!(
+        allocs >= 0.9,
+        "allocations per IO without the bio cache: {allocs}"
+    );
+    let cached = bench_json(&["--iodepth", "16"]);
+    let allocs = cached["allocs_per_io"].as_f64().expect("allocs_per_io");
+    assert!(allocs < 0.1, "allocations per IO with the caches: {allocs}");
 }
 
 /// Asserts exit code 2, a message containing `needle`, and no panic.
