@@ -41,8 +41,7 @@ pub use plugio_executor::{
     sleep, spawn, spawn_local, timeout, yield_now, JoinHandle, LocalExecutor, Runtime, ShutdownMode,
 };
 
-/// `plugio replay`: IO traces (CSV, fio iolog, blkparse) replayed through
-/// the engine, with verification and figures.
+// `plugio replay`: IO traces replayed through the engine (docs inside).
 pub mod replay;
 
 /// `Result` with plugio's [`Error`].

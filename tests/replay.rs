@@ -529,6 +529,46 @@ fn cli_text_output_has_ops_engine_figures_and_lag() {
     }
 }
 
+#[test]
+fn cli_spreads_io_over_two_cores_and_limits_the_trace() {
+    let dir = tmpdir();
+    let target = dir.path().join("two");
+    let v = replay_json(
+        &data("small.csv"),
+        &target,
+        &[
+            "--verify", "--timing", "none", "--cpus", "2", "--limit", "5",
+        ],
+    );
+    assert_eq!((u(&v, &["ios"]), u(&v, &["cores"])), (5, 2));
+    assert_eq!(v["trace_ios"], serde_json::json!([1, 3, 1, 0]));
+    assert_eq!(u(&v, &["verify", "mismatched_sectors"]), 0);
+    // The target was sized for the 5 IOs replayed, not the whole trace.
+    assert_eq!(std::fs::metadata(&target).unwrap().len(), 16384);
+}
+
+#[test]
+fn cli_bad_options_exit_2_with_a_message() {
+    let dir = tmpdir();
+    let t = dir.path().join("x").display().to_string();
+    let trace = data("small.csv");
+    for (extra, want) in [
+        (&["--iodepth", "0"][..], "--iodepth 0 is out of range"),
+        (&["--cpus", "0"][..], "--cpus 0"),
+        (&["--limit", "0"][..], "--limit 0"),
+        (
+            &["--verify", "--overlap-order", "0"][..],
+            "--verify needs overlapping IOs",
+        ),
+    ] {
+        let mut args = vec!["replay", &trace, "--filename", &t, "--quiet"];
+        args.extend_from_slice(extra);
+        let o = plugio(&args);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{extra:?}: {}", stderr(&o));
+    }
+}
+
 fn shared_trace(name: &str) -> String {
     let p: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../shared/traces")
