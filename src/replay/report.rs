@@ -81,8 +81,9 @@ pub struct OpReport {
 /// The engine's own figures over the replay (iostats deltas).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct EngineFigures {
-    /// Bios issued (one per trace IO, plus splits of none: a bio is the IO
-    /// as issued).
+    /// Bios issued: one per replayed trace IO (the final verification
+    /// reads are not counted: the figures stop at the last replayed
+    /// completion).
     pub bios: u64,
     /// Requests sent to the backend after merging and splitting.
     pub requests: u64,
@@ -103,7 +104,8 @@ pub struct EngineFigures {
     /// `io_uring_enter` calls on the replay's cores (`None`: not known,
     /// e.g. a runtime the caller built).
     pub enters: Option<u64>,
-    /// Requests (SQEs) per `io_uring_enter`.
+    /// Requests (SQEs) per `io_uring_enter`; below 1 when the cores often
+    /// enter only to wait for completions.
     pub ios_per_call: Option<f64>,
 }
 
@@ -174,10 +176,10 @@ pub struct ReplayReport {
     /// How late IOs were issued against their recorded time (`--timing
     /// original` only).
     pub lag: Option<LatencySummary>,
-    /// Times the next IO had to wait for an overlapping in-flight IO.
+    /// IOs that waited for an earlier overlapping IO (each counted once).
     pub overlap_waits: u64,
-    /// Times the next IO (a flush, or an IO after one) waited at a flush
-    /// barrier.
+    /// IOs that waited at a flush barrier: a flush for the writes before
+    /// it, or an IO for the flush before it (each counted once).
     pub flush_waits: u64,
     /// Verification (`None` without `--verify`).
     pub verify: Option<VerifyStats>,
@@ -259,7 +261,7 @@ impl ReplayReport {
         )?;
         writeln!(
             s,
-            "  ordering: {} waits for an overlapping IO, {} waits at a flush barrier",
+            "  ordering: {} IOs waited for an overlapping IO, {} at a flush barrier",
             self.overlap_waits, self.flush_waits
         )?;
         if let Some(l) = &self.lag {
