@@ -69,16 +69,19 @@ pub(crate) struct CoreDev {
 }
 
 impl CoreDev {
-    /// Whether `rq` must wait for every earlier request to complete: a
-    /// flush (it covers the writes before it), or an overlap with an
-    /// earlier request in flight or waiting where one of the two writes.
-    /// Reads with no write in flight or waiting take the fast path.
-    fn needs_barrier(&self, rq: &Request) -> bool {
+    /// Whether `rq` must wait for earlier requests to complete: a flush
+    /// waits for the writes before it (it covers them; reads in flight do
+    /// not hold it back: `writes_only` is set), an overlap with an earlier
+    /// request in flight or waiting where one of the two writes waits for
+    /// everything before it. Reads with no write in flight or waiting take
+    /// the fast path.
+    fn needs_barrier(&self, rq: &mut Request) -> bool {
         let Some(op) = rq.op else {
             return false;
         };
         if matches!(op, OpKind::Flush | OpKind::Fsync) {
-            return self.tags_held > 0 || !self.waiting.is_empty();
+            rq.writes_only = true;
+            return self.writes_in_flight > 0 || self.writes_waiting > 0;
         }
         if !op.is_write() && self.writes_in_flight == 0 && self.writes_waiting == 0 {
             return false;
@@ -99,14 +102,14 @@ impl CoreDev {
         else {
             return false;
         };
-        let probe = Request {
+        let mut probe = Request {
             op: Some(bio.op),
             offset_bytes: bio.offset_bytes,
             len_bytes: bio.len_bytes,
             ..Request::default()
         };
         let rq_barrier = self.waiting.back().is_some_and(|rq| rq.barrier);
-        if !rq_barrier && self.needs_barrier(&probe) {
+        if !rq_barrier && self.needs_barrier(&mut probe) {
             return false;
         }
         let Some(rq) = self.waiting.back_mut() else {
@@ -132,16 +135,24 @@ impl CoreDev {
     }
 
     /// How many requests at the front of the queue may be dispatched now:
-    /// up to the first barrier, which itself may go only when nothing of
-    /// this device is in flight from this core.
+    /// up to the first barrier, which itself may go only from the front of
+    /// the queue and when what it waits for is done (every request of this
+    /// device from this core, or only the writes for a flush).
     fn dispatchable(&self) -> usize {
         if self.barriers_waiting == 0 {
             return self.waiting.len();
         }
         let mut n = 0;
         for rq in &self.waiting {
-            if rq.barrier && (n > 0 || self.tags_held > 0) {
-                break;
+            if rq.barrier {
+                let busy = if rq.writes_only {
+                    self.writes_in_flight > 0
+                } else {
+                    self.tags_held > 0
+                };
+                if n > 0 || busy {
+                    break;
+                }
             }
             n += 1;
         }
@@ -530,7 +541,7 @@ impl EngineCore {
             });
             rq.nr_segs = bio.buf.nr_segs();
             rq.mergeable = mergeable && piece_len == len;
-            rq.barrier = d.needs_barrier(&rq);
+            rq.barrier = d.needs_barrier(&mut rq);
             if rq.barrier {
                 d.barriers_waiting += 1;
             }

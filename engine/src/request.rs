@@ -46,6 +46,8 @@ pub(crate) struct Request {
     /// device from this core has completed: it overlaps one of them and one
     /// of the two writes (program order), or it is a flush.
     pub barrier: bool,
+    /// A barrier that waits only for the writes in flight (a flush).
+    pub writes_only: bool,
 }
 
 impl Request {
@@ -56,6 +58,7 @@ impl Request {
         self.iovecs.clear();
         self.len_bytes = 0;
         self.barrier = false;
+        self.writes_only = false;
         self.nr_segs = 0;
         self.mergeable = false;
     }
