@@ -262,7 +262,9 @@ fn original_timing_issues_each_io_no_earlier_than_recorded_and_reports_lag() {
         "{:?}",
         t0.elapsed()
     );
-    assert!(r.elapsed_s >= 0.0199, "{r:?}");
+    // The report's clock starts at the first IO's issue, a little after
+    // the run began: allow a quarter of a millisecond.
+    assert!(r.elapsed_s >= 0.0197, "{r:?}");
     let lag = r.lag.expect("lag under original timing");
     assert_eq!(lag.samples, 200);
     assert!(lag.p50_ns <= lag.p99_ns && lag.p99_ns <= lag.max_ns);
