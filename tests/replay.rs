@@ -263,8 +263,9 @@ fn original_timing_issues_each_io_no_earlier_than_recorded_and_reports_lag() {
         t0.elapsed()
     );
     // The report's clock starts at the first IO's issue, a little after
-    // the run began: allow a quarter of a millisecond.
-    assert!(r.elapsed_s >= 0.0197, "{r:?}");
+    // the run began: allow a millisecond (as fast as possible would be
+    // about 1 ms in all).
+    assert!(r.elapsed_s >= 0.019, "{r:?}");
     let lag = r.lag.expect("lag under original timing");
     assert_eq!(lag.samples, 200);
     assert!(lag.p50_ns <= lag.p99_ns && lag.p99_ns <= lag.max_ns);
