@@ -11,6 +11,9 @@ use std::time::Duration;
 use plugio::device::backend::mem::{Latency, MemClock, MemConfig, MemDevice};
 use plugio::{Device, DeviceOptions, ErrorKind, RingConfig, ShutdownMode};
 
+mod common;
+use common::{local, watchdog};
+
 fn tmpdir() -> tempfile::TempDir {
     tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir")
 }
@@ -25,28 +28,6 @@ fn file(dir: &tempfile::TempDir, name: &str, len: usize) -> std::path::PathBuf {
     let path = dir.path().join(name);
     std::fs::write(&path, pattern(0, len)).expect("fixture");
     path
-}
-
-fn local() -> plugio::LocalExecutor {
-    plugio::runtime::local(RingConfig::default()).expect("local executor")
-}
-
-/// Runs `f` on its own thread; a hang fails the test after `secs`.
-fn watchdog<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let h = std::thread::spawn(move || {
-        let out = f();
-        let _ = tx.send(());
-        out
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(()) => h.join().expect("test thread"),
-        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => match h.join() {
-            Ok(v) => v,
-            Err(p) => std::panic::resume_unwind(p),
-        },
-        Err(_) => panic!("hang: not finished after {secs} s"),
-    }
 }
 
 fn poll_once<F: Future>(fut: std::pin::Pin<&mut F>) -> Poll<F::Output> {

@@ -8,30 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use plugio::device::backend::mem::{Fault, FaultOn, Latency, MemClock, MemConfig, MemDevice};
-use plugio::{Device, DeviceOptions, ErrorKind, IoFlags, RingConfig};
+use plugio::{Device, DeviceOptions, ErrorKind, IoFlags};
+
+mod common;
+use common::{local, watchdog};
 
 const CAP: u64 = 1 << 20;
-
-fn local() -> plugio::LocalExecutor {
-    plugio::runtime::local(RingConfig::default()).expect("local executor")
-}
-
-fn watchdog<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let h = std::thread::spawn(move || {
-        let out = f();
-        let _ = tx.send(());
-        out
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(()) => h.join().expect("test thread"),
-        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => match h.join() {
-            Ok(v) => v,
-            Err(p) => std::panic::resume_unwind(p),
-        },
-        Err(_) => panic!("hang: not finished after {secs} s"),
-    }
-}
 
 fn mem(faults: Vec<Fault>, latency: Latency) -> MemDevice {
     MemDevice::new(MemConfig {

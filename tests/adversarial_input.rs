@@ -2,10 +2,12 @@
 //! a clear error, and nothing else in flight is affected" promise.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use plugio::device::backend::mem::{MemConfig, MemDevice};
-use plugio::{Device, DeviceOptions, DmaBuf, ErrorKind, InvalidInput, RingConfig};
+use plugio::{Device, DeviceOptions, DmaBuf, ErrorKind, InvalidInput};
+
+mod common;
+use common::{local, watchdog};
 
 fn tmpdir() -> tempfile::TempDir {
     tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir")
@@ -16,32 +18,6 @@ fn file(dir: &tempfile::TempDir, name: &str, len: usize) -> std::path::PathBuf {
     let data: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(7)).collect();
     std::fs::write(&path, data).expect("fixture");
     path
-}
-
-fn local() -> plugio::LocalExecutor {
-    plugio::runtime::local(RingConfig::default()).expect("local executor")
-}
-
-/// Runs `f` on its own thread; fails the test if it does not finish in
-/// `secs` (a hang fails instead of blocking the suite).
-fn watchdog<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let h = std::thread::spawn(move || {
-        let out = f();
-        let _ = tx.send(());
-        out
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(()) => h.join().expect("test thread"),
-        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-            // The thread panicked: re-raise its panic.
-            match h.join() {
-                Ok(v) => v,
-                Err(p) => std::panic::resume_unwind(p),
-            }
-        }
-        Err(_) => panic!("hang: not finished after {secs} s"),
-    }
 }
 
 fn mem_dev(capacity: u64) -> (MemDevice, Device) {

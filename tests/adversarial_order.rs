@@ -10,28 +10,10 @@ use std::time::Duration;
 use plugio::device::backend::mem::{Latency, MemClock, MemConfig, MemDevice};
 use plugio::{Device, DeviceOptions, IoFlags, RingConfig, ShutdownMode};
 
+mod common;
+use common::{local, watchdog};
+
 const BLOCK: u64 = 4096;
-
-fn local() -> plugio::LocalExecutor {
-    plugio::runtime::local(RingConfig::default()).expect("local executor")
-}
-
-fn watchdog<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let h = std::thread::spawn(move || {
-        let out = f();
-        let _ = tx.send(());
-        out
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(()) => h.join().expect("test thread"),
-        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => match h.join() {
-            Ok(v) => v,
-            Err(p) => std::panic::resume_unwind(p),
-        },
-        Err(_) => panic!("hang: not finished after {secs} s"),
-    }
-}
 
 /// xorshift64*: deterministic and dependency-free.
 struct Rng(u64);
