@@ -354,9 +354,9 @@ impl Device {
         offset_bytes: u64,
         len_bytes: u64,
         buf: BioBuf,
-    ) -> BioFuture {
+    ) -> BioFuture<'_> {
         BioFuture {
-            shared: self.shared.clone(),
+            shared: &self.shared,
             state: State::Init(Some(BioInit {
                 op,
                 flags,
@@ -485,15 +485,16 @@ enum State {
 }
 
 /// The future of one IO: checks and plugs it on first poll, then waits for
-/// its bio to complete.
-struct BioFuture {
-    shared: Arc<DeviceShared>,
+/// its bio to complete. It borrows the device handle (no reference count
+/// touched per IO).
+struct BioFuture<'a> {
+    shared: &'a Arc<DeviceShared>,
     state: State,
 }
 
-impl BioFuture {
+impl BioFuture<'_> {
     fn issue(&mut self, init: BioInit, cx: &mut Context<'_>) -> Poll<BioResult> {
-        if let Err(e) = Device::check(&self.shared, &init) {
+        if let Err(e) = Device::check(self.shared, &init) {
             self.state = State::Done;
             return Poll::Ready(BioResult {
                 result: Err(e),
@@ -510,7 +511,7 @@ impl BioFuture {
                 });
             }
         };
-        let dev = core.dev_index(&self.shared);
+        let dev = core.dev_index(self.shared);
         let id = {
             let mut bios = core.bios.borrow_mut();
             let (id, hit) = bios.alloc(self.shared.opts.bio_cache);
@@ -531,7 +532,7 @@ impl BioFuture {
     }
 }
 
-impl Future for BioFuture {
+impl Future for BioFuture<'_> {
     type Output = BioResult;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<BioResult> {
@@ -564,7 +565,7 @@ impl Future for BioFuture {
     }
 }
 
-impl Drop for BioFuture {
+impl Drop for BioFuture<'_> {
     fn drop(&mut self) {
         if let State::Issued { uid, id } = self.state {
             let Some(ec) = EngineCore::by_uid(uid) else {

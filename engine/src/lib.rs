@@ -8,13 +8,17 @@
 //!   -> check             (device)   length, alignment, range: refused here, nothing queued
 //!   -> bio               (bio)      a slot in the core's bio table (reused, no malloc)
 //!   -> plug              (plug)     appended; flushed at max_count / flush_bytes / tick end
-//!   -> requests          (core)     split at the device's request limit
+//!   -> requests          (flush)    built in place in the device's request slab
+//!                                   (queue), merged (merge), split at the request
+//!                                   limit, ordered (order)
 //!   -> tags              (tag)      all the flush needs in one batch (sbitmap), retried;
 //!                                   the rest wait (a task parked on the tag set)
-//!   -> dispatch          (core)     one backend submission per request, token = tag
+//!   -> dispatch          (dispatch) one backend submission per request,
+//!                                   token = (device, request slot)
 //!   -> io_uring_enter    (device)   once per tick, in the core's park
-//!   -> complete          (core)     token -> request by tag -> split the result into
-//!                                   its bios -> wake their tasks; tag freed
+//!   -> complete          (complete) a batch of tokens -> requests -> split the
+//!                                   results into their bios -> wake their tasks;
+//!                                   tags, clock and iostats once per batch
 //! ```
 //!
 //! # Invariants
@@ -34,11 +38,16 @@
 
 mod bio;
 pub mod clock;
+mod complete;
 mod core;
 pub mod device;
+mod dispatch;
+mod flush;
 mod merge;
 pub mod options;
+mod order;
 mod plug;
+mod queue;
 pub mod region;
 mod request;
 pub mod runtime;

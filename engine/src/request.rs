@@ -5,15 +5,31 @@
 //! - A request's pieces are contiguous on the device, in order, of one op
 //!   and one flag set; `len_bytes` is their sum and never exceeds the
 //!   device's request limit.
-//! - A request lives in its core's per-device request array at the index of
-//!   its tag from dispatch until its completion; the tag is the submission
-//!   token, so a completion is an array lookup.
+//! - A request is built in place in a slot of its core's per-device request
+//!   slab (`queue::RqSlab`) and never moves until its completion frees the
+//!   slot: waiting for a tag, in flight and completing, it is named by its
+//!   slot index. The submission token is (device index, slot index), so a
+//!   completion is one array lookup; the tag the request holds while in
+//!   flight is recorded in it.
 //! - `iovecs` point into the pieces' bio buffers, which stay owned by their
 //!   bios (and so alive) until this request completes.
 
 use plugio_device::{IoFlags, OpKind};
 
 use crate::bio::BioId;
+use crate::tag::Tag;
+
+/// Where a request is on its path.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum RqState {
+    /// The slot is on the slab's free list.
+    #[default]
+    Free,
+    /// Built by a flush, waiting in its device's FIFO for a tag.
+    Waiting,
+    /// Holds a tag; submitted to the backend.
+    InFlight,
+}
 
 /// A piece of a bio inside a request: `len_bytes` from `bio_offset` of the
 /// bio.
@@ -27,6 +43,9 @@ pub(crate) struct Piece {
 /// One request.
 #[derive(Debug, Default)]
 pub(crate) struct Request {
+    pub state: RqState,
+    /// The tag held while in flight.
+    pub tag: Tag,
     pub op: Option<OpKind>,
     pub flags: IoFlags,
     pub offset_bytes: u64,
@@ -53,6 +72,7 @@ pub(crate) struct Request {
 impl Request {
     /// Empties the request for reuse, keeping its vectors' capacity.
     pub fn clear(&mut self) {
+        self.state = RqState::Free;
         self.op = None;
         self.pieces.clear();
         self.iovecs.clear();
@@ -63,17 +83,19 @@ impl Request {
         self.mergeable = false;
     }
 
-    /// Whether this request and `other` touch a common byte and at least
-    /// one of them changes the device (so their order matters).
-    pub fn conflicts_with(&self, other: &Request) -> bool {
-        let (Some(a), Some(b)) = (self.op, other.op) else {
+    /// Whether this request and an IO `op` on `[offset_bytes,
+    /// offset_bytes + len_bytes)` touch a common byte and at least one of
+    /// them changes the device (so their order matters). A free request
+    /// conflicts with nothing.
+    pub fn conflicts_with(&self, op: OpKind, offset_bytes: u64, len_bytes: u64) -> bool {
+        let Some(a) = self.op else {
             return false;
         };
-        if !a.is_write() && !b.is_write() {
+        if !a.is_write() && !op.is_write() {
             return false;
         }
         let (s1, e1) = (self.offset_bytes, self.offset_bytes + self.len_bytes);
-        let (s2, e2) = (other.offset_bytes, other.offset_bytes + other.len_bytes);
+        let (s2, e2) = (offset_bytes, offset_bytes + len_bytes);
         s1 < e2 && s2 < e1
     }
 

@@ -15,8 +15,6 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use plugio_device::OpKind;
-
 use crate::tag::TagStats;
 
 /// A counter written by one thread and read by any.
@@ -71,19 +69,6 @@ pub(crate) struct CoreCounters {
     pub requests: Counter,
     pub bio_cache_hits: Counter,
     pub bio_cache_misses: Counter,
-}
-
-impl CoreCounters {
-    /// The group an op is counted in (`None` for no-ops).
-    pub fn group(&self, op: OpKind) -> Option<&OpCounters> {
-        match op {
-            OpKind::Read => Some(&self.read),
-            OpKind::Write | OpKind::WriteZeroes => Some(&self.write),
-            OpKind::Discard | OpKind::Fallocate { .. } => Some(&self.discard),
-            OpKind::Flush | OpKind::Fsync => Some(&self.flush),
-            _ => None,
-        }
-    }
 }
 
 /// The core-local side of `in_flight` / `io_ticks` / `time_in_queue`.

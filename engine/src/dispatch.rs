@@ -1,0 +1,194 @@
+//! Dispatch: waiting requests take tags in one batch and go to the backend
+//! as one submission each (an SQE on the core's ring), with the token
+//! `(device index << 32) | request slot`.
+//!
+//! Idea: blk-mq's batched tag allocation (`blk_mq_get_tags`,
+//! `__sbitmap_queue_get_batch`) and `blk_mq_dispatch_rq_list`.
+//!
+//! Invariants:
+//! - Requests leave the FIFO in order, only as many as
+//!   [`CoreDev::dispatchable`](crate::queue::CoreDev) allows.
+//! - A tag taken for a request that can no longer go (a barrier became the
+//!   front) goes straight back to the tag set.
+//! - The clock is read and the busy accounting done once per batch.
+//! - A tag-waiter task runs for every device with dispatchable requests
+//!   left, so they are retried when tags are freed on any core.
+//! - No `RefCell` borrow of this core is held while a waker runs; the
+//!   device list stays borrowed across `Backend::submit`, which never
+//!   delivers a completion from inside.
+
+use std::rc::Rc;
+
+use plugio_device::{IoOp, OpKind};
+
+use crate::bio::{Bio, BioBuf, BioTable};
+use crate::clock;
+use crate::core::EngineCore;
+use crate::queue::CoreDev;
+use crate::request::{Piece, Request, RqState};
+use crate::tag::Tag;
+
+impl EngineCore {
+    /// Takes tags for the device's waiting requests and dispatches as many
+    /// as got one; starts a tag-waiter task if some are left.
+    pub fn dispatch_waiting(self: &Rc<Self>, dev: u32) {
+        let (shared, nr) = {
+            let devs = self.devs.borrow();
+            let d = &devs[dev as usize];
+            (d.shared.clone(), d.dispatchable())
+        };
+        if nr == 0 {
+            return;
+        }
+        let mut tags = std::mem::take(&mut *self.scratch_tags.borrow_mut());
+        shared
+            .tags_for(self.core)
+            .get_tags(self.core, nr, &mut tags);
+        self.dispatch_tags(dev, &tags);
+        tags.clear();
+        *self.scratch_tags.borrow_mut() = tags;
+        self.ensure_tag_waiter(dev);
+    }
+
+    /// Dispatches the oldest waiting requests of `dev`, one per tag; tags
+    /// left over (nothing dispatchable any more) are put back.
+    pub fn dispatch_tags(&self, dev: u32, tags: &[Tag]) {
+        let mut failed = std::mem::take(&mut *self.scratch_failed.borrow_mut());
+        {
+            let mut devs = self.devs.borrow_mut();
+            let d = &mut devs[dev as usize];
+            let bios = self.bios.borrow();
+            // One clock read for the batch with the cached clock; one per
+            // request without it (the ablation of the cached clock).
+            let batch_clock = d.iostats && d.cached_clock;
+            let mut now = if batch_clock { clock::now_ns(true) } else { 0 };
+            let mut started = 0;
+            for (i, &tag) in tags.iter().enumerate() {
+                if d.dispatchable() == 0 {
+                    d.shared
+                        .tags_for(self.core)
+                        .put_batch(self.core, &tags[i..]);
+                    break;
+                }
+                let Some(slot) = d.waiting.pop_front() else {
+                    break;
+                };
+                started += 1;
+                if d.iostats && !batch_clock {
+                    now = clock::now_ns(false);
+                    d.busy.event(now, 1, &d.counters);
+                }
+                if let Err(e) = self.dispatch_one(d, &bios, dev, slot, tag, now) {
+                    failed.push((token(dev, slot), -e.errno()));
+                }
+            }
+            if batch_clock && started > 0 {
+                d.busy.event(now, started, &d.counters);
+            }
+            #[cfg(debug_assertions)]
+            d.check_invariants();
+        }
+        if !failed.is_empty() {
+            self.complete_batch(&failed);
+            failed.clear();
+        }
+        *self.scratch_failed.borrow_mut() = failed;
+    }
+
+    /// Starts request `slot` of `d` with `tag`: builds its iovecs in place
+    /// and submits it.
+    fn dispatch_one(
+        &self,
+        d: &mut CoreDev,
+        bios: &BioTable,
+        dev: u32,
+        slot: u32,
+        tag: Tag,
+        now: u64,
+    ) -> Result<(), plugio_device::Error> {
+        let rq = d.rqs.get_mut(slot);
+        debug_assert_eq!(rq.state, RqState::Waiting);
+        rq.state = RqState::InFlight;
+        rq.tag = tag;
+        rq.start_ns = now;
+        let writes = rq.op.is_some_and(OpKind::is_write);
+        let barrier = rq.barrier;
+        build_iovecs(bios, rq);
+        d.writes_waiting -= u32::from(writes);
+        d.writes_in_flight += u32::from(writes);
+        d.barriers_waiting -= u32::from(barrier);
+        d.tags_held += 1;
+        let rq = d.rqs.get(slot);
+        let op = IoOp {
+            kind: rq.op.unwrap_or(OpKind::Nop),
+            offset_bytes: rq.offset_bytes,
+            len_bytes: rq.len_bytes,
+            segments: &rq.iovecs,
+            fixed_buf: rq.fixed_buf,
+            flags: rq.flags,
+        };
+        // SAFETY: the iovecs point into the buffers of the request's bios,
+        // which the bio table keeps (even for orphaned bios) until this
+        // request's completion has been delivered to `complete_batch`; the
+        // request itself stays in its slab slot (never moved) until then.
+        unsafe { d.shared.backend.submit(&op, self.handler, token(dev, slot)) }
+    }
+
+    /// Spawns a task that waits on the tag set for `dev` when requests wait
+    /// and no such task runs yet.
+    fn ensure_tag_waiter(self: &Rc<Self>, dev: u32) {
+        let shared = {
+            let mut devs = self.devs.borrow_mut();
+            let d = &mut devs[dev as usize];
+            if d.dispatchable() == 0 || d.waiter_running {
+                return;
+            }
+            d.waiter_running = true;
+            d.shared.clone()
+        };
+        let core = self.clone();
+        plugio_executor::spawn_local(async move {
+            loop {
+                let nr = core.devs.borrow()[dev as usize].dispatchable();
+                if nr == 0 {
+                    break;
+                }
+                let batch = shared.tags_for(core.core).acquire(core.core, nr).await;
+                core.dispatch_tags(dev, &batch);
+                core.wake_pending();
+            }
+            core.devs.borrow_mut()[dev as usize].waiter_running = false;
+        });
+    }
+}
+
+/// The submission token of request `slot` of device `dev`.
+#[inline]
+pub(crate) fn token(dev: u32, slot: u32) -> u64 {
+    (u64::from(dev) << 32) | u64::from(slot)
+}
+
+/// Fills `rq.iovecs` from its pieces' bio buffers, and names the
+/// registered buffer when the request is one whole buffer of the core's
+/// registered arena (`READ_FIXED`/`WRITE_FIXED`).
+fn build_iovecs(bios: &BioTable, rq: &mut Request) {
+    rq.iovecs.clear();
+    rq.fixed_buf = None;
+    if !rq.op.is_some_and(OpKind::has_data) {
+        return;
+    }
+    for p in &rq.pieces {
+        if let Some(bio) = bios.get(p.bio) {
+            bio_iovecs(bio, p, &mut rq.iovecs);
+        }
+    }
+    if let [p] = rq.pieces.as_slice() {
+        if let Some(BioBuf::One(b)) = bios.get(p.bio).map(|b| &b.buf) {
+            rq.fixed_buf = b.fixed_index();
+        }
+    }
+}
+
+fn bio_iovecs(bio: &Bio, p: &Piece, out: &mut Vec<libc::iovec>) {
+    bio.buf.push_iovecs(p.bio_offset, p.len_bytes, out);
+}

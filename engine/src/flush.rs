@@ -1,0 +1,212 @@
+//! The plug flush: the bios of one tick become requests, built in place in
+//! their device's request slab, merged where the rules allow, and queued
+//! in the device's FIFO; then [`dispatch`](crate::dispatch) takes tags for
+//! them in one batch.
+//!
+//! Idea: `blk_mq_flush_plug_list` (the plug drained at the end of a batch)
+//! and `blk_attempt_plug_merge` (a bio joins the newest request when
+//! contiguous).
+//!
+//! Invariants:
+//! - A flush takes every bio of the plug; bios of one device keep their
+//!   program order except inside the conflict-free runs that
+//!   [`merge::order_for_merge`] sorts (nomerges 0).
+//! - A bio becomes one request, joins the newest waiting request, or is
+//!   split at the device's request limit into several; `parts_left` counts
+//!   them.
+//! - A flush never runs inside another (the `flushing` flag), and it does
+//!   not enter the kernel: the core's park submits the SQEs in one enter.
+
+use std::rc::Rc;
+
+use crate::bio::{Bio, BioId};
+use crate::core::EngineCore;
+use crate::merge;
+use crate::queue::{group_index, CoreDev};
+use crate::request::{Piece, RqState};
+
+impl EngineCore {
+    /// Puts an issued bio into the plug; flushes at once when the plug is
+    /// over its count or byte limit. A full plug only builds and prepares
+    /// its requests: the SQEs go to the kernel in the park's one enter (or
+    /// earlier when the SQ fills). IO issued from a tick hook that runs
+    /// after ours would sit in the plug while the core parks: that is
+    /// flushed at once.
+    pub fn plug_bio(self: &Rc<Self>, dev: u32, id: BioId, len_bytes: u64) {
+        let full = {
+            let devs = self.devs.borrow();
+            let d = &devs[dev as usize];
+            let mut plug = self.plug.borrow_mut();
+            plug.push(dev, id, len_bytes);
+            plug.should_flush(d.plug_max_count, d.plug_flush_bytes)
+        };
+        if full {
+            self.flush();
+        } else if plugio_executor::in_tick_hooks() {
+            self.flush();
+            if let Err(e) = plugio_device::submit_now() {
+                tracing::warn!(error = %e, "submit after a late plug flush failed; the park will retry");
+            }
+        }
+    }
+
+    /// Flushes the plug: turns its bios into requests (split at the
+    /// device's request limit), takes tags for them in one batch per device
+    /// and dispatches them; the rest wait for tags.
+    pub fn flush(self: &Rc<Self>) {
+        if self.flushing.replace(true) {
+            return;
+        }
+        let mut bios = std::mem::take(&mut *self.scratch_bios.borrow_mut());
+        self.plug.borrow_mut().drain_into(&mut bios);
+        // Stable: program order is kept within each device. (One device,
+        // the common case, needs no sort.)
+        if bios.windows(2).any(|w| w[0].0 != w[1].0) {
+            bios.sort_by_key(|&(dev, _)| dev);
+        }
+        let mut touched = 0u64;
+        let mut start = 0;
+        while start < bios.len() {
+            let dev = bios[start].0;
+            let end = start + bios[start..].iter().take_while(|b| b.0 == dev).count();
+            self.build_device_requests(dev, &mut bios[start..end]);
+            touched |= 1 << dev.min(63);
+            start = end;
+        }
+        bios.clear();
+        *self.scratch_bios.borrow_mut() = bios;
+        let nr_devs = self.devs.borrow().len();
+        for dev in 0..nr_devs {
+            let has_waiting = self
+                .devs
+                .borrow()
+                .get(dev)
+                .is_some_and(|d| !d.waiting.is_empty());
+            if has_waiting || (dev < 64 && touched & (1 << dev) != 0) {
+                self.dispatch_waiting(dev as u32);
+            }
+        }
+        self.flushing.set(false);
+        self.wake_pending();
+        self.release_closed_devices();
+    }
+
+    /// Turns one device's flushed bios into requests, merging as the
+    /// device's `nomerges` allows (see [`crate::merge`]).
+    fn build_device_requests(&self, dev: u32, list: &mut [(u32, BioId)]) {
+        let mut bios = self.bios.borrow_mut();
+        let mut devs = self.devs.borrow_mut();
+        let d = &mut devs[dev as usize];
+        if d.nomerges == 0 && list.len() > 1 {
+            let mut keys = std::mem::take(&mut *self.scratch_keys.borrow_mut());
+            merge::order_for_merge(&bios, list, &mut keys);
+            *self.scratch_keys.borrow_mut() = keys;
+        }
+        let allow_merge = d.nomerges < 2;
+        let mut built = 0;
+        for &(_, id) in list.iter() {
+            if let Some(bio) = bios.get_mut(id) {
+                built += build_requests(d, id, bio, allow_merge);
+            }
+        }
+        if d.iostats {
+            let p = &mut d.pending;
+            p.plug_flushes += 1;
+            p.bios += list.len() as u64;
+            p.requests += built;
+            p.dirty = true;
+            d.publish();
+        }
+        #[cfg(debug_assertions)]
+        d.check_invariants();
+    }
+}
+
+/// Adds bio `id` to the newest waiting request of the device when it
+/// merges (and `allow_merge`), else splits it into requests no larger than
+/// the device's limit, built in place in the slab and appended to the
+/// FIFO. Returns the number of new requests.
+fn build_requests(d: &mut CoreDev, id: BioId, bio: &mut Bio, allow_merge: bool) -> u64 {
+    let mergeable = merge::bio_mergeable(bio) && bio.len_bytes <= d.max_merge_bytes;
+    if allow_merge && mergeable && try_merge(d, id, bio) {
+        if d.iostats {
+            if let Some(g) = group_index(bio.op) {
+                d.pending.groups[g].merges += 1;
+                d.pending.dirty = true;
+            }
+        }
+        return 0;
+    }
+    let len = bio.len_bytes;
+    let max = d.max_request_bytes;
+    let nr_segs = bio.buf.nr_segs();
+    let mut parts = 0;
+    let mut off = 0;
+    loop {
+        let piece_len = if len == 0 { 0 } else { (len - off).min(max) };
+        let slot = d.rqs.alloc();
+        let order = d.barrier_for(bio.op, bio.offset_bytes + off, piece_len, Some(slot));
+        let rq = d.rqs.get_mut(slot);
+        rq.state = RqState::Waiting;
+        rq.op = Some(bio.op);
+        rq.flags = bio.flags;
+        rq.offset_bytes = bio.offset_bytes + off;
+        rq.len_bytes = piece_len;
+        rq.pieces.push(Piece {
+            bio: id,
+            bio_offset: off,
+            len_bytes: piece_len,
+        });
+        rq.nr_segs = nr_segs;
+        rq.mergeable = mergeable && piece_len == len;
+        rq.barrier = order.barrier;
+        rq.writes_only = order.writes_only;
+        d.barriers_waiting += u32::from(order.barrier);
+        d.writes_waiting += u32::from(bio.op.is_write());
+        d.waiting.push_back(slot);
+        parts += 1;
+        off += piece_len;
+        if off >= len {
+            break;
+        }
+    }
+    bio.parts_left = parts;
+    bio.split = parts > 1;
+    u64::from(parts)
+}
+
+/// Merges bio `id` into the newest waiting request if the merge rules
+/// allow it and the bio needs no ordering that the request lacks.
+fn try_merge(d: &mut CoreDev, id: BioId, bio: &mut Bio) -> bool {
+    let Some(&slot) = d.waiting.back() else {
+        return false;
+    };
+    let rq = d.rqs.get(slot);
+    let Some(side) = merge::try_merge(rq, bio, d.max_merge_bytes, d.max_segs) else {
+        return false;
+    };
+    if !rq.barrier
+        && d.barrier_for(bio.op, bio.offset_bytes, bio.len_bytes, None)
+            .barrier
+    {
+        return false;
+    }
+    let rq = d.rqs.get_mut(slot);
+    let piece = Piece {
+        bio: id,
+        bio_offset: 0,
+        len_bytes: bio.len_bytes,
+    };
+    match side {
+        merge::Side::Back => rq.pieces.push(piece),
+        merge::Side::Front => {
+            rq.pieces.insert(0, piece);
+            rq.offset_bytes = bio.offset_bytes;
+        }
+    }
+    rq.len_bytes += bio.len_bytes;
+    rq.nr_segs += bio.buf.nr_segs();
+    bio.parts_left = 1;
+    bio.split = false;
+    true
+}

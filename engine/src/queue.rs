@@ -1,0 +1,326 @@
+//! The per-core, per-device queue state: the request slab, the FIFO of
+//! requests waiting for tags, and the counters the ordering rules read.
+//!
+//! Idea: the kernel's `static_rqs` (requests preallocated per hardware
+//! queue and reused in place) and `blk_mq_end_request_batch`'s per-batch
+//! accounting. A request is built once in a slab slot and named by its slot
+//! index from then on: the waiting FIFO and the completion token carry the
+//! index, never the request.
+//!
+//! Invariants (recounted from the slab by [`CoreDev::check_invariants`]
+//! after every flush, dispatch and completion batch in debug builds):
+//! - A slot is `Free` exactly when it is on the slab's free list.
+//! - `waiting` holds each `Waiting` slot exactly once, in the order the
+//!   flush built them (program order per device).
+//! - `tags_held` is the number of `InFlight` slots; `writes_in_flight` and
+//!   `writes_waiting` the number of in-flight and waiting requests whose op
+//!   changes the device; `barriers_waiting` the waiting barriers.
+//! - The `pending` tallies hold only counts not yet added to `counters`;
+//!   they are published at the end of each flush and completion batch.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use plugio_device::OpKind;
+
+use crate::request::{Request, RqState};
+use crate::shared::DeviceShared;
+use crate::stats::{BusyClock, CoreCounters};
+
+/// Requests of one device on one core, built in place and reused.
+#[derive(Debug, Default)]
+pub(crate) struct RqSlab {
+    slots: Vec<Request>,
+    free: Vec<u32>,
+}
+
+impl RqSlab {
+    /// Takes a free slot (growing the slab when none is free); the slot is
+    /// cleared and keeps its vectors' capacity.
+    pub fn alloc(&mut self) -> u32 {
+        match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(Request::default());
+                (self.slots.len() - 1) as u32
+            }
+        }
+    }
+
+    /// Clears slot `i` and puts it back on the free list.
+    pub fn release(&mut self, i: u32) {
+        let rq = &mut self.slots[i as usize];
+        debug_assert!(rq.state != RqState::Free, "request slot {i} freed twice");
+        rq.clear();
+        self.free.push(i);
+    }
+
+    /// The request in slot `i`.
+    #[inline]
+    pub fn get(&self, i: u32) -> &Request {
+        &self.slots[i as usize]
+    }
+
+    /// The request in slot `i`, mutably.
+    #[inline]
+    pub fn get_mut(&mut self, i: u32) -> &mut Request {
+        &mut self.slots[i as usize]
+    }
+
+    /// The request in slot `i`, if the slot exists.
+    pub fn try_get_mut(&mut self, i: u32) -> Option<&mut Request> {
+        self.slots.get_mut(i as usize)
+    }
+
+    /// Every slot, free ones included (their `op` is `None`).
+    pub fn iter(&self) -> impl Iterator<Item = &Request> {
+        self.slots.iter()
+    }
+}
+
+/// Counts of one op group not yet published to the shared counters.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct OpTally {
+    pub ios: u64,
+    pub merges: u64,
+    pub sectors: u64,
+    pub ticks_ns: u64,
+}
+
+/// Counts not yet published to the device's [`CoreCounters`] (R10: the
+/// shared counter lines are written once per batch, not once per IO).
+#[derive(Debug, Default)]
+pub(crate) struct Pending {
+    /// Read, write, discard, flush (the diskstats groups).
+    pub groups: [OpTally; 4],
+    pub plug_flushes: u64,
+    pub bios: u64,
+    pub requests: u64,
+    pub bio_cache_hits: u64,
+    pub bio_cache_misses: u64,
+    /// Something above is non-zero.
+    pub dirty: bool,
+}
+
+/// The diskstats group of `op`, as an index into [`Pending::groups`].
+pub(crate) fn group_index(op: OpKind) -> Option<usize> {
+    match op {
+        OpKind::Read => Some(0),
+        OpKind::Write | OpKind::WriteZeroes => Some(1),
+        OpKind::Discard | OpKind::Fallocate { .. } => Some(2),
+        OpKind::Flush | OpKind::Fsync => Some(3),
+        _ => None,
+    }
+}
+
+/// Per-device state on one core.
+pub(crate) struct CoreDev {
+    pub shared: Arc<DeviceShared>,
+    /// The device's requests on this core, by slot.
+    pub rqs: RqSlab,
+    /// Slots of requests waiting for tags (FIFO).
+    pub waiting: VecDeque<u32>,
+    /// A task waits on the tag set for this device.
+    pub waiter_running: bool,
+    /// Tags held by requests in flight from this core.
+    pub tags_held: u32,
+    /// Requests in flight from this core that change the device.
+    pub writes_in_flight: u32,
+    /// Waiting requests that change the device.
+    pub writes_waiting: u32,
+    /// Waiting requests marked as barriers.
+    pub barriers_waiting: u32,
+    /// This core's iostats counters for the device.
+    pub counters: Arc<CoreCounters>,
+    /// Counts of this batch, published once at its end.
+    pub pending: Pending,
+    /// `in_flight` / `io_ticks` bookkeeping.
+    pub busy: BusyClock,
+    /// The device's `iostats` option.
+    pub iostats: bool,
+    /// The device's `cached_clock` option.
+    pub cached_clock: bool,
+    /// Hot copies of the device's limits and options.
+    pub max_request_bytes: u64,
+    pub max_merge_bytes: u64,
+    pub max_segs: usize,
+    pub nomerges: u8,
+    pub plug_max_count: usize,
+    pub plug_flush_bytes: u64,
+}
+
+impl CoreDev {
+    /// The state of `shared` on a core that starts using it.
+    pub fn new(shared: &Arc<DeviceShared>) -> Self {
+        let o = &shared.opts;
+        CoreDev {
+            shared: shared.clone(),
+            rqs: RqSlab::default(),
+            waiting: VecDeque::new(),
+            waiter_running: false,
+            tags_held: 0,
+            writes_in_flight: 0,
+            writes_waiting: 0,
+            barriers_waiting: 0,
+            counters: shared.register_core(),
+            pending: Pending::default(),
+            busy: BusyClock::default(),
+            iostats: o.iostats,
+            cached_clock: o.cached_clock,
+            max_request_bytes: shared.max_request_bytes,
+            max_merge_bytes: shared.max_merge_bytes,
+            max_segs: shared.geometry.max_segments.max(1) as usize,
+            nomerges: o.nomerges,
+            plug_max_count: o.plug_max_count,
+            plug_flush_bytes: o.plug_flush_bytes,
+        }
+    }
+
+    /// Whether the device may be forgotten on this core: every handle is
+    /// gone and nothing of it waits or is in flight here.
+    pub fn idle_closed(&self) -> bool {
+        self.shared.is_closed()
+            && self.tags_held == 0
+            && self.waiting.is_empty()
+            && !self.waiter_running
+    }
+
+    /// Adds the batch's tallies to the shared counters and clears them.
+    pub fn publish(&mut self) {
+        let p = &mut self.pending;
+        if !p.dirty {
+            return;
+        }
+        let c = &self.counters;
+        let groups = [&c.read, &c.write, &c.discard, &c.flush];
+        for (g, t) in groups.iter().zip(p.groups.iter_mut()) {
+            if t.ios | t.merges != 0 {
+                g.ios.add(t.ios);
+                g.merges.add(t.merges);
+                g.sectors.add(t.sectors);
+                g.ticks_ns.add(t.ticks_ns);
+                *t = OpTally::default();
+            }
+        }
+        for (counter, v) in [
+            (&c.plug_flushes, &mut p.plug_flushes),
+            (&c.bios, &mut p.bios),
+            (&c.requests, &mut p.requests),
+            (&c.bio_cache_hits, &mut p.bio_cache_hits),
+            (&c.bio_cache_misses, &mut p.bio_cache_misses),
+        ] {
+            if *v != 0 {
+                counter.add(*v);
+                *v = 0;
+            }
+        }
+        p.dirty = false;
+    }
+
+    /// Recounts the counters from the slab and the FIFO; panics on a
+    /// mismatch. Debug builds run it after every flush, dispatch and
+    /// completion batch.
+    pub fn check_invariants(&self) {
+        let (mut held, mut wr_fl, mut wr_wait, mut barriers, mut waiting) = (0, 0, 0, 0, 0);
+        for rq in self.rqs.iter() {
+            let writes = rq.op.is_some_and(OpKind::is_write);
+            match rq.state {
+                RqState::Free => assert!(rq.op.is_none(), "a free request keeps its op"),
+                RqState::Waiting => {
+                    waiting += 1;
+                    wr_wait += u32::from(writes);
+                    barriers += u32::from(rq.barrier);
+                }
+                RqState::InFlight => {
+                    held += 1;
+                    wr_fl += u32::from(writes);
+                }
+            }
+        }
+        assert_eq!(held, self.tags_held, "tags_held");
+        assert_eq!(wr_fl, self.writes_in_flight, "writes_in_flight");
+        assert_eq!(wr_wait, self.writes_waiting, "writes_waiting");
+        assert_eq!(barriers, self.barriers_waiting, "barriers_waiting");
+        assert_eq!(waiting, self.waiting.len(), "waiting FIFO length");
+        for &i in &self.waiting {
+            assert_eq!(self.rqs.get(i).state, RqState::Waiting, "slot {i} in FIFO");
+        }
+    }
+}
+
+/// This core's devices, by index; a released device leaves a vacant slot
+/// that the next device reuses, so indices in flight stay valid.
+#[derive(Default)]
+pub(crate) struct DevList {
+    slots: Vec<Option<CoreDev>>,
+}
+
+impl DevList {
+    /// Number of slots (live or vacant).
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The slot of device `id`, if this core uses it.
+    pub fn position(&self, id: u64) -> Option<usize> {
+        self.slots
+            .iter()
+            .position(|s| s.as_ref().is_some_and(|d| d.shared.id == id))
+    }
+
+    /// Adds a device in the first vacant slot; returns its index.
+    pub fn insert(&mut self, dev: CoreDev) -> usize {
+        match self.slots.iter().position(Option::is_none) {
+            Some(i) => {
+                self.slots[i] = Some(dev);
+                i
+            }
+            None => {
+                self.slots.push(Some(dev));
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    /// The live devices.
+    pub fn iter(&self) -> impl Iterator<Item = &CoreDev> {
+        self.slots.iter().flatten()
+    }
+
+    /// Device `i`, if live.
+    pub fn get(&self, i: usize) -> Option<&CoreDev> {
+        self.slots.get(i).and_then(Option::as_ref)
+    }
+
+    /// Device `i`, if live.
+    pub fn get_mut(&mut self, i: usize) -> Option<&mut CoreDev> {
+        self.slots.get_mut(i).and_then(Option::as_mut)
+    }
+
+    /// Vacates the slots of closed, idle devices; returns whether any was.
+    pub fn release_closed(&mut self) -> bool {
+        let mut any = false;
+        for slot in &mut self.slots {
+            if slot.as_ref().is_some_and(CoreDev::idle_closed) {
+                *slot = None;
+                any = true;
+            }
+        }
+        any
+    }
+}
+
+impl std::ops::Index<usize> for DevList {
+    type Output = CoreDev;
+    fn index(&self, i: usize) -> &CoreDev {
+        self.get(i)
+            .expect("a device index in use names a live device")
+    }
+}
+
+impl std::ops::IndexMut<usize> for DevList {
+    fn index_mut(&mut self, i: usize) -> &mut CoreDev {
+        self.get_mut(i)
+            .expect("a device index in use names a live device")
+    }
+}
