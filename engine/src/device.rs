@@ -136,14 +136,17 @@ impl Device {
         self.shared.tag_sets.iter().map(|t| t.busy()).sum()
     }
 
-    /// A buffer aligned for this device's direct IO, of `len_bytes`: from
-    /// the core's buffer cache (contents not zeroed: whatever its last user
-    /// left) when the device's `buffer_cache` option is on and the
-    /// alignment fits, else a fresh zeroed allocation.
+    /// A buffer aligned for this device's direct IO, of `len_bytes`. With
+    /// the device's `buffer_cache` option on (the default) and an
+    /// alignment of at most 4096: from the core's registered buffer arena
+    /// when it has a free chunk that fits (IO on it then goes out as
+    /// `READ_FIXED`/`WRITE_FIXED`, as fio's `fixedbufs` does), else from
+    /// the core's buffer cache; contents not zeroed (whatever the last user
+    /// left). Otherwise a fresh zeroed allocation.
     pub fn alloc_buf(&self, len_bytes: usize) -> DmaBuf {
         let align = self.shared.geometry.mem_align_bytes() as usize;
         if self.shared.opts.buffer_cache && align <= plugio_device::buf::cache::CACHE_ALIGN_BYTES {
-            DmaBuf::cached(len_bytes)
+            DmaBuf::registered(len_bytes, align).unwrap_or_else(|| DmaBuf::cached(len_bytes))
         } else {
             DmaBuf::heap(len_bytes, align)
         }

@@ -85,6 +85,9 @@ impl EngineCore {
             if batch_clock && started > 0 {
                 d.busy.event(now, started, &d.counters);
             }
+            if d.iostats && started > 0 {
+                d.publish();
+            }
             #[cfg(debug_assertions)]
             d.check_invariants();
         }
@@ -119,6 +122,10 @@ impl EngineCore {
         d.barriers_waiting -= u32::from(barrier);
         d.tags_held += 1;
         let rq = d.rqs.get(slot);
+        if d.iostats && rq.fixed_buf.is_some() {
+            d.pending.fixed_buf_requests += 1;
+            d.pending.dirty = true;
+        }
         let op = IoOp {
             kind: rq.op.unwrap_or(OpKind::Nop),
             offset_bytes: rq.offset_bytes,

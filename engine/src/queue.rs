@@ -98,6 +98,7 @@ pub(crate) struct Pending {
     pub requests: u64,
     pub bio_cache_hits: u64,
     pub bio_cache_misses: u64,
+    pub fixed_buf_requests: u64,
     /// Something above is non-zero.
     pub dirty: bool,
 }
@@ -208,6 +209,7 @@ impl CoreDev {
             (&c.requests, &mut p.requests),
             (&c.bio_cache_hits, &mut p.bio_cache_hits),
             (&c.bio_cache_misses, &mut p.bio_cache_misses),
+            (&c.fixed_buf_requests, &mut p.fixed_buf_requests),
         ] {
             if *v != 0 {
                 counter.add(*v);

@@ -69,6 +69,7 @@ pub(crate) struct CoreCounters {
     pub requests: Counter,
     pub bio_cache_hits: Counter,
     pub bio_cache_misses: Counter,
+    pub fixed_buf_requests: Counter,
 }
 
 /// The core-local side of `in_flight` / `io_ticks` / `time_in_queue`.
@@ -153,6 +154,11 @@ pub struct IoStats {
     pub bio_cache_hits: u64,
     /// Bios that had to be allocated.
     pub bio_cache_misses: u64,
+    /// Requests dispatched on a registered buffer (`READ_FIXED` /
+    /// `WRITE_FIXED` on an io_uring backend): one whole buffer from the
+    /// core's registered arena, as [`Device::alloc_buf`](crate::Device::alloc_buf)
+    /// hands out.
+    pub fixed_buf_requests: u64,
     /// Tag allocation figures (batch sizes, partial batches, waits).
     pub tags: TagStats,
 }
@@ -172,6 +178,7 @@ impl IoStats {
         self.requests += c.requests.get();
         self.bio_cache_hits += c.bio_cache_hits.get();
         self.bio_cache_misses += c.bio_cache_misses.get();
+        self.fixed_buf_requests += c.fixed_buf_requests.get();
     }
 
     /// Requests per plug flush (0 when nothing was flushed).

@@ -306,3 +306,40 @@ fn shutdown_with_io_plugged_and_in_flight_ends_with_no_tags_in_use() {
         assert_eq!(dev.tags_in_use(), 0, "tags left in use after shutdown");
     }
 }
+
+/// Buffers the runtime hands out come from the core's registered arena, so
+/// their IO goes out as READ_FIXED/WRITE_FIXED (counted in iostats as
+/// `fixed_buf_requests`) and still moves the right bytes; a plain heap
+/// buffer does not. Where the kernel refused the registration (memlock),
+/// nothing is fixed and the test says so.
+#[test]
+fn runtime_buffers_use_the_registered_arena() {
+    let dir = tmpdir();
+    let path = file_with(&dir, "fixed", &pattern(0, 1 << 20, 3));
+    let ex = local();
+    ex.run(async {
+        let registered = plugio_device::buf::arena_stats().is_some_and(|s| s.registered);
+        let dev = Device::open(&path, DeviceOptions::default()).expect("open");
+        let got = dev.read_at(8192, 4096).await.expect("read_at");
+        assert_eq!(got.as_slice(), &pattern(8192, 4096, 3)[..]);
+        let mut buf = dev.alloc_buf(8192);
+        buf.as_mut_slice().copy_from_slice(&pattern(0, 8192, 9));
+        let (res, _) = dev.write_at(buf, 65536).await;
+        assert_eq!(res.expect("write"), 8192);
+        let heap = plugio_device::DmaBuf::heap(4096, 4096);
+        let (res, _) = dev.read_into(heap, 65536).await;
+        assert_eq!(res.expect("heap read"), 4096);
+        let back = dev.read_at(65536, 8192).await.expect("read back");
+        assert_eq!(back.as_slice(), &pattern(0, 8192, 9)[..]);
+        let fixed = dev.iostats().fixed_buf_requests;
+        if registered {
+            assert_eq!(
+                fixed, 3,
+                "read_at, alloc_buf write and read_at are fixed; the heap read is not"
+            );
+        } else {
+            eprintln!("buffer registration refused here (memlock): no fixed-buffer IO to check");
+            assert_eq!(fixed, 0);
+        }
+    });
+}

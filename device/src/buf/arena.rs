@@ -185,6 +185,11 @@ impl Arena {
             .store(index.map_or(NOT_FIXED, u32::from), Ordering::Relaxed);
     }
 
+    /// The registered-buffer index of this arena on this thread's ring.
+    pub fn shared_fixed_index(&self) -> Option<u16> {
+        self.shared.fixed_index_here()
+    }
+
     pub fn stats(&self) -> ArenaStats {
         ArenaStats {
             nr_chunks: self.shared.nr_chunks,

@@ -97,6 +97,20 @@ impl DmaBuf {
         }
     }
 
+    /// A buffer of `len_bytes` from the calling thread's arena, when that
+    /// arena is registered with the thread's ring (so IO on it goes out as
+    /// `READ_FIXED`/`WRITE_FIXED`), `len_bytes` fits one chunk, the
+    /// alignment is at most 4096 and a chunk is free; `None` otherwise. Its
+    /// bytes are NOT zeroed: they hold what the chunk's last user left.
+    /// Dropped on any thread, it returns to its arena.
+    pub fn registered(len_bytes: usize, align_bytes: usize) -> Option<Self> {
+        let arena = current_arena()?;
+        arena.shared_fixed_index()?;
+        let mut buf = arena.take(len_bytes, align_bytes.max(1).next_power_of_two())?;
+        buf.len = len_bytes;
+        Some(buf)
+    }
+
     /// A plain zeroed aligned allocation (never from the arena).
     ///
     /// # Panics
