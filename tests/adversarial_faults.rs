@@ -184,7 +184,6 @@ fn enospc_is_out_of_space_and_later_writes_keep_failing_until_cleared() {
 /// and every later bio of the request gets 0 bytes, which a caller reads
 /// as end of file, although the same read alone returns all its bytes.
 #[test]
-#[ignore = "bug: a mid-device short completion of a merged request gives the later bios Ok(0) (looks like EOF) instead of resubmitting them"]
 fn a_short_read_inside_a_merged_request_does_not_change_other_bios_results() {
     watchdog(10, || {
         let fault = || vec![Fault::ShortRead { lba: 9 }];

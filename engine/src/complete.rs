@@ -1,21 +1,34 @@
 //! Completion, one batch at a time: each token names a request slot; the
-//! request's result is split between its bios, their tasks are woken, and
-//! the tags, the clock read and the iostats are handled once per batch.
+//! request's typed [`Status`] is split between its bios, their tasks are
+//! woken, and the tags, the clock read and the iostats are handled once
+//! per batch.
 //!
 //! Idea: `blk_mq_end_request_batch` (one clock read per batch, tags freed
-//! in batches with `blk_mq_put_tags` / `sbitmap_queue_clear_batch`).
+//! in batches with `blk_mq_put_tags` / `sbitmap_queue_clear_batch`), and
+//! `blk_update_request` (a partial completion ends the bios it covers and
+//! the rest of the request is issued again).
 //!
 //! Invariants:
 //! - Each request completes exactly once: its slot is released here and a
 //!   token naming a free slot (which the device layer never delivers) is
 //!   ignored with an error log.
+//! - Merging never changes an IO's result: a short or failed completion of
+//!   a request that holds several bios ends the bios it covers in full and
+//!   issues every other bio (or the uncovered rest of one) again as a
+//!   request of its own, which then completes as that bio alone would.
+//! - A short read or write of one bio resumes at the last aligned boundary
+//!   it reached (O_DIRECT cannot resume elsewhere) as a new request at the
+//!   front of the device's FIFO; only a result with no aligned progress (0
+//!   bytes, or less than one alignment unit) ends it short: end of file.
 //! - A bio is finished when its last request completes; an orphaned bio
 //!   (its future was dropped) is freed then, with its buffer.
 //! - Wakers run after every borrow of this core is released, once per
 //!   batch (or at the end of the flush that is running).
 
+use std::rc::Rc;
 use std::task::Waker;
 
+use plugio_device::error::NVME_STATUS_BASE;
 use plugio_device::OpKind;
 
 use crate::bio::BioTable;
@@ -25,10 +38,76 @@ use crate::queue::{group_index, CoreDev};
 use crate::request::{Piece, RqState};
 use crate::tag::Tag;
 
+/// What a request's completion says, decoded once from the backend's
+/// `i32` result (a CQE's `res`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Status {
+    /// Bytes transferred.
+    Bytes(u64),
+    /// The kernel or the device failed the request with this errno.
+    Errno(i32),
+    /// An NVMe completion status (status field without the phase bit), as
+    /// the passthrough backend encodes it.
+    Nvme(u16),
+    /// The backend refused the submission (errno): the request never
+    /// reached the device, so it is not issued again.
+    Submit(i32),
+}
+
+impl Status {
+    /// Decodes a completion result.
+    pub fn from_result(result: i32) -> Self {
+        if result >= 0 {
+            return Status::Bytes(result as u64);
+        }
+        let code = result.checked_neg().unwrap_or(i32::MAX);
+        if code >= NVME_STATUS_BASE {
+            Status::Nvme((code - NVME_STATUS_BASE) as u16)
+        } else {
+            Status::Errno(code)
+        }
+    }
+
+    /// The result as the bios record it: bytes, or a negative code that
+    /// `Error::from_errno` maps (NVMe statuses keep their encoding).
+    fn as_share(self) -> i64 {
+        match self {
+            Status::Bytes(n) => n as i64,
+            Status::Errno(e) | Status::Submit(e) => -i64::from(e),
+            Status::Nvme(s) => -(i64::from(NVME_STATUS_BASE) + i64::from(s)),
+        }
+    }
+}
+
+/// A completion to handle: a token and its status.
+pub(crate) type Done = (u64, Status);
+
+/// What one batch left to do once its borrows are released.
+#[derive(Default)]
+struct Outcome {
+    /// Devices (index < 64) whose FIFO got requests issued again.
+    requeued: u64,
+}
+
 impl EngineCore {
-    /// Completes a batch of `(token, result)` pairs (`result` as a CQE's
-    /// `res`: bytes or a negative errno).
-    pub fn complete_batch(&self, completions: &[(u64, i32)]) {
+    /// Completes a batch of `(token, result)` pairs as the device layer
+    /// delivers them (`result` as a CQE's `res`: bytes or a negative errno
+    /// or encoded NVMe status).
+    pub fn complete_batch(self: &Rc<Self>, completions: &[(u64, i32)]) {
+        let mut done = std::mem::take(&mut *self.scratch_done.borrow_mut());
+        done.extend(
+            completions
+                .iter()
+                .map(|&(t, r)| (t, Status::from_result(r))),
+        );
+        self.complete_statuses(&done);
+        done.clear();
+        *self.scratch_done.borrow_mut() = done;
+    }
+
+    /// Completes a batch of typed completions.
+    pub(crate) fn complete_statuses(self: &Rc<Self>, completions: &[Done]) {
+        let mut outcome = Outcome::default();
         {
             let mut devs = self.devs.borrow_mut();
             let mut bios = self.bios.borrow_mut();
@@ -47,7 +126,23 @@ impl EngineCore {
                     tracing::error!(dev, "completions for an unknown device ignored");
                     continue;
                 };
-                complete_device(d, self.core, batch, &mut bios, &mut wakes, &mut puts);
+                let mut ctx = Ctx {
+                    bios: &mut bios,
+                    wakes: &mut wakes,
+                    requeued: false,
+                };
+                complete_device(d, self.core, batch, &mut ctx, &mut puts);
+                if ctx.requeued {
+                    outcome.requeued |= 1 << dev.min(63);
+                }
+            }
+        }
+        if outcome.requeued != 0 && !self.flushing.get() {
+            let nr_devs = self.devs.borrow().len();
+            for dev in 0..nr_devs.min(64) {
+                if outcome.requeued & (1 << dev) != 0 {
+                    self.dispatch_waiting(dev as u32);
+                }
             }
         }
         if !self.flushing.get() {
@@ -70,15 +165,22 @@ impl EngineCore {
     }
 }
 
-/// Completes one device's run of a batch: per request, the result split
+/// The core's tables a completion touches.
+struct Ctx<'a> {
+    bios: &'a mut BioTable,
+    wakes: &'a mut Vec<Waker>,
+    /// Requests were issued again (the FIFO needs a dispatch).
+    requeued: bool,
+}
+
+/// Completes one device's run of a batch: per request, the status split
 /// into its bios; per run, one clock read, one tag batch free and the
 /// iostats.
 fn complete_device(
     d: &mut CoreDev,
     core: usize,
-    batch: &[(u64, i32)],
-    bios: &mut BioTable,
-    wakes: &mut Vec<Waker>,
+    batch: &[Done],
+    ctx: &mut Ctx<'_>,
     puts: &mut Vec<Tag>,
 ) {
     // One clock read for the batch with the cached clock; one per request
@@ -86,36 +188,24 @@ fn complete_device(
     let batch_clock = d.iostats && d.cached_clock;
     let mut now = if batch_clock { clock::now_ns(true) } else { 0 };
     puts.clear();
-    for &(token, result) in batch {
+    for &(token, status) in batch {
         let slot = token as u32;
-        let Some(rq) = d.rqs.try_get_mut(slot) else {
-            tracing::error!(token, "completion for an unknown request ignored");
-            continue;
-        };
-        if rq.state != RqState::InFlight {
+        let in_flight = d
+            .rqs
+            .try_get_mut(slot)
+            .is_some_and(|rq| rq.state == RqState::InFlight);
+        if !in_flight {
             tracing::error!(token, "completion for a request not in flight ignored");
             continue;
         }
-        let op = rq.op.unwrap_or(OpKind::Nop);
-        puts.push(rq.tag);
         if d.iostats && !batch_clock {
             now = clock::now_ns(false);
             d.busy.event(now, -1, &d.counters);
         }
-        if d.iostats {
-            if let Some(g) = group_index(op) {
-                let t = &mut d.pending.groups[g];
-                t.ios += 1;
-                t.sectors += rq.len_bytes.div_ceil(512);
-                t.ticks_ns += now.saturating_sub(rq.start_ns);
-                d.pending.dirty = true;
-            }
-        }
-        rq.split_result(i64::from(result), |p, share| {
-            finish_piece(bios, p, share, wakes)
-        });
-        d.writes_in_flight -= u32::from(op.is_write());
+        complete_request(d, slot, status, now, ctx);
+        puts.push(d.rqs.get(slot).tag);
         d.tags_held -= 1;
+        d.writes_in_flight -= u32::from(d.rqs.get(slot).op.is_some_and(OpKind::is_write));
         d.rqs.release(slot);
     }
     if puts.is_empty() {
@@ -133,6 +223,117 @@ fn complete_device(
     d.check_invariants();
 }
 
+/// Accounts request `slot` and hands its status to its bios, issuing
+/// again what a short or failed completion left undone (see the module
+/// invariants).
+fn complete_request(d: &mut CoreDev, slot: u32, status: Status, now: u64, ctx: &mut Ctx<'_>) {
+    let rq = d.rqs.get(slot);
+    let op = rq.op.unwrap_or(OpKind::Nop);
+    if d.iostats {
+        if let Some(g) = group_index(op) {
+            let t = &mut d.pending.groups[g];
+            t.ios += 1;
+            t.sectors += rq.len_bytes.div_ceil(512);
+            t.ticks_ns += now.saturating_sub(rq.start_ns);
+            d.pending.dirty = true;
+        }
+    }
+    let several = rq.pieces.len() > 1;
+    let reissue_from = match status {
+        Status::Bytes(n) if n < rq.len_bytes && matches!(op, OpKind::Read | OpKind::Write) => {
+            if several {
+                Some(n)
+            } else {
+                let align = d.offset_align_bytes;
+                let aligned = n - n % align;
+                (aligned > 0).then_some(aligned)
+            }
+        }
+        Status::Errno(_) | Status::Nvme(_) if several => Some(0),
+        _ => None,
+    };
+    match reissue_from {
+        None => {
+            let rq = d.rqs.get(slot);
+            rq.split_result(status.as_share(), |p, share| {
+                finish_piece(ctx.bios, p, share, ctx.wakes)
+            });
+        }
+        Some(covered) => {
+            reissue(d, slot, covered, ctx);
+            ctx.requeued = true;
+        }
+    }
+}
+
+/// Ends the pieces of request `slot` that its first `covered` bytes
+/// transferred in full, and queues the rest at the front of the FIFO, one
+/// request per piece (the uncovered part of a partly covered piece, from
+/// the last aligned boundary; `covered` is aligned for a single piece).
+fn reissue(d: &mut CoreDev, slot: u32, covered: u64, ctx: &mut Ctx<'_>) {
+    let align = d.offset_align_bytes;
+    let mut pieces = std::mem::take(&mut d.rqs.get_mut(slot).pieces);
+    let (op, flags, start) = {
+        let rq = d.rqs.get(slot);
+        (rq.op.unwrap_or(OpKind::Nop), rq.flags, rq.offset_bytes)
+    };
+    let mut new_slots = std::mem::take(&mut d.scratch_slots);
+    let mut at = start;
+    let mut left = covered;
+    for p in &pieces {
+        let done = left.min(p.len_bytes);
+        left -= done;
+        let done = if done == p.len_bytes {
+            done
+        } else {
+            done - done % align
+        };
+        if done == p.len_bytes {
+            finish_piece(ctx.bios, p, done as i64, ctx.wakes);
+            at += p.len_bytes;
+            continue;
+        }
+        let Some(bio) = ctx.bios.get_mut(p.bio) else {
+            at += p.len_bytes;
+            continue;
+        };
+        if done > 0 {
+            // The covered part ends as a part of its own; the rest follows.
+            bio.split = true;
+            bio.parts_left += 1;
+            bio.complete_part(p.bio_offset, done, done as i64);
+        }
+        let nr_segs = bio.buf.nr_segs();
+        let new = d.rqs.alloc();
+        let rq = d.rqs.get_mut(new);
+        rq.state = RqState::Waiting;
+        rq.op = Some(op);
+        rq.flags = flags;
+        rq.offset_bytes = at + done;
+        rq.len_bytes = p.len_bytes - done;
+        rq.pieces.push(Piece {
+            bio: p.bio,
+            bio_offset: p.bio_offset + done,
+            len_bytes: p.len_bytes - done,
+        });
+        rq.nr_segs = nr_segs;
+        d.writes_waiting += u32::from(op.is_write());
+        new_slots.push(new);
+        at += p.len_bytes;
+    }
+    for &s in new_slots.iter().rev() {
+        d.waiting.push_front(s);
+    }
+    if d.iostats {
+        d.pending.requeues += new_slots.len() as u64;
+        d.pending.dirty = true;
+    }
+    new_slots.clear();
+    d.scratch_slots = new_slots;
+    pieces.clear();
+    d.rqs.get_mut(slot).pieces = pieces;
+}
+
 /// Records a piece's share of a request's result in its bio; when the bio
 /// is finished, queues its waker, or frees it if its future is gone.
 fn finish_piece(bios: &mut BioTable, p: &Piece, share: i64, wakes: &mut Vec<Waker>) {
@@ -146,5 +347,24 @@ fn finish_piece(bios: &mut BioTable, p: &Piece, share: i64, wakes: &mut Vec<Wake
         bios.free(p.bio);
     } else if let Some(w) = bio.waker.take() {
         wakes.push(w);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_decode_bytes_errnos_and_nvme() {
+        assert_eq!(Status::from_result(4096), Status::Bytes(4096));
+        assert_eq!(Status::from_result(0), Status::Bytes(0));
+        assert_eq!(Status::from_result(-libc::EIO), Status::Errno(libc::EIO));
+        let nvme = plugio_device::error::nvme_status_result(0x0280);
+        assert_eq!(Status::from_result(nvme), Status::Nvme(0x0280));
+        assert_eq!(Status::Nvme(0x0280).as_share(), i64::from(nvme));
+        assert_eq!(
+            Status::Submit(libc::EINVAL).as_share(),
+            -i64::from(libc::EINVAL)
+        );
     }
 }

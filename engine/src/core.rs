@@ -30,6 +30,7 @@ use plugio_executor::TickHook;
 
 use crate::bio::{BioId, BioTable};
 use crate::clock;
+use crate::complete::Done;
 use crate::merge::Keyed;
 use crate::plug::Plug;
 use crate::queue::{CoreDev, DevList};
@@ -59,7 +60,8 @@ pub(crate) struct EngineCore {
     pub scratch_keys: RefCell<Vec<Keyed>>,
     pub scratch_tags: RefCell<Vec<Tag>>,
     pub scratch_puts: RefCell<Vec<Tag>>,
-    pub scratch_failed: RefCell<Vec<(u64, i32)>>,
+    pub scratch_failed: RefCell<Vec<Done>>,
+    pub scratch_done: RefCell<Vec<Done>>,
     pub wake_list: RefCell<Vec<Waker>>,
     pub flushing: Cell<bool>,
 }
@@ -151,6 +153,7 @@ impl EngineCore {
             scratch_tags: RefCell::default(),
             scratch_puts: RefCell::default(),
             scratch_failed: RefCell::default(),
+            scratch_done: RefCell::default(),
             wake_list: RefCell::default(),
             flushing: Cell::new(false),
         });

@@ -23,6 +23,7 @@ use plugio_device::{IoOp, OpKind};
 
 use crate::bio::{Bio, BioBuf, BioTable};
 use crate::clock;
+use crate::complete::Status;
 use crate::core::EngineCore;
 use crate::queue::CoreDev;
 use crate::request::{Piece, Request, RqState};
@@ -52,7 +53,7 @@ impl EngineCore {
 
     /// Dispatches the oldest waiting requests of `dev`, one per tag; tags
     /// left over (nothing dispatchable any more) are put back.
-    pub fn dispatch_tags(&self, dev: u32, tags: &[Tag]) {
+    pub fn dispatch_tags(self: &Rc<Self>, dev: u32, tags: &[Tag]) {
         let mut failed = std::mem::take(&mut *self.scratch_failed.borrow_mut());
         {
             let mut devs = self.devs.borrow_mut();
@@ -79,7 +80,7 @@ impl EngineCore {
                     d.busy.event(now, 1, &d.counters);
                 }
                 if let Err(e) = self.dispatch_one(d, &bios, dev, slot, tag, now) {
-                    failed.push((token(dev, slot), -e.errno()));
+                    failed.push((token(dev, slot), Status::Submit(e.errno())));
                 }
             }
             if batch_clock && started > 0 {
@@ -92,7 +93,7 @@ impl EngineCore {
             d.check_invariants();
         }
         if !failed.is_empty() {
-            self.complete_batch(&failed);
+            self.complete_statuses(&failed);
             failed.clear();
         }
         *self.scratch_failed.borrow_mut() = failed;

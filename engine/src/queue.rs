@@ -99,6 +99,7 @@ pub(crate) struct Pending {
     pub bio_cache_hits: u64,
     pub bio_cache_misses: u64,
     pub fixed_buf_requests: u64,
+    pub requeues: u64,
     /// Something above is non-zero.
     pub dirty: bool,
 }
@@ -148,6 +149,11 @@ pub(crate) struct CoreDev {
     pub nomerges: u8,
     pub plug_max_count: usize,
     pub plug_flush_bytes: u64,
+    /// Where a short transfer may resume (the device's offset alignment
+    /// for direct IO, 1 otherwise).
+    pub offset_align_bytes: u64,
+    /// Scratch list of request slots (kept for its capacity).
+    pub scratch_slots: Vec<u32>,
 }
 
 impl CoreDev {
@@ -174,6 +180,8 @@ impl CoreDev {
             nomerges: o.nomerges,
             plug_max_count: o.plug_max_count,
             plug_flush_bytes: o.plug_flush_bytes,
+            offset_align_bytes: u64::from(shared.geometry.offset_align_bytes().max(1)),
+            scratch_slots: Vec::new(),
         }
     }
 
@@ -210,6 +218,7 @@ impl CoreDev {
             (&c.bio_cache_hits, &mut p.bio_cache_hits),
             (&c.bio_cache_misses, &mut p.bio_cache_misses),
             (&c.fixed_buf_requests, &mut p.fixed_buf_requests),
+            (&c.requeues, &mut p.requeues),
         ] {
             if *v != 0 {
                 counter.add(*v);

@@ -70,6 +70,7 @@ pub(crate) struct CoreCounters {
     pub bio_cache_hits: Counter,
     pub bio_cache_misses: Counter,
     pub fixed_buf_requests: Counter,
+    pub requeues: Counter,
 }
 
 /// The core-local side of `in_flight` / `io_ticks` / `time_in_queue`.
@@ -159,6 +160,11 @@ pub struct IoStats {
     /// core's registered arena, as [`Device::alloc_buf`](crate::Device::alloc_buf)
     /// hands out.
     pub fixed_buf_requests: u64,
+    /// Requests issued again after a short or failed completion: the
+    /// uncovered rest of a short transfer, or each bio of a merged request
+    /// whose completion was short or failed, alone (so merging never
+    /// changes an IO's result).
+    pub requeues: u64,
     /// Tag allocation figures (batch sizes, partial batches, waits).
     pub tags: TagStats,
 }
@@ -179,6 +185,7 @@ impl IoStats {
         self.bio_cache_hits += c.bio_cache_hits.get();
         self.bio_cache_misses += c.bio_cache_misses.get();
         self.fixed_buf_requests += c.fixed_buf_requests.get();
+        self.requeues += c.requeues.get();
     }
 
     /// Requests per plug flush (0 when nothing was flushed).

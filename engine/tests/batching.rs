@@ -147,8 +147,10 @@ fn overlapping_ios_in_one_plug_keep_program_order_on_a_file() {
     overlapping_writes_then_read(dev);
 }
 
+/// Merging never changes a result: when a merged request fails, each of
+/// its bios is issued again alone, so only the bio on the bad block fails.
 #[test]
-fn a_failing_merged_request_fails_every_bio_in_it() {
+fn a_failing_merged_request_reissues_its_bios_alone() {
     // EIO at LBA 9 (bytes 4608..5120), inside the second of three reads.
     let m = mem(
         50,
@@ -164,19 +166,91 @@ fn a_failing_merged_request_fails_every_bio_in_it() {
             dev.read_at(4096, 4096),
             dev.read_at(8192, 4096)
         );
-        for r in [a, b, c] {
-            let e = r.expect_err("every bio of the merged request fails");
-            assert_eq!(e.kind(), &ErrorKind::Io { errno: libc::EIO });
-        }
+        assert_eq!(a.expect("read before the bad block").len(), 4096);
+        let e = b.expect_err("the read of the bad block fails");
+        assert_eq!(e.kind(), &ErrorKind::Io { errno: libc::EIO });
+        assert_eq!(c.expect("read after the bad block").len(), 4096);
         let s = dev.iostats();
         assert_eq!(
-            (s.bios, s.requests),
-            (3, 1),
-            "the three reads were merged: {s:?}"
+            (s.bios, s.requests, s.requeues),
+            (3, 1, 3),
+            "the three reads were merged, then issued alone: {s:?}"
         );
-        // Outside the faulty block, the same reads succeed.
-        assert_eq!(dev.read_at(0, 4096).await.expect("read").len(), 4096);
+        assert_eq!(dev.tags_in_use(), 0);
     });
+}
+
+/// A short transfer of a single bio in the middle of the device resumes
+/// at the last aligned boundary instead of returning a short count: a
+/// backend that moves at most 1 KiB per request still reads all 16 KiB.
+#[test]
+fn a_short_transfer_mid_device_resumes_until_done() {
+    let m = mem(0, Vec::new());
+    let wrapped: Arc<dyn plugio_device::Backend> = Arc::new(AtMost {
+        inner: m.clone(),
+        max_bytes: 1024,
+    });
+    let dev = Device::with_backend(wrapped, None, DeviceOptions::default()).unwrap();
+    local().run(async move {
+        let mut b = dev.alloc_buf(16384);
+        for (i, x) in b.as_mut_slice().iter_mut().enumerate() {
+            *x = (i / 512) as u8 ^ 0x5a;
+        }
+        let want = b.as_slice().to_vec();
+        let (w, _) = dev.write_at(b, 65536).await;
+        assert_eq!(w.expect("write"), 16384, "a short write resumes too");
+        let got = dev.read_at(65536, 16384).await.expect("read");
+        assert_eq!(got.len(), 16384);
+        assert_eq!(got.as_slice(), &want[..]);
+        let s = dev.iostats();
+        assert_eq!(
+            s.requeues,
+            2 * 15,
+            "15 resumes for the write and for the read: {s:?}"
+        );
+        assert_eq!(dev.tags_in_use(), 0);
+    });
+}
+
+/// A backend that moves at most `max_bytes` of each read or write (the
+/// first segment cut short), as a device may return a partial count.
+#[derive(Debug)]
+struct AtMost {
+    inner: Arc<MemDevice>,
+    max_bytes: u64,
+}
+
+impl plugio_device::Backend for AtMost {
+    fn geometry(&self) -> &plugio_device::Geometry {
+        self.inner.geometry()
+    }
+
+    fn kind(&self) -> plugio_device::backend::BackendKind {
+        self.inner.kind()
+    }
+
+    unsafe fn submit(
+        &self,
+        op: &plugio_device::IoOp<'_>,
+        handler: plugio_device::HandlerId,
+        token: u64,
+    ) -> plugio_device::Result<()> {
+        let mut seg = op.segments.first().copied();
+        let short = op.kind.has_data() && op.len_bytes > self.max_bytes;
+        let one;
+        let mut cut = *op;
+        if short {
+            let s = seg.as_mut().expect("a data op has a segment");
+            s.iov_len = self.max_bytes as usize;
+            one = [*s];
+            cut.segments = &one;
+            cut.len_bytes = self.max_bytes;
+            cut.fixed_buf = None;
+        }
+        // SAFETY: forwarded from the caller; `cut` names a prefix of the
+        // caller's memory, which stays valid as long as the caller's.
+        unsafe { self.inner.submit(&cut, handler, token) }
+    }
 }
 
 #[test]
