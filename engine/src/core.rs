@@ -218,17 +218,4 @@ impl EngineCore {
             self.last_dev.set((0, 0));
         }
     }
-
-    /// Counts a bio allocation as a bio cache hit or miss (published with
-    /// the next flush).
-    pub fn count_bio_alloc(&self, dev: u32, hit: bool) {
-        let mut devs = self.devs.borrow_mut();
-        let d = &mut devs[dev as usize];
-        if d.iostats {
-            let p = &mut d.pending;
-            p.bio_cache_hits += u64::from(hit);
-            p.bio_cache_misses += u64::from(!hit);
-            p.dirty = true;
-        }
-    }
 }

@@ -515,10 +515,9 @@ impl BioFuture<'_> {
             }
         };
         let dev = core.dev_index(self.shared);
-        let id = {
+        let (id, hit) = {
             let mut bios = core.bios.borrow_mut();
             let (id, hit) = bios.alloc(self.shared.opts.bio_cache);
-            core.count_bio_alloc(dev, hit);
             let bio = bios.get_mut(id).expect("fresh bio id is valid");
             bio.dev = dev;
             bio.op = init.op;
@@ -527,10 +526,10 @@ impl BioFuture<'_> {
             bio.len_bytes = init.len_bytes;
             bio.buf = init.buf;
             bio.waker = Some(cx.waker().clone());
-            id
+            (id, hit)
         };
         self.state = State::Issued { uid: core.uid, id };
-        core.plug_bio(dev, id, init.len_bytes);
+        core.plug_bio(dev, id, init.len_bytes, hit);
         Poll::Pending
     }
 }

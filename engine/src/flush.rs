@@ -26,16 +26,23 @@ use crate::queue::{group_index, CoreDev};
 use crate::request::{Piece, RqState};
 
 impl EngineCore {
-    /// Puts an issued bio into the plug; flushes at once when the plug is
+    /// Puts an issued bio into the plug (counting its bio allocation as a
+    /// bio cache hit or miss); flushes at once when the plug is
     /// over its count or byte limit. A full plug only builds and prepares
     /// its requests: the SQEs go to the kernel in the park's one enter (or
     /// earlier when the SQ fills). IO issued from a tick hook that runs
     /// after ours would sit in the plug while the core parks: that is
     /// flushed at once.
-    pub fn plug_bio(self: &Rc<Self>, dev: u32, id: BioId, len_bytes: u64) {
+    pub fn plug_bio(self: &Rc<Self>, dev: u32, id: BioId, len_bytes: u64, bio_cache_hit: bool) {
         let full = {
-            let devs = self.devs.borrow();
-            let d = &devs[dev as usize];
+            let mut devs = self.devs.borrow_mut();
+            let d = &mut devs[dev as usize];
+            if d.iostats {
+                let p = &mut d.pending;
+                p.bio_cache_hits += u64::from(bio_cache_hit);
+                p.bio_cache_misses += u64::from(!bio_cache_hit);
+                p.dirty = true;
+            }
             let mut plug = self.plug.borrow_mut();
             plug.push(dev, id, len_bytes);
             plug.should_flush(d.plug_max_count, d.plug_flush_bytes)
