@@ -102,21 +102,37 @@ pub enum ErrorKind {
 }
 
 /// The crate's error: a kind plus optional context (the path, the op).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Error {
+///
+/// Boxed, so that a `Result<u64, Error>` is two words: IO results move
+/// through several future layers on every IO, errors are rare.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Error(Box<ErrorInner>);
+
+#[derive(Clone, PartialEq, Eq)]
+struct ErrorInner {
     kind: ErrorKind,
     path: Option<PathBuf>,
     context: Option<&'static str>,
 }
 
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Error")
+            .field("kind", &self.0.kind)
+            .field("path", &self.0.path)
+            .field("context", &self.0.context)
+            .finish()
+    }
+}
+
 impl Error {
     /// Creates an error of `kind` with no context.
     pub fn new(kind: ErrorKind) -> Self {
-        Self {
+        Self(Box::new(ErrorInner {
             kind,
             path: None,
             context: None,
-        }
+        }))
     }
 
     /// Maps a positive errno (or a negative CQE result, whose sign is
@@ -163,25 +179,25 @@ impl Error {
 
     /// Attaches the path the error concerns.
     pub fn with_path(mut self, path: impl Into<PathBuf>) -> Self {
-        self.path = Some(path.into());
+        self.0.path = Some(path.into());
         self
     }
 
     /// Attaches a short static description of what was being done.
     pub fn with_context(mut self, context: &'static str) -> Self {
-        self.context = Some(context);
+        self.0.context = Some(context);
         self
     }
 
     /// The kind, for matching.
     pub fn kind(&self) -> &ErrorKind {
-        &self.kind
+        &self.0.kind
     }
 
     /// The errno this error corresponds to (for `io::Error` conversion and
     /// for completion results): `EINVAL` for invalid input.
     pub fn errno(&self) -> i32 {
-        match &self.kind {
+        match &self.0.kind {
             ErrorKind::InvalidInput(_) | ErrorKind::DirectIoRefused => libc::EINVAL,
             ErrorKind::Unsupported => libc::EOPNOTSUPP,
             ErrorKind::OutOfSpace => libc::ENOSPC,
@@ -245,10 +261,10 @@ impl fmt::Display for InvalidInput {
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if let Some(context) = self.context {
+        if let Some(context) = self.0.context {
             write!(f, "{context}: ")?;
         }
-        match &self.kind {
+        match &self.0.kind {
             ErrorKind::InvalidInput(input) => write!(f, "invalid input: {input}")?,
             ErrorKind::Unsupported => write!(f, "operation not supported")?,
             ErrorKind::OutOfSpace => write!(f, "out of space")?,
@@ -274,7 +290,7 @@ impl fmt::Display for Error {
                 write!(f, "{}", io::Error::from_raw_os_error(*errno))?;
             }
         }
-        if let Some(path) = &self.path {
+        if let Some(path) = &self.0.path {
             write!(f, " (path {})", path.display())?;
         }
         Ok(())
@@ -304,7 +320,7 @@ impl std::error::Error for Error {}
 
 impl From<Error> for io::Error {
     fn from(err: Error) -> Self {
-        let kind = match err.kind {
+        let kind = match err.0.kind {
             ErrorKind::InvalidInput(_) => io::ErrorKind::InvalidInput,
             ErrorKind::Unsupported => io::ErrorKind::Unsupported,
             ErrorKind::NotFound => io::ErrorKind::NotFound,
@@ -327,6 +343,12 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_io_result_is_two_words() {
+        assert_eq!(std::mem::size_of::<Result<u64>>(), 16);
+        assert_eq!(std::mem::size_of::<Error>(), 8);
+    }
 
     #[test]
     fn errno_maps_to_kinds() {
