@@ -231,6 +231,7 @@ impl CoreDev {
     /// Recounts the counters from the slab and the FIFO; panics on a
     /// mismatch. Debug builds run it after every flush, dispatch and
     /// completion batch.
+    #[cfg(debug_assertions)]
     pub fn check_invariants(&self) {
         let (mut held, mut wr_fl, mut wr_wait, mut barriers, mut waiting) = (0, 0, 0, 0, 0);
         for rq in self.rqs.iter() {
