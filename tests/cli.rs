@@ -143,6 +143,31 @@ fn nop_engines_run_without_data() {
 }
 
 #[test]
+fn number_ios_stops_each_job_after_exactly_that_many_ios() {
+    // A runtime far longer than the IOs take: the IO count ends the run.
+    for extra in [&["--engine", "nop"][..], &["--engine", "raw", "--nop"][..]] {
+        let mut args = vec!["--number_ios", "1000", "--runtime", "600"];
+        args.extend_from_slice(extra);
+        let v = bench_json(&args);
+        assert_eq!(u(&v, "ios"), 1000, "{extra:?}: {v}");
+        assert_eq!(u(&v, "number_ios"), 1000);
+    }
+    // Per job, for a data engine too (1000 is not a multiple of the depth).
+    let v = bench_json(&[
+        "--number_ios",
+        "1000",
+        "--runtime",
+        "600",
+        "--numjobs",
+        "2",
+        "--iodepth",
+        "48",
+    ]);
+    check_data_run(&v, "plugio");
+    assert_eq!(u(&v, "ios"), 2000, "{v}");
+}
+
+#[test]
 fn writes_and_mixed_patterns_run() {
     let v = bench_json(&["--rw", "randrw", "--rwmixread", "70", "--iodepth", "16"]);
     check_data_run(&v, "plugio");
@@ -216,6 +241,7 @@ fn bad_input_exits_2_with_a_hint() {
         "--rwmixread 101",
     );
     assert_bad_input(&["bench", "--direct", "2"], "--direct");
+    assert_bad_input(&["bench", "--number_ios", "0"], "--number_ios 0");
 
     let dir = tempfile::tempdir().expect("tempdir");
     let small = dir.path().join("small");

@@ -20,7 +20,7 @@ use rand::RngCore;
 
 use super::error::BenchError;
 use super::options::{Ablation, Job};
-use super::stats::{self, Counters, Dir, IoPattern, Sampler};
+use super::stats::{self, Counters, Dir, IoBudget, IoPattern, Sampler};
 use super::target::Target;
 use super::EngineOutput;
 
@@ -188,11 +188,14 @@ impl CoreJob {
             self.size_bytes,
             self.core,
         )));
+        // The core's tasks all run on this core's thread.
+        let budget = Arc::new(IoBudget::new(self.job.number_ios));
         let handles: Vec<JoinHandle<Result<(), String>>> = (0..self.job.iodepth)
             .map(|i| {
                 let seed = (self.core as u64) << 32 | u64::from(i);
                 let task = IoTask {
                     dev: self.dev.clone(),
+                    budget: budget.clone(),
                     pattern: IoPattern::new(&self.job, self.size_bytes, seed, cursor.clone()),
                     sampler: Sampler::new(self.job.clat_sample),
                     counters: self.counters.clone(),
@@ -227,6 +230,8 @@ impl CoreJob {
 /// One of the `iodepth` tasks of a core.
 struct IoTask {
     dev: Device,
+    /// The core's `--number_ios` budget (taken on this core's thread only).
+    budget: Arc<IoBudget>,
     pattern: IoPattern,
     sampler: Sampler,
     counters: Arc<Counters>,
@@ -254,7 +259,7 @@ impl IoTask {
         };
         rand::thread_rng().fill_bytes(buf.as_mut_slice());
         let worker = self.counters.worker(self.core);
-        while !self.counters.stopped() {
+        while !self.counters.stopped() && self.budget.take_local() {
             let (dir, offset) = self.pattern.next_io();
             let t0 = self.sampler.start();
             if self.buf_per_io {
@@ -280,7 +285,7 @@ impl IoTask {
 
     async fn run_nop(mut self) -> Result<(), String> {
         let worker = self.counters.worker(self.core);
-        while !self.counters.stopped() {
+        while !self.counters.stopped() && self.budget.take_local() {
             let t0 = self.sampler.start();
             self.dev.nop().await.map_err(|e| format!("nop: {e}"))?;
             worker.add_io(0);

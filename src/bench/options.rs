@@ -115,6 +115,11 @@ pub struct BenchArgs {
     /// Seconds to run.
     #[arg(long, default_value_t = 10.0)]
     pub runtime: f64,
+    /// Stop each job after this many IOs (fio's `number_ios`): the run ends
+    /// at `--runtime` or when every job has done N IOs, whichever comes
+    /// first. The IOs are counted when issued, so a job completes exactly N.
+    #[arg(long = "number_ios", visible_alias = "number-ios")]
+    pub number_ios: Option<u64>,
     /// Bytes of the target to use (default: the whole file or device; 1 GiB
     /// for the temporary file).
     #[arg(long, value_parser = parse_size)]
@@ -181,6 +186,8 @@ pub struct Job {
     pub cores: usize,
     /// How long to run.
     pub runtime: Duration,
+    /// IOs per job after which the job stops (`None`: until `runtime`).
+    pub number_ios: Option<u64>,
     /// Requested bytes of the target (`None`: whole target).
     pub size_bytes: Option<u64>,
     /// O_DIRECT.
@@ -248,6 +255,11 @@ impl BenchArgs {
                 "--nop only applies to --engine raw; use --engine nop for plugio's NOP path",
             ));
         }
+        if self.number_ios == Some(0) {
+            return Err(BenchError::usage(
+                "--number_ios 0: give at least 1 (or leave it out to run for --runtime)",
+            ));
+        }
         if self.size == Some(0) {
             return Err(BenchError::usage("--size 0: give a size such as 16M"));
         }
@@ -267,6 +279,7 @@ impl BenchArgs {
             iodepth: self.iodepth,
             cores: self.numjobs,
             runtime: Duration::from_secs_f64(self.runtime),
+            number_ios: self.number_ios,
             size_bytes: self.size,
             direct: self.direct == 1,
             nomerges: self.nomerges,
