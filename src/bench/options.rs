@@ -37,6 +37,21 @@ pub enum EngineKind {
     Psync,
 }
 
+/// How a plugio core waits while nothing is in flight on its ring
+/// (`--idle-wait`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IdleWait {
+    /// Block in `io_uring_enter`, woken by the ring's eventfd read (what
+    /// plugio does).
+    Ring,
+    /// Block in a futex wait (`std::thread::park`), woken by the runtime's
+    /// unparker, then poll the ring. For tools that run one thread at a
+    /// time and do not treat `io_uring_enter` as blocking, such as
+    /// valgrind 3.19; parks with IO in flight still enter the ring.
+    Futex,
+}
+
 /// The IO pattern, as fio's `rw`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -163,6 +178,13 @@ pub struct BenchArgs {
     /// NOP engines (two clock reads per IO would dominate a NOP).
     #[arg(long)]
     pub clat_sample: Option<u32>,
+    /// Engines plugio and nop: how a core waits while nothing is in flight
+    /// on its ring (at start and end of the run): `ring` (default) blocks
+    /// in `io_uring_enter`; `futex` blocks in a futex wait, which valgrind
+    /// can follow (benches/instructions.sh uses it). Waits with IO in
+    /// flight are the same either way.
+    #[arg(long, value_enum, default_value_t = IdleWait::Ring)]
+    pub idle_wait: IdleWait,
     /// A label copied into the JSON result (used by benches/compare.sh).
     #[arg(long, hide = true)]
     pub tag: Option<String>,
@@ -209,6 +231,8 @@ pub struct Job {
     pub filename: Option<PathBuf>,
     /// Record one IO's latency in this many (0: none).
     pub clat_sample: u32,
+    /// How an idle plugio core waits.
+    pub idle_wait: IdleWait,
     /// No progress output.
     pub quiet: bool,
     /// JSON output.
@@ -290,6 +314,7 @@ impl BenchArgs {
             ablate,
             filename: self.filename,
             clat_sample: self.clat_sample.unwrap_or(if nop { 64 } else { 1 }),
+            idle_wait: self.idle_wait,
             quiet: self.quiet,
             json: self.json,
             tag: self.tag,
