@@ -30,8 +30,9 @@
 # tasks, or to shut down) never runs, so the run hangs after the header
 # line. With `--idle-wait futex` a core with nothing in flight waits in a
 # futex instead (valgrind releases the lock there); waits with IO in flight
-# still enter the ring, so the measured per-IO path is the normal one. The
-# raw loop never waits idle and runs as is.
+# still enter the ring, so the measured per-IO path is the normal one. (The
+# default, `--idle-wait auto`, picks futex under valgrind too; the script
+# says it explicitly.) The raw loop never waits idle and runs as is.
 #
 # Uses the binary of `cargo build --release` (debug = 1 in the profile, so
 # callgrind names functions). Prints every command it runs. Exits non-zero

@@ -168,6 +168,49 @@ fn number_ios_stops_each_job_after_exactly_that_many_ios() {
 }
 
 #[test]
+fn idle_wait_futex_runs_the_same_job() {
+    // The wait valgrind can follow: same IO count, and the run ends (the
+    // core is woken out of its idle futex wait for the tasks and for
+    // shutdown).
+    for engine in ["nop", "plugio"] {
+        let v = bench_json(&[
+            "--engine",
+            engine,
+            "--idle-wait",
+            "futex",
+            "--number_ios",
+            "500",
+            "--runtime",
+            "600",
+        ]);
+        assert_eq!(u(&v, "ios"), 500, "{engine}: {v}");
+        assert_eq!(v["idle_wait"], "futex");
+    }
+    // `auto` (the default) is `ring`, and `futex` when valgrind's preload
+    // library is in LD_PRELOAD (a missing one: ld.so warns and goes on).
+    let v = bench_json(&["--engine", "nop", "--number_ios", "500"]);
+    assert_eq!(v["idle_wait"], "ring");
+    let o = Command::new(env!("CARGO_BIN_EXE_plugio"))
+        .args([
+            "bench",
+            "--engine",
+            "nop",
+            "--number_ios",
+            "500",
+            "--size",
+            "16M",
+            "--json",
+            "--quiet",
+        ])
+        .env("LD_PRELOAD", "/nonexistent/vgpreload_core-amd64-linux.so")
+        .output()
+        .expect("the plugio binary runs");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("JSON result");
+    assert_eq!(v["idle_wait"], "futex", "{v}");
+}
+
+#[test]
 fn writes_and_mixed_patterns_run() {
     let v = bench_json(&["--rw", "randrw", "--rwmixread", "70", "--iodepth", "16"]);
     check_data_run(&v, "plugio");

@@ -40,7 +40,8 @@ const PAGE_BYTES: usize = 4096;
 /// knows may block; its 3.19 wrapper of `io_uring_enter` is not marked so,
 /// so a core idling in `io_uring_enter(min_complete = 1)` keeps the lock
 /// and the thread that would wake it (spawning the job's tasks, or asking
-/// for shutdown) never runs. A futex wait releases the lock.
+/// for shutdown) never runs. A futex wait releases the lock. (`--idle-wait
+/// auto`, the default, resolves to futex under valgrind.)
 struct StatsDriver {
     inner: DeviceDriver,
     counters: Arc<Counters>,

@@ -42,6 +42,9 @@ pub enum EngineKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum IdleWait {
+    /// `futex` when the process runs under valgrind (its `LD_PRELOAD`
+    /// names valgrind's `vgpreload` library), else `ring`.
+    Auto,
     /// Block in `io_uring_enter`, woken by the ring's eventfd read (what
     /// plugio does).
     Ring,
@@ -179,11 +182,12 @@ pub struct BenchArgs {
     #[arg(long)]
     pub clat_sample: Option<u32>,
     /// Engines plugio and nop: how a core waits while nothing is in flight
-    /// on its ring (at start and end of the run): `ring` (default) blocks
-    /// in `io_uring_enter`; `futex` blocks in a futex wait, which valgrind
-    /// can follow (benches/instructions.sh uses it). Waits with IO in
+    /// on its ring (at start and end of the run): `ring` blocks in
+    /// `io_uring_enter`; `futex` blocks in a futex wait, which valgrind can
+    /// follow (benches/instructions.sh uses it); `auto` (default) is
+    /// `futex` under valgrind and `ring` otherwise. Waits with IO in
     /// flight are the same either way.
-    #[arg(long, value_enum, default_value_t = IdleWait::Ring)]
+    #[arg(long, value_enum, default_value_t = IdleWait::Auto)]
     pub idle_wait: IdleWait,
     /// A label copied into the JSON result (used by benches/compare.sh).
     #[arg(long, hide = true)]
@@ -231,7 +235,7 @@ pub struct Job {
     pub filename: Option<PathBuf>,
     /// Record one IO's latency in this many (0: none).
     pub clat_sample: u32,
-    /// How an idle plugio core waits.
+    /// How an idle plugio core waits (`Ring` or `Futex`, never `Auto`).
     pub idle_wait: IdleWait,
     /// No progress output.
     pub quiet: bool,
@@ -314,12 +318,22 @@ impl BenchArgs {
             ablate,
             filename: self.filename,
             clat_sample: self.clat_sample.unwrap_or(if nop { 64 } else { 1 }),
-            idle_wait: self.idle_wait,
+            idle_wait: match self.idle_wait {
+                IdleWait::Auto if under_valgrind() => IdleWait::Futex,
+                IdleWait::Auto => IdleWait::Ring,
+                explicit => explicit,
+            },
             quiet: self.quiet,
             json: self.json,
             tag: self.tag,
         })
     }
+}
+
+/// True when the process runs under valgrind, which preloads its
+/// `vgpreload_*.so` into the program it runs.
+fn under_valgrind() -> bool {
+    std::env::var_os("LD_PRELOAD").is_some_and(|p| p.to_string_lossy().contains("vgpreload"))
 }
 
 /// Parses a size with fio's suffixes: `4096`, `4k`, `4K`, `4KiB`, `16m`,

@@ -226,6 +226,8 @@ pub struct BenchResult {
     pub runtime_s: f64,
     /// `--number_ios` (IOs per job), if given.
     pub number_ios: Option<u64>,
+    /// How an idle core waited (`ring` or `futex`; plugio engines only).
+    pub idle_wait: Option<String>,
     /// IOs completed (including those in flight at the stop).
     pub ios: u64,
     /// Bytes moved (including those in flight at the stop).
@@ -308,6 +310,8 @@ impl BenchResult {
             logical_block_bytes: target.map(|t| t.logical_block_bytes),
             runtime_s: secs,
             number_ios: job.number_ios,
+            idle_wait: matches!(job.engine, EngineKind::Plugio | EngineKind::Nop)
+                .then(|| format!("{:?}", job.idle_wait).to_lowercase()),
             ios: total.ios,
             bytes: total.bytes,
             iops: timeline.at_stop.ios as f64 / secs,
