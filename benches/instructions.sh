@@ -130,19 +130,19 @@ if io not in runs[n1]:
 def per_io(key, threads):
     a = sum(runs[n1][t][key] for t in threads if t in runs[n1])
     b = sum(runs[n2][t][key] for t in threads if t in runs[n2])
-    return (b - a) / (n2 - n1) + 0.0  # + 0.0: no "-0.00"
+    return (b - a) / (n2 - n1)
 # Which locked instructions the IO thread runs per IO (from the top lists).
 before = {t["addr"]: t["ir"] for t in runs[n1][io]["top_locked"]}
 with open(path.replace(".cglock.jsonl", ".locked.txt"), "w") as f:
     for t in runs[n2][io]["top_locked"]:
         d = (t["ir"] - before.get(t["addr"], 0)) / (n2 - n1)
         if d >= 0.005:
-            f.write(f"{d:6.2f}  {t['insn'].split('#')[0].strip():32} {t['fn']}\n")
+            f.write(f"{d:6.3f}  {t['insn'].split('#')[0].strip():32} {t['fn']}\n")
 allt = set(runs[n1]) | set(runs[n2])
 proc = lambda n: sum(r["ir"] for r in runs[n].values())
 print("\t".join([workload, engine, str(io),
-    f"{per_io('ir', [io]):.0f}", f"{per_io('locked', [io]):.2f}",
-    f"{per_io('ir', allt):.0f}", f"{per_io('locked', allt):.2f}",
+    f"{per_io('ir', [io]):.0f}", f"{round(per_io('locked', [io]), 2) + 0.0:.2f}",
+    f"{per_io('ir', allt):.0f}", f"{round(per_io('locked', allt), 2) + 0.0:.2f}",
     str(proc(n1)), str(proc(n2))]))
 PY
   tail -1 "$ROWS" | awk -F'\t' -v n1="$N1" -v n2="$N2" '{printf "[instructions] %s %s: IO thread %s: %s instr/IO, %s locked/IO; process Ir %s (N=%s), %s (N=%s)\n", $1, $2, $3, $4, $5, $8, n1, $9, n2}' >&2
