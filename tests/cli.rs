@@ -143,6 +143,74 @@ fn nop_engines_run_without_data() {
 }
 
 #[test]
+fn number_ios_stops_each_job_after_exactly_that_many_ios() {
+    // A runtime far longer than the IOs take: the IO count ends the run.
+    for extra in [&["--engine", "nop"][..], &["--engine", "raw", "--nop"][..]] {
+        let mut args = vec!["--number_ios", "1000", "--runtime", "600"];
+        args.extend_from_slice(extra);
+        let v = bench_json(&args);
+        assert_eq!(u(&v, "ios"), 1000, "{extra:?}: {v}");
+        assert_eq!(u(&v, "number_ios"), 1000);
+    }
+    // Per job, for a data engine too (1000 is not a multiple of the depth).
+    let v = bench_json(&[
+        "--number_ios",
+        "1000",
+        "--runtime",
+        "600",
+        "--numjobs",
+        "2",
+        "--iodepth",
+        "48",
+    ]);
+    check_data_run(&v, "plugio");
+    assert_eq!(u(&v, "ios"), 2000, "{v}");
+}
+
+#[test]
+fn idle_wait_futex_runs_the_same_job() {
+    // The wait valgrind can follow: same IO count, and the run ends (the
+    // core is woken out of its idle futex wait for the tasks and for
+    // shutdown).
+    for engine in ["nop", "plugio"] {
+        let v = bench_json(&[
+            "--engine",
+            engine,
+            "--idle-wait",
+            "futex",
+            "--number_ios",
+            "500",
+            "--runtime",
+            "600",
+        ]);
+        assert_eq!(u(&v, "ios"), 500, "{engine}: {v}");
+        assert_eq!(v["idle_wait"], "futex");
+    }
+    // `auto` (the default) is `ring`, and `futex` when valgrind's preload
+    // library is in LD_PRELOAD (a missing one: ld.so warns and goes on).
+    let v = bench_json(&["--engine", "nop", "--number_ios", "500"]);
+    assert_eq!(v["idle_wait"], "ring");
+    let o = Command::new(env!("CARGO_BIN_EXE_plugio"))
+        .args([
+            "bench",
+            "--engine",
+            "nop",
+            "--number_ios",
+            "500",
+            "--size",
+            "16M",
+            "--json",
+            "--quiet",
+        ])
+        .env("LD_PRELOAD", "/nonexistent/vgpreload_core-amd64-linux.so")
+        .output()
+        .expect("the plugio binary runs");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("JSON result");
+    assert_eq!(v["idle_wait"], "futex", "{v}");
+}
+
+#[test]
 fn writes_and_mixed_patterns_run() {
     let v = bench_json(&["--rw", "randrw", "--rwmixread", "70", "--iodepth", "16"]);
     check_data_run(&v, "plugio");
@@ -216,6 +284,7 @@ fn bad_input_exits_2_with_a_hint() {
         "--rwmixread 101",
     );
     assert_bad_input(&["bench", "--direct", "2"], "--direct");
+    assert_bad_input(&["bench", "--number_ios", "0"], "--number_ios 0");
 
     let dir = tempfile::tempdir().expect("tempdir");
     let small = dir.path().join("small");

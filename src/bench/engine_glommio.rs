@@ -22,7 +22,7 @@ use rand::RngCore;
 
 use super::error::BenchError;
 use super::options::Job;
-use super::stats::{self, Counters, Dir, IoPattern, Sampler};
+use super::stats::{self, Counters, Dir, IoBudget, IoPattern, Sampler};
 use super::target::Target;
 use super::EngineOutput;
 
@@ -154,12 +154,15 @@ async fn core_main(
     let cursor = Arc::new(AtomicU64::new(IoPattern::start_block(
         &job, size_bytes, core,
     )));
+    // The job's tasks all run on this executor's thread.
+    let budget = Rc::new(IoBudget::new(job.number_ios));
     let tasks: Vec<_> = (0..job.iodepth)
         .map(|i| {
             let seed = (core as u64) << 32 | u64::from(i);
             let pattern = IoPattern::new(&job, size_bytes, seed, cursor.clone());
             let t = IoTask {
                 file: file.clone(),
+                budget: budget.clone(),
                 counters: counters.clone(),
                 core,
                 pattern,
@@ -184,6 +187,7 @@ async fn core_main(
 
 struct IoTask {
     file: Rc<GFile>,
+    budget: Rc<IoBudget>,
     counters: Arc<Counters>,
     core: usize,
     pattern: IoPattern,
@@ -195,7 +199,7 @@ impl IoTask {
     async fn run(mut self) -> Result<(), String> {
         let mut data = vec![0u8; self.bs];
         rand::thread_rng().fill_bytes(&mut data);
-        while !self.counters.stopped() {
+        while !self.counters.stopped() && self.budget.take_local() {
             let (dir, offset) = self.pattern.next_io();
             let t0 = self.sampler.start();
             let n = self.one(dir, offset, &data).await?;

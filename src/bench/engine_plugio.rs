@@ -19,8 +19,8 @@ use plugio_executor::{Driver, JoinHandle, Placement, ShutdownMode, Unpark};
 use rand::RngCore;
 
 use super::error::BenchError;
-use super::options::{Ablation, Job};
-use super::stats::{self, Counters, Dir, IoPattern, Sampler};
+use super::options::{Ablation, IdleWait, Job};
+use super::stats::{self, Counters, Dir, IoBudget, IoPattern, Sampler};
 use super::target::Target;
 use super::EngineOutput;
 
@@ -32,15 +32,80 @@ const PAGE_BYTES: usize = 4096;
 /// A core's [`DeviceDriver`] that copies the ring's call counters into the
 /// core's [`WorkerCounters`](super::stats::WorkerCounters) after each park,
 /// so the reporter can print IOS/call.
+///
+/// With `--idle-wait futex` a blocking park with nothing in flight on the
+/// ring waits in a futex (`std::thread::park_timeout`) instead of in
+/// `io_uring_enter`, and its unparker wakes both. Why: valgrind runs one
+/// thread at a time under a lock that it drops only around syscalls it
+/// knows may block; its 3.19 wrapper of `io_uring_enter` is not marked so,
+/// so a core idling in `io_uring_enter(min_complete = 1)` keeps the lock
+/// and the thread that would wake it (spawning the job's tasks, or asking
+/// for shutdown) never runs. A futex wait releases the lock. (`--idle-wait
+/// auto`, the default, resolves to futex under valgrind.)
 struct StatsDriver {
     inner: DeviceDriver,
     counters: Arc<Counters>,
     core: usize,
+    /// `Some` with `--idle-wait futex`: the unparker that also wakes the
+    /// futex wait.
+    futex_unpark: Option<Arc<FutexUnpark>>,
+}
+
+/// The longest a futex idle wait lasts before it polls the ring anyway (a
+/// safety net for a wake source that does not go through the unparker).
+const FUTEX_IDLE_MAX: Duration = Duration::from_millis(100);
+
+/// Wakes a core parked by [`StatsDriver`] in either wait.
+struct FutexUnpark {
+    ring: Arc<dyn Unpark>,
+    thread: std::thread::Thread,
+}
+
+impl Unpark for FutexUnpark {
+    fn unpark(&self) {
+        // The ring first: its eventfd read is reaped by the poll that
+        // follows the futex wait, or ends a wait in the ring.
+        self.ring.unpark();
+        self.thread.unpark();
+    }
+}
+
+impl StatsDriver {
+    /// Wraps `inner`, made on the core's thread (`idle` decides how an idle
+    /// park waits).
+    fn new(inner: DeviceDriver, counters: Arc<Counters>, core: usize, idle: IdleWait) -> Self {
+        let futex_unpark = (idle == IdleWait::Futex).then(|| {
+            Arc::new(FutexUnpark {
+                ring: inner.unparker(),
+                thread: std::thread::current(),
+            })
+        });
+        StatsDriver {
+            inner,
+            counters,
+            core,
+            futex_unpark,
+        }
+    }
+
+    fn park_inner(&self, timeout: Option<Duration>) -> std::io::Result<()> {
+        let idle_in_futex = self.futex_unpark.is_some()
+            && timeout != Some(Duration::ZERO)
+            && self.inner.in_flight() == 0;
+        if !idle_in_futex {
+            return self.inner.park(timeout);
+        }
+        // Nothing in flight: only the unparker or the timeout can end this
+        // wait. The token semantics of `park_timeout` keep an unpark that
+        // came before this point.
+        std::thread::park_timeout(timeout.map_or(FUTEX_IDLE_MAX, |t| t.min(FUTEX_IDLE_MAX)));
+        self.inner.park(Some(Duration::ZERO))
+    }
 }
 
 impl Driver for StatsDriver {
     fn park(&self, timeout: Option<Duration>) -> std::io::Result<()> {
-        let r = self.inner.park(timeout);
+        let r = self.park_inner(timeout);
         if let Some(s) = self.inner.ring_stats() {
             let w = self.counters.worker(self.core);
             // The ring does not count SQEs: the reporter takes the engine's
@@ -51,7 +116,10 @@ impl Driver for StatsDriver {
     }
 
     fn unparker(&self) -> Arc<dyn Unpark> {
-        self.inner.unparker()
+        match &self.futex_unpark {
+            Some(u) => u.clone(),
+            None => self.inner.unparker(),
+        }
     }
 }
 
@@ -110,17 +178,19 @@ pub fn run(
     let opts = device_options(job, &mut notes);
     let ring = ring_config(job);
     let driver_counters = counters.clone();
+    let idle_wait = job.idle_wait;
     let rt = plugio_executor::Builder::new()
         .cores(job.cores)
         .placement(Placement::Pinned)
         .thread_name("plugio-bench")
         .driver(move |core| {
             let inner = DeviceDriver::new(&ring)?;
-            Ok(Box::new(StatsDriver {
+            Ok(Box::new(StatsDriver::new(
                 inner,
-                counters: driver_counters.clone(),
+                driver_counters.clone(),
                 core,
-            }) as Box<dyn Driver>)
+                idle_wait,
+            )) as Box<dyn Driver>)
         })
         .build()
         .map_err(|e| BenchError::engine(NAME, format!("starting the runtime: {e}")))?;
@@ -188,11 +258,14 @@ impl CoreJob {
             self.size_bytes,
             self.core,
         )));
+        // The core's tasks all run on this core's thread.
+        let budget = Arc::new(IoBudget::new(self.job.number_ios));
         let handles: Vec<JoinHandle<Result<(), String>>> = (0..self.job.iodepth)
             .map(|i| {
                 let seed = (self.core as u64) << 32 | u64::from(i);
                 let task = IoTask {
                     dev: self.dev.clone(),
+                    budget: budget.clone(),
                     pattern: IoPattern::new(&self.job, self.size_bytes, seed, cursor.clone()),
                     sampler: Sampler::new(self.job.clat_sample),
                     counters: self.counters.clone(),
@@ -227,6 +300,8 @@ impl CoreJob {
 /// One of the `iodepth` tasks of a core.
 struct IoTask {
     dev: Device,
+    /// The core's `--number_ios` budget (taken on this core's thread only).
+    budget: Arc<IoBudget>,
     pattern: IoPattern,
     sampler: Sampler,
     counters: Arc<Counters>,
@@ -254,7 +329,7 @@ impl IoTask {
         };
         rand::thread_rng().fill_bytes(buf.as_mut_slice());
         let worker = self.counters.worker(self.core);
-        while !self.counters.stopped() {
+        while !self.counters.stopped() && self.budget.take_local() {
             let (dir, offset) = self.pattern.next_io();
             let t0 = self.sampler.start();
             if self.buf_per_io {
@@ -280,7 +355,7 @@ impl IoTask {
 
     async fn run_nop(mut self) -> Result<(), String> {
         let worker = self.counters.worker(self.core);
-        while !self.counters.stopped() {
+        while !self.counters.stopped() && self.budget.take_local() {
             let t0 = self.sampler.start();
             self.dev.nop().await.map_err(|e| format!("nop: {e}"))?;
             worker.add_io(0);

@@ -15,7 +15,7 @@ use rand::RngCore;
 
 use super::error::BenchError;
 use super::options::Job;
-use super::stats::{self, Counters, Dir, IoPattern, Sampler};
+use super::stats::{self, Counters, Dir, IoBudget, IoPattern, Sampler};
 use super::target::Target;
 use super::EngineOutput;
 
@@ -73,11 +73,16 @@ pub fn run(
     // Job j's threads all run on the job's CPU, so that a job is one core
     // as for the other engines.
     let cpus = plugio_executor::allowed_cpus().unwrap_or_default();
+    // One budget per job, shared by the job's threads.
+    let budgets: Vec<IoBudget> = (0..job.cores)
+        .map(|_| IoBudget::new(job.number_ios))
+        .collect();
     let results: Vec<Result<Histogram<u64>, String>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|i| {
                 let (file, counters) = (&file, counters.clone());
                 let core = i / job.iodepth as usize;
+                let budget = &budgets[core];
                 let cursor = Arc::new(AtomicU64::new(IoPattern::start_block(
                     job,
                     target.size_bytes,
@@ -92,7 +97,7 @@ pub fn run(
                     let mut hist = stats::new_histogram();
                     let worker = counters.worker(i);
                     counters.mark_started();
-                    while !counters.stopped() {
+                    while !counters.stopped() && budget.take_shared() {
                         let (dir, offset) = pattern.next_io();
                         let t0 = sampler.start();
                         let n = pio(file, dir, &mut buf, offset)?;

@@ -23,7 +23,7 @@ use rand::RngCore;
 
 use super::error::BenchError;
 use super::options::Job;
-use super::stats::{self, Counters, Dir, IoPattern, Sampler};
+use super::stats::{self, Counters, Dir, IoBudget, IoPattern, Sampler};
 use super::target::Target;
 use super::EngineOutput;
 
@@ -140,6 +140,8 @@ struct Worker<'a> {
     free: Vec<u32>,
     pattern: Option<IoPattern>,
     sampler: Sampler,
+    /// `--number_ios`: IOs this worker may still issue.
+    budget: IoBudget,
     counters: Arc<Counters>,
     core: usize,
     notes: Vec<String>,
@@ -168,6 +170,7 @@ impl<'a> Worker<'a> {
             free: (0..depth as u32).rev().collect(),
             pattern: None,
             sampler: Sampler::new(job.clat_sample),
+            budget: IoBudget::new(job.number_ios),
             counters,
             core,
             notes: Vec::new(),
@@ -293,6 +296,9 @@ impl<'a> Worker<'a> {
     fn prep(&mut self) -> usize {
         let n = BATCH_SUBMIT.min(self.free.len());
         for done in 0..n {
+            if self.budget.spent() {
+                return done;
+            }
             let Some(slot) = self.free.pop() else {
                 return done;
             };
@@ -308,6 +314,8 @@ impl<'a> Worker<'a> {
                 self.free.push(slot);
                 return done;
             }
+            // Taken only once the SQE is in the ring, so the count is exact.
+            self.budget.take_local();
         }
         n
     }
@@ -318,7 +326,7 @@ impl<'a> Worker<'a> {
         let depth = self.job.iodepth as usize;
         let bs = self.job.bs_bytes;
         loop {
-            let stopping = self.counters.stopped();
+            let stopping = self.counters.stopped() || self.budget.spent();
             let inflight = depth - self.free.len();
             if stopping && inflight == 0 {
                 return Ok(());

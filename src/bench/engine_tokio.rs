@@ -15,7 +15,7 @@ use hdrhistogram::Histogram;
 use super::engine_psync::{job_buf, open_target, pio};
 use super::error::BenchError;
 use super::options::Job;
-use super::stats::{self, Counters, IoPattern, Sampler};
+use super::stats::{self, Counters, IoBudget, IoPattern, Sampler};
 use super::target::Target;
 use super::EngineOutput;
 
@@ -78,6 +78,8 @@ async fn core_main(
     let cursor = Arc::new(AtomicU64::new(IoPattern::start_block(
         job, size_bytes, core,
     )));
+    // The job's tasks all run on this current-thread runtime's thread.
+    let budget = Arc::new(IoBudget::new(job.number_ios));
     let tasks: Vec<_> = (0..job.iodepth)
         .map(|i| {
             let pattern = IoPattern::new(
@@ -86,9 +88,9 @@ async fn core_main(
                 (core as u64) << 32 | u64::from(i),
                 cursor.clone(),
             );
-            let (file, counters) = (file.clone(), counters.clone());
+            let (file, counters, budget) = (file.clone(), counters.clone(), budget.clone());
             let (buf, every) = (job_buf(job), job.clat_sample);
-            tokio::task::spawn(io_task(file, counters, core, pattern, buf, every))
+            tokio::task::spawn(io_task(file, counters, budget, core, pattern, buf, every))
         })
         .collect();
     counters.mark_started();
@@ -101,13 +103,14 @@ async fn core_main(
 async fn io_task(
     file: Arc<std::fs::File>,
     counters: Arc<Counters>,
+    budget: Arc<IoBudget>,
     core: usize,
     mut pattern: IoPattern,
     mut buf: plugio_device::DmaBuf,
     every: u32,
 ) -> Result<(), String> {
     let mut sampler = Sampler::new(every);
-    while !counters.stopped() {
+    while !counters.stopped() && budget.take_local() {
         let (dir, offset) = pattern.next_io();
         let t0 = sampler.start();
         let f = file.clone();

@@ -37,6 +37,24 @@ pub enum EngineKind {
     Psync,
 }
 
+/// How a plugio core waits while nothing is in flight on its ring
+/// (`--idle-wait`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IdleWait {
+    /// `futex` when the process runs under valgrind (its `LD_PRELOAD`
+    /// names valgrind's `vgpreload` library), else `ring`.
+    Auto,
+    /// Block in `io_uring_enter`, woken by the ring's eventfd read (what
+    /// plugio does).
+    Ring,
+    /// Block in a futex wait (`std::thread::park`), woken by the runtime's
+    /// unparker, then poll the ring. For tools that run one thread at a
+    /// time and do not treat `io_uring_enter` as blocking, such as
+    /// valgrind 3.19; parks with IO in flight still enter the ring.
+    Futex,
+}
+
 /// The IO pattern, as fio's `rw`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -115,6 +133,11 @@ pub struct BenchArgs {
     /// Seconds to run.
     #[arg(long, default_value_t = 10.0)]
     pub runtime: f64,
+    /// Stop each job after this many IOs (fio's `number_ios`): the run ends
+    /// at `--runtime` or when every job has done N IOs, whichever comes
+    /// first. The IOs are counted when issued, so a job completes exactly N.
+    #[arg(long = "number_ios", visible_alias = "number-ios")]
+    pub number_ios: Option<u64>,
     /// Bytes of the target to use (default: the whole file or device; 1 GiB
     /// for the temporary file).
     #[arg(long, value_parser = parse_size)]
@@ -158,6 +181,14 @@ pub struct BenchArgs {
     /// NOP engines (two clock reads per IO would dominate a NOP).
     #[arg(long)]
     pub clat_sample: Option<u32>,
+    /// Engines plugio and nop: how a core waits while nothing is in flight
+    /// on its ring (at start and end of the run): `ring` blocks in
+    /// `io_uring_enter`; `futex` blocks in a futex wait, which valgrind can
+    /// follow (benches/instructions.sh uses it); `auto` (default) is
+    /// `futex` under valgrind and `ring` otherwise. Waits with IO in
+    /// flight are the same either way.
+    #[arg(long, value_enum, default_value_t = IdleWait::Auto)]
+    pub idle_wait: IdleWait,
     /// A label copied into the JSON result (used by benches/compare.sh).
     #[arg(long, hide = true)]
     pub tag: Option<String>,
@@ -181,6 +212,8 @@ pub struct Job {
     pub cores: usize,
     /// How long to run.
     pub runtime: Duration,
+    /// IOs per job after which the job stops (`None`: until `runtime`).
+    pub number_ios: Option<u64>,
     /// Requested bytes of the target (`None`: whole target).
     pub size_bytes: Option<u64>,
     /// O_DIRECT.
@@ -202,6 +235,8 @@ pub struct Job {
     pub filename: Option<PathBuf>,
     /// Record one IO's latency in this many (0: none).
     pub clat_sample: u32,
+    /// How an idle plugio core waits (`Ring` or `Futex`, never `Auto`).
+    pub idle_wait: IdleWait,
     /// No progress output.
     pub quiet: bool,
     /// JSON output.
@@ -248,6 +283,11 @@ impl BenchArgs {
                 "--nop only applies to --engine raw; use --engine nop for plugio's NOP path",
             ));
         }
+        if self.number_ios == Some(0) {
+            return Err(BenchError::usage(
+                "--number_ios 0: give at least 1 (or leave it out to run for --runtime)",
+            ));
+        }
         if self.size == Some(0) {
             return Err(BenchError::usage("--size 0: give a size such as 16M"));
         }
@@ -267,6 +307,7 @@ impl BenchArgs {
             iodepth: self.iodepth,
             cores: self.numjobs,
             runtime: Duration::from_secs_f64(self.runtime),
+            number_ios: self.number_ios,
             size_bytes: self.size,
             direct: self.direct == 1,
             nomerges: self.nomerges,
@@ -277,11 +318,22 @@ impl BenchArgs {
             ablate,
             filename: self.filename,
             clat_sample: self.clat_sample.unwrap_or(if nop { 64 } else { 1 }),
+            idle_wait: match self.idle_wait {
+                IdleWait::Auto if under_valgrind() => IdleWait::Futex,
+                IdleWait::Auto => IdleWait::Ring,
+                explicit => explicit,
+            },
             quiet: self.quiet,
             json: self.json,
             tag: self.tag,
         })
     }
+}
+
+/// True when the process runs under valgrind, which preloads its
+/// `vgpreload_*.so` into the program it runs.
+fn under_valgrind() -> bool {
+    std::env::var_os("LD_PRELOAD").is_some_and(|p| p.to_string_lossy().contains("vgpreload"))
 }
 
 /// Parses a size with fio's suffixes: `4096`, `4k`, `4K`, `4KiB`, `16m`,

@@ -224,6 +224,10 @@ pub struct BenchResult {
     pub logical_block_bytes: Option<u32>,
     /// Seconds from start to the stop request.
     pub runtime_s: f64,
+    /// `--number_ios` (IOs per job), if given.
+    pub number_ios: Option<u64>,
+    /// How an idle core waited (`ring` or `futex`; plugio engines only).
+    pub idle_wait: Option<String>,
     /// IOs completed (including those in flight at the stop).
     pub ios: u64,
     /// Bytes moved (including those in flight at the stop).
@@ -305,6 +309,9 @@ impl BenchResult {
             size_bytes: target.map_or(0, |t| t.size_bytes),
             logical_block_bytes: target.map(|t| t.logical_block_bytes),
             runtime_s: secs,
+            number_ios: job.number_ios,
+            idle_wait: matches!(job.engine, EngineKind::Plugio | EngineKind::Nop)
+                .then(|| format!("{:?}", job.idle_wait).to_lowercase()),
             ios: total.ios,
             bytes: total.bytes,
             iops: timeline.at_stop.ios as f64 / secs,
@@ -366,8 +373,11 @@ impl Printer {
             ),
             None => "no file".to_owned(),
         };
+        let ios = job
+            .number_ios
+            .map_or(String::new(), |n| format!(" or {n} IOs per job"));
         self.line(&format!(
-            "plugio bench: engine={} {what} iodepth={} numjobs={} direct={} on {on}, {:.0} s",
+            "plugio bench: engine={} {what} iodepth={} numjobs={} direct={} on {on}, {:.0} s{ios}",
             engine_name(job.engine),
             job.iodepth,
             job.cores,

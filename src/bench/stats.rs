@@ -204,6 +204,70 @@ impl Counters {
     }
 }
 
+/// How many IOs a job may still issue (`--number_ios`), shared by the
+/// job's tasks or threads.
+///
+/// Invariant: [`IoBudget::take_local`] is a relaxed load and store, not a
+/// read-modify-write, so it costs no locked instruction per IO; it is only
+/// correct when every caller runs on one thread (one core's tasks, one
+/// raw-loop worker). Engines whose takers run on several threads use
+/// [`IoBudget::take_shared`].
+#[derive(Debug)]
+pub struct IoBudget {
+    /// `None`: unlimited (only `runtime` ends the job).
+    limited: bool,
+    left: AtomicU64,
+}
+
+impl IoBudget {
+    /// A budget of `ios` IOs (`None`: unlimited).
+    pub fn new(ios: Option<u64>) -> IoBudget {
+        IoBudget {
+            limited: ios.is_some(),
+            left: AtomicU64::new(ios.unwrap_or(u64::MAX)),
+        }
+    }
+
+    /// Takes one IO; false when the budget is spent. Call only from the
+    /// one thread that all takers of this budget run on.
+    #[inline]
+    pub fn take_local(&self) -> bool {
+        if !self.limited {
+            return true;
+        }
+        // Relaxed: single thread (see the type's invariant); there is no
+        // await or other taker between the load and the store.
+        let left = self.left.load(Ordering::Relaxed);
+        if left == 0 {
+            return false;
+        }
+        // Relaxed: as above.
+        self.left.store(left - 1, Ordering::Relaxed);
+        true
+    }
+
+    /// Takes one IO from any thread (an atomic read-modify-write); false
+    /// when the budget is spent.
+    #[inline]
+    pub fn take_shared(&self) -> bool {
+        if !self.limited {
+            return true;
+        }
+        // Relaxed: a ticket counter; only the count matters, no data is
+        // published through it.
+        self.left
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |l| l.checked_sub(1))
+            .is_ok()
+    }
+
+    /// True when no IO is left to take.
+    #[inline]
+    pub fn spent(&self) -> bool {
+        // Relaxed: read by the taking thread itself or as a hint.
+        self.limited && self.left.load(Ordering::Relaxed) == 0
+    }
+}
+
 /// Whether an IO reads or writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dir {

@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# Deterministic per-IO cost figures (issue #12): user-space instructions and
+# locked atomic instructions per IO, counted by callgrind, so they do not
+# depend on the machine's load.
+#
+# For each workload and engine, `plugio bench` runs twice under callgrind
+# with a fixed IO count (`--number_ios N1`, then N2), pinned to one core
+# (`taskset -c 0`), `--numjobs 1 --iodepth 128 --clat-sample 0` (no latency
+# sampling: it is the bench's instrumentation, not the IO path, and would
+# add two clock reads and a histogram record per read); the figures are
+#     per IO = (count(N2) - count(N1)) / (N2 - N1)
+# so setup and teardown cancel out. Counts are of the IO thread (callgrind
+# --separate-threads=yes; the thread with the most instructions, the core
+# or raw worker that issues and reaps every IO); the whole process's figure
+# is printed next to it. Locked instructions are `lock`-prefixed ones and
+# `xchg` with a memory operand, found by matching callgrind's per-address
+# counts (--dump-instr=yes) with `objdump -d` (benches/tools/cglock.py).
+# Only user space is counted: callgrind does not see the kernel.
+#
+# Workloads:
+#   nop        --engine nop  vs  --engine raw --nop
+#   cached-4k  4 KiB buffered random reads (--direct 0) of a 64 MiB file
+#              read once beforehand (page-cached): --engine plugio vs raw
+#
+# Valgrind configuration: plugio engines run with `--idle-wait futex`.
+# Valgrind runs one thread at a time under a lock that it releases only
+# around syscalls it knows may block, and valgrind 3.19 does not mark
+# io_uring_enter so: a plugio core idling in io_uring_enter(min_complete=1)
+# keeps the lock, and the thread that would wake it (to spawn the job's
+# tasks, or to shut down) never runs, so the run hangs after the header
+# line. With `--idle-wait futex` a core with nothing in flight waits in a
+# futex instead (valgrind releases the lock there); waits with IO in flight
+# still enter the ring, so the measured per-IO path is the normal one. (The
+# default, `--idle-wait auto`, picks futex under valgrind too; the script
+# says it explicitly.) The raw loop never waits idle and runs as is.
+#
+# Uses the binary of `cargo build --release` (debug = 1 in the profile, so
+# callgrind names functions). Prints every command it runs. Exits non-zero
+# only when a run or the analysis fails, never because of a figure.
+#
+# Usage: benches/instructions.sh [--quick] [--out DIR]
+#   --quick   smaller IO counts (CI); default N1=20000, N2=60000
+#   --out DIR where the callgrind files and table.md go
+#             (default target/instructions, or target/instructions-quick)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N1=20000; N2=60000; OUT=""; QUICK=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) QUICK=1; N1=4000; N2=12000 ;;
+    --out) OUT=$2; shift ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "unknown option $1 (use --quick, --out DIR)" >&2; exit 2 ;;
+  esac
+  shift
+done
+[ -n "$OUT" ] || OUT=target/instructions$([ "$QUICK" = 1 ] && echo -quick || true)
+log() { printf '[instructions %s] %s\n' "$(date +%T)" "$*" >&2; }
+show() { printf '+ %s\n' "$*" >&2; }
+fail() { echo "instructions.sh: $*" >&2; exit 1; }
+
+for tool in valgrind objdump python3 taskset; do
+  command -v "$tool" >/dev/null || fail "$tool not found (apt-get install -y valgrind binutils util-linux python3)"
+done
+log "$(valgrind --version), $(objdump --version | head -1)"
+
+show cargo build --release --bin plugio
+cargo build --release --quiet --bin plugio
+BIN=$PWD/target/release/plugio
+
+rm -rf "$OUT"
+mkdir -p "$OUT"
+DATA=$OUT/cached-64m.bin
+show "head -c 64M /dev/urandom > $DATA && cat $DATA > /dev/null"
+head -c $((64 << 20)) /dev/urandom > "$DATA"
+cat "$DATA" > /dev/null # read once: the reads below hit the page cache
+
+COMMON=(--numjobs 1 --iodepth 128 --clat-sample 0 --runtime 3600 --json --quiet)
+ROWS=$OUT/rows.tsv
+: > "$ROWS"
+
+# run LABEL N bench-args...: one callgrind run; its per-thread files are
+# $OUT/LABEL.N.out-NN.
+run() {
+  local label=$1 n=$2; shift 2
+  local cmd=(taskset -c 0 valgrind --tool=callgrind --separate-threads=yes --dump-instr=yes
+    "--callgrind-out-file=$OUT/$label.$n.out" "$BIN" bench "$@" "${COMMON[@]}" --number_ios "$n")
+  show "${cmd[*]}"
+  local start=$SECONDS
+  # SIGKILL: a valgrind stuck in a syscall it holds its lock over ignores
+  # SIGTERM.
+  if ! timeout -s KILL 900 "${cmd[@]}" > "$OUT/$label.$n.json" 2> "$OUT/$label.$n.log"; then
+    tail -20 "$OUT/$label.$n.log" >&2
+    fail "$label: the run with --number_ios $n failed or timed out (log: $OUT/$label.$n.log)"
+  fi
+  local ios
+  ios=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["ios"])' "$OUT/$label.$n.json") \
+    || fail "$label: no JSON result in $OUT/$label.$n.json"
+  [ "$ios" = "$n" ] || fail "$label: asked for $n IOs, the bench reports $ios"
+  log "$label N=$n: $ios IOs in $((SECONDS - start)) s"
+}
+
+# measure WORKLOAD ENGINE bench-args...
+measure() {
+  local workload=$1 engine=$2; shift 2
+  local label="$workload.$engine"
+  run "$label" "$N1" "$@"
+  run "$label" "$N2" "$@"
+  show "benches/tools/cglock.py --json $OUT/$label.{$N1,$N2}.out-*"
+  benches/tools/cglock.py --json --top 40 "$OUT/$label.$N1".out-* "$OUT/$label.$N2".out-* \
+    > "$OUT/$label.cglock.jsonl" || fail "$label: cglock.py failed"
+  python3 - "$OUT/$label.cglock.jsonl" "$N1" "$N2" "$workload" "$engine" >> "$ROWS" <<'PY' \
+    || fail "$label: could not difference the runs"
+import json, re, sys
+path, n1, n2, workload, engine = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+runs = {n1: {}, n2: {}}
+for line in open(path):
+    r = json.loads(line)
+    m = re.search(r"\.(\d+)\.out-(\d+)$", r["file"])
+    runs[int(m.group(1))][int(m.group(2))] = r
+    # A check of the parsing: the self costs must add up to callgrind's total.
+    if r["ir_header"] is not None and r["ir"] != r["ir_header"]:
+        print(f"warning: {r['file']}: parsed Ir {r['ir']} != callgrind total {r['ir_header']}", file=sys.stderr)
+if not runs[n1] or not runs[n2]:
+    sys.exit("missing thread files")
+# The IO thread: the one that executed the most instructions.
+io = max(runs[n2], key=lambda t: runs[n2][t]["ir"])
+if io not in runs[n1]:
+    sys.exit(f"thread {io} missing in the N={n1} run")
+def per_io(key, threads):
+    a = sum(runs[n1][t][key] for t in threads if t in runs[n1])
+    b = sum(runs[n2][t][key] for t in threads if t in runs[n2])
+    return (b - a) / (n2 - n1)
+# Which locked instructions the IO thread runs per IO (from the top lists).
+before = {t["addr"]: t["ir"] for t in runs[n1][io]["top_locked"]}
+with open(path.replace(".cglock.jsonl", ".locked.txt"), "w") as f:
+    for t in runs[n2][io]["top_locked"]:
+        d = (t["ir"] - before.get(t["addr"], 0)) / (n2 - n1)
+        if d >= 0.005:
+            f.write(f"{d:6.3f}  {t['insn'].split('#')[0].strip():32} {t['fn']}\n")
+allt = set(runs[n1]) | set(runs[n2])
+proc = lambda n: sum(r["ir"] for r in runs[n].values())
+print("\t".join([workload, engine, str(io),
+    f"{per_io('ir', [io]):.0f}", f"{round(per_io('locked', [io]), 2) + 0.0:.2f}",
+    f"{per_io('ir', allt):.0f}", f"{round(per_io('locked', allt), 2) + 0.0:.2f}",
+    str(proc(n1)), str(proc(n2))]))
+PY
+  tail -1 "$ROWS" | awk -F'\t' -v n1="$N1" -v n2="$N2" '{printf "[instructions] %s %s: IO thread %s: %s instr/IO, %s locked/IO; process Ir %s (N=%s), %s (N=%s)\n", $1, $2, $3, $4, $5, $8, n1, $9, n2}' >&2
+}
+
+START=$SECONDS
+measure nop nop --engine nop --idle-wait futex
+measure nop raw --engine raw --nop
+measure cached-4k plugio --engine plugio --idle-wait futex --filename "$DATA" --direct 0 --rw randread --bs 4k
+measure cached-4k raw --engine raw --filename "$DATA" --direct 0 --rw randread --bs 4k
+
+{
+  echo "Per-IO cost, callgrind, N1=$N1 and N2=$N2 IOs, \`taskset -c 0\`, \`${COMMON[*]:0:6}\`"
+  echo "($(valgrind --version); plugio engines with \`--idle-wait futex\`; IO thread = the thread that runs the IO loop)"
+  echo
+  echo "| workload | engine | user instr/IO (IO thread) | locked instr/IO (IO thread) | user instr/IO (process) | locked instr/IO (process) | Ir total N1 / N2 (process) |"
+  echo "|---|---|---|---|---|---|---|"
+  awk -F'\t' '{printf "| %s | %s | %s | %s | %s | %s | %s / %s |\n", $1, $2, $4, $5, $6, $7, $8, $9}' "$ROWS"
+  echo
+  echo "Locked instructions per IO of the IO thread (of the 40 most executed in the N2 run, those >= 0.005 per IO):"
+  for f in "$OUT"/*.locked.txt; do
+    echo
+    echo "$(basename "$f" .locked.txt):"
+    echo
+    echo '```'
+    if [ -s "$f" ]; then cat "$f"; else echo "(none)"; fi
+    echo '```'
+  done
+} > "$OUT/table.md"
+echo
+cat "$OUT/table.md"
+log "done in $((SECONDS - START)) s; callgrind files and table.md in $OUT"

@@ -1,0 +1,256 @@
+#!/usr/bin/env python3
+"""Counts the locked atomic instructions a callgrind run executed.
+
+Usage: cglock.py [--json] [--top N] [--check] CALLGRIND_OUT...
+
+Each CALLGRIND_OUT must come from `valgrind --tool=callgrind
+--dump-instr=yes` (one file per thread with --separate-threads=yes). For
+every file it prints the total Ir (instructions executed) and the Ir of
+locked instructions: those with a `lock` prefix, and `xchg` with a memory
+operand (implicitly locked). Locked instructions are found with
+`objdump -d` of each object (`ob=`) the file names; callgrind's
+instruction addresses are the objects' link-time addresses, the same
+addresses objdump prints. Only user space is counted (callgrind does not
+see the kernel); objects that are not files (the vDSO) are skipped.
+
+--json   one JSON object per file instead of a text line.
+--top N  also list the N most executed locked instructions.
+--check  also check that the executed addresses of each object are
+         instruction starts in objdump's listing (validates the matching;
+         slower).
+
+The callgrind out format, as far as it matters here: `ob=`, `fl=`, `fi=`,
+`fe=`, `fn=` (and their `c` forms) compress names as `(id) name` the first
+time and `(id)` later; cost lines start with one sub-position per entry of
+`positions:` (`0x…`, `+N`/`-N` relative to the previous cost line's
+position, `*` the same), then one count per entry of `events:` (missing
+trailing counts are 0); the line after `calls=`/`jump=`/`jcnd=` carries the
+cost of the call (inclusive, at the call site), not self cost, but still
+moves the position. Standard library only.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections import defaultdict
+
+# Which name table each key compresses into (files share one table).
+TABLE_OF = {
+    "ob": "ob", "cob": "ob",
+    "fn": "fn", "cfn": "fn",
+    "fl": "fl", "fi": "fl", "fe": "fl", "cfi": "fl", "cfl": "fl",
+}
+NAME_KEYS = set(TABLE_OF)
+# objdump -d --no-show-raw-insn: "  4a3b2c:\tlock cmpxchg %rdx,(%rdi)"
+INSN = re.compile(r"^\s*([0-9a-f]+):\s+(.*)$")
+
+_listing_cache = {}
+
+
+def objdump_listing(path, want_all):
+    """(locked: {addr: text}, starts: set of instruction addresses or None)."""
+    key = (path, want_all)
+    if key in _listing_cache:
+        return _listing_cache[key]
+    locked = {}
+    starts = set() if want_all else None
+    try:
+        proc = subprocess.Popen(
+            ["objdump", "-d", "--no-show-raw-insn", "-w", path],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            errors="replace",
+        )
+    except OSError as e:
+        sys.exit(f"cglock: cannot run objdump: {e}")
+    for line in proc.stdout:
+        if want_all:
+            m = INSN.match(line)
+            if not m:
+                continue
+            addr, text = int(m.group(1), 16), m.group(2).strip()
+            starts.add(addr)
+        else:
+            # Fast path: only lines that can be locked instructions.
+            if "lock" not in line and "xchg" not in line:
+                continue
+            m = INSN.match(line)
+            if not m:
+                continue
+            addr, text = int(m.group(1), 16), m.group(2).strip()
+        if is_locked(text):
+            locked[addr] = text
+    proc.wait()
+    _listing_cache[key] = (locked, starts)
+    return locked, starts
+
+
+def is_locked(text):
+    """True for a lock-prefixed instruction or xchg with a memory operand."""
+    mnemonic, _, operands = text.partition(" ")
+    if mnemonic == "lock" or mnemonic.startswith("lock"):
+        return True
+    if mnemonic.startswith("xchg") and "(" in operands:
+        return True
+    return False
+
+
+def parse_number(tok):
+    return int(tok, 16) if tok.startswith(("0x", "0X")) else int(tok)
+
+
+def parse(path):
+    """Self Ir per (object, address) and per (object, address) -> function."""
+    positions = ["line"]
+    events = None
+    names = {"ob": {}, "fn": {}, "fl": {}}
+    cur = {"ob": "", "fn": ""}
+    last = None  # previous position tuple
+    skip_next_cost = False
+    cost = defaultdict(int)  # (ob, addr) -> Ir
+    fn_of = {}
+    thread = None
+    total_header = None
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for raw in f:
+            line = raw.rstrip("\n")
+            if not line or line.startswith("#"):
+                continue
+            c = line[0]
+            if c.isdigit() or c in "+-*" or line.startswith("0x"):
+                parts = line.split()
+                npos = len(positions)
+                pos = []
+                for i, tok in enumerate(parts[:npos]):
+                    prev = last[i] if last else 0
+                    if tok == "*":
+                        pos.append(prev)
+                    elif tok[0] == "+":
+                        pos.append(prev + parse_number(tok[1:]))
+                    elif tok[0] == "-":
+                        pos.append(prev - parse_number(tok[1:]))
+                    else:
+                        pos.append(parse_number(tok))
+                last = pos
+                if skip_next_cost:
+                    skip_next_cost = False
+                    continue
+                vals = parts[npos:]
+                ir = parse_number(vals[0]) if vals else 0
+                if ir:
+                    addr = pos[0]
+                    k = (cur["ob"], addr)
+                    cost[k] += ir
+                    fn_of.setdefault(k, cur["fn"])
+                continue
+            key, sep, value = line.partition("=")
+            if sep and key in NAME_KEYS:
+                value = value.strip()
+                table = names[TABLE_OF[key]]
+                m = re.match(r"^\((\d+)\)\s*(.*)$", value)
+                if m:
+                    ident, name = m.group(1), m.group(2)
+                    if name:
+                        table[ident] = name
+                    else:
+                        name = table.get(ident, f"({ident})")
+                else:
+                    name = value
+                if key in ("ob", "fn"):
+                    cur[key] = name
+                continue
+            if sep and key in ("calls", "jump", "jcnd"):
+                skip_next_cost = True
+                continue
+            if line.startswith("positions:"):
+                positions = line.split(":", 1)[1].split()
+            elif line.startswith("events:"):
+                events = line.split(":", 1)[1].split()
+            elif line.startswith("thread:"):
+                thread = line.split(":", 1)[1].strip()
+            elif line.startswith(("summary:", "totals:")):
+                total_header = int(line.split(":", 1)[1].split()[0])
+    if "instr" not in positions[:1]:
+        sys.exit(f"cglock: {path} has no instruction positions: run callgrind with --dump-instr=yes")
+    if events and events[0] != "Ir":
+        sys.exit(f"cglock: {path}: first event is {events[0]}, expected Ir")
+    return cost, fn_of, thread, total_header
+
+
+def analyse(path, top, check):
+    cost, fn_of, thread, total_header = parse(path)
+    per_ob = defaultdict(lambda: [0, 0])  # ob -> [Ir, locked Ir]
+    locked_rows = []
+    unmatched = 0
+    for (ob, addr), ir in cost.items():
+        per_ob[ob][0] += ir
+    for ob in per_ob:
+        if not ob or not os.path.isfile(ob):
+            continue
+        locked, starts = objdump_listing(ob, check)
+        for (o, addr), ir in cost.items():
+            if o != ob:
+                continue
+            if starts is not None and addr not in starts:
+                unmatched += ir
+            text = locked.get(addr)
+            if text is not None:
+                per_ob[ob][1] += ir
+                locked_rows.append((ir, ob, addr, fn_of[(o, addr)], text))
+    total = sum(v[0] for v in per_ob.values())
+    locked_total = sum(v[1] for v in per_ob.values())
+    locked_rows.sort(reverse=True)
+    result = {
+        "file": path,
+        "thread": thread,
+        "ir": total,
+        "ir_header": total_header,
+        "locked": locked_total,
+        "objects": {ob: {"ir": v[0], "locked": v[1]} for ob, v in sorted(per_ob.items())},
+        "top_locked": [
+            {"ir": ir, "object": os.path.basename(ob), "addr": hex(addr), "fn": fn, "insn": text}
+            for ir, ob, addr, fn, text in locked_rows[:top]
+        ],
+    }
+    if check:
+        result["ir_not_at_instruction_start"] = unmatched
+    return result
+
+
+def main(argv):
+    as_json, top, check, files = False, 0, False, []
+    it = iter(argv)
+    for a in it:
+        if a == "--json":
+            as_json = True
+        elif a == "--top":
+            top = int(next(it))
+        elif a == "--check":
+            check = True
+        elif a in ("-h", "--help"):
+            print(__doc__)
+            return 0
+        else:
+            files.append(a)
+    if not files:
+        print(__doc__, file=sys.stderr)
+        return 2
+    for path in files:
+        r = analyse(path, top, check)
+        if as_json:
+            print(json.dumps(r))
+            continue
+        line = f"{path}: thread {r['thread']} Ir {r['ir']} locked {r['locked']}"
+        if check:
+            line += f" (Ir at non-instruction addresses: {r['ir_not_at_instruction_start']})"
+        print(line)
+        for row in r["top_locked"]:
+            print(f"  {row['ir']:>12} {row['object']} {row['addr']} {row['insn']}  [{row['fn']}]")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
