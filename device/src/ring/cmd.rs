@@ -41,7 +41,7 @@ use std::sync::Arc;
 use io_uring::{cqueue, squeue, IoUring};
 
 use crate::buf::{current_arena, Arena};
-use crate::core::{Completion, HandlerId};
+use crate::core::{Completion, HandlerId, Reaped};
 use crate::error::{nvme_status_result, Error, ErrorKind, Result};
 
 /// `IORING_ENTER_GETEVENTS` from the uapi header.
@@ -314,7 +314,7 @@ impl CmdRing {
     /// Moves every available CQE into `out` as a [`Completion`], flushing a
     /// CQ overflow; resubmits `-EAGAIN` commands. Returns how many commands
     /// completed.
-    pub(crate) fn reap(&self, out: &mut Vec<Completion>) -> Result<usize> {
+    pub(crate) fn reap(&self, out: &mut Reaped) -> Result<usize> {
         let mut done = 0;
         for _ in 0..4 {
             let batch: Vec<(u64, i32)> = {
@@ -352,7 +352,7 @@ impl CmdRing {
         Ok(done)
     }
 
-    fn complete_one(&self, ud: u64, res: i32, out: &mut Vec<Completion>) -> bool {
+    fn complete_one(&self, ud: u64, res: i32, out: &mut Reaped) -> bool {
         let index = ud as u32;
         if ud & PREFLUSH_BIT != 0 {
             if let Some(Some(slot)) = self.slots.borrow_mut().get_mut(index as usize) {

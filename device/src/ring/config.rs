@@ -75,6 +75,13 @@ pub struct RingInfo {
     pub defer_taskrun: bool,
     /// `COOP_TASKRUN` accepted (when DEFER_TASKRUN was not).
     pub coop_taskrun: bool,
+    /// `TASKRUN_FLAG` accepted (with DEFER_TASKRUN or COOP_TASKRUN): the
+    /// kernel sets `IORING_SQ_TASKRUN` while task work that will post CQEs
+    /// is pending, so a park can skip an enter when it is clear.
+    pub taskrun_flag: bool,
+    /// `IORING_FEAT_MIN_TIMEOUT` (6.12+): a wait for several CQEs can be
+    /// cut short to "any CQE" after `min_wait_usec`.
+    pub min_timeout: bool,
     /// `SQPOLL` accepted.
     pub sqpoll: bool,
     /// `IOPOLL` accepted.
@@ -120,11 +127,18 @@ pub(super) fn build(config: &RingConfig) -> Result<(IoUring, RingInfo)> {
             builder.setup_iopoll();
         }
         match level {
+            // TASKRUN_FLAG (5.19, like COOP_TASKRUN) with either: the kernel
+            // sets IORING_SQ_TASKRUN when it queues task work that will post
+            // CQEs (io_req_local_work_add for DEFER_TASKRUN, the normal
+            // task-work add for COOP) and clears it when it runs that work.
             2 => {
-                builder.setup_single_issuer().setup_defer_taskrun();
+                builder
+                    .setup_single_issuer()
+                    .setup_defer_taskrun()
+                    .setup_taskrun_flag();
             }
             1 => {
-                builder.setup_coop_taskrun();
+                builder.setup_coop_taskrun().setup_taskrun_flag();
             }
             _ => {}
         }
@@ -145,6 +159,8 @@ fn finish(uring: IoUring, config: &RingConfig, level: u8) -> (IoUring, RingInfo)
         cq_entries: params.cq_entries(),
         defer_taskrun: level == 2,
         coop_taskrun: level == 1,
+        taskrun_flag: level > 0,
+        min_timeout: params.is_feature_min_timeout(),
         sqpoll: params.is_setup_sqpoll(),
         iopoll: params.is_setup_iopoll(),
         ext_arg: params.is_feature_ext_arg(),
@@ -198,8 +214,8 @@ impl fmt::Display for RingInfo {
         writeln!(f, "setup flags:         {}", flags.join(" "))?;
         writeln!(
             f,
-            "features:            EXT_ARG={} NODROP={}",
-            self.ext_arg, self.nodrop
+            "features:            EXT_ARG={} NODROP={} MIN_TIMEOUT={} TASKRUN_FLAG={}",
+            self.ext_arg, self.nodrop, self.min_timeout, self.taskrun_flag
         )?;
         writeln!(f, "registered files:    {}", self.registered_files)?;
         writeln!(f, "supported ops:       {}", self.supported_ops.join(" "))?;

@@ -310,7 +310,13 @@ impl NvmeBackend {
     unsafe fn queue(&self, op: &IoOp<'_>, handler: HandlerId, token: u64) -> Result<()> {
         let main = current_ring()?;
         if op.kind == OpKind::Nop {
-            main.push(opcode::Nop::new().build(), None, None, handler, token);
+            main.push(
+                opcode::Nop::new().build(),
+                None,
+                ring::NO_FILE,
+                handler,
+                token,
+            );
             return Ok(());
         }
         let cmd_ring = main
