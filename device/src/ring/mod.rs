@@ -262,7 +262,9 @@ pub struct Ring {
     completion_interval_ns: Cell<u64>,
     reaped: RefCell<Reaped>,
     /// CQEs being handled by `reap` (kept for its capacity).
-    cqe_scratch: RefCell<Vec<cqueue::Entry>>,
+    /// Slots whose op came back `-EAGAIN` in the current reap, resubmitted
+    /// after the CQ pass (kept for its capacity).
+    eagain: RefCell<Vec<u32>>,
     stats: RefCell<RingStats>,
     /// The passthrough rings (interrupt-driven, polled), built on first use.
     cmd_rings: RefCell<[Option<Rc<CmdRing>>; 2]>,
@@ -329,7 +331,7 @@ impl Ring {
             sweep_pending: Cell::new(false),
             completion_interval_ns: Cell::new(0),
             reaped: RefCell::new(Reaped::default()),
-            cqe_scratch: RefCell::new(Vec::new()),
+            eagain: RefCell::new(Vec::new()),
             stats: RefCell::new(RingStats::default()),
             cmd_rings: RefCell::new([None, None]),
             cmd_wake_buf: Box::new(Cell::new(0)),
@@ -410,7 +412,7 @@ impl Ring {
             .build()
             .user_data(CMD_WAKE_UD);
         self.cmd_wake_armed.set(true);
-        self.push_sqe(entry);
+        self.push_sqe(&entry);
     }
 
     /// Before the main enter: submits the passthrough rings' SQEs and reaps
@@ -641,27 +643,28 @@ impl Ring {
             preflush_result: 0,
             has_preflush: preflush.is_some(),
         };
-        let index = slots.insert(meta, &entry);
-        let ud = u64::from(index);
+        // The SQE is written once into its slot (user_data = the index)
+        // and copied from there into the SQ.
+        let index = slots.insert(meta, entry);
         if let Some(pre) = preflush {
             let pre = pre
                 .flags(squeue::Flags::IO_LINK)
-                .user_data(ud | PREFLUSH_BIT);
-            slots.set_preflush_sqe(index, pre.clone());
-            drop(slots);
-            self.push_sqe(pre);
-        } else {
-            drop(slots);
+                .user_data(u64::from(index) | PREFLUSH_BIT);
+            self.push_sqe(&pre);
+            slots.set_preflush_sqe(index, pre);
         }
-        self.push_sqe(entry.user_data(ud));
+        self.push_sqe(slots.sqe_ref(index));
     }
 
-    fn push_sqe(&self, entry: squeue::Entry) {
+    /// Copies `entry` into the SQ, or into the backlog (then submits) when
+    /// the SQ is full. Touches neither the slots nor the reaped list.
+    #[inline]
+    fn push_sqe(&self, entry: &squeue::Entry) {
         let mut backlog = self.backlog.borrow_mut();
-        if backlog.is_empty() && self.try_push_sq(&entry) {
+        if backlog.is_empty() && self.try_push_sq(entry) {
             return;
         }
-        backlog.push_back(entry);
+        backlog.push_back(entry.clone());
         drop(backlog);
         self.stats.borrow_mut().sq_full += 1;
         // SQ full: submit what is there, then move the backlog in.
@@ -702,7 +705,7 @@ impl Ring {
         .build()
         .user_data(WAKE_UD);
         self.wake_armed.set(true);
-        self.push_sqe(entry);
+        self.push_sqe(&entry);
     }
 
     /// Submits what is queued without waiting (`submit_now`); no syscall
@@ -1001,39 +1004,42 @@ impl Ring {
     fn reap(&self) -> Result<usize> {
         let mut seen = 0;
         let mut idle_flushes = 0;
-        // One vector reused across reaps: no allocation per batch.
-        let mut batch = std::mem::take(&mut *self.cqe_scratch.borrow_mut());
+        let mut eagain = std::mem::take(&mut *self.eagain.borrow_mut());
         loop {
-            batch.clear();
-            {
+            // One pass over the CQ with the slots and the reaped list
+            // borrowed once; resubmissions wait until the CQ is released.
+            let n = {
                 let mut uring = self.uring.borrow_mut();
-                batch.extend(uring.completion());
-            }
-            seen += batch.len();
-            self.stats.borrow_mut().cqes += batch.len() as u64;
-            for cqe in &batch {
-                #[cfg(test)]
-                let res = match self.cqe_fault.borrow_mut().as_mut() {
-                    Some(f) => f(cqe.user_data(), cqe.result()),
-                    None => cqe.result(),
-                };
-                #[cfg(not(test))]
-                let res = cqe.result();
-                self.handle_cqe(cqe.user_data(), res);
+                let mut slots = self.slots.borrow_mut();
+                let mut reaped = self.reaped.borrow_mut();
+                let mut n = 0;
+                for cqe in uring.completion() {
+                    n += 1;
+                    #[cfg(test)]
+                    let res = match self.cqe_fault.borrow_mut().as_mut() {
+                        Some(f) => f(cqe.user_data(), cqe.result()),
+                        None => cqe.result(),
+                    };
+                    #[cfg(not(test))]
+                    let res = cqe.result();
+                    self.handle_cqe(&mut slots, &mut reaped, &mut eagain, cqe.user_data(), res);
+                }
+                n
+            };
+            seen += n;
+            self.stats.borrow_mut().cqes += n as u64;
+            for index in eagain.drain(..) {
+                self.resubmit(index);
             }
             if !self.cq_overflowed() {
-                if batch.is_empty() {
+                if n == 0 {
                     break;
                 }
                 continue;
             }
             // Bounded: if flushing makes no progress (the kernel keeps
             // answering EBUSY), leave the rest to the next park.
-            idle_flushes = if batch.is_empty() {
-                idle_flushes + 1
-            } else {
-                0
-            };
+            idle_flushes = if n == 0 { idle_flushes + 1 } else { 0 };
             if idle_flushes > 2 {
                 break;
             }
@@ -1049,8 +1055,7 @@ impl Ring {
         if !self.cmd_wake_armed.get() {
             self.arm_cmd_wake();
         }
-        batch.clear();
-        *self.cqe_scratch.borrow_mut() = batch;
+        *self.eagain.borrow_mut() = eagain;
         Ok(seen)
     }
 
@@ -1076,7 +1081,15 @@ impl Ring {
         }
     }
 
-    fn handle_cqe(&self, ud: u64, res: i32) {
+    #[inline]
+    fn handle_cqe(
+        &self,
+        slots: &mut Slots,
+        reaped: &mut Reaped,
+        eagain: &mut Vec<u32>,
+        ud: u64,
+        res: i32,
+    ) {
         match ud {
             WAKE_UD => {
                 self.wake_armed.set(false);
@@ -1091,10 +1104,9 @@ impl Ring {
         }
         let index = (ud & u64::from(u32::MAX)) as u32;
         if ud & PREFLUSH_BIT != 0 {
-            self.slots.borrow_mut().set_preflush_result(index, res);
+            slots.set_preflush_result(index, res);
             return;
         }
-        let mut slots = self.slots.borrow_mut();
         let Some(&meta) = slots.get(index) else {
             tracing::error!(ud, res, "CQE for an unknown slot");
             return;
@@ -1102,17 +1114,19 @@ impl Ring {
         if res == -libc::EAGAIN
             || (res == -libc::ECANCELED && meta.preflush_result == -libc::EAGAIN)
         {
-            self.resubmit(slots, index, meta);
+            // Per-op EAGAIN: resubmitted after this CQ pass.
+            self.stats.borrow_mut().eagain_resubmits += 1;
+            slots.reset_preflush(index);
+            eagain.push(index);
             return;
         }
         slots.remove(index);
-        drop(slots);
         let result = if res == -libc::ECANCELED && meta.preflush_result < 0 {
             meta.preflush_result
         } else {
             res
         };
-        self.reaped.borrow_mut().push(Completion {
+        reaped.push(Completion {
             handler: meta.handler,
             token: meta.token,
             result,
@@ -1121,21 +1135,18 @@ impl Ring {
 
     /// Per-op EAGAIN: resubmits the op's kept SQE (and its preflush).
     #[cold]
-    fn resubmit(&self, mut slots: std::cell::RefMut<'_, Slots>, index: u32, meta: Meta) {
-        self.stats.borrow_mut().eagain_resubmits += 1;
-        let entry = slots.sqe(index);
-        let preflush = meta
-            .has_preflush
-            .then(|| slots.preflush_sqe(index))
-            .flatten();
-        slots.reset_preflush(index);
-        let ud = u64::from(index);
-        drop(slots);
+    fn resubmit(&self, index: u32) {
+        let (entry, preflush) = {
+            let slots = self.slots.borrow();
+            let has_preflush = slots.get(index).is_some_and(|m| m.has_preflush);
+            let preflush = has_preflush.then(|| slots.preflush_sqe(index)).flatten();
+            (slots.sqe(index), preflush)
+        };
         if let Some(pre) = preflush {
-            self.push_sqe(pre);
+            self.push_sqe(&pre);
         }
         if let Some(entry) = entry {
-            self.push_sqe(entry.user_data(ud));
+            self.push_sqe(&entry);
         }
     }
 
@@ -1161,7 +1172,7 @@ impl Ring {
         let cancel = opcode::AsyncCancel::new(WAKE_UD)
             .build()
             .user_data(CANCEL_UD);
-        self.push_sqe(cancel);
+        self.push_sqe(&cancel);
         for _ in 0..100 {
             if self.enter(1, Some(Duration::from_millis(10))).is_err() {
                 break;

@@ -53,9 +53,10 @@ pub(crate) struct Slots {
 }
 
 impl Slots {
-    /// Occupies a slot for `meta` and `entry`; returns its index.
+    /// Occupies a slot for `meta` and `entry` (stored with user_data = the
+    /// slot index); returns the index.
     #[inline]
-    pub fn insert(&mut self, meta: Meta, entry: &squeue::Entry) -> u32 {
+    pub fn insert(&mut self, meta: Meta, entry: squeue::Entry) -> u32 {
         debug_assert!(meta.handler.0 != FREE, "handler id {FREE} is reserved");
         self.len += 1;
         match self.free.pop() {
@@ -63,15 +64,22 @@ impl Slots {
                 let i = index as usize;
                 debug_assert!(self.meta[i].handler.0 == FREE, "slot {i} reused while busy");
                 self.meta[i] = meta;
-                self.sqes[i] = entry.clone();
+                self.sqes[i] = entry.user_data(u64::from(index));
                 index
             }
             None => {
+                let index = self.meta.len() as u32;
                 self.meta.push(meta);
-                self.sqes.push(entry.clone());
-                (self.meta.len() - 1) as u32
+                self.sqes.push(entry.user_data(u64::from(index)));
+                index
             }
         }
+    }
+
+    /// The kept SQE of slot `index` (occupied: just inserted).
+    #[inline]
+    pub fn sqe_ref(&self, index: u32) -> &squeue::Entry {
+        &self.sqes[index as usize]
     }
 
     /// Keeps `entry` as the PREFLUSH SQE of slot `index`.
@@ -158,13 +166,13 @@ mod tests {
             preflush_result: 0,
             has_preflush: false,
         };
-        let a = s.insert(meta(1), &nop);
-        let b = s.insert(meta(2), &nop);
+        let a = s.insert(meta(1), nop.clone());
+        let b = s.insert(meta(2), nop.clone());
         assert_eq!(s.len(), 2);
         assert_eq!(s.remove(a).map(|m| m.token), Some(1));
         assert!(s.remove(a).is_none(), "removed once");
         assert!(s.get(a).is_none());
-        let c = s.insert(meta(3), &nop);
+        let c = s.insert(meta(3), nop);
         assert_eq!(c, a, "index reused");
         assert_eq!(s.get(b).map(|m| m.token), Some(2));
         assert_eq!(s.len(), 2);
