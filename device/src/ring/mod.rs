@@ -56,14 +56,17 @@
 //!   second one waits for one CQE for the rest of the park timeout.
 //! - The bound adapts to the observed completion interval (EWMA of wait
 //!   time per CQE reaped): twice the time the batch should take to fill,
-//!   clamped to [`BATCH_WAIT_MIN`, `BATCH_WAIT_MAX`] (10-100 µs). A batch
-//!   that fills on time ends the wait early anyway; one that does not (a
-//!   few fast ops among slow ones) costs at most about twice the expected
-//!   fill time, and never more than 100 µs, on top of the first
-//!   completion. When completions come slower than one per 100 µs the
-//!   batch could never fill within the cap, so the ring waits for one.
-//!   A fixed 50-100 µs bound would add up to that much to every IO of a
-//!   slow device for no batching gain; the adaptive one does not.
+//!   clamped to 10 µs .. [`RingConfig::batch_wait`] (default 100 µs). A
+//!   batch that fills on time ends the wait early anyway; one that does
+//!   not (a few fast ops among slow ones) costs at most about twice the
+//!   expected fill time, and never more than the cap, on top of the first
+//!   completion. When completions come slower than one per cap the batch
+//!   could never fill in time, so the ring waits for one. A fixed bound
+//!   would add up to that much to every IO of a slow device for no
+//!   batching gain; the adaptive one does not. The cap is what a zram-like
+//!   device gets: with completions every ~15 µs, 100 µs gathers ~10 CQEs
+//!   per enter (1.25 with a wait for one); a longer `batch_wait` gathers
+//!   more for more latency.
 //! - Only 1 CQE is waited for with fewer than 2 ops in flight, while an
 //!   interrupt-driven passthrough ring has commands in flight (its
 //!   completions reach this ring as one eventfd-read CQE), without
@@ -121,8 +124,6 @@ const BACKOFF_MAX: Duration = Duration::from_millis(1);
 const BATCH_WANT: usize = 32;
 /// Shortest bound of a batched wait (see the module docs).
 const BATCH_WAIT_MIN: Duration = Duration::from_micros(10);
-/// Longest bound of a batched wait: the most latency batching may add.
-const BATCH_WAIT_MAX: Duration = Duration::from_micros(100);
 /// The timeout of a batched wait when the park has none (`min_wait_usec`
 /// needs a general timeout to fall back to "any CQE").
 const LONG_WAIT: Duration = Duration::from_secs(3600);
@@ -246,6 +247,8 @@ pub struct Ring {
     wake_buf: Box<Cell<u64>>,
     wake_armed: Cell<bool>,
     info: RingInfo,
+    /// [`RingConfig::batch_wait`].
+    batch_wait: Duration,
     /// This ring's entry in every backend's [`FileCache`]
     /// (`CACHED_RINGS` or more: none).
     cache_slot: usize,
@@ -322,6 +325,7 @@ impl Ring {
             wake_buf: Box::new(Cell::new(0)),
             wake_armed: Cell::new(false),
             info,
+            batch_wait: config.batch_wait,
             cache_slot,
             gen,
             files: RefCell::new(FileRegs::default()),
@@ -877,17 +881,18 @@ impl Ring {
             .as_ref()
             .is_some_and(|r| r.in_flight() > 0);
         let interval = self.completion_interval_ns.get();
+        let max = self.batch_wait;
         if in_flight < 2
             || cmd_waiting
             || !self.ext_arg()
             || self.info.sqpoll
-            || interval >= BATCH_WAIT_MAX.as_nanos() as u64
+            || u128::from(interval) >= max.as_nanos()
         {
             return (1, Duration::ZERO);
         }
         let want = in_flight.min(BATCH_WANT);
         let fill_ns = 2 * want as u64 * interval;
-        let bound = Duration::from_nanos(fill_ns).clamp(BATCH_WAIT_MIN, BATCH_WAIT_MAX);
+        let bound = Duration::from_nanos(fill_ns).clamp(BATCH_WAIT_MIN.min(max), max);
         (want, bound)
     }
 
@@ -931,7 +936,7 @@ impl Ring {
         if got == 0 {
             return;
         }
-        let cap = 10 * BATCH_WAIT_MAX.as_nanos() as u64;
+        let cap = 10 * self.batch_wait.max(BATCH_WAIT_MIN).as_nanos() as u64;
         let sample = (waited.as_nanos() as u64 / got as u64).min(cap);
         let old = self.completion_interval_ns.get();
         self.completion_interval_ns.set(old - old / 8 + sample / 8);

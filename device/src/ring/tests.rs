@@ -570,3 +570,46 @@ fn backend_dropped_with_ops_in_flight_completes_them_then_releases_its_file() {
     driver.park(Some(Duration::ZERO)).expect("park");
     assert_eq!(ring.registered_file_count(), 0, "released once idle");
 }
+
+#[test]
+fn batch_policy_adapts_to_the_completion_interval_and_the_cap() {
+    let driver = driver_with(64);
+    let ring = driver.ring().expect("ring").clone();
+    let cap = RingConfig::default().batch_wait;
+    if !ring.info().ext_arg {
+        // Kernels before 5.11 wait with a timeout SQE: no batching.
+        assert_eq!(ring.batch_policy(100).0, 1);
+        return;
+    }
+    // Fresh ring (interval unknown = 0): batch, shortest bound.
+    let (want, bound) = ring.batch_policy(100);
+    assert_eq!(want, 32);
+    assert_eq!(bound, super::BATCH_WAIT_MIN);
+    assert_eq!(ring.batch_policy(5).0, 5);
+    assert_eq!(ring.batch_policy(1).0, 1, "one op: nothing to batch");
+    // Completions every 1 µs: twice the fill time of 32.
+    ring.completion_interval_ns.set(1_000);
+    assert_eq!(ring.batch_policy(100), (32, Duration::from_micros(64)));
+    // Every 20 µs: the fill time is past the cap, which bounds the wait.
+    ring.completion_interval_ns.set(20_000);
+    assert_eq!(ring.batch_policy(100), (32, cap));
+    // Slower than one per cap: a batch could not fill, wait for one.
+    ring.completion_interval_ns.set(cap.as_nanos() as u64);
+    assert_eq!(ring.batch_policy(100).0, 1);
+    // Observed waits move the estimate.
+    ring.completion_interval_ns.set(0);
+    ring.observe(Duration::from_micros(80), 8);
+    assert_eq!(ring.completion_interval_ns.get(), 10_000 / 8);
+    ring.observe(Duration::from_secs(5), 1);
+    assert!(ring.completion_interval_ns.get() <= 10 * cap.as_nanos() as u64 / 8 + 10_000);
+    // batch_wait = 0 disables batching.
+    drop(ring);
+    drop(driver);
+    let driver = DeviceDriver::with_ring(&RingConfig {
+        batch_wait: Duration::ZERO,
+        ..RingConfig::default()
+    })
+    .expect("ring");
+    let ring = driver.ring().expect("ring").clone();
+    assert_eq!(ring.batch_policy(100).0, 1);
+}
