@@ -11,7 +11,7 @@
 //!   ring, the ring's registration for this backend holds one (cloned once
 //!   per ring, not per op) and is released only when the backend is gone
 //!   and no slot names it (see `ring`'s invariants).
-//! - Per op on a ring: one load from the backend's [`FileCache`] names the
+//! - Per op on a ring: one load from the backend's `FileCache` names the
 //!   file (fixed index or raw fd); no hashing, no atomic RMW; the op is
 //!   not checked again (`debug_assert!`; callers check once).
 

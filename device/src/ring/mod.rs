@@ -13,7 +13,7 @@
 //!   is released (and its fixed-file slot unregistered) only when its
 //!   backend is gone, the SQ and backlog are empty and no slot names it.
 //!   A live backend's registration is never released, so the index a
-//!   backend caches for this ring ([`FileCache`], checked by the ring's
+//!   backend caches for this ring (`FileCache`, checked by the ring's
 //!   generation) is valid whenever it is read.
 //! - A full SQ is submitted by the ring itself (the rest waits in the
 //!   backlog), so any number of SQEs may be pushed between parks;
@@ -37,13 +37,16 @@
 //! # Wait policy (one enter per park)
 //!
 //! A park submits what is queued and waits in the same `io_uring_enter`.
-//! - Something is ready (CQEs already in the CQ) or the caller will not
+//! - Something is ready (CQEs already in the CQ, or task work pending
+//!   that will post some: `IORING_SQ_TASKRUN`) or the caller will not
 //!   wait (zero timeout, a polled passthrough ring busy): no wait. The
-//!   enter is skipped altogether when the SQ is empty and the kernel has
-//!   no task work pending that would post CQEs (`IORING_SQ_TASKRUN`, set
-//!   up with `TASKRUN_FLAG`; without the flag a `DEFER_TASKRUN`/
-//!   `COOP_TASKRUN` ring always enters, since only a `GETEVENTS` enter
-//!   posts their completions).
+//!   enter is skipped altogether when the SQ is empty, the ring is not
+//!   IOPOLL and the kernel has no task work pending that would post CQEs
+//!   (`IORING_SQ_TASKRUN`, set up with `TASKRUN_FLAG`: the kernel sets it
+//!   when it queues such work, for DEFER_TASKRUN in
+//!   `io_req_local_work_add`, and clears it when the work runs; without
+//!   the flag a `DEFER_TASKRUN`/`COOP_TASKRUN` ring always enters, since
+//!   only an enter posts their completions).
 //! - Otherwise it waits for `min(in_flight, 32)` CQEs, not 1: on devices
 //!   whose completions trickle in (zram punted to io-wq) waiting for one
 //!   CQE made ~4 IOs per enter and a context switch every 2.5 IOs.
@@ -70,7 +73,8 @@
 //! - Only 1 CQE is waited for with fewer than 2 ops in flight, while an
 //!   interrupt-driven passthrough ring has commands in flight (its
 //!   completions reach this ring as one eventfd-read CQE), without
-//!   `EXT_ARG` (the timeout-SQE fallback) and with SQPOLL.
+//!   `EXT_ARG` (the timeout-SQE fallback), with SQPOLL and with IOPOLL
+//!   (which busy-polls for `min_complete` and has no time bound).
 //! - What ends a wait: `want` CQEs; the park timeout (the executor's
 //!   timers); after the bound, any CQE, which includes the eventfd read a
 //!   cross-thread unpark completes and the passthrough ring's eventfd
@@ -856,10 +860,14 @@ impl Ring {
         self.flush_backlog();
         let cmd_busy = self.cmd_before_enter()?;
         let nowait = cmd_busy || timeout.is_some_and(|t| t.is_zero());
-        if nowait || self.has_cqes() {
-            // Nothing to wait for: enter only to submit or to let the
-            // kernel post deferred completions.
-            if self.sq_len() > 0 || self.taskrun_pending() {
+        // Completions are ready when they sit in the CQ or, flagged by
+        // IORING_SQ_TASKRUN, wait as task work for this enter to post them:
+        // then do not wait for more.
+        let ready = self.has_cqes() || (self.info.taskrun_flag && self.taskrun_pending());
+        if nowait || ready {
+            // Enter only to submit, to let the kernel post deferred
+            // completions, or to poll (IOPOLL).
+            if self.info.iopoll || self.sq_len() > 0 || self.taskrun_pending() {
                 self.enter_retrying(0, None, Duration::ZERO)?;
             }
         } else {
@@ -886,6 +894,7 @@ impl Ring {
             || cmd_waiting
             || !self.ext_arg()
             || self.info.sqpoll
+            || self.info.iopoll
             || u128::from(interval) >= max.as_nanos()
         {
             return (1, Duration::ZERO);
