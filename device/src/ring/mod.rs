@@ -899,7 +899,7 @@ impl Ring {
         {
             return (1, Duration::ZERO);
         }
-        let want = in_flight.min(BATCH_WANT);
+        let want = in_flight.min(BATCH_WANT).min(self.info.cq_entries as usize);
         let fill_ns = 2 * want as u64 * interval;
         let bound = Duration::from_nanos(fill_ns).clamp(BATCH_WAIT_MIN.min(max), max);
         (want, bound)
@@ -907,7 +907,14 @@ impl Ring {
 
     /// The blocking part of a park: nothing is ready yet.
     fn wait(&self, timeout: Option<Duration>) -> Result<()> {
-        let in_flight = self.slots.borrow().len();
+        // Ops the kernel has or is about to get: those still in the backlog
+        // (a tick that pushed more than the SQ holds) cannot complete in
+        // this wait.
+        let in_flight = self
+            .slots
+            .borrow()
+            .len()
+            .saturating_sub(self.backlog.borrow().len());
         let (want, bound) = self.batch_policy(in_flight);
         debug_assert!(want >= 1 && want <= in_flight.max(1));
         // Clock reads only where the bound is adapted (two per blocking
