@@ -540,6 +540,30 @@ mod tests {
     }
 
     #[test]
+    fn passthrough_completion_ends_a_park_with_main_ring_ops_in_flight() {
+        use crate::ring::tests::SlowReads;
+        let Some((driver, cmd)) = setup() else { return };
+        let ring = driver.ring().expect("ring").clone();
+        let handler = Rc::new(RecordingHandler::default());
+        let id = register_handler(handler.clone());
+        // 31 main-ring reads that stay in flight: without the passthrough
+        // command the park would wait for a batch of them.
+        let mut slow = SlowReads::new(31);
+        slow.push(&ring, id);
+        let ts = Box::new(types::Timespec::new().nsec(20_000_000));
+        let entry = opcode::Timeout::new(&*ts).build().into();
+        cmd.push(slot(id, 1000, entry, Some(ts)));
+        while !handler.seen.borrow().contains_key(&1000) {
+            driver.park(None).expect("park");
+        }
+        let (fired, _slow) = slow.finish();
+        assert!(!fired, "the passthrough completion did not end the wait");
+        assert!(park_until(&driver, Duration::from_secs(10), || handler
+            .total()
+            == 32));
+    }
+
+    #[test]
     fn a_thousand_commands_through_a_full_sq_complete_once() {
         let Some((driver, cmd)) = setup() else { return };
         let handler = Rc::new(RecordingHandler::default());

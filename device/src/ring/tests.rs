@@ -307,7 +307,7 @@ fn zero_timeout_parks_alone_collect_completions() {
 
 /// A pipe whose reads stay in flight until written (or until a watchdog
 /// writes after `WATCHDOG`, so a test that would hang fails instead).
-struct SlowReads {
+pub(super) struct SlowReads {
     read_fd: std::os::fd::OwnedFd,
     write_fd: Rc<std::os::fd::OwnedFd>,
     bufs: Vec<[u8; 8]>,
@@ -318,7 +318,7 @@ struct SlowReads {
 const WATCHDOG: Duration = Duration::from_secs(20);
 
 impl SlowReads {
-    fn new(n: usize) -> Self {
+    pub(super) fn new(n: usize) -> Self {
         use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
         let mut fds = [0; 2];
         // SAFETY: fds is a valid out array of two ints.
@@ -349,7 +349,7 @@ impl SlowReads {
     }
 
     /// Pushes the reads on `ring` with tokens `0..n`.
-    fn push(&mut self, ring: &super::Ring, id: crate::HandlerId) {
+    pub(super) fn push(&mut self, ring: &super::Ring, id: crate::HandlerId) {
         use std::os::fd::AsRawFd;
         for (i, buf) in self.bufs.iter_mut().enumerate() {
             let entry = io_uring::opcode::Read::new(
@@ -363,7 +363,7 @@ impl SlowReads {
     }
 
     /// Stops the watchdog (true when it had fired) and completes the reads.
-    fn finish(mut self) -> (bool, Self) {
+    pub(super) fn finish(mut self) -> (bool, Self) {
         use std::os::fd::AsRawFd;
         let _ = self.stop.take().map(|s| s.send(()));
         let fired = self
