@@ -64,22 +64,26 @@ pub(crate) struct Completion {
     pub result: i32,
 }
 
-/// Completions reaped from a ring and not yet delivered: the handler of
-/// each in one vector, the `(token, result)` pairs in a parallel one, so a
-/// run of one handler's completions is a slice [`complete_batch`] takes
-/// as it is.
+/// Completions reaped from a ring and not yet delivered: the
+/// `(token, result)` pairs in order, and the handler of each run of
+/// consecutive pairs (run-length encoded: one entry per handler change),
+/// so a run is a slice [`complete_batch`] takes as it is.
 ///
 /// [`complete_batch`]: CompletionHandler::complete_batch
 #[derive(Default)]
 pub(crate) struct Reaped {
-    handlers: Vec<HandlerId>,
     done: Vec<(u64, i32)>,
+    /// `(handler, length)` of each run of `done`, in order.
+    runs: Vec<(HandlerId, usize)>,
 }
 
 impl Reaped {
     #[inline]
     pub fn push(&mut self, c: Completion) {
-        self.handlers.push(c.handler);
+        match self.runs.last_mut() {
+            Some((h, n)) if *h == c.handler => *n += 1,
+            _ => self.runs.push((c.handler, 1)),
+        }
         self.done.push((c.token, c.result));
     }
 
@@ -92,8 +96,8 @@ impl Reaped {
     }
 
     pub fn clear(&mut self) {
-        self.handlers.clear();
         self.done.clear();
+        self.runs.clear();
     }
 
     pub fn capacity(&self) -> usize {
@@ -102,16 +106,14 @@ impl Reaped {
 
     /// Calls each handler once per run of its consecutive completions.
     pub fn deliver(&self, core: &Core) {
-        debug_assert_eq!(self.handlers.len(), self.done.len());
+        debug_assert_eq!(
+            self.runs.iter().map(|&(_, n)| n).sum::<usize>(),
+            self.done.len()
+        );
         let mut start = 0;
-        while start < self.done.len() {
-            let handler = self.handlers[start];
-            let run = self.handlers[start..]
-                .iter()
-                .take_while(|&&h| h == handler)
-                .count();
-            core.deliver_batch(handler, &self.done[start..start + run]);
-            start += run;
+        for &(handler, n) in &self.runs {
+            core.deliver_batch(handler, &self.done[start..start + n]);
+            start += n;
         }
     }
 }

@@ -40,16 +40,32 @@ const FREE_META: Meta = Meta {
     has_preflush: false,
 };
 
-/// A slab of slots with a free list.
-#[derive(Default)]
+/// A slab of slots with an intrusive free list (a free slot's `token`
+/// holds the next free index).
 pub(crate) struct Slots {
     meta: Vec<Meta>,
     /// The SQE of each slot, kept to resubmit on a per-op `-EAGAIN`.
     sqes: Vec<squeue::Entry>,
     /// The PREFLUSH SQEs of the slots that have one (few; linear search).
     preflush: Vec<(u32, squeue::Entry)>,
-    free: Vec<u32>,
+    /// First free slot (`NONE`: none, grow).
+    free_head: u32,
     len: usize,
+}
+
+/// End of the free list.
+const NONE: u32 = u32::MAX;
+
+impl Default for Slots {
+    fn default() -> Self {
+        Self {
+            meta: Vec::new(),
+            sqes: Vec::new(),
+            preflush: Vec::new(),
+            free_head: NONE,
+            len: 0,
+        }
+    }
 }
 
 impl Slots {
@@ -59,20 +75,20 @@ impl Slots {
     pub fn insert(&mut self, meta: Meta, entry: squeue::Entry) -> u32 {
         debug_assert!(meta.handler.0 != FREE, "handler id {FREE} is reserved");
         self.len += 1;
-        match self.free.pop() {
-            Some(index) => {
-                let i = index as usize;
-                debug_assert!(self.meta[i].handler.0 == FREE, "slot {i} reused while busy");
-                self.meta[i] = meta;
-                self.sqes[i] = entry.user_data(u64::from(index));
-                index
-            }
-            None => {
-                let index = self.meta.len() as u32;
-                self.meta.push(meta);
-                self.sqes.push(entry.user_data(u64::from(index)));
-                index
-            }
+        let index = self.free_head;
+        if index != NONE {
+            let i = index as usize;
+            debug_assert!(self.meta[i].handler.0 == FREE, "slot {i} reused while busy");
+            self.free_head = self.meta[i].token as u32;
+            self.meta[i] = meta;
+            self.sqes[i] = entry.user_data(u64::from(index));
+            index
+        } else {
+            let index = self.meta.len() as u32;
+            assert!(index < NONE, "too many ops in flight");
+            self.meta.push(meta);
+            self.sqes.push(entry.user_data(u64::from(index)));
+            index
         }
     }
 
@@ -129,11 +145,17 @@ impl Slots {
         if slot.handler.0 == FREE {
             return None;
         }
-        let meta = std::mem::replace(slot, FREE_META);
+        let meta = std::mem::replace(
+            slot,
+            Meta {
+                token: u64::from(self.free_head),
+                ..FREE_META
+            },
+        );
+        self.free_head = index;
         if meta.has_preflush {
             self.preflush.retain(|(i, _)| *i != index);
         }
-        self.free.push(index);
         self.len -= 1;
         Some(meta)
     }
