@@ -923,6 +923,9 @@ impl Ring {
         if want == 1 {
             self.enter_retrying(1, timeout, Duration::ZERO)?;
         } else if self.min_timeout() {
+            // The kernel arms its first timer at min_wait even when the
+            // general timeout is shorter: never let the bound outlast it.
+            let bound = timeout.map_or(bound, |t| bound.min(t));
             self.enter_retrying(want, timeout, bound)?;
         } else {
             let first = timeout.map_or(bound, |t| t.min(bound));
