@@ -128,8 +128,10 @@ const BACKOFF_MAX: Duration = Duration::from_millis(1);
 const BATCH_WANT: usize = 32;
 /// Shortest bound of a batched wait (see the module docs).
 const BATCH_WAIT_MIN: Duration = Duration::from_micros(10);
-/// The timeout of a batched wait when the park has none (`min_wait_usec`
-/// needs a general timeout to fall back to "any CQE").
+/// The timeout of a batched wait when the park has none: without a general
+/// timeout the kernel ends the whole wait when `min_wait_usec` expires,
+/// CQE or not (`io_cqring_min_timer_wakeup`); with one it falls back to
+/// "any CQE" until that timeout.
 const LONG_WAIT: Duration = Duration::from_secs(3600);
 
 /// Rings that get a slot in every backend's [`FileCache`]; the others
