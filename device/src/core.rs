@@ -4,6 +4,10 @@
 //! - A [`CompletionHandler`] registered on a thread is only ever called on
 //!   that thread, from inside the driver's `park` (or
 //!   [`run_completions`]), never from inside a `submit`.
+//! - Ring completions are handed over in batches: one
+//!   [`CompletionHandler::complete_batch`] call per run of consecutive CQEs
+//!   of the same handler in one reap (inbox and timer completions come one
+//!   per call).
 //! - Each completion is delivered at most once: it is removed from the
 //!   ring slot, inbox or timer heap before its handler runs.
 //! - Completions produced on other threads (sync pool) are pushed to the
@@ -32,6 +36,19 @@ pub trait CompletionHandler {
     /// Called once per submitted op, on the core's thread, inside `park`.
     /// The handler may submit new ops; they are queued for the next enter.
     fn complete(&self, token: u64, result: i32);
+
+    /// Called with several completions at once: each `(token, result)`
+    /// pair is one submitted op's completion, exactly as
+    /// [`complete`](Self::complete) would receive it, in CQE order. The
+    /// ring calls this once per reap for each run of consecutive CQEs of
+    /// this handler (usually one call per park), so a handler can take its
+    /// per-core state once per batch. The slice is only valid for the call.
+    /// The default calls `complete` for each pair.
+    fn complete_batch(&self, completions: &[(u64, i32)]) {
+        for &(token, result) in completions {
+            self.complete(token, result);
+        }
+    }
 }
 
 /// Names a [`CompletionHandler`] registered on one core. Only meaningful on
@@ -45,6 +62,60 @@ pub(crate) struct Completion {
     pub handler: HandlerId,
     pub token: u64,
     pub result: i32,
+}
+
+/// Completions reaped from a ring and not yet delivered: the
+/// `(token, result)` pairs in order, and the handler of each run of
+/// consecutive pairs (run-length encoded: one entry per handler change),
+/// so a run is a slice [`complete_batch`] takes as it is.
+///
+/// [`complete_batch`]: CompletionHandler::complete_batch
+#[derive(Default)]
+pub(crate) struct Reaped {
+    done: Vec<(u64, i32)>,
+    /// `(handler, length)` of each run of `done`, in order.
+    runs: Vec<(HandlerId, usize)>,
+}
+
+impl Reaped {
+    #[inline]
+    pub fn push(&mut self, c: Completion) {
+        match self.runs.last_mut() {
+            Some((h, n)) if *h == c.handler => *n += 1,
+            _ => self.runs.push((c.handler, 1)),
+        }
+        self.done.push((c.token, c.result));
+    }
+
+    pub fn len(&self) -> usize {
+        self.done.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.done.is_empty()
+    }
+
+    pub fn clear(&mut self) {
+        self.done.clear();
+        self.runs.clear();
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.done.capacity()
+    }
+
+    /// Calls each handler once per run of its consecutive completions.
+    pub fn deliver(&self, core: &Core) {
+        debug_assert_eq!(
+            self.runs.iter().map(|&(_, n)| n).sum::<usize>(),
+            self.done.len()
+        );
+        let mut start = 0;
+        for &(handler, n) in &self.runs {
+            core.deliver_batch(handler, &self.done[start..start + n]);
+            start += n;
+        }
+    }
 }
 
 /// The cross-thread side of a core: where other threads post completions.
@@ -204,6 +275,12 @@ impl Core {
         self.ring.borrow().clone()
     }
 
+    /// Runs `f` with the installed ring, if any, without cloning it.
+    #[inline]
+    pub fn with_ring<R>(&self, f: impl FnOnce(&Ring) -> R) -> Option<R> {
+        self.ring.borrow().as_deref().map(f)
+    }
+
     /// Installs or removes the ring; returns the previous one.
     pub fn set_ring(&self, ring: Option<Rc<Ring>>) -> Option<Rc<Ring>> {
         std::mem::replace(&mut *self.ring.borrow_mut(), ring)
@@ -233,17 +310,23 @@ impl Core {
 
     /// Calls the handler of `c` (if it is still registered).
     pub fn deliver(&self, c: Completion) {
+        self.deliver_batch(c.handler, &[(c.token, c.result)]);
+    }
+
+    /// Hands `completions` to `id`'s handler in one call (if it is still
+    /// registered). The handler is cloned out first, so it may register or
+    /// unregister handlers while it runs.
+    pub fn deliver_batch(&self, id: HandlerId, completions: &[(u64, i32)]) {
         let handler = self
             .handlers
             .borrow()
-            .get(c.handler.0 as usize)
+            .get(id.0 as usize)
             .and_then(Clone::clone);
         match handler {
-            Some(h) => h.complete(c.token, c.result),
+            Some(h) => h.complete_batch(completions),
             None => tracing::debug!(
-                token = c.token,
-                result = c.result,
-                "completion for an unregistered handler dropped"
+                n = completions.len(),
+                "completions for an unregistered handler dropped"
             ),
         }
     }
@@ -345,15 +428,15 @@ pub fn run_completions() -> crate::Result<usize> {
 }
 
 /// Submits what is queued on this thread's ring now, in one
-/// `io_uring_enter`, without waiting. The engine may call this at the end of
-/// its flush; otherwise the next `park` submits. A no-op without a ring.
+/// `io_uring_enter`, without waiting. Optional: the next `park` submits
+/// and waits in one enter, and a full SQ is submitted by the ring itself,
+/// so callers only need this to start IO early (say, before a long
+/// computation). Costs no syscall when nothing is queued. A no-op without
+/// a ring.
 ///
 /// # Errors
 /// An unrecoverable `io_uring_enter` error (transient ones are retried at the
 /// next park).
 pub fn submit_now() -> crate::Result<()> {
-    match with_core(|core| core.ring()) {
-        Some(ring) => ring.submit_pending(),
-        None => Ok(()),
-    }
+    crate::ring::with_current(|ring| ring.submit_pending()).unwrap_or(Ok(()))
 }

@@ -112,6 +112,10 @@ impl Geometry {
         offset_align: u32,
         direct: bool,
     ) -> Self {
+        debug_assert!(
+            mem_align.is_power_of_two() && offset_align.is_power_of_two(),
+            "alignments are powers of two: mem {mem_align}, offset {offset_align}"
+        );
         Self {
             kind: DeviceKind::File,
             direct,
@@ -209,6 +213,12 @@ impl Geometry {
         let logical = read_sysfs(&q, "logical_block_size")?;
         let dma_alignment = read_sysfs(&q, "dma_alignment").unwrap_or(511);
         let sectors = read_sysfs(&dev_dir, "size")?;
+        // The kernel keeps both powers of two (a mask + 1 and a block size);
+        // the checks in `check_op` rely on it for their masks.
+        debug_assert!(
+            (dma_alignment + 1).is_power_of_two() && logical.is_power_of_two(),
+            "sysfs alignments are powers of two: dma_alignment {dma_alignment}, logical {logical}"
+        );
         Ok(Self {
             kind: DeviceKind::BlockDevice,
             direct: true,

@@ -5,11 +5,13 @@
 //! ```text
 //! core thread:  DeviceDriver::new(&RingConfig)      // once per core, on its thread
 //!               let h = register_handler(rc_handler) // once per core
-//!               backend.check(&op)?                  // early, when the bio is made
-//!               unsafe { backend.submit(&op, h, tag)? } // only queues
-//!               submit_now()?                        // optional, end of a flush
+//!               backend.check(&op)?                  // once, when the bio is made
+//!               unsafe { backend.submit(&op, h, tag)? } // only queues (a full SQ
+//!                                                    // is submitted by the ring)
+//!               submit_now()?                        // optional: start IO early
 //!               ... executor parks: Driver::park -> io_uring_enter(submit+wait)
-//!               -> handler.complete(tag, result)     // same thread, inside park
+//!               -> handler.complete_batch(&[(tag, result), ..]) // same thread,
+//!                                                    // inside park, one call per reap
 //! ```
 //!
 //! - [`IoOp`]: one op = one submission = one completion. Offsets and lengths
@@ -26,13 +28,19 @@
 //!   count for `Read`/`Write` (`>= 0`; short at end of file, 0 at or past
 //!   it), 0 for the other ops, or `-errno`; map errors with
 //!   [`Error::from_errno`]. Called on the registering thread only, inside
-//!   `park`/[`run_completions`].
+//!   `park`/[`run_completions`]. Ring completions arrive through
+//!   [`CompletionHandler::complete_batch`]`(&[(token, result)])`, one call
+//!   per run of one handler's CQEs per reap (its default calls `complete`
+//!   for each).
 //! - [`DmaBuf`]: aligned buffers from a per-core arena registered with the
 //!   ring; `DmaBuf::fixed_index()` gives the `IoOp::fixed_buf` to use.
 //! - [`DeviceDriver`] implements the executor's `Driver`: one
-//!   `io_uring_enter` per park submits everything queued and waits for a
+//!   `io_uring_enter` per park submits everything queued and waits for up
+//!   to `min(in_flight, 32)` CQEs for a short adaptive time, then for any
 //!   CQE, an unpark (eventfd read armed in the ring) or the timeout
-//!   (shortened to the nearest simulated completion).
+//!   (shortened to the nearest simulated completion); none at all when
+//!   completions are already there and nothing is queued (see
+//!   [`ring`]'s wait policy).
 //!
 //! On top sits a high-level ownership-passing async API, [`File`], used by
 //! direct users and this crate's tests; [`describe`] renders what
@@ -47,7 +55,8 @@
 //! - Every successful submit completes exactly once, on the submitting
 //!   thread. `EAGAIN`, `EBUSY`, `EINTR`, SQ full and CQ overflow are
 //!   handled inside and never reach a handler.
-//! - Bad input is refused by `check` before anything is queued.
+//! - Bad input is refused by `check` before anything is queued; callers
+//!   check once (the file backend's `submit` does not check again).
 
 #![cfg_attr(not(test), warn(missing_docs))]
 

@@ -6,9 +6,14 @@
 //! Invariants:
 //! - One SQE (plus a linked `fdatasync` for PREFLUSH) per op; its
 //!   user_data is the ring's slot index, never a pointer.
-//! - The file descriptor stays open while any op on it is in flight (pool
-//!   jobs hold an `Arc` to it; ring ops are drained before the backend's
-//!   core exits, and the backend outlives its ops by the submit contract).
+//! - The file descriptor stays open while any op on it is in flight, even
+//!   after the backend is dropped: pool jobs hold an `Arc` to it; on a
+//!   ring, the ring's registration for this backend holds one (cloned once
+//!   per ring, not per op) and is released only when the backend is gone
+//!   and no slot names it (see `ring`'s invariants).
+//! - Per op on a ring: one load from the backend's `FileCache` names the
+//!   file (fixed index or raw fd); no hashing, no atomic RMW; the op is
+//!   not checked again (`debug_assert!`; callers check once).
 
 use std::fs;
 use std::mem::ManuallyDrop;
@@ -26,7 +31,7 @@ use crate::core::HandlerId;
 use crate::error::{Error, ErrorKind, Result};
 use crate::geometry::Geometry;
 use crate::op::{IoFlags, IoOp, OpKind};
-use crate::ring::{self, Ring};
+use crate::ring::{self, FileCache, Ring};
 
 /// Whether an SQE addresses a raw fd or a registered file.
 #[derive(Clone, Copy)]
@@ -149,7 +154,8 @@ impl OpenOptions {
         let is_block_device = file.metadata()?.file_type().is_block_device();
         let geometry = Geometry::of_file(&file, self.direct).map_err(|e| e.with_path(path))?;
         Ok(FileBackend {
-            fd: ManuallyDrop::new(Arc::new(OwnedFd::from(file))),
+            fd: Arc::new(OwnedFd::from(file)),
+            cache: ManuallyDrop::new(Arc::new(FileCache::new())),
             id: next_file_id(),
             is_block_device,
             geometry,
@@ -159,8 +165,9 @@ impl OpenOptions {
     }
 }
 
-/// Bumped whenever a [`FileBackend`] is dropped, so rings know to sweep
-/// their registered-file tables.
+/// Bumped whenever a [`FileBackend`] is dropped (after it released its
+/// cache `Arc`, the liveness the rings' registrations watch), so rings
+/// know to sweep their registrations.
 pub(crate) static FILES_CLOSED: AtomicU64 = AtomicU64::new(0);
 
 fn next_file_id() -> u64 {
@@ -172,7 +179,10 @@ fn next_file_id() -> u64 {
 /// An open file or block device.
 #[derive(Debug)]
 pub struct FileBackend {
-    fd: ManuallyDrop<Arc<OwnedFd>>,
+    fd: Arc<OwnedFd>,
+    /// This backend's registration on each ring; rings hold it weakly as
+    /// the backend's liveness.
+    cache: ManuallyDrop<Arc<FileCache>>,
     id: u64,
     is_block_device: bool,
     geometry: Geometry,
@@ -222,11 +232,28 @@ impl FileBackend {
         Ok(st.st_size as u64)
     }
 
-    fn build_sqe(&self, ring: &Ring, op: &IoOp<'_>) -> Option<squeue::Entry> {
-        let target = match ring.fixed_file(self.id, &self.fd) {
+    /// Queues `op` on `ring`; false when the op must go to the pool
+    /// (block-device discard).
+    #[inline]
+    fn queue(&self, ring: &Ring, op: &IoOp<'_>, handler: HandlerId, token: u64) -> bool {
+        let file = ring.file(&self.cache, &self.fd, self.id);
+        let target = match file.fixed {
             Some(index) => Target::Fixed(index),
             None => Target::Fd(self.raw_fd()),
         };
+        let Some(entry) = self.build_sqe(target, op) else {
+            return false;
+        };
+        let preflush = op
+            .flags
+            .contains(IoFlags::PREFLUSH)
+            .then(|| fsync_sqe(Target::Fd(self.raw_fd()), true));
+        ring.push(entry, preflush, file.reg, handler, token);
+        true
+    }
+
+    #[inline]
+    fn build_sqe(&self, target: Target, op: &IoOp<'_>) -> Option<squeue::Entry> {
         let off = op.offset_bytes;
         let rw_flags = if op.flags.contains(IoFlags::FUA) {
             libc::RWF_DSYNC
@@ -335,34 +362,29 @@ impl Backend for FileBackend {
     }
 
     unsafe fn submit(&self, op: &IoOp<'_>, handler: HandlerId, token: u64) -> Result<()> {
-        check_op(&self.geometry, op)?;
-        let ring = match self.kind {
-            BackendKind::Uring => ring::current(),
-            _ => None,
-        };
-        let Some(ring) = ring else {
-            return submit_to_pool(&self.fd, self.is_block_device, op, handler, token);
-        };
-        let Some(entry) = self.build_sqe(&ring, op) else {
-            return submit_to_pool(&self.fd, self.is_block_device, op, handler, token);
-        };
-        let preflush = op
-            .flags
-            .contains(IoFlags::PREFLUSH)
-            .then(|| fsync_sqe(Target::Fd(self.raw_fd()), true));
-        ring.push(entry, preflush, Some(Arc::clone(&self.fd)), handler, token);
-        Ok(())
+        // Callers check once before submitting (Backend::submit's docs).
+        debug_assert!(
+            check_op(&self.geometry, op).is_ok(),
+            "unchecked op submitted: {op:?}: {:?}",
+            check_op(&self.geometry, op)
+        );
+        if self.kind == BackendKind::Uring
+            && ring::with_current(|ring| self.queue(ring, op, handler, token)) == Some(true)
+        {
+            return Ok(());
+        }
+        submit_to_pool(&self.fd, self.is_block_device, op, handler, token)
     }
 }
 
 impl Drop for FileBackend {
     fn drop(&mut self) {
-        // Release our reference first, so a ring that sees the bump below
-        // also sees the count drop (when we were the last holder).
-        // SAFETY: `fd` is dropped exactly once, here, and not used after.
-        unsafe { ManuallyDrop::drop(&mut self.fd) };
-        // Relaxed: only a hint for the rings' sweep (see Ring::sweep_files),
-        // which checks the descriptor's Arc count itself.
-        FILES_CLOSED.fetch_add(1, Ordering::Relaxed);
+        // Release the liveness first, so a ring that sees the bump below
+        // also sees the weak count drop.
+        // SAFETY: `cache` is dropped exactly once, here, and not used after.
+        unsafe { ManuallyDrop::drop(&mut self.cache) };
+        // Release: pairs with the Acquire load in Ring::sweep_files, making
+        // the cache Arc's release above visible to a ring that sees the bump.
+        FILES_CLOSED.fetch_add(1, Ordering::Release);
     }
 }

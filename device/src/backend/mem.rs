@@ -195,13 +195,19 @@ impl MemDevice {
     /// Creates a zero-filled device.
     ///
     /// # Panics
-    /// When `logical_block_bytes` is not a power of two or the capacity is
-    /// not a multiple of it (configuration errors).
+    /// When `logical_block_bytes` or a non-zero `mem_align_bytes` is not a
+    /// power of two, or the capacity is not a multiple of the logical block
+    /// (configuration errors).
     pub fn new(config: MemConfig) -> Self {
         let block = config.logical_block_bytes;
         assert!(
             block.is_power_of_two(),
             "logical block must be a power of two"
+        );
+        // The alignment checks use masks (see `backend`'s invariants).
+        assert!(
+            config.mem_align_bytes <= 1 || config.mem_align_bytes.is_power_of_two(),
+            "mem_align_bytes must be a power of two"
         );
         assert!(
             config.capacity_bytes % u64::from(block) == 0,

@@ -41,7 +41,7 @@ use std::sync::Arc;
 use io_uring::{cqueue, squeue, IoUring};
 
 use crate::buf::{current_arena, Arena};
-use crate::core::{Completion, HandlerId};
+use crate::core::{Completion, HandlerId, Reaped};
 use crate::error::{nvme_status_result, Error, ErrorKind, Result};
 
 /// `IORING_ENTER_GETEVENTS` from the uapi header.
@@ -314,7 +314,7 @@ impl CmdRing {
     /// Moves every available CQE into `out` as a [`Completion`], flushing a
     /// CQ overflow; resubmits `-EAGAIN` commands. Returns how many commands
     /// completed.
-    pub(crate) fn reap(&self, out: &mut Vec<Completion>) -> Result<usize> {
+    pub(crate) fn reap(&self, out: &mut Reaped) -> Result<usize> {
         let mut done = 0;
         for _ in 0..4 {
             let batch: Vec<(u64, i32)> = {
@@ -352,7 +352,7 @@ impl CmdRing {
         Ok(done)
     }
 
-    fn complete_one(&self, ud: u64, res: i32, out: &mut Vec<Completion>) -> bool {
+    fn complete_one(&self, ud: u64, res: i32, out: &mut Reaped) -> bool {
         let index = ud as u32;
         if ud & PREFLUSH_BIT != 0 {
             if let Some(Some(slot)) = self.slots.borrow_mut().get_mut(index as usize) {
@@ -537,6 +537,30 @@ mod tests {
         );
         assert_eq!(handler.seen.borrow().get(&1), Some(&(1, -libc::ETIME)));
         assert_eq!(driver.in_flight(), 0);
+    }
+
+    #[test]
+    fn passthrough_completion_ends_a_park_with_main_ring_ops_in_flight() {
+        use crate::ring::tests::SlowReads;
+        let Some((driver, cmd)) = setup() else { return };
+        let ring = driver.ring().expect("ring").clone();
+        let handler = Rc::new(RecordingHandler::default());
+        let id = register_handler(handler.clone());
+        // 31 main-ring reads that stay in flight: without the passthrough
+        // command the park would wait for a batch of them.
+        let mut slow = SlowReads::new(31);
+        slow.push(&ring, id);
+        let ts = Box::new(types::Timespec::new().nsec(20_000_000));
+        let entry = opcode::Timeout::new(&*ts).build().into();
+        cmd.push(slot(id, 1000, entry, Some(ts)));
+        while !handler.seen.borrow().contains_key(&1000) {
+            driver.park(None).expect("park");
+        }
+        let (fired, _slow) = slow.finish();
+        assert!(!fired, "the passthrough completion did not end the wait");
+        assert!(park_until(&driver, Duration::from_secs(10), || handler
+            .total()
+            == 32));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! retried, never surfaced.
 
 use std::fmt;
+use std::time::Duration;
 
 use io_uring::{opcode, IoUring, Probe};
 
@@ -30,6 +31,14 @@ pub struct RingConfig {
     /// Size of the sparse registered-file table (0 disables registered
     /// files). Default 64.
     pub registered_files: u32,
+    /// Longest time a park waits for a batch of up to 32 CQEs before it
+    /// takes whatever arrived (the latency batching may add to an IO that
+    /// completed early; the ring uses less when completions come fast, see
+    /// the `ring` module docs). Default 100 µs. `Duration::ZERO` disables
+    /// batching: every park wakes on the first CQE. Longer values buy
+    /// fewer context switches on devices whose completions trickle in
+    /// (zram reads run on io-wq) at the price of latency.
+    pub batch_wait: Duration,
 }
 
 impl Default for RingConfig {
@@ -41,6 +50,7 @@ impl Default for RingConfig {
             sqpoll_idle_ms: None,
             iopoll: false,
             registered_files: 64,
+            batch_wait: Duration::from_micros(100),
         }
     }
 }
@@ -75,6 +85,13 @@ pub struct RingInfo {
     pub defer_taskrun: bool,
     /// `COOP_TASKRUN` accepted (when DEFER_TASKRUN was not).
     pub coop_taskrun: bool,
+    /// `TASKRUN_FLAG` accepted (with DEFER_TASKRUN or COOP_TASKRUN): the
+    /// kernel sets `IORING_SQ_TASKRUN` while task work that will post CQEs
+    /// is pending, so a park can skip an enter when it is clear.
+    pub taskrun_flag: bool,
+    /// `IORING_FEAT_MIN_TIMEOUT` (6.12+): a wait for several CQEs can be
+    /// cut short to "any CQE" after `min_wait_usec`.
+    pub min_timeout: bool,
     /// `SQPOLL` accepted.
     pub sqpoll: bool,
     /// `IOPOLL` accepted.
@@ -120,11 +137,18 @@ pub(super) fn build(config: &RingConfig) -> Result<(IoUring, RingInfo)> {
             builder.setup_iopoll();
         }
         match level {
+            // TASKRUN_FLAG (5.19, like COOP_TASKRUN) with either: the kernel
+            // sets IORING_SQ_TASKRUN when it queues task work that will post
+            // CQEs (io_req_local_work_add for DEFER_TASKRUN, the normal
+            // task-work add for COOP) and clears it when it runs that work.
             2 => {
-                builder.setup_single_issuer().setup_defer_taskrun();
+                builder
+                    .setup_single_issuer()
+                    .setup_defer_taskrun()
+                    .setup_taskrun_flag();
             }
             1 => {
-                builder.setup_coop_taskrun();
+                builder.setup_coop_taskrun().setup_taskrun_flag();
             }
             _ => {}
         }
@@ -145,6 +169,8 @@ fn finish(uring: IoUring, config: &RingConfig, level: u8) -> (IoUring, RingInfo)
         cq_entries: params.cq_entries(),
         defer_taskrun: level == 2,
         coop_taskrun: level == 1,
+        taskrun_flag: level > 0,
+        min_timeout: params.is_feature_min_timeout(),
         sqpoll: params.is_setup_sqpoll(),
         iopoll: params.is_setup_iopoll(),
         ext_arg: params.is_feature_ext_arg(),
@@ -198,8 +224,8 @@ impl fmt::Display for RingInfo {
         writeln!(f, "setup flags:         {}", flags.join(" "))?;
         writeln!(
             f,
-            "features:            EXT_ARG={} NODROP={}",
-            self.ext_arg, self.nodrop
+            "features:            EXT_ARG={} NODROP={} MIN_TIMEOUT={} TASKRUN_FLAG={}",
+            self.ext_arg, self.nodrop, self.min_timeout, self.taskrun_flag
         )?;
         writeln!(f, "registered files:    {}", self.registered_files)?;
         writeln!(f, "supported ops:       {}", self.supported_ops.join(" "))?;

@@ -5,11 +5,25 @@
 //!   `SINGLE_ISSUER` where the kernel has it).
 //! - An SQE pushed (to the SQ or to the backlog) is in flight until its CQE
 //!   is reaped, whatever `io_uring_enter` returned; its slot (handler,
-//!   token, the SQE itself for resubmission) lives exactly that long.
+//!   token, file registration, the SQE itself for resubmission) lives
+//!   exactly that long.
+//! - A file an op names stays open until the op's CQE: the ring keeps one
+//!   registration per (backend, ring) holding the backend's descriptor
+//!   (an `Arc`, cloned once per registration, not per op); a registration
+//!   is released (and its fixed-file slot unregistered) only when its
+//!   backend is gone, the SQ and backlog are empty and no slot names it.
+//!   A live backend's registration is never released, so the index a
+//!   backend caches for this ring (`FileCache`, checked by the ring's
+//!   generation) is valid whenever it is read.
+//! - A full SQ is submitted by the ring itself (the rest waits in the
+//!   backlog), so any number of SQEs may be pushed between parks;
+//!   [`submit_now`](crate::submit_now) is optional.
 //! - `EAGAIN`/`EBUSY`/`EINTR` from enter, a full SQ, CQ overflow and per-op
 //!   `-EAGAIN` results are handled here and never reach a handler or caller.
 //! - Reaping never calls a handler while the ring is borrowed: CQEs are
-//!   collected first, then delivered.
+//!   collected first, then delivered, one
+//!   [`complete_batch`](crate::CompletionHandler::complete_batch) call per
+//!   run of consecutive completions of one handler.
 //! - An eventfd read is always armed (user_data `WAKE_UD`) so another
 //!   thread can wake a waiting enter; the ring waits in enter only with that
 //!   read armed, so it never waits with nothing in flight.
@@ -19,6 +33,54 @@
 //!   (user_data `CMD_WAKE_UD`) is kept armed here so its completions end a
 //!   waiting enter; their commands count in [`Ring::in_flight`], so the
 //!   driver drains them before the core goes away.
+//!
+//! # Wait policy (one enter per park)
+//!
+//! A park submits what is queued and waits in the same `io_uring_enter`.
+//! - Something is ready (CQEs already in the CQ, or task work pending
+//!   that will post some: `IORING_SQ_TASKRUN`) or the caller will not
+//!   wait (zero timeout, a polled passthrough ring busy): no wait. The
+//!   enter is skipped altogether when the SQ is empty, the ring is not
+//!   IOPOLL and the kernel has no task work pending that would post CQEs
+//!   (`IORING_SQ_TASKRUN`, set up with `TASKRUN_FLAG`: the kernel sets it
+//!   when it queues such work, for DEFER_TASKRUN in
+//!   `io_req_local_work_add`, and clears it when the work runs; without
+//!   the flag a `DEFER_TASKRUN`/`COOP_TASKRUN` ring always enters, since
+//!   only an enter posts their completions).
+//! - Otherwise it waits for `min(in_flight, 32)` CQEs, not 1: on devices
+//!   whose completions trickle in (zram punted to io-wq) waiting for one
+//!   CQE made ~4 IOs per enter and a context switch every 2.5 IOs.
+//!   Waiting for many must not trade latency away (a task may wait on one
+//!   fast IO while 100 slow ones are in flight), so the batched wait is
+//!   bounded by a short time, then falls back to "any CQE": with
+//!   `IORING_FEAT_MIN_TIMEOUT` (6.12+) that is the kernel's
+//!   `min_wait_usec` in the same enter; without it, a first enter waits
+//!   for the batch up to the bound and, only if nothing at all arrived, a
+//!   second one waits for one CQE for the rest of the park timeout.
+//! - The bound adapts to the observed completion interval (EWMA of wait
+//!   time per CQE reaped): twice the time the batch should take to fill,
+//!   clamped to 10 µs .. [`RingConfig::batch_wait`] (default 100 µs). A
+//!   batch that fills on time ends the wait early anyway; one that does
+//!   not (a few fast ops among slow ones) costs at most about twice the
+//!   expected fill time, and never more than the cap, on top of the first
+//!   completion. When completions come slower than one per cap the batch
+//!   could never fill in time, so the ring waits for one. A fixed bound
+//!   would add up to that much to every IO of a slow device for no
+//!   batching gain; the adaptive one does not. The cap is what a zram-like
+//!   device gets: with completions every ~15 µs, 100 µs gathered 5-12 CQEs
+//!   per enter (1.3 with a wait for one; `examples/nop_loop.rs` with
+//!   `READ=/dev/zramN`); a longer `batch_wait` gathers more (300 µs: ~30)
+//!   for more latency.
+//! - Only 1 CQE is waited for with fewer than 2 ops in flight, while an
+//!   interrupt-driven passthrough ring has commands in flight (its
+//!   completions reach this ring as one eventfd-read CQE), without
+//!   `EXT_ARG` (the timeout-SQE fallback), with SQPOLL and with IOPOLL
+//!   (which busy-polls for `min_complete` and has no time bound).
+//! - What ends a wait: `want` CQEs; the park timeout (the executor's
+//!   timers); after the bound, any CQE, which includes the eventfd read a
+//!   cross-thread unpark completes and the passthrough ring's eventfd
+//!   read. So an unpark that arrives while a batch is being waited for is
+//!   seen at most the bound (<= `batch_wait`) later.
 
 mod cmd;
 mod config;
@@ -33,9 +95,9 @@ use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
@@ -44,9 +106,10 @@ pub(crate) use cmd::CmdSlot;
 pub use config::{RingConfig, RingInfo};
 pub(crate) use unpark::RingUnpark;
 
-use crate::core::{Completion, Core, HandlerId};
+use crate::core::{Completion, Core, HandlerId, Reaped};
 use crate::error::{Error, Result};
-use slots::{Slot, Slots};
+pub(crate) use slots::NO_FILE;
+use slots::{Meta, Slots};
 
 /// user_data of the armed eventfd read.
 pub(crate) const WAKE_UD: u64 = u64::MAX;
@@ -62,6 +125,99 @@ const PREFLUSH_BIT: u64 = 1 << 40;
 const IORING_ENTER_GETEVENTS: u32 = 1;
 /// Longest back-off sleep after `EBUSY`/`EAGAIN` with nothing reaped.
 const BACKOFF_MAX: Duration = Duration::from_millis(1);
+/// Most CQEs one park waits for.
+const BATCH_WANT: usize = 32;
+/// Shortest bound of a batched wait (see the module docs).
+const BATCH_WAIT_MIN: Duration = Duration::from_micros(10);
+/// The timeout of a batched wait when the park has none: without a general
+/// timeout the kernel ends the whole wait when `min_wait_usec` expires,
+/// CQE or not (`io_cqring_min_timer_wakeup`); with one it falls back to
+/// "any CQE" until that timeout.
+const LONG_WAIT: Duration = Duration::from_secs(3600);
+
+/// Rings that get a slot in every backend's [`FileCache`]; the others
+/// (cores beyond this many at once) look their registration up by id.
+pub(crate) const CACHED_RINGS: usize = 64;
+
+/// Which [`FileCache`] slots are taken by live rings (bit i = slot i).
+static RING_SLOTS: Mutex<u64> = Mutex::new(0);
+/// Generation of the next ring (0 marks an empty cache entry).
+static RING_GEN: AtomicU32 = AtomicU32::new(1);
+
+/// A backend's cache of its registration on each ring, so the per-op
+/// lookup is one load: entry `ring.cache_slot` holds
+/// `gen << 32 | (fixed + 1) << 16 | reg` (`fixed + 1` is 0 for the raw
+/// fd), valid when `gen` is that ring's generation.
+///
+/// Entry `i` is written and read only by the thread owning the ring in
+/// slot `i`; a slot is handed to a new ring only after its old ring is
+/// dropped (under `RING_SLOTS`' lock), and the new ring's new generation
+/// makes old values stale.
+pub(crate) struct FileCache {
+    slots: [AtomicU64; CACHED_RINGS],
+}
+
+impl FileCache {
+    pub fn new() -> Self {
+        Self {
+            slots: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+impl std::fmt::Debug for FileCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileCache").finish_non_exhaustive()
+    }
+}
+
+/// What an op needs to name its file on a ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FileRef {
+    /// The ring's registration (goes in the op's slot).
+    pub reg: u32,
+    /// The fixed-file index, or `None` for the raw fd.
+    pub fixed: Option<u32>,
+}
+
+impl FileRef {
+    fn pack(self, gen: u32) -> Option<u64> {
+        let fixed = match self.fixed {
+            None => 0,
+            Some(i) if i < 0xfffe => i + 1,
+            Some(_) => return None,
+        };
+        (self.reg < 0xffff)
+            .then(|| u64::from(gen) << 32 | u64::from(fixed) << 16 | u64::from(self.reg))
+    }
+
+    #[inline]
+    fn unpack(v: u64) -> Self {
+        let fixed = ((v >> 16) & 0xffff) as u32;
+        Self {
+            reg: (v & 0xffff) as u32,
+            fixed: fixed.checked_sub(1),
+        }
+    }
+}
+
+/// One (backend, ring) registration.
+struct FileReg {
+    /// Keeps the descriptor open while this ring may have ops naming it.
+    _fd: Arc<OwnedFd>,
+    /// The backend's liveness (its cache).
+    backend: Weak<FileCache>,
+    file_id: u64,
+    fixed: Option<u32>,
+}
+
+/// The ring's registrations: a slab plus an id index for the slow path.
+#[derive(Default)]
+struct FileRegs {
+    regs: Vec<Option<FileReg>>,
+    free: Vec<u32>,
+    by_id: HashMap<u64, u32, FileIdHash>,
+}
 
 /// A fault the test hook can inject in place of an enter's result.
 #[cfg(test)]
@@ -98,13 +254,27 @@ pub struct Ring {
     wake_buf: Box<Cell<u64>>,
     wake_armed: Cell<bool>,
     info: RingInfo,
-    files: RefCell<HashMap<u64, (u32, Weak<OwnedFd>), FileIdHash>>,
+    /// [`RingConfig::batch_wait`].
+    batch_wait: Duration,
+    /// This ring's entry in every backend's [`FileCache`]
+    /// (`CACHED_RINGS` or more: none).
+    cache_slot: usize,
+    /// This ring's generation (tags its [`FileCache`] entries).
+    gen: u32,
+    files: RefCell<FileRegs>,
     next_file_index: Cell<u32>,
     free_file_indices: RefCell<Vec<u32>>,
     files_closed_seen: Cell<u64>,
-    reaped: RefCell<Vec<Completion>>,
+    /// A dead backend's registration is still named by a slot: sweep
+    /// again at a later park.
+    sweep_pending: Cell<bool>,
+    /// EWMA of the wait time per CQE (ns), for the batched-wait bound.
+    completion_interval_ns: Cell<u64>,
+    reaped: RefCell<Reaped>,
     /// CQEs being handled by `reap` (kept for its capacity).
-    cqe_scratch: RefCell<Vec<cqueue::Entry>>,
+    /// Slots whose op came back `-EAGAIN` in the current reap, resubmitted
+    /// after the CQ pass (kept for its capacity).
+    eagain: RefCell<Vec<u32>>,
     stats: RefCell<RingStats>,
     /// The passthrough rings (interrupt-driven, polled), built on first use.
     cmd_rings: RefCell<[Option<Rc<CmdRing>>; 2]>,
@@ -115,6 +285,9 @@ pub struct Ring {
     /// Test hook: behave as if the kernel lacked `EXT_ARG`.
     #[cfg(test)]
     pub(crate) force_timeout_sqe: Cell<bool>,
+    /// Test hook: behave as if the kernel lacked `MIN_TIMEOUT`.
+    #[cfg(test)]
+    pub(crate) force_no_min_timeout: Cell<bool>,
     #[cfg(test)]
     pub(crate) fault: RefCell<Option<EnterFault>>,
 }
@@ -139,6 +312,18 @@ impl Ring {
     pub fn new(config: &RingConfig) -> Result<Self> {
         let (uring, info) = config::build(config)?;
         let unpark = Arc::new(RingUnpark::new()?);
+        let cache_slot = {
+            let mut taken = RING_SLOTS.lock().unwrap_or_else(PoisonError::into_inner);
+            let free = (!*taken).trailing_zeros() as usize;
+            if free < CACHED_RINGS {
+                *taken |= 1 << free;
+            }
+            free
+        };
+        // Relaxed: only uniqueness matters (a u32 generation wraps after
+        // 4 billion rings; a stale entry would need its ring slot and
+        // wrapped generation to match).
+        let gen = RING_GEN.fetch_add(1, Ordering::Relaxed).max(1);
         let ring = Self {
             uring: RefCell::new(uring),
             slots: RefCell::new(Slots::default()),
@@ -147,12 +332,17 @@ impl Ring {
             wake_buf: Box::new(Cell::new(0)),
             wake_armed: Cell::new(false),
             info,
-            files: RefCell::new(HashMap::default()),
+            batch_wait: config.batch_wait,
+            cache_slot,
+            gen,
+            files: RefCell::new(FileRegs::default()),
             next_file_index: Cell::new(0),
             free_file_indices: RefCell::new(Vec::new()),
             files_closed_seen: Cell::new(0),
-            reaped: RefCell::new(Vec::new()),
-            cqe_scratch: RefCell::new(Vec::new()),
+            sweep_pending: Cell::new(false),
+            completion_interval_ns: Cell::new(0),
+            reaped: RefCell::new(Reaped::default()),
+            eagain: RefCell::new(Vec::new()),
             stats: RefCell::new(RingStats::default()),
             cmd_rings: RefCell::new([None, None]),
             cmd_wake_buf: Box::new(Cell::new(0)),
@@ -161,6 +351,8 @@ impl Ring {
             cqe_fault: RefCell::new(None),
             #[cfg(test)]
             force_timeout_sqe: Cell::new(false),
+            #[cfg(test)]
+            force_no_min_timeout: Cell::new(false),
             #[cfg(test)]
             fault: RefCell::new(None),
         };
@@ -231,7 +423,7 @@ impl Ring {
             .build()
             .user_data(CMD_WAKE_UD);
         self.cmd_wake_armed.set(true);
-        self.push_sqe(entry);
+        self.push_sqe(&entry);
     }
 
     /// Before the main enter: submits the passthrough rings' SQEs and reaps
@@ -284,15 +476,73 @@ impl Ring {
         unsafe { self.uring.borrow().submitter().register_buffers(buffers) }
     }
 
-    /// The registered-file index for backend `file_id` (descriptor `fd`),
-    /// registering it on first use; `None` when registration is unavailable
+    /// How an op of the backend with `cache` (descriptor `fd`, id
+    /// `file_id`) names its file on this ring: one load from the backend's
+    /// cache after the first op; the first op registers the file (a
+    /// fixed-file slot where one is free, the raw fd otherwise).
+    #[inline]
+    pub(crate) fn file(&self, cache: &Arc<FileCache>, fd: &Arc<OwnedFd>, file_id: u64) -> FileRef {
+        if let Some(entry) = cache.slots.get(self.cache_slot) {
+            // Relaxed: only this thread writes this entry (see FileCache);
+            // the value is self-contained.
+            let v = entry.load(Ordering::Relaxed);
+            if (v >> 32) as u32 == self.gen {
+                let file = FileRef::unpack(v);
+                debug_assert!(self.files.borrow().regs[file.reg as usize]
+                    .as_ref()
+                    .is_some_and(|r| r.file_id == file_id && r.fixed == file.fixed));
+                return file;
+            }
+        }
+        self.file_slow(cache, fd, file_id)
+    }
+
+    #[cold]
+    fn file_slow(&self, cache: &Arc<FileCache>, fd: &Arc<OwnedFd>, file_id: u64) -> FileRef {
+        let known = {
+            let files = self.files.borrow();
+            files.by_id.get(&file_id).map(|&reg| FileRef {
+                reg,
+                fixed: files.regs[reg as usize].as_ref().and_then(|r| r.fixed),
+            })
+        };
+        let file = match known {
+            Some(file) => file,
+            None => {
+                let fixed = self.register_fixed(fd);
+                let mut files = self.files.borrow_mut();
+                let entry = FileReg {
+                    _fd: fd.clone(),
+                    backend: Arc::downgrade(cache),
+                    file_id,
+                    fixed,
+                };
+                let reg = match files.free.pop() {
+                    Some(reg) => {
+                        files.regs[reg as usize] = Some(entry);
+                        reg
+                    }
+                    None => {
+                        files.regs.push(Some(entry));
+                        (files.regs.len() - 1) as u32
+                    }
+                };
+                files.by_id.insert(file_id, reg);
+                FileRef { reg, fixed }
+            }
+        };
+        if let (Some(entry), Some(v)) = (cache.slots.get(self.cache_slot), file.pack(self.gen)) {
+            // Relaxed: see `file`.
+            entry.store(v, Ordering::Relaxed);
+        }
+        file
+    }
+
+    /// A fixed-file slot for `fd`; `None` when registration is unavailable
     /// or the table is full (the op then uses the raw fd).
-    pub(crate) fn fixed_file(&self, file_id: u64, fd: &Arc<OwnedFd>) -> Option<u32> {
+    fn register_fixed(&self, fd: &Arc<OwnedFd>) -> Option<u32> {
         if self.info.registered_files == 0 {
             return None;
-        }
-        if let Some((index, _)) = self.files.borrow().get(&file_id) {
-            return Some(*index);
         }
         let reused = self.free_file_indices.borrow_mut().pop();
         let index = match reused {
@@ -309,12 +559,7 @@ impl Ring {
             .submitter()
             .register_files_update(index, &[fd.as_raw_fd()])
         {
-            Ok(_) => {
-                self.files
-                    .borrow_mut()
-                    .insert(file_id, (index, Arc::downgrade(fd)));
-                Some(index)
-            }
+            Ok(_) => Some(index),
             Err(e) => {
                 self.free_file_indices.borrow_mut().push(index);
                 tracing::debug!(error = %e, "file registration failed; using the raw fd");
@@ -323,82 +568,114 @@ impl Ring {
         }
     }
 
-    /// Unregisters the files whose backends are all gone. Only called when
-    /// the SQ and the backlog are empty, so no queued SQE still names a
-    /// table slot that could be reused (in-flight ops keep their file: the
-    /// kernel holds a reference until they complete).
+    /// Releases the registrations of backends that are gone and that no
+    /// slot names any more. Only runs when the SQ and the backlog are
+    /// empty, so no queued SQE still names a table slot that could be
+    /// reused (ops the kernel holds keep their file: the kernel has its
+    /// own reference, and a registration named by a slot is kept anyway).
     fn sweep_files(&self) {
-        // Relaxed: a hint that something closed; the Arc counts checked
-        // below carry their own synchronisation.
-        let closed = crate::backend::file::FILES_CLOSED.load(Ordering::Relaxed);
-        if closed == self.files_closed_seen.get() || !self.backlog.borrow().is_empty() {
+        // Acquire: pairs with the Release bump in `FileBackend::drop`, which
+        // comes after the backend dropped its cache `Arc`, so the dead
+        // backend's weak count is seen as 0 below.
+        let closed = crate::backend::file::FILES_CLOSED.load(Ordering::Acquire);
+        if closed == self.files_closed_seen.get() && !self.sweep_pending.get() {
             return;
         }
-        {
-            let mut uring = self.uring.borrow_mut();
-            if !uring.submission().is_empty() {
-                return;
-            }
+        if !self.backlog.borrow().is_empty() || self.sq_len() > 0 {
+            return;
         }
         self.files_closed_seen.set(closed);
-        let gone: Vec<(u64, u32)> = self
+        let dead: Vec<u32> = self
             .files
             .borrow()
+            .regs
             .iter()
-            .filter(|(_, (_, weak))| weak.strong_count() == 0)
-            .map(|(&id, &(index, _))| (id, index))
+            .enumerate()
+            .filter(|(_, r)| r.as_ref().is_some_and(|r| r.backend.strong_count() == 0))
+            .map(|(i, _)| i as u32)
             .collect();
-        for (id, index) in gone {
-            self.files.borrow_mut().remove(&id);
-            let uring = self.uring.borrow();
-            match uring.submitter().register_files_update(index, &[-1]) {
-                Ok(_) => self.free_file_indices.borrow_mut().push(index),
-                Err(e) => tracing::debug!(error = %e, "file unregistration failed"),
+        let mut pending = false;
+        for reg in dead {
+            if self.slots.borrow().uses_file(reg) {
+                pending = true;
+                continue;
+            }
+            let entry = {
+                let mut files = self.files.borrow_mut();
+                let entry = files.regs[reg as usize].take();
+                files.free.push(reg);
+                if let Some(e) = &entry {
+                    files.by_id.remove(&e.file_id);
+                }
+                entry
+            };
+            if let Some(index) = entry.and_then(|e| e.fixed) {
+                let uring = self.uring.borrow();
+                match uring.submitter().register_files_update(index, &[-1]) {
+                    Ok(_) => self.free_file_indices.borrow_mut().push(index),
+                    Err(e) => tracing::debug!(error = %e, "file unregistration failed"),
+                }
             }
         }
+        self.sweep_pending.set(pending);
     }
 
-    /// Registered files currently in the table.
+    /// Registered files currently in the fixed-file table.
     pub fn registered_file_count(&self) -> usize {
-        self.files.borrow().len()
+        self.files
+            .borrow()
+            .regs
+            .iter()
+            .flatten()
+            .filter(|r| r.fixed.is_some())
+            .count()
     }
 
     /// Queues `entry` (and an optional `preflush` SQE linked ahead of it)
-    /// for `handler`/`token`; `file` is kept open until the CQE (so a raw
-    /// fd number in a queued SQE can never be closed and reused under it).
-    /// Never blocks; never delivers.
+    /// for `handler`/`token`; `file` is the registration (from
+    /// [`Ring::file`], or [`NO_FILE`]) that keeps the op's file open until
+    /// the CQE (so a raw fd number in a queued SQE can never be closed and
+    /// reused under it). Submits by itself when the SQ is full. Never
+    /// blocks; never delivers.
+    #[inline]
     pub(crate) fn push(
         &self,
         entry: squeue::Entry,
         preflush: Option<squeue::Entry>,
-        file: Option<Arc<OwnedFd>>,
+        file: u32,
         handler: HandlerId,
         token: u64,
     ) {
-        let index = self.slots.borrow_mut().insert(Slot {
-            handler,
+        let mut slots = self.slots.borrow_mut();
+        let meta = Meta {
             token,
-            entry: entry.clone(),
-            preflush: preflush.clone(),
+            handler,
+            file,
             preflush_result: 0,
-            _file: file,
-        });
-        let ud = u64::from(index);
+            has_preflush: preflush.is_some(),
+        };
+        // The SQE is written once into its slot (user_data = the index)
+        // and copied from there into the SQ.
+        let index = slots.insert(meta, entry);
         if let Some(pre) = preflush {
-            self.push_sqe(
-                pre.flags(squeue::Flags::IO_LINK)
-                    .user_data(ud | PREFLUSH_BIT),
-            );
+            let pre = pre
+                .flags(squeue::Flags::IO_LINK)
+                .user_data(u64::from(index) | PREFLUSH_BIT);
+            self.push_sqe(&pre);
+            slots.set_preflush_sqe(index, pre);
         }
-        self.push_sqe(entry.user_data(ud));
+        self.push_sqe(slots.sqe_ref(index));
     }
 
-    fn push_sqe(&self, entry: squeue::Entry) {
+    /// Copies `entry` into the SQ, or into the backlog (then submits) when
+    /// the SQ is full. Touches neither the slots nor the reaped list.
+    #[inline]
+    fn push_sqe(&self, entry: &squeue::Entry) {
         let mut backlog = self.backlog.borrow_mut();
-        if backlog.is_empty() && self.try_push_sq(&entry) {
+        if backlog.is_empty() && self.try_push_sq(entry) {
             return;
         }
-        backlog.push_back(entry);
+        backlog.push_back(entry.clone());
         drop(backlog);
         self.stats.borrow_mut().sq_full += 1;
         // SQ full: submit what is there, then move the backlog in.
@@ -439,18 +716,42 @@ impl Ring {
         .build()
         .user_data(WAKE_UD);
         self.wake_armed.set(true);
-        self.push_sqe(entry);
+        self.push_sqe(&entry);
     }
 
-    /// Submits what is queued without waiting (`submit_now`).
+    /// Submits what is queued without waiting (`submit_now`); no syscall
+    /// when nothing is.
     pub(crate) fn submit_pending(&self) -> Result<()> {
-        for ring in self.cmd_rings().iter().flatten() {
-            ring.submit(false, 0)?;
+        if self.cmd_rings.borrow().iter().any(Option::is_some) {
+            for ring in self.cmd_rings().iter().flatten() {
+                ring.submit(false, 0)?;
+            }
         }
         self.flush_backlog();
+        if self.sq_len() == 0 {
+            return Ok(());
+        }
         self.enter_submit_only()?;
         self.flush_backlog();
         Ok(())
+    }
+
+    /// SQEs in the SQ not yet submitted.
+    fn sq_len(&self) -> usize {
+        self.uring.borrow_mut().submission().len()
+    }
+
+    /// True when the kernel may have task work pending that posts CQEs
+    /// only on a `GETEVENTS` enter (or, for COOP_TASKRUN, at the next
+    /// syscall): `IORING_SQ_TASKRUN` where the ring was set up with
+    /// `TASKRUN_FLAG`; without the flag, always for DEFER/COOP_TASKRUN
+    /// rings, never for plain ones (their task work runs on its own).
+    fn taskrun_pending(&self) -> bool {
+        if self.info.taskrun_flag {
+            self.uring.borrow_mut().submission().taskrun()
+        } else {
+            self.info.defer_taskrun || self.info.coop_taskrun
+        }
     }
 
     fn enter_submit_only(&self) -> Result<()> {
@@ -464,6 +765,22 @@ impl Ring {
     /// One `io_uring_enter`: submit the SQ and wait for `want` CQEs or
     /// `timeout`. Timeouts (`ETIME`) are success.
     fn enter(&self, want: usize, timeout: Option<Duration>) -> io::Result<()> {
+        self.enter_min_wait(want, timeout, Duration::ZERO)
+    }
+
+    /// [`Ring::enter`] where, with `min_wait` non-zero (the kernel has
+    /// `MIN_TIMEOUT`), the wait for `want` CQEs turns into a wait for any
+    /// CQE after `min_wait`.
+    fn enter_min_wait(
+        &self,
+        want: usize,
+        timeout: Option<Duration>,
+        min_wait: Duration,
+    ) -> io::Result<()> {
+        let timeout = match timeout {
+            None if !min_wait.is_zero() => Some(LONG_WAIT),
+            t => t,
+        };
         self.stats.borrow_mut().enters += 1;
         #[cfg(test)]
         if let Some(fault) = self.fault.borrow_mut().as_mut() {
@@ -482,7 +799,8 @@ impl Ring {
             (_, None) => submitter.submit_and_wait(want).map(drop),
             (_, Some(t)) if self.ext_arg() => {
                 let ts = types::Timespec::from(t);
-                let args = types::SubmitArgs::new().timespec(&ts);
+                let min_us = u32::try_from(min_wait.as_micros()).unwrap_or(u32::MAX);
+                let args = types::SubmitArgs::new().timespec(&ts).min_wait_usec(min_us);
                 submitter.submit_with_args(want, &args).map(drop)
             }
             (_, Some(t)) => {
@@ -538,45 +856,25 @@ impl Ring {
     }
 
     /// Submits what is queued and waits up to `timeout` (`None`: until an
-    /// event) for completions, then delivers them. Handles every transient
+    /// event) for completions, then delivers them, in one enter (see the
+    /// module docs for the wait policy). Handles every transient
     /// push-back. Returns how many completions were delivered.
     pub(crate) fn park(&self, core: &Core, timeout: Option<Duration>) -> Result<usize> {
         self.flush_backlog();
         let cmd_busy = self.cmd_before_enter()?;
-        let want = match timeout {
-            Some(t) if t.is_zero() => 0,
-            _ if cmd_busy => 0,
-            _ => 1,
-        };
-        let mut backoff = Duration::from_micros(10);
-        loop {
-            if want > 0 && self.has_cqes() {
-                // Something is already there: do not block.
-                self.enter(0, None).or_else(ignore_transient)?;
-                break;
+        let nowait = cmd_busy || timeout.is_some_and(|t| t.is_zero());
+        // Completions are ready when they sit in the CQ or, flagged by
+        // IORING_SQ_TASKRUN, wait as task work for this enter to post them:
+        // then do not wait for more.
+        let ready = self.has_cqes() || (self.info.taskrun_flag && self.taskrun_pending());
+        if nowait || ready {
+            // Enter only to submit, to let the kernel post deferred
+            // completions, or to poll (IOPOLL).
+            if self.info.iopoll || self.sq_len() > 0 || self.taskrun_pending() {
+                self.enter_retrying(0, None, Duration::ZERO)?;
             }
-            match self.enter(want, timeout) {
-                Ok(()) => break,
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {
-                    self.stats.borrow_mut().enter_eintr += 1;
-                    break;
-                }
-                Err(e) if is_transient(&e) => {
-                    self.stats.borrow_mut().enter_busy += 1;
-                    // EAGAIN/EBUSY: the kernel needs us to reap first.
-                    if self.reap()? == 0 {
-                        std::thread::sleep(backoff);
-                        backoff = (backoff * 2).min(BACKOFF_MAX);
-                    }
-                    if want == 0 {
-                        break;
-                    }
-                    if self.reaped_len() > 0 {
-                        break;
-                    }
-                }
-                Err(e) => return Err(Error::from_io(&e).with_context("io_uring_enter")),
-            }
+        } else {
+            self.wait(timeout)?;
         }
         // Right after the enter the SQ is normally empty: the moment to
         // release registered files of closed backends.
@@ -585,6 +883,127 @@ impl Ring {
         self.cmd_after_enter()?;
         self.flush_backlog();
         Ok(self.deliver(core))
+    }
+
+    /// How many CQEs to wait for with `in_flight` ops in flight, and for
+    /// how long at most before falling back to any CQE.
+    fn batch_policy(&self, in_flight: usize) -> (usize, Duration) {
+        let cmd_waiting = self.cmd_rings.borrow()[0]
+            .as_ref()
+            .is_some_and(|r| r.in_flight() > 0);
+        let interval = self.completion_interval_ns.get();
+        let max = self.batch_wait;
+        if in_flight < 2
+            || cmd_waiting
+            || !self.ext_arg()
+            || self.info.sqpoll
+            || self.info.iopoll
+            || u128::from(interval) >= max.as_nanos()
+        {
+            return (1, Duration::ZERO);
+        }
+        let want = in_flight.min(BATCH_WANT).min(self.info.cq_entries as usize);
+        let fill_ns = 2 * want as u64 * interval;
+        let bound = Duration::from_nanos(fill_ns).clamp(BATCH_WAIT_MIN.min(max), max);
+        (want, bound)
+    }
+
+    /// The blocking part of a park: nothing is ready yet.
+    fn wait(&self, timeout: Option<Duration>) -> Result<()> {
+        // Ops the kernel has or is about to get: those still in the backlog
+        // (a tick that pushed more than the SQ holds) cannot complete in
+        // this wait.
+        let in_flight = self
+            .slots
+            .borrow()
+            .len()
+            .saturating_sub(self.backlog.borrow().len());
+        let (want, bound) = self.batch_policy(in_flight);
+        debug_assert!(want >= 1 && want <= in_flight.max(1));
+        // Clock reads only where the bound is adapted (two per blocking
+        // park with ops in flight).
+        let start = (in_flight >= 2).then(Instant::now);
+        if want == 1 {
+            self.enter_retrying(1, timeout, Duration::ZERO)?;
+        } else if self.min_timeout() {
+            // The kernel arms its first timer at min_wait even when the
+            // general timeout is shorter: never let the bound outlast it.
+            let bound = timeout.map_or(bound, |t| bound.min(t));
+            self.enter_retrying(want, timeout, bound)?;
+        } else {
+            let first = timeout.map_or(bound, |t| t.min(bound));
+            let stop = self.enter_retrying(want, Some(first), Duration::ZERO)?;
+            let rest = match (timeout, start) {
+                (Some(t), Some(s)) => t.checked_sub(s.elapsed()).map(Some),
+                (Some(t), None) => t.checked_sub(first).map(Some),
+                (None, _) => Some(None),
+            };
+            if let Some(rest) = rest {
+                if !stop && !self.has_cqes() && rest != Some(Duration::ZERO) {
+                    // Nothing at all within the bound: wait for one.
+                    self.enter_retrying(1, rest, Duration::ZERO)?;
+                }
+            }
+        }
+        if let Some(start) = start {
+            self.observe(start.elapsed(), self.cq_len());
+        }
+        Ok(())
+    }
+
+    /// Feeds one blocking wait (`waited`, `got` CQEs) into the completion
+    /// interval estimate (an EWMA with weight 1/8; one long idle wait is
+    /// capped so it cannot pin the policy at "wait for one" for long).
+    fn observe(&self, waited: Duration, got: usize) {
+        if got == 0 {
+            return;
+        }
+        let cap = 10 * self.batch_wait.max(BATCH_WAIT_MIN).as_nanos() as u64;
+        let sample = (waited.as_nanos() as u64 / got as u64).min(cap);
+        let old = self.completion_interval_ns.get();
+        self.completion_interval_ns.set(old - old / 8 + sample / 8);
+    }
+
+    /// One enter (submit, wait for `want` or `timeout`, `min_wait` as in
+    /// [`Ring::enter_min_wait`]) absorbing `EINTR`, `EAGAIN` and `EBUSY`.
+    /// Returns true when the wait ended early without its condition: a
+    /// signal, or completions reaped to make room.
+    fn enter_retrying(
+        &self,
+        want: usize,
+        timeout: Option<Duration>,
+        min_wait: Duration,
+    ) -> Result<bool> {
+        let mut backoff = Duration::from_micros(10);
+        loop {
+            match self.enter_min_wait(want, timeout, min_wait) {
+                Ok(()) => return Ok(false),
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {
+                    self.stats.borrow_mut().enter_eintr += 1;
+                    return Ok(true);
+                }
+                Err(e) if is_transient(&e) => {
+                    self.stats.borrow_mut().enter_busy += 1;
+                    // EAGAIN/EBUSY: the kernel needs us to reap first.
+                    if self.reap()? == 0 {
+                        std::thread::sleep(backoff);
+                        backoff = (backoff * 2).min(BACKOFF_MAX);
+                    }
+                    if want == 0 || self.reaped_len() > 0 {
+                        return Ok(true);
+                    }
+                }
+                Err(e) => return Err(Error::from_io(&e).with_context("io_uring_enter")),
+            }
+        }
+    }
+
+    fn min_timeout(&self) -> bool {
+        #[cfg(test)]
+        if self.force_no_min_timeout.get() {
+            return false;
+        }
+        self.info.min_timeout
     }
 
     /// Submits, reaps without waiting, and delivers.
@@ -598,6 +1017,10 @@ impl Ring {
         !empty
     }
 
+    fn cq_len(&self) -> usize {
+        self.uring.borrow_mut().completion().len()
+    }
+
     fn reaped_len(&self) -> usize {
         self.reaped.borrow().len()
     }
@@ -608,39 +1031,42 @@ impl Ring {
     fn reap(&self) -> Result<usize> {
         let mut seen = 0;
         let mut idle_flushes = 0;
-        // One vector reused across reaps: no allocation per batch.
-        let mut batch = std::mem::take(&mut *self.cqe_scratch.borrow_mut());
+        let mut eagain = std::mem::take(&mut *self.eagain.borrow_mut());
         loop {
-            batch.clear();
-            {
+            // One pass over the CQ with the slots and the reaped list
+            // borrowed once; resubmissions wait until the CQ is released.
+            let n = {
                 let mut uring = self.uring.borrow_mut();
-                batch.extend(uring.completion());
-            }
-            seen += batch.len();
-            self.stats.borrow_mut().cqes += batch.len() as u64;
-            for cqe in &batch {
-                #[cfg(test)]
-                let res = match self.cqe_fault.borrow_mut().as_mut() {
-                    Some(f) => f(cqe.user_data(), cqe.result()),
-                    None => cqe.result(),
-                };
-                #[cfg(not(test))]
-                let res = cqe.result();
-                self.handle_cqe(cqe.user_data(), res);
+                let mut slots = self.slots.borrow_mut();
+                let mut reaped = self.reaped.borrow_mut();
+                let mut n = 0;
+                for cqe in uring.completion() {
+                    n += 1;
+                    #[cfg(test)]
+                    let res = match self.cqe_fault.borrow_mut().as_mut() {
+                        Some(f) => f(cqe.user_data(), cqe.result()),
+                        None => cqe.result(),
+                    };
+                    #[cfg(not(test))]
+                    let res = cqe.result();
+                    self.handle_cqe(&mut slots, &mut reaped, &mut eagain, cqe.user_data(), res);
+                }
+                n
+            };
+            seen += n;
+            self.stats.borrow_mut().cqes += n as u64;
+            for index in eagain.drain(..) {
+                self.resubmit(index);
             }
             if !self.cq_overflowed() {
-                if batch.is_empty() {
+                if n == 0 {
                     break;
                 }
                 continue;
             }
             // Bounded: if flushing makes no progress (the kernel keeps
             // answering EBUSY), leave the rest to the next park.
-            idle_flushes = if batch.is_empty() {
-                idle_flushes + 1
-            } else {
-                0
-            };
+            idle_flushes = if n == 0 { idle_flushes + 1 } else { 0 };
             if idle_flushes > 2 {
                 break;
             }
@@ -656,8 +1082,7 @@ impl Ring {
         if !self.cmd_wake_armed.get() {
             self.arm_cmd_wake();
         }
-        batch.clear();
-        *self.cqe_scratch.borrow_mut() = batch;
+        *self.eagain.borrow_mut() = eagain;
         Ok(seen)
     }
 
@@ -683,7 +1108,15 @@ impl Ring {
         }
     }
 
-    fn handle_cqe(&self, ud: u64, res: i32) {
+    #[inline]
+    fn handle_cqe(
+        &self,
+        slots: &mut Slots,
+        reaped: &mut Reaped,
+        eagain: &mut Vec<u32>,
+        ud: u64,
+        res: i32,
+    ) {
         match ud {
             WAKE_UD => {
                 self.wake_armed.set(false);
@@ -698,57 +1131,60 @@ impl Ring {
         }
         let index = (ud & u64::from(u32::MAX)) as u32;
         if ud & PREFLUSH_BIT != 0 {
-            self.slots.borrow_mut().set_preflush_result(index, res);
+            slots.set_preflush_result(index, res);
             return;
         }
-        let mut slots = self.slots.borrow_mut();
-        let Some(slot) = slots.get(index) else {
+        let Some(&meta) = slots.get(index) else {
             tracing::error!(ud, res, "CQE for an unknown slot");
             return;
         };
-        let preflush_failed = slot.preflush_result < 0;
         if res == -libc::EAGAIN
-            || (res == -libc::ECANCELED && slot.preflush_result == -libc::EAGAIN)
+            || (res == -libc::ECANCELED && meta.preflush_result == -libc::EAGAIN)
         {
-            // Per-op EAGAIN: resubmit the same op (and its preflush).
+            // Per-op EAGAIN: resubmitted after this CQ pass.
             self.stats.borrow_mut().eagain_resubmits += 1;
-            let entry = slot.entry.clone();
-            let preflush = slot.preflush.clone();
             slots.reset_preflush(index);
-            drop(slots);
-            let ud = u64::from(index);
-            if let Some(pre) = preflush {
-                self.push_sqe(
-                    pre.flags(squeue::Flags::IO_LINK)
-                        .user_data(ud | PREFLUSH_BIT),
-                );
-            }
-            self.push_sqe(entry.user_data(ud));
+            eagain.push(index);
             return;
         }
-        let Some(slot) = slots.remove(index) else {
-            return;
-        };
-        let result = if res == -libc::ECANCELED && preflush_failed {
-            slot.preflush_result
+        slots.remove(index);
+        let result = if res == -libc::ECANCELED && meta.preflush_result < 0 {
+            meta.preflush_result
         } else {
             res
         };
-        self.reaped.borrow_mut().push(Completion {
-            handler: slot.handler,
-            token: slot.token,
+        reaped.push(Completion {
+            handler: meta.handler,
+            token: meta.token,
             result,
         });
     }
 
+    /// Per-op EAGAIN: resubmits the op's kept SQE (and its preflush).
+    #[cold]
+    fn resubmit(&self, index: u32) {
+        let (entry, preflush) = {
+            let slots = self.slots.borrow();
+            let has_preflush = slots.get(index).is_some_and(|m| m.has_preflush);
+            let preflush = has_preflush.then(|| slots.preflush_sqe(index)).flatten();
+            (slots.sqe(index), preflush)
+        };
+        if let Some(pre) = preflush {
+            self.push_sqe(&pre);
+        }
+        if let Some(entry) = entry {
+            self.push_sqe(&entry);
+        }
+    }
+
     fn deliver(&self, core: &Core) -> usize {
-        // Take the list (handlers may push new completions while we
-        // deliver), then give its capacity back: no allocation per batch.
+        // Take the list (a handler may reap again through
+        // `run_completions` while we deliver), then give its capacity
+        // back: no allocation per batch.
         let mut reaped = std::mem::take(&mut *self.reaped.borrow_mut());
         let n = reaped.len();
-        for c in reaped.drain(..) {
-            core.deliver(c);
-        }
+        reaped.deliver(core);
+        reaped.clear();
         let mut slot = self.reaped.borrow_mut();
         if slot.is_empty() && slot.capacity() < reaped.capacity() {
             *slot = reaped;
@@ -763,7 +1199,7 @@ impl Ring {
         let cancel = opcode::AsyncCancel::new(WAKE_UD)
             .build()
             .user_data(CANCEL_UD);
-        self.push_sqe(cancel);
+        self.push_sqe(&cancel);
         for _ in 0..100 {
             if self.enter(1, Some(Duration::from_millis(10))).is_err() {
                 break;
@@ -799,6 +1235,14 @@ impl Drop for Ring {
         let n = self.slots.borrow().len();
         if n > 0 {
             tracing::error!(in_flight = n, "ring dropped with ops in flight");
+            // The registrations keep files open for ops the kernel may
+            // still hold: leak them rather than close under it.
+            std::mem::forget(std::mem::take(&mut *self.files.borrow_mut()));
+        }
+        if self.cache_slot < CACHED_RINGS {
+            // After this the slot may go to a new ring, whose new
+            // generation makes this ring's cache entries stale.
+            *RING_SLOTS.lock().unwrap_or_else(PoisonError::into_inner) &= !(1 << self.cache_slot);
         }
     }
 }
@@ -834,17 +1278,16 @@ fn is_transient(e: &io::Error) -> bool {
     )
 }
 
-fn ignore_transient(e: io::Error) -> io::Result<()> {
-    if is_transient(&e) {
-        Ok(())
-    } else {
-        Err(e)
-    }
-}
-
 /// The ring of the current thread, if a driver with a ring is installed.
 pub(crate) fn current() -> Option<Rc<Ring>> {
     crate::core::with_core(|core| core.ring())
+}
+
+/// Runs `f` with the current thread's ring (no `Rc` clone), if a driver
+/// with a ring is installed. `f` must not install or remove the ring.
+#[inline]
+pub(crate) fn with_current<R>(f: impl FnOnce(&Ring) -> R) -> Option<R> {
+    crate::core::with_core(|core| core.with_ring(f))
 }
 
 impl AsRawFd for Ring {

@@ -304,3 +304,312 @@ fn zero_timeout_parks_alone_collect_completions() {
     assert_eq!(handler.total(), 16);
     drop(bufs);
 }
+
+/// A pipe whose reads stay in flight until written (or until a watchdog
+/// writes after `WATCHDOG`, so a test that would hang fails instead).
+pub(super) struct SlowReads {
+    read_fd: std::os::fd::OwnedFd,
+    write_fd: Rc<std::os::fd::OwnedFd>,
+    bufs: Vec<[u8; 8]>,
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    watchdog: Option<std::thread::JoinHandle<bool>>,
+}
+
+const WATCHDOG: Duration = Duration::from_secs(20);
+
+impl SlowReads {
+    pub(super) fn new(n: usize) -> Self {
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        let mut fds = [0; 2];
+        // SAFETY: fds is a valid out array of two ints.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: fresh descriptors from pipe2, owned here.
+        let (read_fd, write_fd) =
+            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let write_fd = Rc::new(write_fd);
+        let (stop, rx) = std::sync::mpsc::channel::<()>();
+        let raw = write_fd.as_raw_fd();
+        let total = n * 8;
+        let watchdog = std::thread::spawn(move || {
+            if rx.recv_timeout(WATCHDOG).is_ok() {
+                return false;
+            }
+            let data = vec![7u8; total];
+            // SAFETY: the test keeps the write end open until it joined us.
+            unsafe { libc::write(raw, data.as_ptr().cast(), total) };
+            true
+        });
+        Self {
+            read_fd,
+            write_fd,
+            bufs: vec![[0u8; 8]; n],
+            stop: Some(stop),
+            watchdog: Some(watchdog),
+        }
+    }
+
+    /// Pushes the reads on `ring` with tokens `0..n`.
+    pub(super) fn push(&mut self, ring: &super::Ring, id: crate::HandlerId) {
+        use std::os::fd::AsRawFd;
+        for (i, buf) in self.bufs.iter_mut().enumerate() {
+            let entry = io_uring::opcode::Read::new(
+                io_uring::types::Fd(self.read_fd.as_raw_fd()),
+                buf.as_mut_ptr(),
+                8,
+            )
+            .build();
+            ring.push(entry, None, super::NO_FILE, id, i as u64);
+        }
+    }
+
+    /// Stops the watchdog (true when it had fired) and completes the reads.
+    pub(super) fn finish(mut self) -> (bool, Self) {
+        use std::os::fd::AsRawFd;
+        let _ = self.stop.take().map(|s| s.send(()));
+        let fired = self
+            .watchdog
+            .take()
+            .map(|w| w.join().expect("watchdog"))
+            .unwrap_or(false);
+        if !fired {
+            let data = vec![7u8; self.bufs.len() * 8];
+            // SAFETY: writes from a live buffer to our pipe.
+            let n =
+                unsafe { libc::write(self.write_fd.as_raw_fd(), data.as_ptr().cast(), data.len()) };
+            assert_eq!(n as usize, data.len());
+        }
+        (fired, self)
+    }
+}
+
+/// 31 ops that do not complete and one NOP: a park that waits for a batch
+/// must still hand the NOP over (after its short bound), not wait for the
+/// slow ones.
+fn one_fast_among_slow(force_no_min_timeout: bool) {
+    use plugio_executor::Driver;
+    let driver = driver_with(64);
+    let ring = driver.ring().expect("ring").clone();
+    ring.force_no_min_timeout.set(force_no_min_timeout);
+    let handler = Rc::new(RecordingHandler::default());
+    let id = register_handler(handler.clone());
+    let mut slow = SlowReads::new(31);
+    slow.push(&ring, id);
+    ring.push(
+        io_uring::opcode::Nop::new().build(),
+        None,
+        super::NO_FILE,
+        id,
+        100,
+    );
+    assert_eq!(ring.in_flight(), 32);
+    driver.park(None).expect("park");
+    let delivered: Vec<u64> = handler.seen.borrow().keys().copied().collect();
+    let (fired, slow) = slow.finish();
+    assert!(!fired, "the park waited for the slow ops (watchdog fired)");
+    assert_eq!(delivered, vec![100], "only the NOP, after one park");
+    assert!(park_until(&driver, Duration::from_secs(10), || handler
+        .total()
+        == 32));
+    for buf in &slow.bufs {
+        assert_eq!(*buf, [7u8; 8]);
+    }
+    assert!(handler.duplicates().is_empty());
+}
+
+#[test]
+fn batched_wait_hands_over_one_fast_completion_among_slow_ops() {
+    one_fast_among_slow(false);
+}
+
+#[test]
+fn batched_wait_without_min_timeout_falls_back_to_one() {
+    one_fast_among_slow(true);
+}
+
+/// While a batch is being waited for, an unpark from another thread and
+/// the park timeout still end the wait.
+#[test]
+fn unpark_and_timeout_end_a_batched_wait() {
+    use plugio_executor::Driver;
+    for force_no_min_timeout in [false, true] {
+        let driver = driver_with(64);
+        let ring = driver.ring().expect("ring").clone();
+        ring.force_no_min_timeout.set(force_no_min_timeout);
+        let handler = Rc::new(RecordingHandler::default());
+        let id = register_handler(handler.clone());
+        let mut slow = SlowReads::new(32);
+        slow.push(&ring, id);
+        // The timeout ends a wait with nothing completed.
+        driver.park(Some(Duration::from_millis(20))).expect("park");
+        // An unpark ends the next one.
+        let unpark = driver.unparker();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            unpark.unpark();
+        });
+        driver.park(None).expect("park");
+        t.join().expect("unparker");
+        let (fired, _slow) = slow.finish();
+        assert!(!fired, "a park outlived its timeout or the unpark");
+        assert_eq!(handler.total(), 0);
+        assert!(park_until(&driver, Duration::from_secs(10), || handler
+            .total()
+            == 32));
+    }
+}
+
+/// Counts the calls of each kind a handler gets.
+#[derive(Default)]
+struct BatchCounter {
+    batches: std::cell::RefCell<Vec<Vec<u64>>>,
+    singles: Cell<u32>,
+}
+
+impl crate::CompletionHandler for BatchCounter {
+    fn complete(&self, _token: u64, _result: i32) {
+        self.singles.set(self.singles.get() + 1);
+    }
+
+    fn complete_batch(&self, completions: &[(u64, i32)]) {
+        assert!(completions.iter().all(|&(_, r)| r == 0));
+        self.batches
+            .borrow_mut()
+            .push(completions.iter().map(|&(t, _)| t).collect());
+    }
+}
+
+#[test]
+fn completions_of_one_reap_come_in_one_batch_per_handler_run() {
+    use plugio_executor::Driver;
+    let driver = driver_with(64);
+    let tmp = seeded_file();
+    let backend = OpenOptions::new().open(tmp.path()).expect("open");
+    let a = Rc::new(BatchCounter::default());
+    let b = Rc::new(BatchCounter::default());
+    let (ia, ib) = (register_handler(a.clone()), register_handler(b.clone()));
+    let nop = IoOp::bare(crate::OpKind::Nop);
+    for t in 0..16 {
+        // SAFETY: a NOP carries no memory.
+        unsafe { backend.submit(&nop, ia, t) }.expect("submit");
+    }
+    for t in 16..32 {
+        // SAFETY: as above.
+        unsafe { backend.submit(&nop, ib, t) }.expect("submit");
+    }
+    // NOPs complete inside the submitting enter: one park reaps all 32.
+    driver.park(None).expect("park");
+    assert_eq!(*a.batches.borrow(), vec![(0..16).collect::<Vec<u64>>()]);
+    assert_eq!(*b.batches.borrow(), vec![(16..32).collect::<Vec<u64>>()]);
+    assert_eq!(a.singles.get() + b.singles.get(), 0);
+    let stats = driver.ring_stats().expect("ring");
+    assert!(stats.enters <= 2, "one enter for the park: {stats:?}");
+}
+
+/// A backend dropped while its ops are in flight in the kernel: its
+/// registration (and descriptor) stays until they complete, then goes.
+#[test]
+fn backend_dropped_with_ops_in_flight_completes_them_then_releases_its_file() {
+    use plugio_executor::Driver;
+    use std::os::fd::AsRawFd;
+    let driver = driver_with(64);
+    let ring = driver.ring().expect("ring").clone();
+    let dir = tempfile::tempdir().expect("dir");
+    let fifo = dir.path().join("fifo");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("path");
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let handler = Rc::new(RecordingHandler::default());
+    let id = register_handler(handler.clone());
+    let mut bufs: Vec<Box<[u8; 8]>> = (0..4).map(|_| Box::new([0u8; 8])).collect();
+    let iovs: Vec<libc::iovec> = bufs
+        .iter_mut()
+        .map(|b| libc::iovec {
+            iov_base: b.as_mut_ptr().cast(),
+            iov_len: 8,
+        })
+        .collect();
+    {
+        // O_RDWR on a FIFO does not block; reads wait for a writer's data.
+        let backend = OpenOptions::new()
+            .direct(false)
+            .open(&fifo)
+            .expect("open fifo");
+        for (i, iov) in iovs.iter().enumerate() {
+            let op = IoOp::read(0, std::slice::from_ref(iov));
+            // SAFETY: bufs and iovs outlive the park loop below.
+            unsafe { backend.submit(&op, id, i as u64) }.expect("submit");
+        }
+        driver.park(Some(Duration::ZERO)).expect("park");
+        assert_eq!(ring.in_flight(), 4);
+    }
+    // Swept at these parks only if nothing names it: it must stay.
+    driver.park(Some(Duration::ZERO)).expect("park");
+    driver.park(Some(Duration::ZERO)).expect("park");
+    assert_eq!(
+        ring.registered_file_count(),
+        1,
+        "kept while ops are in flight"
+    );
+    let writer = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&fifo)
+        .expect("writer");
+    let data = [9u8; 32];
+    // SAFETY: writes from a live buffer to an open FIFO.
+    let n = unsafe { libc::write(writer.as_raw_fd(), data.as_ptr().cast(), 32) };
+    assert_eq!(n, 32);
+    assert!(park_until(&driver, Duration::from_secs(10), || handler
+        .total()
+        == 4));
+    for i in 0..4 {
+        assert_eq!(handler.seen.borrow()[&i].1, 8);
+    }
+    for buf in &bufs {
+        assert_eq!(**buf, [9u8; 8]);
+    }
+    driver.park(Some(Duration::ZERO)).expect("park");
+    assert_eq!(ring.registered_file_count(), 0, "released once idle");
+}
+
+#[test]
+fn batch_policy_adapts_to_the_completion_interval_and_the_cap() {
+    let driver = driver_with(64);
+    let ring = driver.ring().expect("ring").clone();
+    let cap = RingConfig::default().batch_wait;
+    if !ring.info().ext_arg {
+        // Kernels before 5.11 wait with a timeout SQE: no batching.
+        assert_eq!(ring.batch_policy(100).0, 1);
+        return;
+    }
+    // Fresh ring (interval unknown = 0): batch, shortest bound.
+    let (want, bound) = ring.batch_policy(100);
+    assert_eq!(want, 32);
+    assert_eq!(bound, super::BATCH_WAIT_MIN);
+    assert_eq!(ring.batch_policy(5).0, 5);
+    assert_eq!(ring.batch_policy(1).0, 1, "one op: nothing to batch");
+    // Completions every 1 µs: twice the fill time of 32.
+    ring.completion_interval_ns.set(1_000);
+    assert_eq!(ring.batch_policy(100), (32, Duration::from_micros(64)));
+    // Every 20 µs: the fill time is past the cap, which bounds the wait.
+    ring.completion_interval_ns.set(20_000);
+    assert_eq!(ring.batch_policy(100), (32, cap));
+    // Slower than one per cap: a batch could not fill, wait for one.
+    ring.completion_interval_ns.set(cap.as_nanos() as u64);
+    assert_eq!(ring.batch_policy(100).0, 1);
+    // Observed waits move the estimate.
+    ring.completion_interval_ns.set(0);
+    ring.observe(Duration::from_micros(80), 8);
+    assert_eq!(ring.completion_interval_ns.get(), 10_000 / 8);
+    ring.observe(Duration::from_secs(5), 1);
+    assert!(ring.completion_interval_ns.get() <= 10 * cap.as_nanos() as u64 / 8 + 10_000);
+    // batch_wait = 0 disables batching.
+    drop(ring);
+    drop(driver);
+    let driver = DeviceDriver::with_ring(&RingConfig {
+        batch_wait: Duration::ZERO,
+        ..RingConfig::default()
+    })
+    .expect("ring");
+    let ring = driver.ring().expect("ring").clone();
+    assert_eq!(ring.batch_policy(100).0, 1);
+}

@@ -310,7 +310,13 @@ impl NvmeBackend {
     unsafe fn queue(&self, op: &IoOp<'_>, handler: HandlerId, token: u64) -> Result<()> {
         let main = current_ring()?;
         if op.kind == OpKind::Nop {
-            main.push(opcode::Nop::new().build(), None, None, handler, token);
+            main.push(
+                opcode::Nop::new().build(),
+                None,
+                ring::NO_FILE,
+                handler,
+                token,
+            );
             return Ok(());
         }
         let cmd_ring = main
@@ -580,6 +586,9 @@ fn geometry_of(info: &NsInfo, dirs: &SysfsDirs) -> Geometry {
     let max_bytes = identify::max_command_bytes(info, q("max_hw_sectors_kb"));
     let max_kb = (max_bytes / 1024).max(1) as u32;
     let to_u32 = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+    // dma_alignment is a mask (2^n - 1) and the LBA size a power of two:
+    // the alignment checks use masks.
+    debug_assert!(q("dma_alignment").is_none_or(|a| (a + 1).is_power_of_two()));
     Geometry {
         kind: DeviceKind::BlockDevice,
         direct: true,
