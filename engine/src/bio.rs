@@ -174,6 +174,16 @@ impl IoBuf for Page {
     }
 }
 
+/// What an IO is, without its memory: what the plug and the merge rules
+/// look at.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BioInfo {
+    pub op: OpKind,
+    pub flags: IoFlags,
+    pub offset_bytes: u64,
+    pub len_bytes: u64,
+}
+
 /// Where a bio is on its path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum BioState {
@@ -234,6 +244,14 @@ impl Bio {
         }
     }
 
+    /// Sets the buffer of a fresh bio (whose buffer is empty: nothing to
+    /// drop, so no drop call on the hot path).
+    pub(crate) fn set_buf(&mut self, buf: BioBuf) {
+        let old = std::mem::replace(&mut self.buf, buf);
+        debug_assert!(matches!(old, BioBuf::None), "a fresh bio holds no buffer");
+        forget_if_none(old);
+    }
+
     /// Records the completion of one part: `asked` bytes at `bio_offset`
     /// within the bio, `result` bytes or a negative errno. Returns true when
     /// this was the last part.
@@ -277,6 +295,17 @@ fn transferred_prefix(parts: &mut [(u64, u64, u64)]) -> u64 {
     total
 }
 
+/// Drops `buf`, skipping the drop call when it holds nothing (the common
+/// case on the hot path: no-data ops and freshly reset bios).
+#[inline]
+pub(crate) fn forget_if_none(buf: BioBuf) {
+    if matches!(buf, BioBuf::None) {
+        std::mem::forget(buf);
+    } else {
+        drop(buf);
+    }
+}
+
 /// What a finished bio gives back to its future.
 #[derive(Debug)]
 pub struct BioResult {
@@ -284,6 +313,15 @@ pub struct BioResult {
     pub result: Result<u64, Error>,
     /// The bio's memory, handed back to the caller.
     pub buf: BioBuf,
+}
+
+impl BioResult {
+    /// The result alone, for ops without memory (their buffer is empty).
+    #[inline]
+    pub fn into_result(self) -> Result<u64, Error> {
+        forget_if_none(self.buf);
+        self.result
+    }
 }
 
 /// The most idle bios a core keeps for reuse, as the kernel's per-cpu bio
@@ -371,7 +409,9 @@ impl BioTable {
             return;
         };
         bio.state = BioState::Free;
-        bio.buf = BioBuf::None;
+        if !matches!(bio.buf, BioBuf::None) {
+            bio.buf = BioBuf::None;
+        }
         bio.parts.clear();
         bio.error = None;
         bio.waker = None;

@@ -217,7 +217,6 @@ fn complete_device(
     if d.iostats {
         d.publish();
     }
-    puts.sort_unstable();
     d.shared.tags_for(core).put_batch(core, puts);
     #[cfg(debug_assertions)]
     d.check_invariants();

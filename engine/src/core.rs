@@ -28,11 +28,10 @@ use plugio_device::{
 };
 use plugio_executor::TickHook;
 
-use crate::bio::{BioId, BioTable};
+use crate::bio::BioTable;
 use crate::clock;
 use crate::complete::Done;
-use crate::merge::Keyed;
-use crate::plug::Plug;
+use crate::plug::{Plug, Plugged};
 use crate::queue::{CoreDev, DevList};
 use crate::shared::DeviceShared;
 use crate::tag::Tag;
@@ -56,8 +55,7 @@ pub(crate) struct EngineCore {
     pub devs: RefCell<DevList>,
     /// `(device id, index)` of the device used last (the per-IO lookup).
     last_dev: Cell<(u64, u32)>,
-    pub scratch_bios: RefCell<Vec<(u32, BioId)>>,
-    pub scratch_keys: RefCell<Vec<Keyed>>,
+    pub scratch_bios: RefCell<Vec<Plugged>>,
     pub scratch_tags: RefCell<Vec<Tag>>,
     pub scratch_puts: RefCell<Vec<Tag>>,
     pub scratch_failed: RefCell<Vec<Done>>,
@@ -93,8 +91,12 @@ impl TickHook for CoreHooks {
 
 impl CompletionHandler for CoreHooks {
     fn complete(&self, token: u64, result: i32) {
+        self.complete_batch(&[(token, result)]);
+    }
+
+    fn complete_batch(&self, completions: &[(u64, i32)]) {
         if let Some(core) = self.core() {
-            core.complete_batch(&[(token, result)]);
+            core.complete_batch(completions);
         }
     }
 }
@@ -149,7 +151,6 @@ impl EngineCore {
             devs: RefCell::default(),
             last_dev: Cell::new((0, 0)),
             scratch_bios: RefCell::default(),
-            scratch_keys: RefCell::default(),
             scratch_tags: RefCell::default(),
             scratch_puts: RefCell::default(),
             scratch_failed: RefCell::default(),

@@ -21,7 +21,7 @@ use std::task::{Context, Poll};
 
 use plugio_device::{Backend, DmaBuf, Error, Geometry, InvalidInput, IoFlags, IoOp, OpKind};
 
-use crate::bio::{BioBuf, BioId, BioResult, IoBuf};
+use crate::bio::{BioBuf, BioId, BioInfo, BioResult, IoBuf};
 use crate::core::EngineCore;
 use crate::options::DeviceOptions;
 use crate::shared::DeviceShared;
@@ -276,7 +276,7 @@ impl Device {
     pub async fn flush(&self) -> Result<(), Error> {
         self.io(OpKind::Flush, IoFlags::NONE, 0, 0, BioBuf::None)
             .await
-            .result
+            .into_result()
             .map(|_| ())
     }
 
@@ -284,7 +284,7 @@ impl Device {
     pub async fn sync(&self) -> Result<(), Error> {
         self.io(OpKind::Fsync, IoFlags::NONE, 0, 0, BioBuf::None)
             .await
-            .result
+            .into_result()
             .map(|_| ())
     }
 
@@ -298,7 +298,7 @@ impl Device {
             BioBuf::None,
         )
         .await
-        .result
+        .into_result()
         .map(|_| ())
     }
 
@@ -312,7 +312,7 @@ impl Device {
             BioBuf::None,
         )
         .await
-        .result
+        .into_result()
         .map(|_| ())
     }
 
@@ -325,7 +325,7 @@ impl Device {
     pub async fn nop(&self) -> Result<(), Error> {
         self.io(OpKind::Nop, IoFlags::NONE, 0, 0, BioBuf::None)
             .await
-            .result
+            .into_result()
             .map(|_| ())
     }
 
@@ -515,21 +515,27 @@ impl BioFuture<'_> {
             }
         };
         let dev = core.dev_index(self.shared);
+        let info = BioInfo {
+            op: init.op,
+            flags: init.flags,
+            offset_bytes: init.offset_bytes,
+            len_bytes: init.len_bytes,
+        };
         let (id, hit) = {
             let mut bios = core.bios.borrow_mut();
             let (id, hit) = bios.alloc(self.shared.opts.bio_cache);
             let bio = bios.get_mut(id).expect("fresh bio id is valid");
             bio.dev = dev;
-            bio.op = init.op;
-            bio.flags = init.flags;
-            bio.offset_bytes = init.offset_bytes;
-            bio.len_bytes = init.len_bytes;
-            bio.buf = init.buf;
+            bio.op = info.op;
+            bio.flags = info.flags;
+            bio.offset_bytes = info.offset_bytes;
+            bio.len_bytes = info.len_bytes;
+            bio.set_buf(init.buf);
             bio.waker = Some(cx.waker().clone());
             (id, hit)
         };
         self.state = State::Issued { uid: core.uid, id };
-        core.plug_bio(dev, id, init.len_bytes, hit);
+        core.plug_bio(dev, id, &info, hit);
         Poll::Pending
     }
 }

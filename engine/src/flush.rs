@@ -19,9 +19,12 @@
 
 use std::rc::Rc;
 
-use crate::bio::{Bio, BioId};
+use plugio_device::OpKind;
+
+use crate::bio::{Bio, BioId, BioInfo};
 use crate::core::EngineCore;
 use crate::merge;
+use crate::plug::{Drained, Plugged};
 use crate::queue::{group_index, CoreDev};
 use crate::request::{Piece, RqState};
 
@@ -33,7 +36,7 @@ impl EngineCore {
     /// earlier when the SQ fills). IO issued from a tick hook that runs
     /// after ours would sit in the plug while the core parks: that is
     /// flushed at once.
-    pub fn plug_bio(self: &Rc<Self>, dev: u32, id: BioId, len_bytes: u64, bio_cache_hit: bool) {
+    pub fn plug_bio(self: &Rc<Self>, dev: u32, id: BioId, bio: &BioInfo, bio_cache_hit: bool) {
         let full = {
             let mut devs = self.devs.borrow_mut();
             let d = &mut devs[dev as usize];
@@ -44,7 +47,14 @@ impl EngineCore {
                 p.dirty = true;
             }
             let mut plug = self.plug.borrow_mut();
-            plug.push(dev, id, len_bytes);
+            let key = merge::sort_key(bio.op, bio.flags, bio.offset_bytes);
+            let flush = matches!(bio.op, OpKind::Flush | OpKind::Fsync);
+            plug.push(
+                Plugged { dev, id, key },
+                bio.len_bytes,
+                merge::mergeable(bio.op, bio.flags),
+                bio.op.is_write() || flush,
+            );
             plug.should_flush(d.plug_max_count, d.plug_flush_bytes)
         };
         if full {
@@ -65,18 +75,18 @@ impl EngineCore {
             return;
         }
         let mut bios = std::mem::take(&mut *self.scratch_bios.borrow_mut());
-        self.plug.borrow_mut().drain_into(&mut bios);
+        let drained = self.plug.borrow_mut().drain_into(&mut bios);
         // Stable: program order is kept within each device. (One device,
         // the common case, needs no sort.)
-        if bios.windows(2).any(|w| w[0].0 != w[1].0) {
-            bios.sort_by_key(|&(dev, _)| dev);
+        if bios.windows(2).any(|w| w[0].dev != w[1].dev) {
+            bios.sort_by_key(|e| e.dev);
         }
         let mut touched = 0u64;
         let mut start = 0;
         while start < bios.len() {
-            let dev = bios[start].0;
-            let end = start + bios[start..].iter().take_while(|b| b.0 == dev).count();
-            self.build_device_requests(dev, &mut bios[start..end]);
+            let dev = bios[start].dev;
+            let end = start + bios[start..].iter().take_while(|b| b.dev == dev).count();
+            self.build_device_requests(dev, &mut bios[start..end], drained);
             touched |= 1 << dev.min(63);
             start = end;
         }
@@ -100,20 +110,18 @@ impl EngineCore {
 
     /// Turns one device's flushed bios into requests, merging as the
     /// device's `nomerges` allows (see [`crate::merge`]).
-    fn build_device_requests(&self, dev: u32, list: &mut [(u32, BioId)]) {
+    fn build_device_requests(&self, dev: u32, list: &mut [Plugged], drained: Drained) {
         let mut bios = self.bios.borrow_mut();
         let mut devs = self.devs.borrow_mut();
         let d = &mut devs[dev as usize];
-        if d.nomerges == 0 && list.len() > 1 {
-            let mut keys = std::mem::take(&mut *self.scratch_keys.borrow_mut());
-            merge::order_for_merge(&bios, list, &mut keys);
-            *self.scratch_keys.borrow_mut() = keys;
+        if d.nomerges == 0 && list.len() > 1 && drained.mergeable > 1 {
+            merge::order_for_merge(&bios, list, drained.writes_or_flush);
         }
         let allow_merge = d.nomerges < 2;
         let mut built = 0;
-        for &(_, id) in list.iter() {
-            if let Some(bio) = bios.get_mut(id) {
-                built += build_requests(d, id, bio, allow_merge);
+        for e in list.iter() {
+            if let Some(bio) = bios.get_mut(e.id) {
+                built += build_requests(d, e.id, bio, allow_merge);
             }
         }
         if d.iostats {
@@ -134,7 +142,7 @@ impl EngineCore {
 /// the device's limit, built in place in the slab and appended to the
 /// FIFO. Returns the number of new requests.
 fn build_requests(d: &mut CoreDev, id: BioId, bio: &mut Bio, allow_merge: bool) -> u64 {
-    let mergeable = merge::bio_mergeable(bio) && bio.len_bytes <= d.max_merge_bytes;
+    let mergeable = merge::mergeable(bio.op, bio.flags) && bio.len_bytes <= d.max_merge_bytes;
     if allow_merge && mergeable && try_merge(d, id, bio) {
         if d.iostats {
             if let Some(g) = group_index(bio.op) {

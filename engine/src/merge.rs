@@ -28,7 +28,8 @@
 
 use plugio_device::{IoFlags, OpKind};
 
-use crate::bio::{Bio, BioId, BioTable};
+use crate::bio::{Bio, BioTable};
+use crate::plug::Plugged;
 use crate::request::Request;
 
 /// Which end of a request a bio joins.
@@ -40,12 +41,12 @@ pub(crate) enum Side {
     Front,
 }
 
-/// Whether a bio may take part in merging at all.
-pub(crate) fn bio_mergeable(bio: &Bio) -> bool {
-    matches!(bio.op, OpKind::Read | OpKind::Write)
-        && !bio.flags.contains(IoFlags::FUA)
-        && !bio.flags.contains(IoFlags::PREFLUSH)
-        && !bio.flags.contains(IoFlags::NOMERGE)
+/// Whether an IO (`op` with `flags`) may take part in merging at all.
+pub(crate) fn mergeable(op: OpKind, flags: IoFlags) -> bool {
+    matches!(op, OpKind::Read | OpKind::Write)
+        && !flags.contains(IoFlags::FUA)
+        && !flags.contains(IoFlags::PREFLUSH)
+        && !flags.contains(IoFlags::NOMERGE)
 }
 
 /// Where `bio` can join `rq` within the limits, if it can.
@@ -83,64 +84,50 @@ fn is_flush(op: OpKind) -> bool {
     matches!(op, OpKind::Flush | OpKind::Fsync)
 }
 
-/// The sort key of a bio: (op group, flags, offset) packed in one `u128`,
-/// so the sort compares integers and reads the bio table once per bio.
-fn sort_key(bio: &Bio) -> u128 {
-    let op: u128 = match bio.op {
+/// The sort key of an IO: (op group, flags, offset) packed in one
+/// `u128`, so the sort compares integers and never reads the bio table.
+pub(crate) fn sort_key(op: OpKind, flags: IoFlags, offset_bytes: u64) -> u128 {
+    let group: u128 = match op {
         OpKind::Read => 0,
         OpKind::Write => 1,
         _ => 2,
     };
-    (op << 96) | (u128::from(bio.flags.bits()) << 64) | u128::from(bio.offset_bytes)
+    (group << 96) | (u128::from(flags.bits()) << 64) | u128::from(offset_bytes)
 }
-
-/// A bio of the plug with its sort key (scratch space of the flush).
-pub(crate) type Keyed = (u128, (u32, BioId));
 
 /// Reorders one device's plugged bios for merging (nomerges 0): cuts them
 /// into runs where no bio must stay behind an earlier one of the same run,
-/// and sorts each run by (op, flags, offset). The sort need not be stable:
-/// two bios of one run with equal keys are reads of the same range (order
-/// does not matter), since two such writes would overlap and so be in
-/// different runs. A run already in order (sequential IO) is not sorted;
-/// the keys are computed once per bio (`keys` is scratch space).
-pub(crate) fn order_for_merge(bios: &BioTable, list: &mut [(u32, BioId)], keys: &mut Vec<Keyed>) {
+/// and sorts each run by its key (op, flags, offset). The sort need not be
+/// stable: two bios of one run with equal keys are reads of the same range
+/// (order does not matter), since two such writes would overlap and so be
+/// in different runs. A run already in order (sequential IO) is not
+/// sorted. Without a write or flush among them (`writes_or_flush` false),
+/// the whole list is one run and the bio table is not read.
+pub(crate) fn order_for_merge(bios: &BioTable, list: &mut [Plugged], writes_or_flush: bool) {
     let mut start = 0;
     while start < list.len() {
-        let end = run_end(bios, list, start);
-        keys.clear();
-        keys.extend(
-            list[start..end]
-                .iter()
-                .map(|&e| (bios.get(e.1).map(sort_key).unwrap_or_default(), e)),
-        );
-        if keys.windows(2).any(|w| w[0].0 > w[1].0) {
-            keys.sort_unstable_by_key(|k| k.0);
-            for (dst, k) in list[start..end].iter_mut().zip(keys.iter()) {
-                *dst = k.1;
-            }
+        let end = if writes_or_flush {
+            run_end(bios, list, start)
+        } else {
+            list.len()
+        };
+        let run = &mut list[start..end];
+        if run.windows(2).any(|w| w[0].key > w[1].key) {
+            run.sort_unstable_by_key(|e| e.key);
         }
         start = end;
     }
-    keys.clear();
 }
 
 /// The end of the conflict-free run that begins at `start`.
-fn run_end(bios: &BioTable, list: &[(u32, BioId)], start: usize) -> usize {
-    let has_writes_or_flush = list[start..].iter().any(|&(_, id)| {
-        bios.get(id)
-            .is_some_and(|b| b.op.is_write() || is_flush(b.op))
-    });
-    if !has_writes_or_flush {
-        return list.len(); // reads only: nothing to keep in order
-    }
+fn run_end(bios: &BioTable, list: &[Plugged], start: usize) -> usize {
     for end in start + 1..list.len() {
-        let Some(b) = bios.get(list[end].1) else {
+        let Some(b) = bios.get(list[end].id) else {
             continue;
         };
         let conflict = list[start..end]
             .iter()
-            .filter_map(|&(_, id)| bios.get(id))
+            .filter_map(|e| bios.get(e.id))
             .any(|a| ordered(a, b));
         if conflict {
             return end;
@@ -154,19 +141,23 @@ mod tests {
     use super::*;
     use crate::bio::BioBuf;
 
-    fn add(t: &mut BioTable, op: OpKind, off: u64, len: u64) -> (u32, BioId) {
+    fn add(t: &mut BioTable, op: OpKind, off: u64, len: u64) -> Plugged {
         let (id, _) = t.alloc(true);
         let b = t.get_mut(id).unwrap();
         b.op = op;
         b.offset_bytes = off;
         b.len_bytes = len;
         b.buf = BioBuf::None;
-        (0, id)
+        Plugged {
+            dev: 0,
+            id,
+            key: sort_key(op, IoFlags::NONE, off),
+        }
     }
 
-    fn offsets(t: &BioTable, list: &[(u32, BioId)]) -> Vec<u64> {
+    fn offsets(t: &BioTable, list: &[Plugged]) -> Vec<u64> {
         list.iter()
-            .map(|&(_, id)| t.get(id).unwrap().offset_bytes)
+            .map(|e| t.get(e.id).unwrap().offset_bytes)
             .collect()
     }
 
@@ -178,7 +169,7 @@ mod tests {
             add(&mut t, OpKind::Read, 0, 4096),
             add(&mut t, OpKind::Read, 4096, 4096),
         ];
-        order_for_merge(&t, &mut list, &mut Vec::new());
+        order_for_merge(&t, &mut list, true);
         assert_eq!(offsets(&t, &list), vec![0, 4096, 8192]);
     }
 
@@ -190,7 +181,7 @@ mod tests {
             add(&mut t, OpKind::Write, 2048, 4096),
             add(&mut t, OpKind::Read, 0, 10240),
         ];
-        order_for_merge(&t, &mut list, &mut Vec::new());
+        order_for_merge(&t, &mut list, true);
         assert_eq!(offsets(&t, &list), vec![0, 2048, 0]);
     }
 
@@ -203,7 +194,7 @@ mod tests {
             add(&mut t, OpKind::Read, 8192, 4096), // conflicts: new run
             add(&mut t, OpKind::Read, 4096, 4096),
         ];
-        order_for_merge(&t, &mut list, &mut Vec::new());
+        order_for_merge(&t, &mut list, true);
         assert_eq!(offsets(&t, &list), vec![0, 8192, 4096, 8192]);
     }
 }

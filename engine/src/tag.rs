@@ -45,6 +45,10 @@ use stats::CoreSlot;
 use wait::WaitQueues;
 use word::SbWord;
 
+/// Words of a tag set whose frees [`TagSet::put_batch`] gathers into one
+/// `fetch_and` each, in any order (4096 tags at 64 bits per word).
+pub const PUT_BATCH_WORDS: usize = 64;
+
 /// The largest depth a [`TagSet`] accepts (1 Mi tags).
 pub const MAX_DEPTH: u32 = 1 << 20;
 
@@ -509,11 +513,15 @@ impl TagSet {
         slot.puts.add(1);
     }
 
-    /// Frees many tags (`sbitmap_queue_clear_batch`): one `fetch_and` per run
-    /// of tags that share a word (sort them to make the runs long), then one
-    /// wakeup call for all of them; `core`'s hint goes to the last tag.
-    /// Same rules as [`put`](Self::put) for tags that are not held.
+    /// Frees many tags (`sbitmap_queue_clear_batch`): the tags' bits are
+    /// gathered per word first, so each word gets one `fetch_and` whatever
+    /// the order of `tags` (for the first [`PUT_BATCH_WORDS`] words; tags
+    /// in later words go in runs of one word), then one wakeup call for all
+    /// of them; `core`'s hint goes to the last tag. Same rules as
+    /// [`put`](Self::put) for tags that are not held.
     pub fn put_batch(&self, core: usize, tags: &[Tag]) {
+        let mut masks = [0u64; PUT_BATCH_WORDS];
+        let mut touched = 0u64;
         let mut run: Option<(usize, u64)> = None;
         let mut freed = 0usize;
         let mut last = None;
@@ -526,19 +534,27 @@ impl TagSet {
                 self.words[index].is_held(bit_mask),
                 "put of {tag}, which is not held"
             );
-            run = match run {
-                Some((run_index, mask)) if run_index == index => {
-                    debug_assert!(mask & bit_mask == 0, "{tag} put twice in one batch");
-                    Some((index, mask | bit_mask))
-                }
-                Some((run_index, mask)) => {
-                    self.words[run_index].put_direct(mask);
-                    Some((index, bit_mask))
-                }
-                None => Some((index, bit_mask)),
-            };
+            if index < PUT_BATCH_WORDS {
+                debug_assert!(masks[index] & bit_mask == 0, "{tag} put twice in one batch");
+                masks[index] |= bit_mask;
+                touched |= 1 << index;
+            } else {
+                run = match run {
+                    Some((run_index, mask)) if run_index == index => Some((index, mask | bit_mask)),
+                    Some((run_index, mask)) => {
+                        self.words[run_index].put_direct(mask);
+                        Some((index, bit_mask))
+                    }
+                    None => Some((index, bit_mask)),
+                };
+            }
             freed += 1;
             last = Some(tag);
+        }
+        while touched != 0 {
+            let index = touched.trailing_zeros() as usize;
+            touched &= touched - 1;
+            self.words[index].put_direct(masks[index]);
         }
         if let Some((index, mask)) = run {
             self.words[index].put_direct(mask);
