@@ -36,12 +36,24 @@ use crate::queue::{CoreDev, DevList};
 use crate::shared::DeviceShared;
 use crate::tag::Tag;
 
+/// The engine states of the executor cores a thread runs (usually one).
+/// Dropping it (thread exit) forgets the [`LAST`] pointer first.
+struct Cores(RefCell<Vec<Rc<EngineCore>>>);
+
+impl Drop for Cores {
+    fn drop(&mut self) {
+        let _ = LAST.try_with(|l| l.set((0, std::ptr::null())));
+    }
+}
+
 thread_local! {
-    /// The engine states of the executor cores this thread runs (usually
-    /// one), see [`EngineCore::current`].
-    static CORES: RefCell<Vec<Rc<EngineCore>>> = const { RefCell::new(Vec::new()) };
-    /// The engine state used last on this thread: the per-IO lookup.
-    static LAST: RefCell<Option<Rc<EngineCore>>> = const { RefCell::new(None) };
+    /// See [`EngineCore::current`].
+    static CORES: Cores = const { Cores(RefCell::new(Vec::new())) };
+    /// `(uid, state)` of the engine state used last on this thread: the
+    /// per-IO lookup, one plain load. The pointer is null or names a state
+    /// held by `CORES` (it is reset whenever a state leaves `CORES`, and
+    /// when `CORES` is destroyed).
+    static LAST: Cell<(u64, *const EngineCore)> = const { Cell::new((0, std::ptr::null())) };
 }
 
 /// The engine's state on one core.
@@ -160,7 +172,10 @@ impl EngineCore {
         });
         let _ = hooks.core.set(Rc::downgrade(&c));
         CORES.with(|cores| {
-            let mut cores = cores.borrow_mut();
+            let mut cores = cores.0.borrow_mut();
+            // The states about to leave: forget the last-used pointer
+            // first (it may name one of them).
+            LAST.with(|l| l.set((0, std::ptr::null())));
             cores.retain(|old| {
                 let keep = old.busy();
                 if !keep {
@@ -170,18 +185,27 @@ impl EngineCore {
             });
             cores.push(c.clone());
         });
-        LAST.with(|last| *last.borrow_mut() = Some(c.clone()));
+        LAST.with(|l| l.set((uid, Rc::as_ptr(&c))));
         c
     }
 
     /// The engine state of executor core `uid` on this thread, if any.
     pub fn by_uid(uid: u64) -> Option<Rc<EngineCore>> {
-        let hit = LAST.with(|last| last.borrow().as_ref().filter(|c| c.uid == uid).cloned());
-        if hit.is_some() {
-            return hit;
+        let (last_uid, ptr) = LAST.try_with(Cell::get).ok()?;
+        if last_uid == uid && !ptr.is_null() {
+            // SAFETY: a non-null LAST pointer names a state that `CORES`
+            // holds (see LAST); taking one more strong count of it and an
+            // `Rc` for that count is what `Rc::clone` does.
+            return Some(unsafe {
+                Rc::increment_strong_count(ptr);
+                Rc::from_raw(ptr)
+            });
         }
-        let found = CORES.with(|cores| cores.borrow().iter().find(|c| c.uid == uid).cloned())?;
-        LAST.with(|last| *last.borrow_mut() = Some(found.clone()));
+        let found = CORES
+            .try_with(|cores| cores.0.borrow().iter().find(|c| c.uid == uid).cloned())
+            .ok()
+            .flatten()?;
+        LAST.with(|l| l.set((uid, Rc::as_ptr(&found))));
         Some(found)
     }
 
