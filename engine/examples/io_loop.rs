@@ -39,7 +39,11 @@ fn main() {
                 Device::open(&f, opts).expect("open")
             }
         };
-        let blocks = dev.geometry().capacity_bytes.unwrap_or(1 << 20) / 4096;
+        let size = match &path {
+            Some(p) => std::fs::metadata(p).expect("stat").len(),
+            None => 1 << 20,
+        };
+        let blocks = (size / 4096).max(1);
         let left = Rc::new(Cell::new(n));
         let count = Rc::new(Cell::new(0u64));
         let tasks: Vec<_> = (0..qd)

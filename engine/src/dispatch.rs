@@ -185,6 +185,19 @@ fn build_iovecs(bios: &BioTable, rq: &mut Request) {
     if !rq.op.is_some_and(OpKind::has_data) {
         return;
     }
+    if let [p] = rq.pieces.as_slice() {
+        // The common case: one bio, one buffer, all of it.
+        if let Some(bio) = bios.get(p.bio) {
+            let whole = bio.buf.first_iovec();
+            if p.bio_offset == 0 && whole.iov_len as u64 == p.len_bytes && whole.iov_len > 0 {
+                rq.iovecs.push(whole);
+                if let BioBuf::One(b) = &bio.buf {
+                    rq.fixed_buf = b.fixed_index();
+                }
+                return;
+            }
+        }
+    }
     for p in &rq.pieces {
         if let Some(bio) = bios.get(p.bio) {
             bio_iovecs(bio, p, &mut rq.iovecs);

@@ -51,6 +51,7 @@ impl EngineCore {
             let flush = matches!(bio.op, OpKind::Flush | OpKind::Fsync);
             plug.push(
                 Plugged { dev, id, key },
+                bio.offset_bytes,
                 bio.len_bytes,
                 merge::mergeable(bio.op, bio.flags),
                 bio.op.is_write() || flush,
@@ -114,7 +115,7 @@ impl EngineCore {
         let mut bios = self.bios.borrow_mut();
         let mut devs = self.devs.borrow_mut();
         let d = &mut devs[dev as usize];
-        if d.nomerges == 0 && list.len() > 1 && drained.mergeable > 1 {
+        if d.nomerges == 0 && list.len() > 1 && drained.mergeable > 1 && drained.adjacent {
             merge::order_for_merge(&bios, list, drained.writes_or_flush);
         }
         let allow_merge = d.nomerges < 2;

@@ -23,6 +23,92 @@ pub(crate) struct Plugged {
     pub key: u128,
 }
 
+/// Slots of each [`Boundaries`] table; more mergeable bios than half of
+/// this in one plug count as "maybe adjacent" without looking.
+const BOUNDARY_SLOTS: usize = 64;
+
+/// Where the plug's mergeable bios start and end, in two small
+/// open-addressing sets, so that a flush knows whether any two of them
+/// touch (a back or front merge is possible) without sorting: random IO
+/// then skips the sort entirely. False positives (a read ending where a
+/// write starts) only cost a sort.
+#[derive(Debug)]
+pub(crate) struct Boundaries {
+    starts: [u64; BOUNDARY_SLOTS],
+    ends: [u64; BOUNDARY_SLOTS],
+    len: usize,
+    /// Two mergeable bios touch, or the sets overflowed.
+    pub adjacent: bool,
+}
+
+impl Default for Boundaries {
+    fn default() -> Self {
+        Self {
+            starts: [0; BOUNDARY_SLOTS],
+            ends: [0; BOUNDARY_SLOTS],
+            len: 0,
+            adjacent: false,
+        }
+    }
+}
+
+impl Boundaries {
+    /// Notes a mergeable bio on `[start, end)`.
+    fn add(&mut self, start: u64, end: u64) {
+        if self.adjacent {
+            return;
+        }
+        if self.len >= BOUNDARY_SLOTS / 2 {
+            self.adjacent = true;
+            return;
+        }
+        // Stored plus one: 0 marks an empty slot.
+        let (s, e) = (start.wrapping_add(1), end.wrapping_add(1));
+        if contains(&self.ends, s) || contains(&self.starts, e) {
+            self.adjacent = true;
+            return;
+        }
+        insert(&mut self.starts, s);
+        insert(&mut self.ends, e);
+        self.len += 1;
+    }
+
+    /// Forgets every bio.
+    fn clear(&mut self) {
+        if self.len > 0 {
+            self.starts = [0; BOUNDARY_SLOTS];
+            self.ends = [0; BOUNDARY_SLOTS];
+            self.len = 0;
+        }
+        self.adjacent = false;
+    }
+}
+
+fn slot_of(v: u64) -> usize {
+    // Fibonacci hashing: offsets are multiples of the block size, so the
+    // high bits of the product spread them.
+    (v.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) as usize
+}
+
+fn contains(table: &[u64; BOUNDARY_SLOTS], v: u64) -> bool {
+    let mut i = slot_of(v);
+    loop {
+        match table[i] {
+            0 => return false,
+            x if x == v => return true,
+            _ => i = (i + 1) % BOUNDARY_SLOTS,
+        }
+    }
+}
+
+fn insert(table: &mut [u64; BOUNDARY_SLOTS], v: u64) {
+    let mut i = slot_of(v);
+    while table[i] != 0 && table[i] != v {
+        i = (i + 1) % BOUNDARY_SLOTS;
+    }
+    table[i] = v;
+}
+
 /// The bios of one tick on one core.
 #[derive(Debug, Default)]
 pub(crate) struct Plug {
@@ -36,6 +122,8 @@ pub(crate) struct Plug {
     /// A write or a flush is held: the flush must look for ordering
     /// conflicts before it sorts.
     pub writes_or_flush: bool,
+    /// Whether two mergeable bios touch.
+    pub boundaries: Boundaries,
     /// Explicit plug guards open on this core and their declared IO count
     /// (`blk_start_plug_nr_ios`); 0 when none is open.
     pub nr_ios: usize,
@@ -47,15 +135,28 @@ pub(crate) struct Plug {
 pub(crate) struct Drained {
     pub mergeable: usize,
     pub writes_or_flush: bool,
+    /// Two mergeable bios touch: sorting may find merges.
+    pub adjacent: bool,
 }
 
 impl Plug {
-    /// Adds a bio of `len_bytes`; `mergeable` and `writes_or_flush` say
-    /// what kind of IO it is.
-    pub fn push(&mut self, entry: Plugged, len_bytes: u64, mergeable: bool, writes_or_flush: bool) {
+    /// Adds a bio on `[offset_bytes, offset_bytes + len_bytes)`;
+    /// `mergeable` and `writes_or_flush` say what kind of IO it is.
+    pub fn push(
+        &mut self,
+        entry: Plugged,
+        offset_bytes: u64,
+        len_bytes: u64,
+        mergeable: bool,
+        writes_or_flush: bool,
+    ) {
         self.bios.push(entry);
         self.bytes += len_bytes;
-        self.mergeable += usize::from(mergeable);
+        if mergeable {
+            self.mergeable += 1;
+            self.boundaries
+                .add(offset_bytes, offset_bytes.saturating_add(len_bytes));
+        }
         self.writes_or_flush |= writes_or_flush;
     }
 
@@ -74,9 +175,36 @@ impl Plug {
         let drained = Drained {
             mergeable: self.mergeable,
             writes_or_flush: self.writes_or_flush,
+            adjacent: self.boundaries.adjacent,
         };
         self.mergeable = 0;
         self.writes_or_flush = false;
+        self.boundaries.clear();
         drained
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn touch(ranges: &[(u64, u64)]) -> bool {
+        let mut b = Boundaries::default();
+        for &(s, len) in ranges {
+            b.add(s, s + len);
+        }
+        b.adjacent
+    }
+
+    #[test]
+    fn boundaries_find_back_and_front_neighbours_only() {
+        assert!(!touch(&[(0, 4096), (8192, 4096), (100 << 20, 4096)]));
+        assert!(touch(&[(0, 4096), (4096, 4096)]), "back merge");
+        assert!(touch(&[(8192, 4096), (4096, 4096)]), "front merge");
+        assert!(touch(&[(0, 4096), (1 << 20, 512), ((1 << 20) + 512, 4096)]));
+        let far: Vec<_> = (0..31).map(|i| (i * 3 * 4096, 4096)).collect();
+        assert!(!touch(&far), "31 bios with gaps");
+        let many: Vec<_> = (0..40).map(|i| (i * 3 * 4096, 4096)).collect();
+        assert!(touch(&many), "past half the table: assumed adjacent");
     }
 }
