@@ -173,12 +173,13 @@ impl Device {
     /// set it back with `set_len` before reusing the buffer for a full
     /// read). After an error the buffer keeps its length and its contents
     /// are unspecified.
-    pub async fn read_into<B: IoBuf>(
+    pub fn read_into<B: IoBuf>(
         &self,
         buf: B,
         offset_bytes: u64,
-    ) -> (Result<usize, Error>, B) {
-        self.read_into_with(buf, offset_bytes, IoFlags::NONE).await
+    ) -> impl Future<Output = (Result<usize, Error>, B)> + Send + '_ {
+        // The future of `read_into_with` itself: no extra state machine.
+        self.read_into_with(buf, offset_bytes, IoFlags::NONE)
     }
 
     /// [`read_into`](Self::read_into) with flags (priority, NOMERGE).
@@ -204,8 +205,13 @@ impl Device {
 
     /// Writes `buf` (a [`DmaBuf`] or a [`Page`](crate::Page)) at
     /// `offset_bytes`; gives the buffer back.
-    pub async fn write_at<B: IoBuf>(&self, buf: B, offset_bytes: u64) -> (Result<usize, Error>, B) {
-        self.write_at_with(buf, offset_bytes, IoFlags::NONE).await
+    pub fn write_at<B: IoBuf>(
+        &self,
+        buf: B,
+        offset_bytes: u64,
+    ) -> impl Future<Output = (Result<usize, Error>, B)> + Send + '_ {
+        // The future of `write_at_with` itself: no extra state machine.
+        self.write_at_with(buf, offset_bytes, IoFlags::NONE)
     }
 
     /// [`write_at`](Self::write_at) with flags: [`IoFlags::FUA`] makes the

@@ -77,7 +77,9 @@ pub(crate) struct Arena {
 }
 
 thread_local! {
-    static THREAD_TOKEN: u64 = next_token();
+    /// This thread's token, 0 until first asked (const-initialised: one
+    /// plain load on the per-IO `fixed_index` path).
+    static THREAD_TOKEN: Cell<u64> = const { Cell::new(0) };
     static CONFIG: Cell<ArenaConfig> = Cell::new(ArenaConfig::default());
     static ARENA: RefCell<Option<Rc<Arena>>> = const { RefCell::new(None) };
 }
@@ -89,7 +91,16 @@ fn next_token() -> u64 {
 }
 
 fn thread_token() -> u64 {
-    THREAD_TOKEN.try_with(|t| *t).unwrap_or(0)
+    THREAD_TOKEN
+        .try_with(|t| match t.get() {
+            0 => {
+                let token = next_token();
+                t.set(token);
+                token
+            }
+            token => token,
+        })
+        .unwrap_or(0)
 }
 
 /// Sets the size of the calling thread's arena. Takes effect only before
