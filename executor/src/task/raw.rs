@@ -426,8 +426,9 @@ unsafe fn local_inc(ptr: NonNull<Header>) {
     let local = unsafe { &ptr.as_ref().local };
     let n = local.refs.get();
     if n == 0 {
-        // SAFETY: forwarded.
-        unsafe { group_acquire(ptr) };
+        // SAFETY: forwarded. (A tail call, so the common path stays a
+        // leaf.)
+        return unsafe { group_acquire(ptr) };
     }
     local.refs.set(n + 1);
 }
@@ -444,11 +445,11 @@ unsafe fn local_dec(ptr: NonNull<Header>) {
     debug_assert!(header.state.load(Relaxed) & DETACHED == 0);
     let n = header.local.refs.get();
     debug_assert!(n > 0, "local reference count underflow");
-    header.local.refs.set(n - 1);
     if n == 1 {
         // SAFETY: forwarded; that was the last local reference.
-        unsafe { group_release(ptr) };
+        return unsafe { group_release(ptr) };
     }
+    header.local.refs.set(n - 1);
 }
 
 /// The local count goes 0 → 1: the group takes its remote reference.
@@ -457,16 +458,19 @@ unsafe fn group_acquire(ptr: NonNull<Header>) {
     // SAFETY: alive (caller).
     let header = unsafe { ptr.as_ref() };
     debug_assert!(header.state.load(Relaxed) & DETACHED == 0);
+    debug_assert_eq!(header.local.refs.get(), 0);
+    header.local.refs.set(1);
     atomic_inc(header);
     // SAFETY: owner thread, not linked (its local count was zero).
     unsafe { header.core.groups.insert(ptr) };
 }
 
-/// The local count went 1 → 0: the group gives its remote reference back.
+/// The local count goes 1 → 0: the group gives its remote reference back.
 #[cold]
 unsafe fn group_release(ptr: NonNull<Header>) {
     // SAFETY: alive until the decrement below (caller).
     let header = unsafe { ptr.as_ref() };
+    header.local.refs.set(0);
     // SAFETY: owner thread, linked (its local count was non-zero).
     unsafe { header.core.groups.remove(ptr) };
     // SAFETY: the group's reference.
@@ -477,6 +481,7 @@ unsafe fn group_release(ptr: NonNull<Header>) {
 ///
 /// # Safety
 /// The caller holds that reference and does not use `ptr` afterwards.
+#[cold]
 unsafe fn remote_drop_local(ptr: NonNull<Header>) {
     // SAFETY: alive: our unfolded unit keeps the local group (and its
     // remote reference) alive until the owner folds it.
@@ -531,6 +536,7 @@ unsafe fn remote_drop_local(ptr: NonNull<Header>) {
 ///
 /// # Safety
 /// The caller holds a reference (remote when `consume`).
+#[cold]
 unsafe fn remote_wake(ptr: NonNull<Header>, consume: bool) {
     // SAFETY: alive (caller).
     let header = unsafe { ptr.as_ref() };
@@ -894,13 +900,14 @@ impl Drop for LocalRef {
 static WAKER_VTABLE: RawWakerVTable =
     RawWakerVTable::new(waker_clone, waker_wake, waker_wake_by_ref, waker_drop);
 
+#[inline]
 fn raw_waker(ptr: NonNull<Header>, local: bool) -> RawWaker {
-    let data = ptr.as_ptr().cast::<()>().cast_const();
-    let data = if local {
-        data.map_addr(|a| a | LOCAL_TAG)
-    } else {
-        data
-    };
+    // Bit 0 of a header address is clear (alignment), so adding sets it.
+    let data = ptr
+        .as_ptr()
+        .cast::<()>()
+        .cast_const()
+        .wrapping_byte_add(usize::from(local) * LOCAL_TAG);
     RawWaker::new(data, &WAKER_VTABLE)
 }
 
@@ -919,11 +926,9 @@ fn waker_from(ptr: NonNull<Header>, local: bool) -> Waker {
 /// `data` came from `raw_waker`.
 #[inline]
 unsafe fn untag(data: *const ()) -> (NonNull<Header>, bool) {
-    let local = data.addr() & LOCAL_TAG != 0;
-    let ptr = data
-        .map_addr(|a| a & !LOCAL_TAG)
-        .cast::<Header>()
-        .cast_mut();
+    let tag = data.addr() & LOCAL_TAG;
+    let ptr = data.wrapping_byte_sub(tag).cast::<Header>().cast_mut();
+    let local = tag != 0;
     // SAFETY: a header address is never null.
     (unsafe { NonNull::new_unchecked(ptr) }, local)
 }
