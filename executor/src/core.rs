@@ -821,3 +821,145 @@ mod tests {
         assert_eq!(s.remote_wakes, 1, "{s:?}");
     }
 }
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    //! The local/remote split of task references and wakes, on the real
+    //! core (ticks driven by hand, no parking). A lost wake shows as a
+    //! loop that never ends (loom stops it at its branch limit); a double
+    //! or missing free shows in `DEALLOCS`.
+
+    use super::*;
+    use crate::driver::ThreadDriver;
+    use crate::runtime::default_config;
+    use crate::task::DEALLOCS;
+    use loom::sync::atomic::AtomicBool as LoomBool;
+    use loom::sync::Arc as LoomArc;
+
+    fn model(f: impl Fn() + Sync + Send + 'static) {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(3);
+        builder.check(f);
+    }
+
+    fn deallocs() -> usize {
+        DEALLOCS.load(Relaxed)
+    }
+
+    /// Pending until `go` is set; every pending poll stores a clone of its
+    /// waker (a local one: polls run on the owner thread).
+    struct Waiter {
+        go: LoomArc<LoomBool>,
+        slot: Rc<RefCell<Option<Waker>>>,
+    }
+
+    impl Future for Waiter {
+        type Output = ();
+
+        fn poll(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            // Acquire: pairs with the Release store of the remote thread.
+            if self.go.load(Acquire) {
+                return Poll::Ready(());
+            }
+            *self.slot.borrow_mut() = Some(cx.waker().clone());
+            Poll::Pending
+        }
+    }
+
+    fn setup() -> (Core, LoomArc<LoomBool>, Rc<RefCell<Option<Waker>>>) {
+        let core = Core::new(0, Box::new(ThreadDriver::new()), default_config());
+        (core, LoomArc::new(LoomBool::new(false)), Rc::default())
+    }
+
+    #[test]
+    fn loom_remote_wake_races_local_wake_and_poll() {
+        model(|| {
+            let (core, go, slot) = setup();
+            let enter = core.enter();
+            let h = core.spawn_local(Waiter {
+                go: go.clone(),
+                slot: slot.clone(),
+            });
+            core.tick();
+            let w = slot.borrow_mut().take().expect("first poll stored a waker");
+            let remote = w.clone();
+            let th = loom::thread::spawn(move || {
+                go.store(true, Release);
+                // By value: a remote wake plus a remote drop of a local
+                // reference.
+                remote.wake();
+            });
+            w.wake_by_ref();
+            while !h.is_finished() {
+                core.tick();
+                loom::thread::yield_now();
+            }
+            th.join().expect("remote");
+            drop((w, h, slot.borrow_mut().take()));
+            // Freed here, or in this tick if the remote drop's unit was
+            // still pending.
+            core.tick();
+            assert_eq!(deallocs(), 1, "freed once the core folded the remote drop");
+            drop(enter);
+            drop(core);
+            assert_eq!(deallocs(), 1);
+        });
+    }
+
+    #[test]
+    fn loom_remote_waker_drop_races_the_local_last_drop() {
+        model(|| {
+            let (core, go, slot) = setup();
+            let enter = core.enter();
+            let h = core.spawn_local(Waiter {
+                go: go.clone(),
+                slot: slot.clone(),
+            });
+            core.tick();
+            let w = slot.borrow_mut().take().expect("first poll stored a waker");
+            let remote = w.clone();
+            let th = loom::thread::spawn(move || drop(remote));
+            go.store(true, Release);
+            w.wake();
+            // Completes the task and drops every local reference but the
+            // one the remote thread is dropping; may take its node too.
+            core.tick();
+            assert!(h.is_finished());
+            drop(h);
+            th.join().expect("remote");
+            core.tick();
+            assert_eq!(deallocs(), 1);
+            drop(enter);
+            drop(core);
+            assert_eq!(deallocs(), 1);
+        });
+    }
+
+    #[test]
+    fn loom_remote_waker_races_the_core_closing() {
+        model(|| {
+            let (core, go, slot) = setup();
+            let enter = core.enter();
+            let h = core.spawn_local(Waiter {
+                go,
+                slot: slot.clone(),
+            });
+            core.tick();
+            let w = slot.borrow_mut().take().expect("first poll stored a waker");
+            let remote = w.clone();
+            let th = loom::thread::spawn(move || {
+                remote.wake_by_ref();
+                drop(remote);
+            });
+            drop(w);
+            drop(enter);
+            // Close: cancels the pending task, detaches, closes.
+            drop(core);
+            th.join().expect("remote");
+            assert!(h.is_finished());
+            assert_eq!(deallocs(), 0, "the JoinHandle still holds it");
+            drop(h);
+            assert_eq!(deallocs(), 1);
+        });
+    }
+}

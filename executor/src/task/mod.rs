@@ -32,6 +32,9 @@ pub(crate) use raw::{
     UNREGISTERED,
 };
 
+#[cfg(all(test, loom))]
+pub(crate) use raw::DEALLOCS;
+
 /// The task state bits, for the core's poll loop.
 pub(crate) mod raw_bits {
     pub(crate) use super::raw::{CANCEL_REQUESTED, COMPLETE, NOTIFIED, QUEUED};
