@@ -595,7 +595,17 @@ impl Core {
             // SAFETY: core thread.
             let queued = unsafe { self.shared.run_queue.take() };
             if owned.is_empty() && queued.is_empty() {
-                break;
+                // The hooks and the fired timers' wakers go last, still on
+                // the entered core: dropping them may wake or spawn tasks,
+                // which the next round cancels (no local reference may be
+                // left in the run queue once the tasks are detached).
+                let hooks = self.hooks.take();
+                let fired = self.fired.take();
+                if hooks.is_empty() && fired.is_empty() {
+                    break;
+                }
+                drop((hooks, fired));
+                continue;
             }
             tracing::debug!(
                 core = self.shared.index,
@@ -609,8 +619,8 @@ impl Core {
             }
         }
         self.shared.stats.store(&self.stats.get());
-        self.hooks.borrow_mut().clear();
-        self.fired.borrow_mut().clear();
+        // SAFETY: core thread.
+        debug_assert!(unsafe { self.shared.run_queue.len() } == 0);
         // SAFETY: core thread; the run queue and the slab are empty, and
         // leaving the core right after means this thread never touches the
         // local state of these tasks again (the uid is never current again).

@@ -354,3 +354,45 @@ fn owner_cloned_wakers_dropped_elsewhere_while_a_runtime_core_shuts_down() {
         }
     });
 }
+
+#[test]
+fn hooks_that_wake_and_spawn_when_dropped_at_close_are_handled() {
+    struct WakeOnDrop(RefCell<Option<Waker>>, Arc<AtomicUsize>);
+    impl plugio_executor::TickHook for WakeOnDrop {
+        fn tick_end(&self) -> bool {
+            false
+        }
+    }
+    impl Drop for WakeOnDrop {
+        fn drop(&mut self) {
+            if let Some(w) = self.0.borrow_mut().take() {
+                w.wake();
+            }
+            // A task spawned while the core closes is cancelled at once.
+            let d = DropCounter(self.1.clone());
+            drop(spawn_local(async move {
+                let _d = d;
+                std::future::pending::<()>().await;
+            }));
+        }
+    }
+    with_watchdog(LIMIT, || {
+        let drops = Arc::new(AtomicUsize::new(0));
+        {
+            let ex = LocalExecutor::new();
+            let d = drops.clone();
+            ex.run(async move {
+                let hook = Rc::new(WakeOnDrop(RefCell::new(None), d.clone()));
+                plugio_executor::register_tick_hook(hook.clone());
+                let (h2, d2) = (hook.clone(), DropCounter(d));
+                drop(spawn_local(poll_fn(move |cx| {
+                    let _d = &d2;
+                    *h2.0.borrow_mut() = Some(cx.waker().clone());
+                    Poll::<()>::Pending
+                })));
+                ticks(2).await;
+            });
+        }
+        assert_eq!(drops.load(SeqCst), 2);
+    });
+}

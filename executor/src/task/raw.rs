@@ -57,7 +57,8 @@
 //! - `local.notified` set ⇔ the task is in the local run queue, once.
 //! - `QUEUED` set ⇔ the task is in the remote queue (or being pushed), once,
 //!   and that node holds one remote reference.
-//! - `NOTIFIED` set ⇒ `QUEUED` set, or the core is polling the task now.
+//! - `NOTIFIED` set ⇒ `QUEUED` set (a remote wake sets both in one RMW;
+//!   `start_run` clears `NOTIFIED` alone, `adopt_remote` both).
 //! - `DROP_UNIT` counts and `local.refs`: the number of live local
 //!   references is `local.refs - units`; units are only added while
 //!   `DETACHED` is clear, and folded (cleared) only by the owner.
