@@ -13,14 +13,29 @@
 //! - `self`: the poll clones its waker and wakes the clone at once.
 //!
 //! Count instructions with two values of `N` and difference them, so the
-//! setup cancels out:
+//! setup cancels out; `cglock.py` (next to this file) also counts the
+//! locked instructions per cycle, by matching callgrind's per-address
+//! counts against `objdump -d`:
 //!
 //! ```text
 //! cargo build --release -p plugio-executor --example wake_cycles
-//! valgrind --tool=callgrind --callgrind-out-file=cg.1 target/release/examples/wake_cycles 10000 clone 64
-//! valgrind --tool=callgrind --callgrind-out-file=cg.2 target/release/examples/wake_cycles 20000 clone 64
-//! # per cycle = (Ir(cg.2) - Ir(cg.1)) / (64 * 10000)
+//! B=target/release/examples/wake_cycles
+//! for n in 2000 4000; do valgrind --tool=callgrind --dump-instr=yes \
+//!     --compress-pos=no --compress-strings=no --callgrind-out-file=cg.$n \
+//!     $B $n clone 64; done
+//! python3 executor/examples/cglock.py $B cg.2000 cg.4000 128000   # 64 * 2000 cycles
 //! ```
+//!
+//! Per cycle, 64 tasks (callgrind 3.19, rustc 1.95, x86-64):
+//!
+//! | mode  | before R9: instr | locked | after: instr | locked |
+//! |-------|------------------|--------|--------------|--------|
+//! | clone | 247.2            | 4.03   | 236.1        | 0      |
+//! | reuse | 245.2            | 4.03   | 219.1        | 0      |
+//! | self  | 198.1            | 4.03   | 187.0        | 0      |
+//!
+//! With one task (every cycle is a tick) the per-tick RMWs show too:
+//! 6.0 locked instructions per cycle before, 0 after.
 
 use plugio_executor::{register_tick_hook, spawn_local, LocalExecutor, TickHook};
 use std::cell::{Cell, RefCell};
