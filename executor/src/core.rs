@@ -946,6 +946,40 @@ mod loom_tests {
     }
 
     #[test]
+    fn loom_two_remote_threads_wake_and_drop_while_the_owner_ticks() {
+        model(|| {
+            let (core, go, slot) = setup();
+            let enter = core.enter();
+            let h = core.spawn_local(Waiter {
+                go: go.clone(),
+                slot: slot.clone(),
+            });
+            core.tick();
+            let w = slot.borrow_mut().take().expect("first poll stored a waker");
+            let (a, b) = (w.clone(), w.clone());
+            drop(w);
+            let waker = loom::thread::spawn(move || {
+                go.store(true, Release);
+                a.wake_by_ref();
+                drop(a);
+            });
+            let dropper = loom::thread::spawn(move || drop(b));
+            while !h.is_finished() {
+                core.tick();
+                loom::thread::yield_now();
+            }
+            waker.join().expect("waker");
+            dropper.join().expect("dropper");
+            drop((h, slot.borrow_mut().take()));
+            core.tick();
+            assert_eq!(deallocs(), 1);
+            drop(enter);
+            drop(core);
+            assert_eq!(deallocs(), 1);
+        });
+    }
+
+    #[test]
     fn loom_remote_waker_races_the_core_closing() {
         model(|| {
             let (core, go, slot) = setup();

@@ -478,12 +478,13 @@ unsafe fn group_release(ptr: NonNull<Header>) {
     unsafe { atomic_dec(ptr) };
 }
 
-/// Drops a local reference from a thread that is not the owner.
+/// Drops a local reference from a thread that is not the owner; with
+/// `wake`, wakes the task in the same RMW (a wake by value).
 ///
 /// # Safety
 /// The caller holds that reference and does not use `ptr` afterwards.
 #[cold]
-unsafe fn remote_drop_local(ptr: NonNull<Header>) {
+unsafe fn remote_drop_local(ptr: NonNull<Header>, wake: bool) {
     // SAFETY: alive: our unfolded unit keeps the local group (and its
     // remote reference) alive until the owner folds it.
     let header = unsafe { ptr.as_ref() };
@@ -499,8 +500,15 @@ unsafe fn remote_drop_local(ptr: NonNull<Header>) {
                 // keeps the task alive.
                 unsafe { atomic_dec(ptr) };
             }
-            // SAFETY: our reference counts in `refs` since the detach.
-            unsafe { atomic_dec(ptr) };
+            // Our reference counts in `refs` since the detach: it is a
+            // remote one now.
+            if wake {
+                // SAFETY: see above; given up by the wake.
+                unsafe { remote_wake(ptr, true) };
+            } else {
+                // SAFETY: see above.
+                unsafe { atomic_dec(ptr) };
+            }
             return;
         }
         let push = cur & QUEUED == 0;
@@ -511,12 +519,16 @@ unsafe fn remote_drop_local(ptr: NonNull<Header>) {
             queue_ref = true;
         }
         debug_assert!(cur < DROP_MASK, "drop unit overflow");
+        let wake_bits = if wake { NOTIFIED } else { 0 };
         // AcqRel: Release publishes our uses of the task to the owner's
-        // fold, after which it may free it (pairs with the AcqRel RMW of
-        // `adopt_remote` / `detach_all`); Acquire to see DETACHED.
+        // fold, after which it may free it, and (with `wake`) what the
+        // waker wrote to the poll it causes (pairs with the AcqRel RMW of
+        // `adopt_remote` / `detach_all`, the Acquire load of `start_run`);
+        // Acquire to see DETACHED.
+        let new = (cur + DROP_UNIT) | QUEUED | wake_bits;
         match header
             .state
-            .compare_exchange_weak(cur, (cur + DROP_UNIT) | QUEUED, AcqRel, Acquire)
+            .compare_exchange_weak(cur, new, AcqRel, Acquire)
         {
             Ok(_) => {
                 if push {
@@ -966,10 +978,7 @@ unsafe fn waker_wake(data: *const ()) {
             atomic_dec(ptr);
         },
         // SAFETY: see above.
-        (false, true) => unsafe {
-            remote_wake(ptr, false);
-            remote_drop_local(ptr);
-        },
+        (false, true) => unsafe { remote_drop_local(ptr, true) },
         // SAFETY: see above.
         (false, false) => unsafe { remote_wake(ptr, true) },
     }
@@ -993,6 +1002,6 @@ unsafe fn waker_drop(data: *const ()) {
         unsafe { local_dec(ptr) }
     } else {
         // SAFETY: the waker's local reference, dropped off the owner.
-        unsafe { remote_drop_local(ptr) }
+        unsafe { remote_drop_local(ptr, false) }
     }
 }
