@@ -356,6 +356,7 @@ impl Core {
         F: Future + 'static,
         F::Output: 'static,
     {
+        // Relaxed: `closed` is only set by this thread.
         debug_assert!(!self.shared.closed.load(Relaxed));
         // SAFETY: we are the core's thread (`Core` is `!Send`) and the core
         // is not closed (it only closes when dropped).
@@ -853,6 +854,7 @@ mod loom_tests {
     }
 
     fn deallocs() -> usize {
+        // Relaxed: read after the model's other threads joined.
         DEALLOCS.load(Relaxed)
     }
 

@@ -313,6 +313,7 @@ loom::lazy_static! {
 
 unsafe fn dealloc<F: Future>(ptr: NonNull<Header>) {
     #[cfg(all(test, loom))]
+    // Relaxed: a test counter, read after the model's threads joined.
     DEALLOCS.fetch_add(1, Relaxed);
     // SAFETY: `ptr` came from `Box::leak` of a `Cell<F>` and the last
     // reference is gone (caller).
@@ -443,6 +444,7 @@ unsafe fn local_inc(ptr: NonNull<Header>) {
 unsafe fn local_dec(ptr: NonNull<Header>) {
     // SAFETY: alive until the group lets go (caller).
     let header = unsafe { ptr.as_ref() };
+    // Relaxed: DETACHED is only set by this (the owner) thread.
     debug_assert!(header.state.load(Relaxed) & DETACHED == 0);
     let n = header.local.refs.get();
     debug_assert!(n > 0, "local reference count underflow");
@@ -458,6 +460,7 @@ unsafe fn local_dec(ptr: NonNull<Header>) {
 unsafe fn group_acquire(ptr: NonNull<Header>) {
     // SAFETY: alive (caller).
     let header = unsafe { ptr.as_ref() };
+    // Relaxed: as in `local_dec`.
     debug_assert!(header.state.load(Relaxed) & DETACHED == 0);
     debug_assert_eq!(header.local.refs.get(), 0);
     header.local.refs.set(1);
@@ -680,6 +683,7 @@ pub(crate) unsafe fn detach_all(groups: &LocalGroups) {
         // Relaxed: published by the Release RMW below. One remote count
         // per local reference (and per pending unit, given back below).
         header.refs.fetch_add(n, Relaxed);
+        // Relaxed: only the first guess of the CAS below.
         let mut state = header.state.load(Relaxed);
         // AcqRel: Release publishes the counts added above to remote
         // droppers that see DETACHED (their Acquire); Acquire pairs with
@@ -688,6 +692,7 @@ pub(crate) unsafe fn detach_all(groups: &LocalGroups) {
             let new = (state | DETACHED) & !DROP_MASK;
             match header
                 .state
+                // Relaxed on failure: we only retry.
                 .compare_exchange_weak(state, new, AcqRel, Relaxed)
             {
                 Ok(prev) => break prev,
