@@ -614,6 +614,11 @@ impl Core {
                 queued = queued.len(),
                 "cancelling tasks"
             );
+            for task in &queued {
+                // SAFETY: core thread; out of the local queue, so its local
+                // wake flag goes (keeps the flag's invariant).
+                unsafe { task.start_run() };
+            }
             for task in owned.iter().chain(queued.iter()) {
                 // SAFETY: owner thread; cancel is a no-op on completed tasks.
                 unsafe { task.cancel() };
