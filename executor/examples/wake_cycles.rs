@@ -36,6 +36,10 @@
 //!
 //! With one task (every cycle is a tick) the per-tick RMWs show too:
 //! 6.0 locked instructions per cycle before, 0 after.
+//!
+//! Wall clock on the 2-vCPU EPYC VM of the hot-path analysis (noisy, shared;
+//! ratios only): `wake_cycles 156250 clone 64` took 0.49–0.64 s of user time
+//! before and 0.21 s after; `wake_cycles 1000000 self 10` 0.69 s and 0.37 s.
 
 use plugio_executor::{register_tick_hook, spawn_local, LocalExecutor, TickHook};
 use std::cell::{Cell, RefCell};
