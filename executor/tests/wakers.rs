@@ -192,18 +192,21 @@ fn a_million_local_wake_cycles_poll_exactly_as_often() {
 fn wakers_of_one_task_made_on_its_core_will_wake_each_other() {
     let ex = LocalExecutor::new();
     ex.run(async {
-        let (a, b) = poll_fn(|cx| {
+        // Inside spawned tasks: the main future's waker is not a task's.
+        let (a, b) = spawn_local(poll_fn(|cx| {
             let a = cx.waker().clone();
             let b = a.clone();
             assert!(a.will_wake(cx.waker()));
             assert!(b.will_wake(&a));
             Poll::Ready((a, b))
-        })
-        .await;
+        }))
+        .await
+        .expect("task");
         let other = spawn_local(poll_fn(|cx| Poll::Ready(cx.waker().clone())))
             .await
             .expect("other");
         assert!(!other.will_wake(&a));
+        assert!(a.will_wake(&b));
         drop((a, b, other));
     });
 }
