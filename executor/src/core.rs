@@ -8,6 +8,13 @@
 //! - The local run queue is FIFO; one tick polls at most the tasks that were
 //!   queued when the batch started (capped by the task budget), so a task
 //!   that wakes itself runs again in the next tick, after the others.
+//! - The local run queue lives in `CoreShared` (so that a waker reaches it
+//!   from the task header, without a thread-local lookup) but only the
+//!   core's thread touches it, and never while a reference into it is held
+//!   across a call: push, pop, length and take are single short calls
+//!   ([`LocalQueue`]). The thread-local current core uid
+//!   (`sync::current_uid`) equals `CoreShared::uid` exactly while the core
+//!   is entered on its thread, which is what makes a wake "local".
 //! - The core never blocks in `Driver::park` while its run queue is
 //!   non-empty, a tick-end hook reported pending work, the main future was
 //!   woken, or its remote queue is non-empty (checked after
@@ -19,11 +26,15 @@ use crate::driver::Driver;
 use crate::owned::OwnedTasks;
 use crate::remote::{ParkGate, RemoteQueue};
 use crate::stats::{AtomicTickStats, TickStats};
-use crate::sync::fence;
-use crate::task::{new_task, Header, JoinHandle, TaskRef, UNREGISTERED};
+use crate::sync::{fence, set_current_uid};
+use crate::task::raw_bits::{CANCEL_REQUESTED, COMPLETE, NOTIFIED, QUEUED};
+use crate::task::{
+    adopt_remote, detach_all, new_local_task, Header, JoinHandle, LocalGroups, LocalRef, TaskRef,
+    UNREGISTERED,
+};
 use crate::time::TimerQueue;
 use crate::Unpark;
-use std::cell::{Cell, OnceCell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell, UnsafeCell};
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::pin;
@@ -63,6 +74,12 @@ pub(crate) const SHUTDOWN_CANCEL: u8 = 2;
 /// park gate, the unparker, published statistics and the shutdown request.
 pub(crate) struct CoreShared {
     pub(crate) index: usize,
+    /// Unique for the life of the process (see [`core_uid`]).
+    pub(crate) uid: u64,
+    /// The local run queue: core thread only (module invariants).
+    pub(crate) run_queue: LocalQueue,
+    /// Tasks with local references: core thread only (see `task::raw`).
+    pub(crate) groups: LocalGroups,
     remote: RemoteQueue<Header>,
     gate: ParkGate,
     unparker: Arc<dyn Unpark>,
@@ -72,7 +89,71 @@ pub(crate) struct CoreShared {
     drain_deadline: Mutex<Option<Instant>>,
 }
 
+/// The local run queue: a FIFO of local task references, touched only by
+/// the core's thread.
+pub(crate) struct LocalQueue(UnsafeCell<VecDeque<LocalRef>>);
+
+// SAFETY: only the core's thread touches the queue (every method is
+// `unsafe` with that contract); other threads only hold the `CoreShared`
+// it sits in, and the queue is empty when the core closes (`close`), so it
+// drops no `LocalRef` anywhere else.
+unsafe impl Send for LocalQueue {}
+// SAFETY: as above.
+unsafe impl Sync for LocalQueue {}
+
+impl LocalQueue {
+    fn new() -> Self {
+        Self(UnsafeCell::new(VecDeque::with_capacity(256)))
+    }
+
+    /// # Safety
+    /// The core's thread. No reference into the queue outlives the call.
+    pub(crate) unsafe fn push(&self, task: LocalRef) {
+        // SAFETY: core thread only, and the only live reference (caller).
+        unsafe { (*self.0.get()).push_back(task) }
+    }
+
+    /// # Safety
+    /// As for `push`.
+    unsafe fn pop(&self) -> Option<LocalRef> {
+        // SAFETY: as in `push`.
+        unsafe { (*self.0.get()).pop_front() }
+    }
+
+    /// # Safety
+    /// As for `push`.
+    unsafe fn len(&self) -> usize {
+        // SAFETY: as in `push`.
+        unsafe { (*self.0.get()).len() }
+    }
+
+    /// Takes every queued task (dropped by the caller, outside the queue).
+    ///
+    /// # Safety
+    /// As for `push`.
+    unsafe fn take(&self) -> VecDeque<LocalRef> {
+        // SAFETY: as in `push`.
+        unsafe { std::mem::take(&mut *self.0.get()) }
+    }
+}
+
 impl CoreShared {
+    pub(crate) fn new(index: usize, uid: u64, unparker: Arc<dyn Unpark>) -> CoreShared {
+        CoreShared {
+            index,
+            uid,
+            run_queue: LocalQueue::new(),
+            groups: LocalGroups::new(),
+            remote: RemoteQueue::new(),
+            gate: ParkGate::new(),
+            unparker,
+            closed: AtomicBool::new(false),
+            stats: AtomicTickStats::default(),
+            shutdown: AtomicU8::new(SHUTDOWN_NONE),
+            drain_deadline: Mutex::new(None),
+        }
+    }
+
     /// Queues `task` from any thread and unparks the core if it may block.
     pub(crate) fn push_remote(&self, task: TaskRef) {
         let node = task.into_raw();
@@ -96,11 +177,17 @@ impl CoreShared {
     }
 
     /// Cancels every task in the remote queue of a closed core.
-    fn cancel_remote(&self) {
+    pub(crate) fn cancel_remote(&self) {
         for node in self.remote.take_all() {
             // SAFETY: the queue held one reference per node.
             let task = unsafe { TaskRef::from_raw(node) };
-            if !task.is_complete() {
+            // AcqRel: as in `adopt_remote` (the node is out of the queue, so
+            // a later wake pushes again, and is cancelled by its pusher).
+            // Pending drop units are zero: the close detached every task
+            // with local references first.
+            let prev = task.header().state.fetch_and(!(NOTIFIED | QUEUED), AcqRel);
+            debug_assert!(prev & QUEUED != 0);
+            if prev & COMPLETE == 0 {
                 // SAFETY: the core is closed, so the only tasks that can be
                 // incomplete here are unregistered `Send` ones (see `close`),
                 // and taking the node made us their only holder.
@@ -163,28 +250,10 @@ fn with_current<R>(what: &str, f: impl FnOnce(&Core) -> R) -> R {
     }
 }
 
-/// Queues a woken task: on its own core's thread into the local run queue,
-/// from anywhere else into its core's remote queue.
-pub(crate) fn schedule(task: TaskRef) {
-    let current = CURRENT.try_with(Cell::get).unwrap_or(ptr::null());
-    if !current.is_null() {
-        // SAFETY: non-null only while an `EnterGuard` borrows the core on
-        // this thread (see `try_with_current`).
-        let core = unsafe { &*current };
-        if ptr::eq(Arc::as_ptr(&core.shared), Arc::as_ptr(&task.header().core)) {
-            core.run_queue.borrow_mut().push_back(task);
-            return;
-        }
-    }
-    // Keep the core's shared part alive: once pushed, the task may be
-    // freed by the core at any moment.
-    let shared = task.header().core.clone();
-    shared.push_remote(task);
-}
-
 /// Restores the previous `CURRENT` on drop.
 pub(crate) struct EnterGuard<'a> {
     prev: *const Core,
+    prev_uid: u64,
     _core: &'a Core,
 }
 
@@ -192,6 +261,7 @@ impl Drop for EnterGuard<'_> {
     fn drop(&mut self) {
         let prev = self.prev;
         let _ = CURRENT.try_with(|c| c.set(prev));
+        set_current_uid(self.prev_uid);
     }
 }
 
@@ -203,7 +273,6 @@ pub(crate) struct Core {
     /// thread gets a new one).
     uid: u64,
     pub(crate) shared: Arc<CoreShared>,
-    run_queue: RefCell<VecDeque<TaskRef>>,
     owned: RefCell<OwnedTasks>,
     pub(crate) timers: RefCell<TimerQueue>,
     fired: RefCell<Vec<Waker>>,
@@ -222,18 +291,9 @@ pub(crate) struct Core {
 impl Core {
     /// Creates core `index` around `driver`, on the thread that will run it.
     pub(crate) fn new(index: usize, driver: Box<dyn Driver>, config: CoreConfig) -> Core {
-        let shared = Arc::new(CoreShared {
-            index,
-            remote: RemoteQueue::new(),
-            gate: ParkGate::new(),
-            unparker: driver.unparker(),
-            closed: AtomicBool::new(false),
-            stats: AtomicTickStats::default(),
-            shutdown: AtomicU8::new(SHUTDOWN_NONE),
-            drain_deadline: Mutex::new(None),
-        });
         // Relaxed: a unique id, no data hangs on it.
         let core_uid = NEXT_CORE_UID.fetch_add(1, Relaxed);
+        let shared = Arc::new(CoreShared::new(index, core_uid, driver.unparker()));
         Core {
             in_hooks: Cell::new(false),
             uid: core_uid,
@@ -242,7 +302,6 @@ impl Core {
                 shared: shared.clone(),
             }),
             shared,
-            run_queue: RefCell::new(VecDeque::with_capacity(256)),
             owned: RefCell::new(OwnedTasks::default()),
             timers: RefCell::new(TimerQueue::new(core_uid)),
             fired: RefCell::new(Vec::new()),
@@ -261,7 +320,12 @@ impl Core {
     /// Makes this core the thread's current one until the guard drops.
     pub(crate) fn enter(&self) -> EnterGuard<'_> {
         let prev = CURRENT.with(|c| c.replace(self));
-        EnterGuard { prev, _core: self }
+        let prev_uid = set_current_uid(self.uid);
+        EnterGuard {
+            prev,
+            prev_uid,
+            _core: self,
+        }
     }
 
     /// Whether some core is current on this thread.
@@ -292,10 +356,15 @@ impl Core {
         F: Future + 'static,
         F::Output: 'static,
     {
-        let (task, join) = new_task(future, self.shared.clone());
+        // Relaxed: `closed` is only set by this thread.
+        debug_assert!(!self.shared.closed.load(Relaxed));
+        // SAFETY: we are the core's thread (`Core` is `!Send`) and the core
+        // is not closed (it only closes when dropped).
+        let (task, join) = unsafe { new_local_task(future, self.shared.clone()) };
         // SAFETY: we are the owner thread; the task is new.
         unsafe { self.owned.borrow_mut().insert(task.clone()) };
-        self.run_queue.borrow_mut().push_back(task);
+        // SAFETY: core thread.
+        unsafe { self.shared.run_queue.push(task) };
         JoinHandle::new(join)
     }
 
@@ -313,8 +382,10 @@ impl Core {
         // Relaxed: same thread.
         self.main_wake.woken.store(true, Relaxed);
         loop {
-            // AcqRel: pairs with the waker's AcqRel swap.
-            if self.main_wake.woken.swap(false, AcqRel) {
+            // Relaxed load first, so that a tick with no main wake costs no
+            // RMW; AcqRel swap: pairs with the waker's AcqRel swap. A wake
+            // the load misses is seen by the next iteration or by `park`.
+            if self.main_wake.woken.load(Relaxed) && self.main_wake.woken.swap(false, AcqRel) {
                 self.budget.set(self.config.coop_budget);
                 if let Poll::Ready(out) = main.as_mut().poll(&mut cx) {
                     return Some(out);
@@ -340,18 +411,13 @@ impl Core {
         stats.ticks += 1;
         // Published early so tasks see the number of the tick they run in.
         self.stats.set(stats);
-        {
-            let mut queue = self.run_queue.borrow_mut();
-            for node in self.shared.remote.take_all() {
-                // SAFETY: the remote queue held one reference per node.
-                queue.push_back(unsafe { TaskRef::from_raw(node) });
-                stats.remote_wakes += 1;
-            }
-        }
+        stats.remote_wakes += self.adopt_remote();
         stats.timers_fired += self.fire_timers(stats.ticks);
-        let batch = self.run_queue.borrow().len().min(self.config.task_budget);
+        // SAFETY: core thread.
+        let batch = unsafe { self.shared.run_queue.len() }.min(self.config.task_budget);
         for _ in 0..batch {
-            let Some(task) = self.run_queue.borrow_mut().pop_front() else {
+            // SAFETY: core thread.
+            let Some(task) = (unsafe { self.shared.run_queue.pop() }) else {
                 break;
             };
             self.run_task(task);
@@ -392,23 +458,29 @@ impl Core {
         count
     }
 
-    fn run_task(&self, task: TaskRef) {
-        let header = task.header();
-        // AcqRel: Acquire pairs with the Release of the wake that set
-        // NOTIFIED (and of abort); Release lets a later wake see the clear.
-        let prev = header
-            .state
-            .fetch_and(!crate::task::raw_bits::NOTIFIED, AcqRel);
-        if prev & crate::task::raw_bits::COMPLETE != 0 {
+    /// Moves the tasks other threads woke (or spawned) into the local run
+    /// queue; returns how many wakes that was.
+    fn adopt_remote(&self) -> u64 {
+        let mut woken = 0;
+        for node in self.shared.remote.take_all() {
+            // SAFETY: core thread, not closed (a closed core never ticks);
+            // the node came out of our remote queue.
+            woken += u64::from(unsafe { adopt_remote(node) });
+        }
+        woken
+    }
+
+    fn run_task(&self, task: LocalRef) {
+        // SAFETY: core thread; just popped from the local queue.
+        let state = unsafe { task.start_run() };
+        if state & COMPLETE != 0 {
             return;
         }
-        // SAFETY: we are the task's owner thread (it is in our queue).
-        let slot = unsafe { task.owned_slot() };
-        if slot == UNREGISTERED {
+        if task.owned_slot() == UNREGISTERED {
             // SAFETY: owner thread; unregistered.
             unsafe { self.owned.borrow_mut().insert(task.clone()) };
         }
-        let done = if prev & crate::task::raw_bits::CANCEL_REQUESTED != 0 {
+        let done = if state & CANCEL_REQUESTED != 0 {
             // SAFETY: owner thread.
             unsafe { task.cancel() };
             true
@@ -418,8 +490,7 @@ impl Core {
             unsafe { task.poll() }
         };
         if done {
-            // SAFETY: owner thread.
-            let slot = unsafe { task.owned_slot() };
+            let slot = task.owned_slot();
             // SAFETY: owner thread.
             let removed = unsafe { self.owned.borrow_mut().remove(slot) };
             drop(removed);
@@ -446,7 +517,8 @@ impl Core {
     fn park(&self, hook_pending: bool) -> bool {
         // Relaxed: same-thread flag (remote wakers are handled below).
         let must_poll = hook_pending
-            || !self.run_queue.borrow().is_empty()
+            // SAFETY: core thread.
+            || unsafe { self.shared.run_queue.len() } != 0
             || self.main_wake.woken.load(Relaxed)
             || !self.shared.remote.is_empty();
         let mut timeout = if must_poll {
@@ -487,7 +559,8 @@ impl Core {
                 let deadline = self.shared.drain_deadline.lock().ok().and_then(|d| *d);
                 self.drain_deadline.set(deadline);
                 let idle = self.owned.borrow().len() == 0
-                    && self.run_queue.borrow().is_empty()
+                    // SAFETY: core thread.
+                    && unsafe { self.shared.run_queue.len() } == 0
                     && self.shared.remote.is_empty();
                 idle || deadline.is_some_and(|d| Instant::now() >= d)
             }
@@ -514,20 +587,26 @@ impl Core {
         if self.shared.closed.load(Relaxed) {
             return;
         }
-        let _enter = self.enter();
+        let enter = self.enter();
+        debug_assert!(!ptr::eq(enter.prev, self), "close of an entered core");
         loop {
             // SAFETY: owner thread.
             let owned = unsafe { self.owned.borrow_mut().drain() };
-            let mut queued: Vec<TaskRef> = self.run_queue.borrow_mut().drain(..).collect();
-            // SAFETY: the remote queue held one reference per node.
-            queued.extend(
-                self.shared
-                    .remote
-                    .take_all()
-                    .map(|n| unsafe { TaskRef::from_raw(n) }),
-            );
+            self.adopt_remote();
+            // SAFETY: core thread.
+            let queued = unsafe { self.shared.run_queue.take() };
             if owned.is_empty() && queued.is_empty() {
-                break;
+                // The hooks and the fired timers' wakers go last, still on
+                // the entered core: dropping them may wake or spawn tasks,
+                // which the next round cancels (no local reference may be
+                // left in the run queue once the tasks are detached).
+                let hooks = self.hooks.take();
+                let fired = self.fired.take();
+                if hooks.is_empty() && fired.is_empty() {
+                    break;
+                }
+                drop((hooks, fired));
+                continue;
             }
             tracing::debug!(
                 core = self.shared.index,
@@ -535,14 +614,25 @@ impl Core {
                 queued = queued.len(),
                 "cancelling tasks"
             );
+            for task in &queued {
+                // SAFETY: core thread; out of the local queue, so its local
+                // wake flag goes (keeps the flag's invariant).
+                unsafe { task.start_run() };
+            }
             for task in owned.iter().chain(queued.iter()) {
                 // SAFETY: owner thread; cancel is a no-op on completed tasks.
                 unsafe { task.cancel() };
             }
         }
         self.shared.stats.store(&self.stats.get());
-        self.hooks.borrow_mut().clear();
-        self.fired.borrow_mut().clear();
+        // SAFETY: core thread.
+        debug_assert!(unsafe { self.shared.run_queue.len() } == 0);
+        // SAFETY: core thread; the run queue and the slab are empty, and
+        // leaving the core right after means this thread never touches the
+        // local state of these tasks again (the uid is never current again).
+        unsafe { detach_all(&self.shared.groups) };
+        debug_assert!(self.shared.groups.is_empty());
+        drop(enter);
         // SeqCst store and fence: pair with the fence in `push_remote`.
         self.shared.closed.store(true, SeqCst);
         fence(SeqCst);
@@ -745,5 +835,182 @@ mod tests {
         let s = core.stats();
         assert!(s.parks >= 1, "{s:?}");
         assert_eq!(s.remote_wakes, 1, "{s:?}");
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    //! The local/remote split of task references and wakes, on the real
+    //! core (ticks driven by hand, no parking). A lost wake shows as a
+    //! loop that never ends (loom stops it at its branch limit); a double
+    //! or missing free shows in `DEALLOCS`.
+
+    use super::*;
+    use crate::driver::ThreadDriver;
+    use crate::runtime::default_config;
+    use crate::task::DEALLOCS;
+    use loom::sync::atomic::AtomicBool as LoomBool;
+    use loom::sync::Arc as LoomArc;
+
+    fn model(f: impl Fn() + Sync + Send + 'static) {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(3);
+        builder.check(f);
+    }
+
+    fn deallocs() -> usize {
+        // Relaxed: read after the model's other threads joined.
+        DEALLOCS.load(Relaxed)
+    }
+
+    /// Pending until `go` is set; every pending poll stores a clone of its
+    /// waker (a local one: polls run on the owner thread).
+    struct Waiter {
+        go: LoomArc<LoomBool>,
+        slot: Rc<RefCell<Option<Waker>>>,
+    }
+
+    impl Future for Waiter {
+        type Output = ();
+
+        fn poll(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            // Acquire: pairs with the Release store of the remote thread.
+            if self.go.load(Acquire) {
+                return Poll::Ready(());
+            }
+            *self.slot.borrow_mut() = Some(cx.waker().clone());
+            Poll::Pending
+        }
+    }
+
+    fn setup() -> (Core, LoomArc<LoomBool>, Rc<RefCell<Option<Waker>>>) {
+        let core = Core::new(0, Box::new(ThreadDriver::new()), default_config());
+        (core, LoomArc::new(LoomBool::new(false)), Rc::default())
+    }
+
+    #[test]
+    fn loom_remote_wake_races_local_wake_and_poll() {
+        model(|| {
+            let (core, go, slot) = setup();
+            let enter = core.enter();
+            let h = core.spawn_local(Waiter {
+                go: go.clone(),
+                slot: slot.clone(),
+            });
+            core.tick();
+            let w = slot.borrow_mut().take().expect("first poll stored a waker");
+            let remote = w.clone();
+            let th = loom::thread::spawn(move || {
+                go.store(true, Release);
+                // By value: a remote wake plus a remote drop of a local
+                // reference.
+                remote.wake();
+            });
+            w.wake_by_ref();
+            while !h.is_finished() {
+                core.tick();
+                loom::thread::yield_now();
+            }
+            th.join().expect("remote");
+            drop((w, h, slot.borrow_mut().take()));
+            // Freed here, or in this tick if the remote drop's unit was
+            // still pending.
+            core.tick();
+            assert_eq!(deallocs(), 1, "freed once the core folded the remote drop");
+            drop(enter);
+            drop(core);
+            assert_eq!(deallocs(), 1);
+        });
+    }
+
+    #[test]
+    fn loom_remote_waker_drop_races_the_local_last_drop() {
+        model(|| {
+            let (core, go, slot) = setup();
+            let enter = core.enter();
+            let h = core.spawn_local(Waiter {
+                go: go.clone(),
+                slot: slot.clone(),
+            });
+            core.tick();
+            let w = slot.borrow_mut().take().expect("first poll stored a waker");
+            let remote = w.clone();
+            let th = loom::thread::spawn(move || drop(remote));
+            go.store(true, Release);
+            w.wake();
+            // Completes the task and drops every local reference but the
+            // one the remote thread is dropping; may take its node too.
+            core.tick();
+            assert!(h.is_finished());
+            drop(h);
+            th.join().expect("remote");
+            core.tick();
+            assert_eq!(deallocs(), 1);
+            drop(enter);
+            drop(core);
+            assert_eq!(deallocs(), 1);
+        });
+    }
+
+    #[test]
+    fn loom_two_remote_threads_wake_and_drop_while_the_owner_ticks() {
+        model(|| {
+            let (core, go, slot) = setup();
+            let enter = core.enter();
+            let h = core.spawn_local(Waiter {
+                go: go.clone(),
+                slot: slot.clone(),
+            });
+            core.tick();
+            let w = slot.borrow_mut().take().expect("first poll stored a waker");
+            let (a, b) = (w.clone(), w.clone());
+            drop(w);
+            let waker = loom::thread::spawn(move || {
+                go.store(true, Release);
+                a.wake_by_ref();
+                drop(a);
+            });
+            let dropper = loom::thread::spawn(move || drop(b));
+            while !h.is_finished() {
+                core.tick();
+                loom::thread::yield_now();
+            }
+            waker.join().expect("waker");
+            dropper.join().expect("dropper");
+            drop((h, slot.borrow_mut().take()));
+            core.tick();
+            assert_eq!(deallocs(), 1);
+            drop(enter);
+            drop(core);
+            assert_eq!(deallocs(), 1);
+        });
+    }
+
+    #[test]
+    fn loom_remote_waker_races_the_core_closing() {
+        model(|| {
+            let (core, go, slot) = setup();
+            let enter = core.enter();
+            let h = core.spawn_local(Waiter {
+                go,
+                slot: slot.clone(),
+            });
+            core.tick();
+            let w = slot.borrow_mut().take().expect("first poll stored a waker");
+            let remote = w.clone();
+            let th = loom::thread::spawn(move || {
+                remote.wake_by_ref();
+                drop(remote);
+            });
+            drop(w);
+            drop(enter);
+            // Close: cancels the pending task, detaches, closes.
+            drop(core);
+            th.join().expect("remote");
+            assert!(h.is_finished());
+            assert_eq!(deallocs(), 0, "the JoinHandle still holds it");
+            drop(h);
+            assert_eq!(deallocs(), 1);
+        });
     }
 }

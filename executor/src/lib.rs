@@ -38,13 +38,27 @@
 //!   [`coop::poll_proceed`] before returning `Ready`, like plugio's own
 //!   timers, channels and join handles.
 //! - **Statistics** ([`TickStats`], [`tick_stats`], [`Runtime::tick_stats`]).
+//! - **Wakers**: a task's waker used on the task's own core (cloned, woken
+//!   by value or by reference, dropped), and the re-poll it causes, do no
+//!   locked atomic operation: the task's wake flag and the references held
+//!   on its core are plain thread-local state. Wakers stay `Send + Sync`;
+//!   from another thread (or after the core stopped) they take an atomic
+//!   path. All the clones of a task's waker made on its core are
+//!   bit-identical, so [`std::task::Waker::will_wake`] holds between them
+//!   and an IO future can keep its stored waker across IOs instead of
+//!   cloning one per IO:
+//!   `if !stored.will_wake(cx.waker()) { stored = cx.waker().clone() }`.
 //!
 //! # Invariants
 //!
 //! - A task's future is polled and dropped only on its core's thread (an
 //!   unregistered `Send` task found in a closed core's queue is the one
 //!   exception: it is dropped by whoever found it).
-//! - A task is in at most one run queue at a time (its `NOTIFIED` bit).
+//! - A task is at most once in the local run queue (a plain flag in its
+//!   header, owner thread only) and at most once in the remote queue (its
+//!   atomic `QUEUED` bit); a task in both is polled once for both wakes.
+//! - "On the owner thread" is one thread-local read: the uid of the core
+//!   entered on this thread, compared with the uid in the task header.
 //! - Remote wakes: the waker pushes the task onto the core's remote queue
 //!   (`llist_add`: one CAS, no allocation), and only when that push made
 //!   the queue non-empty does it run the park handshake: `SeqCst` fence,
@@ -52,6 +66,10 @@
 //!   core stores `parked`, fences, and re-checks the queue before it
 //!   blocks. Checked with loom (preemption bound 3):
 //!   `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p plugio-executor --release --lib loom`.
+//!   The same command checks the local/remote split of task references
+//!   and wakes on the real core (`core::loom_tests`): a remote wake racing
+//!   the owner's wake and poll, a remote waker drop racing the owner's last
+//!   drop, and a remote waker racing the core's close.
 //! - Every atomic ordering in the crate has a comment naming its pair.
 
 #![cfg_attr(not(test), warn(missing_docs))]

@@ -1,11 +1,11 @@
 //! The slab of tasks a core owns (registered, not yet complete), so that
 //! shutdown can cancel tasks nobody will ever wake again.
 //!
-//! Invariants: each slot holds one counted reference; a task's
+//! Invariants: each slot holds one local reference; a task's
 //! `owned_slot` equals the index of its slot while registered and
 //! `UNREGISTERED` otherwise; owner thread only.
 
-use crate::task::TaskRef;
+use crate::task::LocalRef as TaskRef;
 
 /// A free-list slab of task references.
 #[derive(Default)]
@@ -28,8 +28,7 @@ impl OwnedTasks {
                 self.slots.len() - 1
             }
         };
-        // SAFETY: owner thread (caller).
-        unsafe { task.set_owned_slot(index) };
+        task.set_owned_slot(index);
         self.slots[index] = Some(task);
         self.len += 1;
     }
@@ -40,8 +39,7 @@ impl OwnedTasks {
     /// Owner core's thread.
     pub(crate) unsafe fn remove(&mut self, index: usize) -> Option<TaskRef> {
         let task = self.slots.get_mut(index)?.take()?;
-        // SAFETY: owner thread (caller).
-        unsafe { task.set_owned_slot(crate::task::UNREGISTERED) };
+        task.set_owned_slot(crate::task::UNREGISTERED);
         self.free.push(index);
         self.len -= 1;
         Some(task)
@@ -54,8 +52,7 @@ impl OwnedTasks {
     pub(crate) unsafe fn drain(&mut self) -> Vec<TaskRef> {
         let tasks: Vec<TaskRef> = self.slots.drain(..).flatten().collect();
         for task in &tasks {
-            // SAFETY: owner thread (caller).
-            unsafe { task.set_owned_slot(crate::task::UNREGISTERED) };
+            task.set_owned_slot(crate::task::UNREGISTERED);
         }
         self.free.clear();
         self.len = 0;

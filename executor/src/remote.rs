@@ -94,6 +94,16 @@ impl<T: Linked> RemoteQueue<T> {
 
     /// Takes every queued node, oldest first.
     pub(crate) fn take_all(&self) -> Drain<T> {
+        // Relaxed: a look first, so that taking from an empty queue (every
+        // tick of a core with no remote wakes) costs no RMW. A node pushed
+        // after it is taken by the next call: the core's callers re-check
+        // after a `SeqCst` fence before blocking or giving up (`park`,
+        // `close`), and a pusher that sees the core closed takes its own.
+        if self.head.load(Relaxed).is_null() {
+            return Drain {
+                next: ptr::null_mut(),
+            };
+        }
         // Acquire: pairs with the Release CAS in `push`.
         let mut cur = self.head.swap(ptr::null_mut(), Acquire);
         let mut prev: *mut T = ptr::null_mut();

@@ -371,7 +371,7 @@ impl Handle {
             );
         };
         let (task, join) = new_task(future, shared.clone());
-        crate::core::schedule(task);
+        shared.push_remote(task);
         JoinHandle::new(join)
     }
 

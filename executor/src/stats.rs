@@ -21,7 +21,8 @@ pub struct TickStats {
     /// Blocking parks (calls to `Driver::park` with a non-zero timeout).
     pub parks: u64,
     /// Tasks that arrived through the remote wake queue (woken or spawned
-    /// from another thread).
+    /// from another thread). A queue entry that only hands the core the
+    /// drop of a waker cloned on it is not counted.
     pub remote_wakes: u64,
     /// Timers fired.
     pub timers_fired: u64,

@@ -90,11 +90,12 @@ impl<T> JoinHandle<T> {
     /// task that already completed. Callable from any thread.
     pub fn abort(&self) {
         let header = self.raw.task.header();
-        // AcqRel: Release makes the request visible to the core's AcqRel
-        // clear of NOTIFIED; Acquire to see a completed state.
+        // AcqRel: Release makes the request visible to the core's Acquire
+        // load before the poll (`start_run`); Acquire to see a completed
+        // state.
         let prev = header.state.fetch_or(CANCEL_REQUESTED, AcqRel);
-        if prev & COMPLETE == 0 && self.raw.task.notify() {
-            crate::core::schedule(self.raw.task.clone());
+        if prev & COMPLETE == 0 {
+            self.raw.task.wake_by_ref();
         }
     }
 

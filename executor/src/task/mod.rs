@@ -1,5 +1,6 @@
 //! Tasks: one allocation per spawned future, holding a header (state,
-//! remote link, owner core, join waker), the output slot, and the future.
+//! reference counts, remote link, owner core, owner-thread-only local
+//! state, join waker), the output slot, and the future.
 //!
 //! # Invariants
 //!
@@ -7,25 +8,36 @@
 //!   except for a task spawned from another thread (`Send` future) that its
 //!   core never registered: that one may be cancelled (future dropped) by
 //!   whichever thread finds it in a closed core's remote queue.
-//! - `NOTIFIED` set means the task is in exactly one run queue (local or
-//!   remote) or about to be pushed to one; only the core clears it, when it
-//!   pops the task to poll it. A wake that sets it pushes the task.
+//! - A task is in the local run queue at most once (`local.notified`, a
+//!   plain flag) and in the remote queue at most once (`QUEUED`); a task in
+//!   both runs once (the first poll serves both wakes).
 //! - The output slot is written once by the owner core before `COMPLETE` is
 //!   set (Release). After that it is read only by the holder of the join
 //!   interest (the `JoinHandle`), or, when the handle is gone, dropped by
 //!   whoever saw both `COMPLETE` and no `JOIN_INTEREST` last.
-//! - Reference counting is `Arc`'s: a run queue entry, the core's owned-task
-//!   slab, each `Waker` and the `JoinHandle` each hold one reference.
+//! - Reference counting is split (details in `raw`): references held on the
+//!   owner thread (run queue, owned slab, wakers cloned there) are counted
+//!   in a plain `Cell` that together holds one atomic reference; the
+//!   `JoinHandle`, remote queue nodes and wakers cloned elsewhere are
+//!   counted atomically. A poll/wake cycle on the owner thread (waker
+//!   clone, wake by value or by reference, drop, re-poll) does no locked
+//!   atomic operation.
 
 mod join;
 mod raw;
 
 pub use join::{JoinError, JoinHandle};
-pub(crate) use raw::{new_task, Header, TaskRef, UNREGISTERED};
+pub(crate) use raw::{
+    adopt_remote, detach_all, new_local_task, new_task, Header, LocalGroups, LocalRef, TaskRef,
+    UNREGISTERED,
+};
+
+#[cfg(all(test, loom))]
+pub(crate) use raw::DEALLOCS;
 
 /// The task state bits, for the core's poll loop.
 pub(crate) mod raw_bits {
-    pub(crate) use super::raw::{CANCEL_REQUESTED, COMPLETE, NOTIFIED};
+    pub(crate) use super::raw::{CANCEL_REQUESTED, COMPLETE, NOTIFIED, QUEUED};
 }
 
 #[cfg(all(test, not(loom)))]

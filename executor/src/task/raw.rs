@@ -1,23 +1,91 @@
-//! The raw task: layout, state bits, vtable, waker.
+//! The raw task: layout, state bits, reference counts, vtable, waker.
+//!
+//! # Local and remote references
+//!
+//! A task has two reference counts:
+//!
+//! - `refs` (atomic): one per *remote* reference ([`TaskRef`]: the
+//!   `JoinHandle`, each node of the remote queue, each waker made off the
+//!   owner thread), plus **one for the whole local group** while the local
+//!   count is non-zero.
+//! - `local.refs` (a plain `Cell`, owner thread only): one per *local*
+//!   reference ([`LocalRef`]: the run queue, the owned slab, and every waker
+//!   cloned on the owner thread, whose data pointer carries [`LOCAL_TAG`]).
+//!   Going 0 → 1 takes the group's atomic reference and links the task into
+//!   its core's group list; 1 → 0 unlinks it and gives that reference back.
+//!   Both are rare: the owned slab holds a local reference for the task's
+//!   whole life.
+//!
+//! "On the owner thread" means: the thread's current core uid (one
+//! thread-local read, see `sync::current_uid`) equals the header's `owner`.
+//! A core is one thread for its whole life and uids are never reused, so
+//! this is exact. Local state is only ever touched when it holds, or by the
+//! core itself (which lives on that thread).
+//!
+//! A local reference may travel to another thread inside a `Waker`. There
+//! it cannot touch `local.refs`, so:
+//!
+//! - cloning it there makes a remote reference;
+//! - dropping it there adds one `DROP_UNIT` to `state` (pending drops of
+//!   local references) and makes sure the task is in the remote queue
+//!   (`QUEUED`); the owner folds the units into `local.refs` when it takes
+//!   the node (`adopt_remote`);
+//! - when the owner core closes, it *detaches* every task of its group
+//!   list (`detach_all`): it converts each remaining local reference into a
+//!   remote one, folds the pending units, and sets `DETACHED`; from then on
+//!   a local reference is dropped with a plain atomic decrement. The owner
+//!   never touches local state of a detached task again (its core is never
+//!   current again).
+//!
+//! # Local and remote wakes
+//!
+//! - A wake on the owner thread sets `local.notified` and pushes a
+//!   [`LocalRef`] onto the core's local run queue: no atomic RMW at all.
+//! - A wake from another thread sets `NOTIFIED | QUEUED` in `state` with one
+//!   RMW; the thread that turned `QUEUED` on pushes the task onto the remote
+//!   queue with a remote reference. The owner takes the node at the start
+//!   of a tick (`adopt_remote`): clears `NOTIFIED | QUEUED`, and queues the
+//!   task locally unless it already is (so a task woken locally and
+//!   remotely in one tick runs once).
+//! - Before a poll, the core clears `local.notified` (plain store) and loads
+//!   `state` (Acquire, a plain load); only when it sees `NOTIFIED` does it
+//!   clear it with an RMW (that remote wake is served by this poll; its node
+//!   is then only dropped when taken).
+//!
+//! # Invariants
+//!
+//! - `local.notified` set ⇔ the task is in the local run queue, once.
+//! - `QUEUED` set ⇔ the task is in the remote queue (or being pushed), once,
+//!   and that node holds one remote reference.
+//! - `NOTIFIED` set ⇒ `QUEUED` set (a remote wake sets both in one RMW;
+//!   `start_run` clears `NOTIFIED` alone, `adopt_remote` both).
+//! - `DROP_UNIT` counts and `local.refs`: the number of live local
+//!   references is `local.refs - units`; units are only added while
+//!   `DETACHED` is clear, and folded (cleared) only by the owner.
+//! - `refs` never reaches zero while a reference exists: every remote
+//!   reference counts one, and the local group counts one while
+//!   `local.refs > 0` (pending units keep `local.refs > 0`).
+//! - `COMPLETE` is set once, by the thread that dropped the future: the
+//!   owner, or (for an unregistered `Send` task in a closed core's queue,
+//!   which has no local references) whoever found it there.
 
 use super::JoinError;
 use crate::core::CoreShared;
 use crate::remote::Linked;
-use crate::sync::AtomicPtr;
+use crate::sync::{current_uid, fence, AtomicPtr, AtomicUsize};
 use futures::task::AtomicWaker;
-use std::cell::UnsafeCell;
+use std::cell::{Cell as StdCell, UnsafeCell};
 use std::future::Future;
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::ptr::{self, NonNull};
-use std::sync::atomic::AtomicUsize;
-use std::sync::atomic::Ordering::{AcqRel, Acquire};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::Arc;
 use std::task::{Context, Poll, RawWaker, RawWakerVTable, Waker};
 
-/// Set while the task is queued (or being queued) to run.
+/// A remote wake (or abort, or a cross-core spawn) asks for a poll.
 pub(crate) const NOTIFIED: usize = 1;
 /// Set once the output slot holds the result (or the task was cancelled).
 pub(crate) const COMPLETE: usize = 1 << 1;
@@ -25,6 +93,17 @@ pub(crate) const COMPLETE: usize = 1 << 1;
 pub(crate) const JOIN_INTEREST: usize = 1 << 2;
 /// Set by `JoinHandle::abort`.
 pub(crate) const CANCEL_REQUESTED: usize = 1 << 3;
+/// The task is in the remote queue (or being pushed onto it).
+pub(crate) const QUEUED: usize = 1 << 4;
+/// The owner core closed; local references count in `refs` now.
+pub(crate) const DETACHED: usize = 1 << 5;
+/// One local reference dropped off the owner thread, not yet folded.
+const DROP_UNIT: usize = 1 << 8;
+/// All pending drop units.
+const DROP_MASK: usize = !(DROP_UNIT - 1);
+
+/// Bit 0 of a waker's data pointer: its reference is a local one.
+const LOCAL_TAG: usize = 1;
 
 /// Slot index of a task its core has not registered yet.
 pub(crate) const UNREGISTERED: usize = usize::MAX;
@@ -32,17 +111,36 @@ pub(crate) const UNREGISTERED: usize = usize::MAX;
 /// The type-independent start of every task allocation.
 pub(crate) struct Header {
     pub(crate) state: AtomicUsize,
+    /// Remote references plus one for the local group (module docs).
+    refs: AtomicUsize,
     remote_next: AtomicPtr<Header>,
     vtable: &'static Vtable,
+    /// The uid of the core that owns (polls) this task.
+    owner: u64,
     /// The core that owns (polls) this task.
     pub(crate) core: Arc<CoreShared>,
-    /// Index in the owner's slab of owned tasks; owner thread only.
-    owned_slot: UnsafeCell<usize>,
+    /// Owner thread only.
+    local: Local,
     pub(crate) join_waker: AtomicWaker,
 }
 
-// SAFETY: `owned_slot` is only touched by the owner core's thread (or, for
-// an unregistered task, by nobody); everything else is atomic or immutable.
+/// The owner-thread-only part of the header.
+struct Local {
+    /// Local references (module docs), including pending drop units.
+    refs: StdCell<usize>,
+    /// In the local run queue.
+    notified: StdCell<bool>,
+    /// Index in the owner's slab of owned tasks.
+    owned_slot: StdCell<usize>,
+    /// Links of the core's group list (tasks with `refs > 0`).
+    prev: StdCell<*const Header>,
+    next: StdCell<*const Header>,
+}
+
+// SAFETY: `local` is only touched on the owner thread (see the module
+// invariants), or by the single holder of an unregistered task of a closed
+// core, which has no local state in use; everything else is atomic or
+// immutable.
 unsafe impl Send for Header {}
 // SAFETY: as above.
 unsafe impl Sync for Header {}
@@ -59,8 +157,8 @@ struct Vtable {
     poll: unsafe fn(NonNull<Header>) -> bool,
     /// Drops the future and completes with `Cancelled`; false if already done.
     cancel: unsafe fn(NonNull<Header>) -> bool,
-    clone_ref: unsafe fn(NonNull<Header>),
-    drop_ref: unsafe fn(NonNull<Header>),
+    /// Frees the allocation (the last reference is gone).
+    dealloc: unsafe fn(NonNull<Header>),
 }
 
 /// The full allocation. `repr(C)` so that `header` is at offset 0 and
@@ -79,45 +177,95 @@ pub(crate) struct OutputPrefix<T> {
     pub(crate) output: UnsafeCell<Option<Result<T, JoinError>>>,
 }
 
-/// One counted reference to a task.
+/// One remote (atomically counted) reference to a task.
 pub(crate) struct TaskRef {
     ptr: NonNull<Header>,
 }
 
-// SAFETY: a reference only lets its holder do thread-safe things (atomics,
-// wake) except through the `unsafe` owner-only methods.
+// SAFETY: a remote reference only lets its holder do thread-safe things
+// (atomics, wake) except through the `unsafe` owner-only methods.
 unsafe impl Send for TaskRef {}
 // SAFETY: as above.
 unsafe impl Sync for TaskRef {}
 
-/// Allocates a task for `future`, owned by `core`. Returns the reference
-/// for the run queue and the one for the `JoinHandle`; the state starts as
-/// `NOTIFIED | JOIN_INTEREST` (the caller queues it at once).
-pub(crate) fn new_task<F: Future>(
+/// One local reference to a task: owner thread only (`!Send`, since it
+/// holds a `NonNull`).
+pub(crate) struct LocalRef {
+    ptr: NonNull<Header>,
+}
+
+/// Which reference a new task hands out for its first queue.
+fn allocate<F: Future>(
     future: F,
     core: Arc<CoreShared>,
-) -> (TaskRef, JoinRef<F::Output>) {
-    let cell = Arc::new(Cell {
+    state: usize,
+    refs: usize,
+    local_refs: usize,
+) -> NonNull<Header> {
+    let owner = core.uid;
+    let cell = Box::new(Cell {
         header: Header {
-            state: AtomicUsize::new(NOTIFIED | JOIN_INTEREST),
+            state: AtomicUsize::new(state),
+            refs: AtomicUsize::new(refs),
             remote_next: AtomicPtr::new(ptr::null_mut()),
             vtable: vtable::<F>(),
+            owner,
             core,
-            owned_slot: UnsafeCell::new(UNREGISTERED),
+            local: Local {
+                refs: StdCell::new(local_refs),
+                notified: StdCell::new(false),
+                owned_slot: StdCell::new(UNREGISTERED),
+                prev: StdCell::new(ptr::null()),
+                next: StdCell::new(ptr::null()),
+            },
             join_waker: AtomicWaker::new(),
         },
         output: UnsafeCell::new(None),
         future: UnsafeCell::new(Some(future)),
     });
-    let raw = Arc::into_raw(cell).cast::<Header>().cast_mut();
-    // SAFETY: `Arc::into_raw` never returns null; header is at offset 0.
-    let ptr = unsafe { NonNull::new_unchecked(raw) };
-    let task = TaskRef { ptr };
+    // The waker tag needs bit 0 of the header address.
+    debug_assert!(std::mem::align_of::<Cell<F>>() > LOCAL_TAG);
+    NonNull::from(Box::leak(cell)).cast::<Header>()
+}
+
+/// Allocates a task for `future`, owned by `core`, to be pushed onto the
+/// core's remote queue by the caller (a cross-core spawn). Returns the
+/// queue's reference and the `JoinHandle`'s; the state starts as
+/// `NOTIFIED | QUEUED | JOIN_INTEREST`.
+pub(crate) fn new_task<F: Future>(
+    future: F,
+    core: Arc<CoreShared>,
+) -> (TaskRef, JoinRef<F::Output>) {
+    let ptr = allocate(future, core, NOTIFIED | QUEUED | JOIN_INTEREST, 2, 0);
     let join = JoinRef {
-        task: task.clone(),
+        task: TaskRef { ptr },
         _output: PhantomData,
     };
-    (task, join)
+    (TaskRef { ptr }, join)
+}
+
+/// Allocates a task for `future` on its owner core's thread. Returns a
+/// local reference for the caller to push onto the local run queue
+/// (`local.notified` starts set) and the `JoinHandle`'s reference.
+///
+/// # Safety
+/// Called on the thread of `core`, before that core closed.
+pub(crate) unsafe fn new_local_task<F: Future>(
+    future: F,
+    core: Arc<CoreShared>,
+) -> (LocalRef, JoinRef<F::Output>) {
+    // refs 2: the local group and the JoinHandle.
+    let ptr = allocate(future, core, JOIN_INTEREST, 2, 1);
+    // SAFETY: fresh task, owner thread (caller).
+    let header = unsafe { ptr.as_ref() };
+    header.local.notified.set(true);
+    // SAFETY: owner thread; the task is not linked yet.
+    unsafe { header.core.groups.insert(ptr) };
+    let join = JoinRef {
+        task: TaskRef { ptr },
+        _output: PhantomData,
+    };
+    (LocalRef { ptr }, join)
 }
 
 /// The `JoinHandle`'s typed reference.
@@ -145,8 +293,7 @@ fn vtable<F: Future>() -> &'static Vtable {
     &Vtable {
         poll: poll::<F>,
         cancel: cancel::<F>,
-        clone_ref: clone_ref::<F>,
-        drop_ref: drop_ref::<F>,
+        dealloc: dealloc::<F>,
     }
 }
 
@@ -157,15 +304,20 @@ unsafe fn cell<'a, F: Future>(ptr: NonNull<Header>) -> &'a Cell<F> {
     unsafe { ptr.cast::<Cell<F>>().as_ref() }
 }
 
-unsafe fn clone_ref<F: Future>(ptr: NonNull<Header>) {
-    // SAFETY: `ptr` came from `Arc::into_raw` of a `Cell<F>` and a
-    // reference is held by the caller.
-    unsafe { Arc::increment_strong_count(ptr.cast::<Cell<F>>().as_ptr()) }
+#[cfg(all(test, loom))]
+loom::lazy_static! {
+    /// Frees, for the loom models.
+    pub(crate) static ref DEALLOCS: loom::sync::atomic::AtomicUsize =
+        loom::sync::atomic::AtomicUsize::new(0);
 }
 
-unsafe fn drop_ref<F: Future>(ptr: NonNull<Header>) {
-    // SAFETY: gives back the reference the caller held.
-    unsafe { drop(Arc::from_raw(ptr.cast::<Cell<F>>().as_ptr())) }
+unsafe fn dealloc<F: Future>(ptr: NonNull<Header>) {
+    #[cfg(all(test, loom))]
+    // Relaxed: a test counter, read after the model's threads joined.
+    DEALLOCS.fetch_add(1, Relaxed);
+    // SAFETY: `ptr` came from `Box::leak` of a `Cell<F>` and the last
+    // reference is gone (caller).
+    drop(unsafe { Box::from_raw(ptr.cast::<Cell<F>>().as_ptr()) });
 }
 
 unsafe fn poll<F: Future>(ptr: NonNull<Header>) -> bool {
@@ -176,7 +328,10 @@ unsafe fn poll<F: Future>(ptr: NonNull<Header>) -> bool {
     let Some(future) = slot.as_mut() else {
         return true;
     };
-    let waker = ManuallyDrop::new(borrowed_waker(ptr));
+    // A local waker: the core polls on the owner thread, and the clones
+    // made from it on this thread carry the same data, so `will_wake`
+    // holds between them.
+    let waker = ManuallyDrop::new(waker_from(ptr, true));
     let mut cx = Context::from_waker(&waker);
     // SAFETY: the future lives inside the task allocation and is never
     // moved: it is only dropped in place (by setting the slot to `None`).
@@ -232,6 +387,400 @@ unsafe fn complete<F: Future>(cell: &Cell<F>, result: Result<F::Output, JoinErro
     }
 }
 
+// ---------------------------------------------------------------------
+// Reference counting.
+
+/// Takes one more remote reference.
+fn atomic_inc(header: &Header) {
+    // Relaxed: a new reference is made from one the caller holds, which
+    // keeps the task alive; nothing is published (as `Arc::clone`).
+    let old = header.refs.fetch_add(1, Relaxed);
+    if old > isize::MAX as usize {
+        std::process::abort();
+    }
+}
+
+/// Gives back one remote reference; frees the task on the last one.
+///
+/// # Safety
+/// The caller holds that reference and does not use `ptr` afterwards.
+unsafe fn atomic_dec(ptr: NonNull<Header>) {
+    // SAFETY: live until this decrement (caller).
+    let header = unsafe { ptr.as_ref() };
+    // Release: pairs with the Acquire fence below on whichever thread
+    // frees, so every use of the task through this reference happens
+    // before the free (as `Arc::drop`).
+    if header.refs.fetch_sub(1, Release) != 1 {
+        return;
+    }
+    fence(Acquire);
+    // SAFETY: that was the last reference.
+    unsafe { (header.vtable.dealloc)(ptr) }
+}
+
+/// Takes one more local reference.
+///
+/// # Safety
+/// Owner thread, before the core closed; the task is alive.
+#[inline]
+unsafe fn local_inc(ptr: NonNull<Header>) {
+    // SAFETY: alive (caller).
+    let local = unsafe { &ptr.as_ref().local };
+    let n = local.refs.get();
+    if n == 0 {
+        // SAFETY: forwarded. (A tail call, so the common path stays a
+        // leaf.)
+        return unsafe { group_acquire(ptr) };
+    }
+    local.refs.set(n + 1);
+}
+
+/// Gives back one local reference.
+///
+/// # Safety
+/// Owner thread, before the core closed; the caller holds that reference
+/// and does not use `ptr` afterwards.
+#[inline]
+unsafe fn local_dec(ptr: NonNull<Header>) {
+    // SAFETY: alive until the group lets go (caller).
+    let header = unsafe { ptr.as_ref() };
+    // Relaxed: DETACHED is only set by this (the owner) thread.
+    debug_assert!(header.state.load(Relaxed) & DETACHED == 0);
+    let n = header.local.refs.get();
+    debug_assert!(n > 0, "local reference count underflow");
+    if n == 1 {
+        // SAFETY: forwarded; that was the last local reference.
+        return unsafe { group_release(ptr) };
+    }
+    header.local.refs.set(n - 1);
+}
+
+/// The local count goes 0 → 1: the group takes its remote reference.
+#[cold]
+unsafe fn group_acquire(ptr: NonNull<Header>) {
+    // SAFETY: alive (caller).
+    let header = unsafe { ptr.as_ref() };
+    // Relaxed: as in `local_dec`.
+    debug_assert!(header.state.load(Relaxed) & DETACHED == 0);
+    debug_assert_eq!(header.local.refs.get(), 0);
+    header.local.refs.set(1);
+    atomic_inc(header);
+    // SAFETY: owner thread, not linked (its local count was zero).
+    unsafe { header.core.groups.insert(ptr) };
+}
+
+/// The local count goes 1 → 0: the group gives its remote reference back.
+#[cold]
+unsafe fn group_release(ptr: NonNull<Header>) {
+    // SAFETY: alive until the decrement below (caller).
+    let header = unsafe { ptr.as_ref() };
+    header.local.refs.set(0);
+    // SAFETY: owner thread, linked (its local count was non-zero).
+    unsafe { header.core.groups.remove(ptr) };
+    // SAFETY: the group's reference.
+    unsafe { atomic_dec(ptr) };
+}
+
+/// Drops a local reference from a thread that is not the owner; with
+/// `wake`, wakes the task in the same RMW (a wake by value).
+///
+/// # Safety
+/// The caller holds that reference and does not use `ptr` afterwards.
+#[cold]
+unsafe fn remote_drop_local(ptr: NonNull<Header>, wake: bool) {
+    // SAFETY: alive: our unfolded unit keeps the local group (and its
+    // remote reference) alive until the owner folds it.
+    let header = unsafe { ptr.as_ref() };
+    // Acquire: if it shows DETACHED, the owner's conversion of our
+    // reference into a remote count happened before our decrement (pairs
+    // with the Release of `detach_all`).
+    let mut cur = header.state.load(Acquire);
+    let mut queue_ref = false;
+    loop {
+        if cur & DETACHED != 0 {
+            if queue_ref {
+                // SAFETY: the extra reference taken below; ours still
+                // keeps the task alive.
+                unsafe { atomic_dec(ptr) };
+            }
+            // Our reference counts in `refs` since the detach: it is a
+            // remote one now.
+            if wake {
+                // SAFETY: see above; given up by the wake.
+                unsafe { remote_wake(ptr, true) };
+            } else {
+                // SAFETY: see above.
+                unsafe { atomic_dec(ptr) };
+            }
+            return;
+        }
+        let push = cur & QUEUED == 0;
+        if push && !queue_ref {
+            // Taken before the unit is visible: once it is, the owner may
+            // fold it and free the task before we push.
+            atomic_inc(header);
+            queue_ref = true;
+        }
+        debug_assert!(cur < DROP_MASK, "drop unit overflow");
+        let wake_bits = if wake { NOTIFIED } else { 0 };
+        // AcqRel: Release publishes our uses of the task to the owner's
+        // fold, after which it may free it, and (with `wake`) what the
+        // waker wrote to the poll it causes (pairs with the AcqRel RMW of
+        // `adopt_remote` / `detach_all`, the Acquire load of `start_run`);
+        // Acquire to see DETACHED.
+        let new = (cur + DROP_UNIT) | QUEUED | wake_bits;
+        match header
+            .state
+            .compare_exchange_weak(cur, new, AcqRel, Acquire)
+        {
+            Ok(_) => {
+                if push {
+                    push_remote(TaskRef { ptr });
+                } else if queue_ref {
+                    // SAFETY: the extra reference, not needed after all.
+                    unsafe { atomic_dec(ptr) };
+                }
+                return;
+            }
+            Err(now) => cur = now,
+        }
+    }
+}
+
+/// Wakes from a thread that is not the owner. With `consume`, the caller's
+/// *remote* reference is given up (moved into the queue when it pushes).
+///
+/// # Safety
+/// The caller holds a reference (remote when `consume`).
+#[cold]
+unsafe fn remote_wake(ptr: NonNull<Header>, consume: bool) {
+    // SAFETY: alive (caller).
+    let header = unsafe { ptr.as_ref() };
+    // AcqRel: Release publishes what the waker wrote before waking to the
+    // poll this wake causes (pairs with the owner's Acquire load in
+    // `start_run` or its AcqRel RMW in `adopt_remote`); Acquire orders us
+    // after the RMW that last cleared QUEUED.
+    let prev = header.state.fetch_or(NOTIFIED | QUEUED, AcqRel);
+    if prev & QUEUED == 0 {
+        if !consume {
+            atomic_inc(header);
+        }
+        push_remote(TaskRef { ptr });
+    } else if consume {
+        // SAFETY: the caller's reference.
+        unsafe { atomic_dec(ptr) };
+    }
+}
+
+/// Pushes `task` (whose `QUEUED` the caller turned on) onto its core's
+/// remote queue.
+fn push_remote(task: TaskRef) {
+    // Keep the core's shared part alive: once pushed, the task may be
+    // freed by the core at any moment.
+    let shared = task.header().core.clone();
+    shared.push_remote(task);
+}
+
+/// Wakes on the owner thread; `local` says the caller's reference is a
+/// local one to give up (moved into the run queue when it queues).
+///
+/// # Safety
+/// Owner thread, before the core closed; the caller holds a reference.
+#[inline]
+unsafe fn local_wake(ptr: NonNull<Header>, consume_local: bool) {
+    // SAFETY: alive (caller).
+    let header = unsafe { ptr.as_ref() };
+    // Relaxed: COMPLETE of a task with local state is only set on this
+    // thread.
+    if header.local.notified.get() || header.state.load(Relaxed) & COMPLETE != 0 {
+        if consume_local {
+            // SAFETY: the caller's local reference.
+            unsafe { local_dec(ptr) };
+        }
+        return;
+    }
+    header.local.notified.set(true);
+    if !consume_local {
+        // SAFETY: forwarded.
+        unsafe { local_inc(ptr) };
+    }
+    // SAFETY: owner thread.
+    unsafe { header.core.run_queue.push(LocalRef { ptr }) };
+}
+
+/// Wakes by reference from any thread.
+///
+/// # Safety
+/// The caller holds a reference.
+unsafe fn wake_by_ref(ptr: NonNull<Header>) {
+    // SAFETY: alive (caller).
+    if unsafe { ptr.as_ref() }.is_owner() {
+        // SAFETY: owner thread (a current core is never closed).
+        unsafe { local_wake(ptr, false) }
+    } else {
+        // SAFETY: forwarded.
+        unsafe { remote_wake(ptr, false) }
+    }
+}
+
+/// The owner takes a node out of its remote queue: clears `NOTIFIED` and
+/// `QUEUED`, folds the pending drop units, queues the task locally when a
+/// remote wake asked for it, and drops the node's reference. Returns
+/// whether the node carried a wake.
+///
+/// # Safety
+/// Owner thread, before the core closed; `node` came out of the core's
+/// remote queue.
+pub(crate) unsafe fn adopt_remote(node: NonNull<Header>) -> bool {
+    // SAFETY: the node holds a reference.
+    let header = unsafe { node.as_ref() };
+    // AcqRel: Acquire pairs with the Release RMWs of remote wakes (their
+    // writes are visible to the poll) and remote drops (their uses of the
+    // task happen before we may free it); Release: a later remote wake
+    // that sees QUEUED clear pushes again.
+    let prev = header
+        .state
+        .fetch_and(!(NOTIFIED | QUEUED | DROP_MASK), AcqRel);
+    debug_assert!(prev & DETACHED == 0 && prev & QUEUED != 0);
+    let woken = prev & NOTIFIED != 0;
+    if woken && prev & COMPLETE == 0 && !header.local.notified.get() {
+        header.local.notified.set(true);
+        // SAFETY: owner thread (caller); the node's reference keeps it alive.
+        unsafe { local_inc(node) };
+        // SAFETY: owner thread.
+        unsafe { header.core.run_queue.push(LocalRef { ptr: node }) };
+    }
+    let units = prev >> DROP_UNIT.trailing_zeros();
+    if units != 0 {
+        let n = header.local.refs.get();
+        debug_assert!(n >= units, "more remote drops than local references");
+        header.local.refs.set(n - units);
+        if n == units {
+            // SAFETY: owner thread; that was the last local reference.
+            unsafe { group_release(node) };
+        }
+    }
+    // SAFETY: the node's reference.
+    unsafe { atomic_dec(node) };
+    woken
+}
+
+/// Converts every local reference of the tasks linked in `groups` into a
+/// remote one and marks them `DETACHED` (the core is closing).
+///
+/// # Safety
+/// Owner thread; afterwards nothing touches the local state of these tasks
+/// (the caller leaves the core and never enters it again).
+pub(crate) unsafe fn detach_all(groups: &LocalGroups) {
+    let mut cur = groups.head.replace(ptr::null());
+    while let Some(ptr) = NonNull::new(cur.cast_mut()) {
+        // SAFETY: linked tasks are alive (their group holds a reference).
+        let header = unsafe { ptr.as_ref() };
+        cur = header.local.next.replace(ptr::null());
+        header.local.prev.set(ptr::null());
+        let n = header.local.refs.replace(0);
+        debug_assert!(n > 0);
+        // Relaxed: published by the Release RMW below. One remote count
+        // per local reference (and per pending unit, given back below).
+        header.refs.fetch_add(n, Relaxed);
+        // Relaxed: only the first guess of the CAS below.
+        let mut state = header.state.load(Relaxed);
+        // AcqRel: Release publishes the counts added above to remote
+        // droppers that see DETACHED (their Acquire); Acquire pairs with
+        // the Release CAS of remote drops whose units we take.
+        let prev = loop {
+            let new = (state | DETACHED) & !DROP_MASK;
+            match header
+                .state
+                // Relaxed on failure: we only retry.
+                .compare_exchange_weak(state, new, AcqRel, Relaxed)
+            {
+                Ok(prev) => break prev,
+                Err(now) => state = now,
+            }
+        };
+        let units = prev >> DROP_UNIT.trailing_zeros();
+        if units != 0 {
+            // Release: as in `atomic_dec`; cannot reach zero, the group's
+            // own reference is still counted.
+            header.refs.fetch_sub(units, Release);
+        }
+        // SAFETY: the group's reference.
+        unsafe { atomic_dec(ptr) };
+    }
+}
+
+/// A core's list of tasks with local references (the "groups"). Owner
+/// thread only.
+pub(crate) struct LocalGroups {
+    head: StdCell<*const Header>,
+}
+
+// SAFETY: only the owner thread touches it (insert/remove/detach_all are
+// `unsafe` with that contract); other threads merely hold the `CoreShared`.
+unsafe impl Send for LocalGroups {}
+// SAFETY: as above.
+unsafe impl Sync for LocalGroups {}
+
+impl LocalGroups {
+    pub(crate) fn new() -> Self {
+        Self {
+            head: StdCell::new(ptr::null()),
+        }
+    }
+
+    /// Whether no task has local references (a closed core's list).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.head.get().is_null()
+    }
+
+    /// # Safety
+    /// Owner thread; `ptr` is alive and not linked.
+    unsafe fn insert(&self, ptr: NonNull<Header>) {
+        // SAFETY: alive (caller).
+        let local = unsafe { &ptr.as_ref().local };
+        let head = self.head.get();
+        local.prev.set(ptr::null());
+        local.next.set(head);
+        if let Some(h) = NonNull::new(head.cast_mut()) {
+            // SAFETY: linked tasks are alive.
+            unsafe { h.as_ref() }.local.prev.set(ptr.as_ptr());
+        }
+        self.head.set(ptr.as_ptr());
+    }
+
+    /// # Safety
+    /// Owner thread; `ptr` is alive and linked here.
+    unsafe fn remove(&self, ptr: NonNull<Header>) {
+        // SAFETY: alive (caller).
+        let local = unsafe { &ptr.as_ref().local };
+        let (prev, next) = (
+            local.prev.replace(ptr::null()),
+            local.next.replace(ptr::null()),
+        );
+        match NonNull::new(prev.cast_mut()) {
+            // SAFETY: linked tasks are alive.
+            Some(p) => unsafe { p.as_ref() }.local.next.set(next),
+            None => {
+                debug_assert!(ptr::eq(self.head.get(), ptr.as_ptr()));
+                self.head.set(next);
+            }
+        }
+        if let Some(n) = NonNull::new(next.cast_mut()) {
+            // SAFETY: linked tasks are alive.
+            unsafe { n.as_ref() }.local.prev.set(prev);
+        }
+    }
+}
+
+impl Header {
+    /// Whether the calling thread is this task's owner core, entered.
+    #[inline]
+    fn is_owner(&self) -> bool {
+        current_uid() == self.owner
+    }
+}
+
 impl TaskRef {
     pub(crate) fn header(&self) -> &Header {
         // SAFETY: we hold a reference, so the task is alive.
@@ -244,18 +793,9 @@ impl TaskRef {
     }
 
     /// # Safety
-    /// `ptr` carries one reference (from `into_raw` or a waker).
+    /// `ptr` carries one remote reference (from `into_raw`).
     pub(crate) unsafe fn from_raw(ptr: NonNull<Header>) -> TaskRef {
         TaskRef { ptr }
-    }
-
-    /// Polls the task; returns true when it completed.
-    ///
-    /// # Safety
-    /// Owner core's thread only.
-    pub(crate) unsafe fn poll(&self) -> bool {
-        // SAFETY: forwarded from the caller.
-        unsafe { (self.header().vtable.poll)(self.ptr) }
     }
 
     /// Cancels the task (drops the future, completes with `Cancelled`);
@@ -269,27 +809,10 @@ impl TaskRef {
         unsafe { (self.header().vtable.cancel)(self.ptr) }
     }
 
-    /// The owned-slab index (`UNREGISTERED` when not registered).
-    ///
-    /// # Safety
-    /// Owner core's thread only.
-    pub(crate) unsafe fn owned_slot(&self) -> usize {
-        // SAFETY: owner thread only (caller), so no concurrent write.
-        unsafe { *self.header().owned_slot.get() }
-    }
-
-    /// Records the owned-slab index.
-    ///
-    /// # Safety
-    /// Owner core's thread only.
-    pub(crate) unsafe fn set_owned_slot(&self, slot: usize) {
-        // SAFETY: owner thread only (caller), so no concurrent access.
-        unsafe { *self.header().owned_slot.get() = slot }
-    }
-
-    /// Marks the task notified; true when the caller must queue it.
-    pub(crate) fn notify(&self) -> bool {
-        notify(self.header())
+    /// Wakes the task (locally on its owner thread, remotely elsewhere).
+    pub(crate) fn wake_by_ref(&self) {
+        // SAFETY: we hold a reference.
+        unsafe { wake_by_ref(self.ptr) }
     }
 
     /// Whether the task has completed.
@@ -301,8 +824,7 @@ impl TaskRef {
 
 impl Clone for TaskRef {
     fn clone(&self) -> Self {
-        // SAFETY: we hold a reference.
-        unsafe { (self.header().vtable.clone_ref)(self.ptr) };
+        atomic_inc(self.header());
         TaskRef { ptr: self.ptr }
     }
 }
@@ -310,60 +832,181 @@ impl Clone for TaskRef {
 impl Drop for TaskRef {
     fn drop(&mut self) {
         // SAFETY: gives back our reference.
-        unsafe { (self.header().vtable.drop_ref)(self.ptr) }
+        unsafe { atomic_dec(self.ptr) }
     }
 }
 
-fn notify(header: &Header) -> bool {
-    // AcqRel: Release makes what the waker wrote before waking visible to
-    // the poll (pairs with the core's AcqRel clear of NOTIFIED); Acquire
-    // sees that clear, so a wake after it queues the task again.
-    let prev = header.state.fetch_or(NOTIFIED, AcqRel);
-    prev & (NOTIFIED | COMPLETE) == 0
+impl LocalRef {
+    pub(crate) fn header(&self) -> &Header {
+        // SAFETY: we hold a reference, so the task is alive.
+        unsafe { self.ptr.as_ref() }
+    }
+
+    /// Clears the local wake flag before a poll and returns the shared
+    /// state to act on (`COMPLETE`, `CANCEL_REQUESTED`). A remote wake
+    /// already visible is served by this poll: its `NOTIFIED` is cleared
+    /// (the only RMW, and only then).
+    ///
+    /// # Safety
+    /// Owner thread; the task was just popped from the local run queue.
+    pub(crate) unsafe fn start_run(&self) -> usize {
+        let header = self.header();
+        debug_assert!(header.local.notified.get());
+        header.local.notified.set(false);
+        // Acquire: pairs with the Release RMW of a remote wake or abort, so
+        // the poll sees what they wrote; a plain load on x86.
+        let state = header.state.load(Acquire);
+        if state & NOTIFIED == 0 {
+            return state;
+        }
+        // AcqRel: Acquire as above; Release so that the RMW of a later
+        // remote wake orders after this clear.
+        header.state.fetch_and(!NOTIFIED, AcqRel) & !NOTIFIED
+    }
+
+    /// Polls the task; returns true when it completed.
+    ///
+    /// # Safety
+    /// Owner core's thread only.
+    pub(crate) unsafe fn poll(&self) -> bool {
+        // SAFETY: forwarded from the caller.
+        unsafe { (self.header().vtable.poll)(self.ptr) }
+    }
+
+    /// Cancels the task; false when it had already completed.
+    ///
+    /// # Safety
+    /// Owner core's thread only.
+    pub(crate) unsafe fn cancel(&self) -> bool {
+        // SAFETY: forwarded from the caller.
+        unsafe { (self.header().vtable.cancel)(self.ptr) }
+    }
+
+    /// The owned-slab index (`UNREGISTERED` when not registered).
+    pub(crate) fn owned_slot(&self) -> usize {
+        self.header().local.owned_slot.get()
+    }
+
+    /// Records the owned-slab index.
+    pub(crate) fn set_owned_slot(&self, slot: usize) {
+        self.header().local.owned_slot.set(slot)
+    }
 }
+
+impl Clone for LocalRef {
+    fn clone(&self) -> Self {
+        // SAFETY: a `LocalRef` only exists on the owner thread before the
+        // core closed (it is `!Send`, and the core drops its own before
+        // detaching).
+        unsafe { local_inc(self.ptr) };
+        LocalRef { ptr: self.ptr }
+    }
+}
+
+impl Drop for LocalRef {
+    fn drop(&mut self) {
+        // SAFETY: as in `clone`; gives back our reference.
+        unsafe { local_dec(self.ptr) }
+    }
+}
+
+// ---------------------------------------------------------------------
+// Wakers. The data pointer is the header, with `LOCAL_TAG` set when the
+// waker's reference is a local one. Wakers of one task made on its owner
+// thread are bit-identical, so `Waker::will_wake` holds between them.
 
 static WAKER_VTABLE: RawWakerVTable =
     RawWakerVTable::new(waker_clone, waker_wake, waker_wake_by_ref, waker_drop);
 
-/// A waker over a reference the caller keeps (never dropped: wrap in
-/// `ManuallyDrop`).
-fn borrowed_waker(ptr: NonNull<Header>) -> Waker {
-    // SAFETY: the vtable functions uphold the `RawWaker` contract: clone
-    // takes a reference, wake/drop give one back.
-    unsafe { Waker::from_raw(RawWaker::new(ptr.as_ptr().cast(), &WAKER_VTABLE)) }
-}
-
-unsafe fn waker_clone(data: *const ()) -> RawWaker {
-    let ptr = NonNull::from(
-        // SAFETY: `data` is a live header (the waker holds a reference).
-        unsafe { &*data.cast::<Header>() },
-    );
-    // SAFETY: as above.
-    unsafe { (ptr.as_ref().vtable.clone_ref)(ptr) };
+#[inline]
+fn raw_waker(ptr: NonNull<Header>, local: bool) -> RawWaker {
+    // Bit 0 of a header address is clear (alignment), so adding sets it.
+    let data = ptr
+        .as_ptr()
+        .cast::<()>()
+        .cast_const()
+        .wrapping_byte_add(usize::from(local) * LOCAL_TAG);
     RawWaker::new(data, &WAKER_VTABLE)
 }
 
+/// A waker over a reference of the given kind (the caller gives it up, or
+/// wraps the waker in `ManuallyDrop`).
+fn waker_from(ptr: NonNull<Header>, local: bool) -> Waker {
+    // SAFETY: the vtable functions uphold the `RawWaker` contract: clone
+    // takes a reference, wake/drop give one back.
+    unsafe { Waker::from_raw(raw_waker(ptr, local)) }
+}
+
+/// Splits a waker's data into the header and whether its reference is
+/// local.
+///
+/// # Safety
+/// `data` came from `raw_waker`.
+#[inline]
+unsafe fn untag(data: *const ()) -> (NonNull<Header>, bool) {
+    let tag = data.addr() & LOCAL_TAG;
+    let ptr = data.wrapping_byte_sub(tag).cast::<Header>().cast_mut();
+    let local = tag != 0;
+    // SAFETY: a header address is never null.
+    (unsafe { NonNull::new_unchecked(ptr) }, local)
+}
+
+unsafe fn waker_clone(data: *const ()) -> RawWaker {
+    // SAFETY: from `raw_waker` (the vtable is ours).
+    let (ptr, _) = unsafe { untag(data) };
+    // SAFETY: the waker holds a reference.
+    let header = unsafe { ptr.as_ref() };
+    if header.is_owner() {
+        // SAFETY: owner thread; a current core is not closed.
+        unsafe { local_inc(ptr) };
+        raw_waker(ptr, true)
+    } else {
+        atomic_inc(header);
+        raw_waker(ptr, false)
+    }
+}
+
 unsafe fn waker_wake(data: *const ()) {
-    // SAFETY: the waker's reference moves into `task`.
-    let task = unsafe { TaskRef::from_raw(NonNull::new_unchecked(data.cast_mut().cast())) };
-    if task.notify() {
-        crate::core::schedule(task);
+    // SAFETY: from `raw_waker`.
+    let (ptr, local) = unsafe { untag(data) };
+    // SAFETY: the waker holds a reference.
+    let owner = unsafe { ptr.as_ref() }.is_owner();
+    // The waker's reference, of the kind `local` says, is given up exactly
+    // once; owner-thread paths run only when `is_owner` holds (and a
+    // current core is never closed).
+    match (owner, local) {
+        // SAFETY: see above.
+        (true, true) => unsafe { local_wake(ptr, true) },
+        // SAFETY: see above.
+        (true, false) => unsafe {
+            local_wake(ptr, false);
+            atomic_dec(ptr);
+        },
+        // SAFETY: see above.
+        (false, true) => unsafe { remote_drop_local(ptr, true) },
+        // SAFETY: see above.
+        (false, false) => unsafe { remote_wake(ptr, true) },
     }
 }
 
 unsafe fn waker_wake_by_ref(data: *const ()) {
-    // SAFETY: live header, the waker holds a reference.
-    let header = unsafe { &*data.cast::<Header>() };
-    if notify(header) {
-        let ptr = NonNull::from(header);
-        // SAFETY: take one more reference for the queue.
-        unsafe { (header.vtable.clone_ref)(ptr) };
-        // SAFETY: that reference moves into the TaskRef.
-        crate::core::schedule(unsafe { TaskRef::from_raw(ptr) });
-    }
+    // SAFETY: from `raw_waker`; the waker holds a reference.
+    unsafe { wake_by_ref(untag(data).0) }
 }
 
 unsafe fn waker_drop(data: *const ()) {
-    // SAFETY: gives back the waker's reference.
-    drop(unsafe { TaskRef::from_raw(NonNull::new_unchecked(data.cast_mut().cast())) });
+    // SAFETY: from `raw_waker`.
+    let (ptr, local) = unsafe { untag(data) };
+    if !local {
+        // SAFETY: the waker's remote reference.
+        return unsafe { atomic_dec(ptr) };
+    }
+    // SAFETY: the waker holds a reference.
+    if unsafe { ptr.as_ref() }.is_owner() {
+        // SAFETY: owner thread; the waker's local reference.
+        unsafe { local_dec(ptr) }
+    } else {
+        // SAFETY: the waker's local reference, dropped off the owner.
+        unsafe { remote_drop_local(ptr, false) }
+    }
 }
