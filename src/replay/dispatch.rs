@@ -20,6 +20,16 @@
 //! With `overlap_order` off the overlap rule is dropped (fio's behaviour:
 //! overlapping writes race, nothing can be verified).
 //!
+//! Either way the engine keeps its own order below the replay
+//! (`engine/src/order.rs`): a flush waits for the writes in flight on its
+//! core and holds back the requests queued after it until it is
+//! dispatched, and a request that overlaps an earlier one in flight or
+//! waiting, where either writes, waits for every request of its core in
+//! flight. fio's iolog replay does neither (a flush is an
+//! `IORING_OP_FSYNC` queued like any IO), so with both options off the
+//! replay keeps `iodepth` IOs in flight but the engine may send far fewer
+//! to the device: the report's `depth` figures show both.
+//!
 //! So IOs leave in trace order except that an IO may pass earlier ones
 //! that wait for an overlap, when it conflicts with none of them: the scan
 //! looks up to `4 * iodepth` IOs past the first unissued one, and past at
