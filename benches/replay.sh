@@ -60,13 +60,14 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# make_zram BYTES: a fresh zram device of BYTES, zero-filled; prints its path.
+# make_zram BYTES: a fresh zram device of BYTES, zero-filled, at /dev/zram$ZRAM_ID.
+# Called in this shell, not in $(...): ZRAM_ID must reach cleanup (in a
+# subshell every call added a device that was never removed).
 make_zram() {
   [ "$(id -u)" = 0 ] && [ -e /sys/class/zram-control/hot_add ] || return 1
   if [ -z "$ZRAM_ID" ]; then ZRAM_ID=$(cat /sys/class/zram-control/hot_add) || return 1; fi
   echo 1 > "/sys/block/zram$ZRAM_ID/reset"
   echo "$1" > "/sys/block/zram$ZRAM_ID/disksize" || return 1
-  echo "/dev/zram$ZRAM_ID"
 }
 
 # now_s: wall clock in seconds with ns.
@@ -127,7 +128,9 @@ for trace in postgres sqlite; do
       target=$WORK/$trace.img
       log "$trace: zero-filling a $((size >> 20)) MiB file target"
       dd if=/dev/zero of="$target" bs=1M count=$((size >> 20)) oflag=direct status=none
-    elif ! target=$(make_zram "$size"); then
+    elif make_zram "$size"; then
+      target=/dev/zram$ZRAM_ID
+    else
       log "$trace: skipping zram (needs root and /sys/class/zram-control)"
       echo "{\"trace\": \"$trace\", \"target\": \"zram\", \"skipped\": true}" >> "$RESULTS"
       continue
