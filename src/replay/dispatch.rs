@@ -358,6 +358,7 @@ impl<'a> Dispatcher<'a> {
         handle: Option<Handle>,
         tx: Sender<Done>,
     ) -> Self {
+        let schedule = Schedule::new(opts.timing, ios);
         Dispatcher {
             dev,
             ios,
@@ -367,8 +368,11 @@ impl<'a> Dispatcher<'a> {
             here: plugio_executor::core_id().unwrap_or(0),
             tx,
             timing: opts.timing,
-            schedule: Schedule::new(opts.timing, ios),
-            schedule_start: Instant::now(),
+            // One clock for the schedule and the report: no IO is due
+            // before `schedule_start`, so under original timing the
+            // elapsed time is at least the trace's span.
+            schedule_start: schedule.start(),
+            schedule,
             in_flight: Vec::with_capacity(opts.iodepth as usize),
             remote_in_flight: 0,
             to_start: Vec::with_capacity(opts.iodepth as usize),
