@@ -10,14 +10,17 @@
 #                                                         (no ordering at all, as fio)
 #   fio --read_iolog=<trace>.bin --replay_redirect=TARGET --replay_no_stall=1
 #       --ioengine=io_uring --iodepth=QD --direct=1
-# then prints a markdown table (median of the rounds) and the request counts
+# then prints a markdown table (median of the rounds, with plugio's run time
+# over fio's), the queue depth plugio kept (IOs in flight in the replay and
+# engine tags held, from builds that report them), and the request counts
 # plugio's merging makes of the Q stream next to the kernel's D counts.
 #
 # Usage: benches/replay.sh [--quick] [--rounds N] [--iodepth N]
 #   --quick   one round, file target only, plugio replays the first 20000
 #             IOs (fio the whole trace): a smoke test
 # Environment: WORK (scratch dir, default target/replay-bench; must not be
-# tmpfs, O_DIRECT), TRACES (default ../shared/traces).
+# tmpfs, O_DIRECT), TRACES (default ../shared/traces), PLUGIO (a plugio
+# binary to measure instead of building this tree's, e.g. an older build).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -40,8 +43,10 @@ log() { echo "replay.sh: $*" >&2; }
 command -v fio >/dev/null || { log "fio is missing (apt-get install -y fio)"; exit 2; }
 command -v zstd >/dev/null || { log "zstd is missing (apt-get install -y zstd)"; exit 2; }
 mkdir -p "$WORK"
-(cd "$ROOT" && cargo build --release -q -p plugio)
-PLUGIO=$ROOT/target/release/plugio
+if [ -z "${PLUGIO:-}" ]; then
+  (cd "$ROOT" && cargo build --release -q -p plugio)
+  PLUGIO=$ROOT/target/release/plugio
+fi
 RESULTS=$WORK/results.jsonl
 : > "$RESULTS"
 
@@ -55,13 +60,14 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# make_zram BYTES: a fresh zram device of BYTES, zero-filled; prints its path.
+# make_zram BYTES: a fresh zram device of BYTES, zero-filled, at /dev/zram$ZRAM_ID.
+# Called in this shell, not in $(...): ZRAM_ID must reach cleanup (in a
+# subshell every call added a device that was never removed).
 make_zram() {
   [ "$(id -u)" = 0 ] && [ -e /sys/class/zram-control/hot_add ] || return 1
   if [ -z "$ZRAM_ID" ]; then ZRAM_ID=$(cat /sys/class/zram-control/hot_add) || return 1; fi
   echo 1 > "/sys/block/zram$ZRAM_ID/reset"
   echo "$1" > "/sys/block/zram$ZRAM_ID/disksize" || return 1
-  echo "/dev/zram$ZRAM_ID"
 }
 
 # now_s: wall clock in seconds with ns.
@@ -88,7 +94,7 @@ print(json.dumps({"trace": trace, "target": kind, "tool": tool,
   "ios": r["ios"], "run_s": r["elapsed_s"], "wall_s": float(t1) - float(t0),
   "data_bios": r["trace_ios"][0] + r["trace_ios"][1] + r["trace_ios"][3],
   "data_requests": e["read_requests"] + e["write_requests"] + e["discard_requests"],
-  "merges": e["merges"], "ios_per_call": e["ios_per_call"]}))
+  "merges": e["merges"], "ios_per_call": e["ios_per_call"], "depth": r.get("depth")}))
 EOF
 }
 
@@ -122,7 +128,9 @@ for trace in postgres sqlite; do
       target=$WORK/$trace.img
       log "$trace: zero-filling a $((size >> 20)) MiB file target"
       dd if=/dev/zero of="$target" bs=1M count=$((size >> 20)) oflag=direct status=none
-    elif ! target=$(make_zram "$size"); then
+    elif make_zram "$size"; then
+      target=/dev/zram$ZRAM_ID
+    else
       log "$trace: skipping zram (needs root and /sys/class/zram-control)"
       echo "{\"trace\": \"$trace\", \"target\": \"zram\", \"skipped\": true}" >> "$RESULTS"
       continue
@@ -144,8 +152,11 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 traces, qd, rounds = sys.argv[2], sys.argv[3], sys.argv[4]
 print(f"Queue depth {qd}, median of {rounds} round(s); run s = the tool's own run time "
       "(plugio: first issue to last completion; fio: job_runtime), wall s = the whole process.\n")
-print("| trace | target | tool | IOs issued | run s | wall s | IOPS (IOs / run s) |")
-print("|---|---|---|---|---|---|---|")
+print("| trace | target | tool | IOs issued | run s | wall s | IOPS (IOs / run s) | run s / fio's |")
+print("|---|---|---|---|---|---|---|---|")
+def median_run(k):
+    rs = [r for r in rows if (r["trace"], r["target"], r.get("tool")) == k and "run_s" in r]
+    return statistics.median(r["run_s"] for r in rs) if rs else None
 keys = []
 for r in rows:
     k = (r["trace"], r["target"], r.get("tool"))
@@ -154,12 +165,28 @@ for r in rows:
 for k in keys:
     rs = [r for r in rows if (r["trace"], r["target"], r.get("tool")) == k]
     if rs[0].get("skipped"):
-        print(f"| {k[0]} | {k[1]} | skipped: no zram device could be made | | | | |")
+        print(f"| {k[0]} | {k[1]} | skipped: no zram device could be made | | | | | |")
         continue
     run = statistics.median(r["run_s"] for r in rs)
     wall = statistics.median(r["wall_s"] for r in rs)
     ios = rs[0]["ios"]
-    print(f"| {k[0]} | {k[1]} | {k[2]} | {ios:,} | {run:.2f} | {wall:.2f} | {ios / run:,.0f} |")
+    fio = median_run((k[0], k[1], "fio read_iolog"))
+    ratio = f"{run / fio:.2f}" if fio else "n/a"
+    print(f"| {k[0]} | {k[1]} | {k[2]} | {ios:,} | {run:.2f} | {wall:.2f} | {ios / run:,.0f} | {ratio} |")
+drows = [k for k in keys if k[2] and k[2].startswith("plugio")]
+if any(r.get("depth") for r in rows):
+    print("\nQueue depth kept by plugio (medians; sampled each time the replay loop waits for a "
+          "completion: IOs the replay has in flight, and engine tags held, i.e. requests the engine "
+          "has sent to the device):\n")
+    print("| trace | target | tool | IOs in flight | engine tags held | IOS/call |")
+    print("|---|---|---|---|---|---|")
+    for k in drows:
+        rs = [r for r in rows if (r["trace"], r["target"], r.get("tool")) == k and r.get("depth")]
+        if not rs:
+            continue
+        m = lambda f: statistics.median(f(r) for r in rs)
+        print(f"| {k[0]} | {k[1]} | {k[2]} | {m(lambda r: r['depth']['mean_in_flight']):.1f} | "
+              f"{m(lambda r: r['depth']['mean_tags_in_use']):.1f} | {m(lambda r: r['ios_per_call'] or 0):.2f} |")
 print("\nRequests from the Q stream (data IOs: reads, writes, discards):\n")
 print("| trace | Q data bios | plugio data requests | plugio merges | kernel D data requests | kernel merges (M + F) | kernel splits (X) |")
 print("|---|---|---|---|---|---|---|")

@@ -120,6 +120,53 @@ fn a_random_trace_replays_on_the_mem_device_and_verifies_for_many_seeds() {
     }
 }
 
+/// `n` 4 KiB reads spread over the device: reads never conflict, so
+/// nothing for the ordering rules to hold back (and, 8 KiB apart, nothing
+/// adjacent to merge).
+fn read_trace(n: usize) -> Vec<TraceIo> {
+    (0..n)
+        .map(|i| {
+            let mut x = io(TraceOp::Read, (i as u64 * 8192) % MEM_BYTES, 4096);
+            x.line = i + 1;
+            x
+        })
+        .collect()
+}
+
+#[test]
+fn a_trace_without_conflicts_keeps_the_queue_at_iodepth_without_a_task_per_io() {
+    let ios = read_trace(2000);
+    let n = ios.len() as u64;
+    let m = mem(21);
+    let dev = mem_dev(&m, 64);
+    let iodepth = 8;
+    let opts = ReplayOptions {
+        iodepth,
+        ..Default::default()
+    };
+    let (r, polled) = local().run(async {
+        let before = plugio::executor::tick_stats().expect("on a core");
+        let r = replay::replay(&dev, &ios, &opts).await.expect("replay");
+        let after = plugio::executor::tick_stats().expect("on a core");
+        (r, after.tasks_polled - before.tasks_polled)
+    });
+    assert_eq!(r.ios, n);
+    assert_eq!((r.overlap_waits, r.flush_waits), (0, 0));
+    let d = r.depth;
+    assert_eq!(d.max_in_flight, u64::from(iodepth), "{d:?}");
+    // Every wait but the last few (the trace running out) has the full
+    // depth in flight; a wait follows at least one completion, so there
+    // are at least n / iodepth of them.
+    assert!(d.waits >= n / u64::from(iodepth), "{d:?}");
+    let short: f64 = (1..iodepth).map(f64::from).sum();
+    assert!(
+        d.mean_in_flight >= f64::from(iodepth) - short / d.waits as f64,
+        "{d:?}"
+    );
+    // The loop polls its IOs itself: no task spawned (and polled) per IO.
+    assert!(polled < n / 4, "{polled} tasks polled for {n} IOs");
+}
+
 #[test]
 fn queued_flushes_skip_the_barrier_and_still_verify() {
     let ios = random_trace(9, 3000);

@@ -20,6 +20,16 @@
 //! With `overlap_order` off the overlap rule is dropped (fio's behaviour:
 //! overlapping writes race, nothing can be verified).
 //!
+//! Either way the engine keeps its own order below the replay
+//! (`engine/src/order.rs`): a flush waits for the writes in flight on its
+//! core and holds back the requests queued after it until it is
+//! dispatched, and a request that overlaps an earlier one in flight or
+//! waiting, where either writes, waits for every request of its core in
+//! flight. fio's iolog replay does neither (a flush is an
+//! `IORING_OP_FSYNC` queued like any IO), so with both options off the
+//! replay keeps `iodepth` IOs in flight but the engine may send far fewer
+//! to the device: the report's `depth` figures show both.
+//!
 //! So IOs leave in trace order except that an IO may pass earlier ones
 //! that wait for an overlap, when it conflicts with none of them: the scan
 //! looks up to `4 * iodepth` IOs past the first unissued one, and past at
@@ -27,20 +37,24 @@
 //! rewriting its WAL page before each `fdatasync` (postgres) would
 //! otherwise stall the whole queue behind every rewrite.
 //!
-//! IOs of one tick are spawned together, so the engine's plug sees them as
-//! one batch and merges what is contiguous. With several cores, data IOs go
-//! to the core that owns their 1 MiB region (neighbours on one core, so
-//! they can merge); the loop itself, flushes and verification run on the
-//! calling core.
+//! The IOs of the calling core are futures the loop polls itself (no task
+//! and no channel message per IO): a completion wakes the loop, and the
+//! IOs it lets go are started in the same poll, so the engine's plug sees
+//! them as one batch and merges what is contiguous. With several cores,
+//! data IOs go to the core that owns their 1 MiB region (neighbours on one
+//! core, so they can merge) as tasks that send their result back; the
+//! loop itself, flushes and verification run on the calling core.
 //!
 //! Invariant: every issued IO is received back before [`replay`] returns,
 //! failed or not (its buffer and tag belong to the engine until then).
 
+use std::future::{poll_fn, Future};
 use std::pin::pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
-use futures::future::{select, Either};
+use futures::stream::{FuturesUnordered, StreamExt};
 use hdrhistogram::Histogram;
 use plugio_device::DmaBuf;
 use plugio_engine::Device;
@@ -49,7 +63,7 @@ use plugio_executor::Handle;
 
 use super::error::ReplayError;
 use super::pattern;
-use super::report::{self, EngineFigures, OpReport, ReplayReport};
+use super::report::{self, DepthFigures, EngineFigures, OpReport, ReplayReport};
 use super::timing::{Schedule, Timing};
 use super::trace::{TraceIo, TraceOp};
 use super::verify::{self, BlockMap, Unwritten, VerifyStats};
@@ -209,6 +223,8 @@ struct InFlight {
     op: TraceOp,
     start: u64,
     end: u64,
+    /// Runs on another core (its result comes through the channel).
+    remote: bool,
 }
 
 /// What an IO task sends back.
@@ -241,6 +257,7 @@ fn span(seq: usize, io: &TraceIo) -> InFlight {
         op: io.op,
         start: io.offset_bytes,
         end: io.end_bytes(),
+        remote: false,
     }
 }
 
@@ -251,6 +268,41 @@ fn conflicts(others: &[InFlight], io: &TraceIo) -> bool {
     others
         .iter()
         .any(|f| f.start < end && start < f.end && (f.op.modifies() || io.op.modifies()))
+}
+
+/// Queue depth, sampled each time the run loop waits for a completion
+/// (after issuing everything the rules allowed).
+#[derive(Default)]
+struct DepthAcc {
+    samples: u64,
+    max: usize,
+    sum: u64,
+    sum_tags: u64,
+}
+
+impl DepthAcc {
+    fn sample(&mut self, in_flight: usize, tags: u32) {
+        self.samples += 1;
+        self.max = self.max.max(in_flight);
+        self.sum += in_flight as u64;
+        self.sum_tags += u64::from(tags);
+    }
+
+    fn figures(&self) -> DepthFigures {
+        let mean = |x: u64| {
+            if self.samples == 0 {
+                0.0
+            } else {
+                x as f64 / self.samples as f64
+            }
+        };
+        DepthFigures {
+            waits: self.samples,
+            max_in_flight: self.max as u64,
+            mean_in_flight: mean(self.sum),
+            mean_tags_in_use: mean(self.sum_tags),
+        }
+    }
 }
 
 /// Per-op accumulators.
@@ -272,6 +324,12 @@ struct Dispatcher<'a> {
     schedule: Schedule,
     schedule_start: Instant,
     in_flight: Vec<InFlight>,
+    /// IOs of `in_flight` running on other cores.
+    remote_in_flight: usize,
+    /// IOs issued on this core that the run loop has yet to start.
+    to_start: Vec<usize>,
+    /// Queue depth samples.
+    depth: DepthAcc,
     writes_in_flight: usize,
     flush_in_flight: bool,
     flush_barrier: bool,
@@ -300,6 +358,7 @@ impl<'a> Dispatcher<'a> {
         handle: Option<Handle>,
         tx: Sender<Done>,
     ) -> Self {
+        let schedule = Schedule::new(opts.timing, ios);
         Dispatcher {
             dev,
             ios,
@@ -309,9 +368,15 @@ impl<'a> Dispatcher<'a> {
             here: plugio_executor::core_id().unwrap_or(0),
             tx,
             timing: opts.timing,
-            schedule: Schedule::new(opts.timing, ios),
-            schedule_start: Instant::now(),
+            // One clock for the schedule and the report: no IO is due
+            // before `schedule_start`, so under original timing the
+            // elapsed time is at least the trace's span.
+            schedule_start: schedule.start(),
+            schedule,
             in_flight: Vec::with_capacity(opts.iodepth as usize),
+            remote_in_flight: 0,
+            to_start: Vec::with_capacity(opts.iodepth as usize),
+            depth: DepthAcc::default(),
             writes_in_flight: 0,
             flush_in_flight: false,
             flush_barrier: opts.flush_barrier,
@@ -339,12 +404,24 @@ impl<'a> Dispatcher<'a> {
 
     /// Issues and completes IOs until every issued IO is back and either
     /// the trace is done or an IO failed.
+    ///
+    /// The IOs of this core are futures polled by this task (in `local`):
+    /// an IO's completion wakes the loop directly and the IOs it lets go
+    /// are plugged in the same poll, with no task spawned and no channel
+    /// message per IO. Only IOs sent to other cores go through `rx`.
     async fn run(&mut self, rx: &mut Receiver<Done>) {
+        let dev = self.dev;
+        let ios = self.ios;
+        let keep_reads = self.map.is_some();
+        let mut local = FuturesUnordered::new();
         let mut next = 0;
         loop {
             let mut due = None;
             if self.failed.is_none() {
                 (next, due) = self.issue_ready(next);
+                for seq in self.to_start.drain(..) {
+                    local.push(run_io(dev, seq, ios[seq], keep_reads));
+                }
             }
             if self.in_flight.is_empty() {
                 match due {
@@ -355,22 +432,34 @@ impl<'a> Dispatcher<'a> {
                     _ => break,
                 }
             }
-            let done = match due {
-                Some(at) => {
-                    let recv = pin!(rx.recv());
-                    let sleep = pin!(plugio_executor::sleep_until(at));
-                    match select(recv, sleep).await {
-                        Either::Left((d, _)) => d,
-                        Either::Right(_) => continue,
-                    }
+            self.depth.sample(self.in_flight.len(), dev.tags_in_use());
+            let remote = self.remote_in_flight > 0;
+            let mut sleep = pin!(due.map(plugio_executor::sleep_until));
+            let first = poll_fn(|cx| {
+                if let Poll::Ready(d) = poll_done(&mut local, rx, remote, cx) {
+                    return Poll::Ready(Some(d));
                 }
-                None => rx.recv().await,
-            };
-            // The dispatcher holds a sender, so the channel never closes.
-            let Some(done) = done else { break };
+                match sleep.as_mut().as_pin_mut().map(|s| s.poll(cx)) {
+                    Some(Poll::Ready(())) => Poll::Ready(None),
+                    _ => Poll::Pending,
+                }
+            })
+            .await;
+            // `None`: the next IO's time has come.
+            let Some(done) = first else { continue };
             self.complete(done);
-            while let Ok(d) = rx.try_recv() {
-                self.complete(d);
+            // Everything else that is back already, before issuing more.
+            loop {
+                let remote = self.remote_in_flight > 0;
+                let more = poll_fn(|cx| match poll_done(&mut local, rx, remote, cx) {
+                    Poll::Ready(d) => Poll::Ready(Some(d)),
+                    Poll::Pending => Poll::Ready(None),
+                })
+                .await;
+                match more {
+                    Some(d) => self.complete(d),
+                    None => break,
+                }
             }
         }
     }
@@ -447,26 +536,19 @@ impl<'a> Dispatcher<'a> {
         }
     }
 
-    /// Spawns IO `seq` on its core.
+    /// Issues IO `seq`: on this core it joins `to_start` (the run loop
+    /// makes it a future of its own), on another core it is spawned there.
     fn issue(&mut self, seq: usize) {
         let io = self.ios[seq];
         self.issued[seq] = true;
         if let Some(map) = &mut self.map {
             map.record(seq as u64, &io);
         }
-        self.in_flight.push(span(seq, &io));
         match io.op {
             TraceOp::Flush => self.flush_in_flight = self.flush_barrier,
             op if op.modifies() => self.writes_in_flight += 1,
             _ => {}
         }
-        let task = run_io(
-            self.dev.clone(),
-            seq,
-            io,
-            self.map.is_some(),
-            self.tx.clone(),
-        );
         let core = match (&self.handle, io.op) {
             (Some(_), op) if op != TraceOp::Flush => {
                 ((io.offset_bytes >> CORE_REGION_SHIFT) % self.cores as u64) as usize
@@ -474,8 +556,25 @@ impl<'a> Dispatcher<'a> {
             _ => self.here,
         };
         match &self.handle {
-            Some(h) if core != self.here => drop(h.spawn_on(core, task)),
-            _ => drop(plugio_executor::spawn_local(task)),
+            Some(h) if core != self.here => {
+                self.in_flight.push(InFlight {
+                    remote: true,
+                    ..span(seq, &io)
+                });
+                self.remote_in_flight += 1;
+                let task = run_io_remote(
+                    self.dev.clone(),
+                    seq,
+                    io,
+                    self.map.is_some(),
+                    self.tx.clone(),
+                );
+                drop(h.spawn_on(core, task));
+            }
+            _ => {
+                self.in_flight.push(span(seq, &io));
+                self.to_start.push(seq);
+            }
         }
     }
 
@@ -484,6 +583,9 @@ impl<'a> Dispatcher<'a> {
             return;
         };
         let f = self.in_flight.swap_remove(pos);
+        if f.remote {
+            self.remote_in_flight -= 1;
+        }
         match f.op {
             TraceOp::Flush => self.flush_in_flight = false,
             op if op.modifies() => self.writes_in_flight -= 1,
@@ -568,13 +670,34 @@ impl<'a> Dispatcher<'a> {
             lag: self.schedule.lag(),
             overlap_waits: self.overlap_waits,
             flush_waits: self.flush_waits,
+            depth: self.depth.figures(),
             verify,
         }
     }
 }
 
-/// One IO, run on its core; sends its result back to the dispatcher.
-async fn run_io(dev: Device, seq: usize, io: TraceIo, keep_read: bool, tx: Sender<Done>) {
+/// The first completion of a local IO, or (when IOs are in flight on
+/// other cores) of a remote one.
+fn poll_done<F: Future<Output = Done>>(
+    local: &mut FuturesUnordered<F>,
+    rx: &mut Receiver<Done>,
+    remote: bool,
+    cx: &mut Context<'_>,
+) -> Poll<Done> {
+    if let Poll::Ready(Some(d)) = local.poll_next_unpin(cx) {
+        return Poll::Ready(d);
+    }
+    if remote {
+        // The dispatcher holds a sender, so the channel never closes.
+        if let Poll::Ready(Some(d)) = pin!(rx.recv()).poll(cx) {
+            return Poll::Ready(d);
+        }
+    }
+    Poll::Pending
+}
+
+/// One IO: issues it through `dev` and returns its result.
+async fn run_io(dev: &Device, seq: usize, io: TraceIo, keep_read: bool) -> Done {
     let len = io.len_bytes as usize;
     let t0 = Instant::now();
     let (result, buf) = match io.op {
@@ -597,13 +720,17 @@ async fn run_io(dev: Device, seq: usize, io: TraceIo, keep_read: bool, tx: Sende
         ),
     };
     let latency_ns = t0.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
+    Done {
+        seq,
+        result,
+        buf,
+        latency_ns,
+    }
+}
+
+/// One IO run on another core; sends its result back to the dispatcher.
+async fn run_io_remote(dev: Device, seq: usize, io: TraceIo, keep_read: bool, tx: Sender<Done>) {
+    let done = run_io(&dev, seq, io, keep_read).await;
     // A closed channel means the replay is gone; nothing is left to tell.
-    let _ = tx
-        .send(Done {
-            seq,
-            result,
-            buf,
-            latency_ns,
-        })
-        .await;
+    let _ = tx.send(done).await;
 }

@@ -145,6 +145,23 @@ impl EngineFigures {
     }
 }
 
+/// How deep the replay kept the queue, sampled each time its loop waited
+/// for a completion after issuing every IO the rules allowed. An IO the
+/// replay has issued but that holds no engine tag waits inside the engine
+/// (for an ordering barrier of the engine, or for a tag).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct DepthFigures {
+    /// Samples: how many times the loop waited.
+    pub waits: u64,
+    /// Most IOs in flight at once (issued by the replay, not yet back).
+    pub max_in_flight: u64,
+    /// Mean IOs in flight when the loop waited (at most `iodepth`).
+    pub mean_in_flight: f64,
+    /// Mean engine tags held (requests sent to the device) when the loop
+    /// waited.
+    pub mean_tags_in_use: f64,
+}
+
 /// The result of one replay.
 #[derive(Debug, Clone, Serialize)]
 pub struct ReplayReport {
@@ -181,6 +198,8 @@ pub struct ReplayReport {
     /// IOs that waited at a flush barrier: a flush for the writes before
     /// it, or an IO for the flush before it (each counted once).
     pub flush_waits: u64,
+    /// How deep the queue was kept.
+    pub depth: DepthFigures,
     /// Verification (`None` without `--verify`).
     pub verify: Option<VerifyStats>,
 }
@@ -263,6 +282,11 @@ impl ReplayReport {
             s,
             "  ordering: {} IOs waited for an overlapping IO, {} at a flush barrier",
             self.overlap_waits, self.flush_waits
+        )?;
+        writeln!(
+            s,
+            "  depth: {:.1} IOs in flight on average when waiting (max {}), {:.1} holding an engine tag",
+            self.depth.mean_in_flight, self.depth.max_in_flight, self.depth.mean_tags_in_use
         )?;
         if let Some(l) = &self.lag {
             writeln!(

@@ -46,6 +46,11 @@ pub struct Schedule {
 }
 
 impl Schedule {
+    /// When the schedule started: the trace's first IO is due then.
+    pub fn start(&self) -> Instant {
+        self.start
+    }
+
     /// A schedule that starts now, with the trace's first IO at `start`.
     pub fn new(timing: Timing, ios: &[TraceIo]) -> Self {
         Schedule {
