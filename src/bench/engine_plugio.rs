@@ -156,6 +156,25 @@ pub fn device_options(job: &Job, notes: &mut Vec<String>) -> DeviceOptions {
     opts
 }
 
+/// Most bytes of registered buffers a core asks for (the memlock limit of
+/// an unprivileged user is often 8 MiB).
+const ARENA_MAX_BYTES: usize = 4 << 20;
+
+/// With `--fixedbufs 1`, a registered arena of one `bs`-sized chunk per IO
+/// task of the core (as fio registers one buffer per `io_u`), capped at
+/// [`ARENA_MAX_BYTES`]; tasks beyond the cap use cached buffers.
+fn arena_config(job: &Job) -> Option<plugio_device::buf::ArenaConfig> {
+    if !job.fixed_bufs || job.nop {
+        return None;
+    }
+    let chunk_bytes = (job.bs_bytes as usize).next_multiple_of(4096).max(4096);
+    let nr_chunks = (job.iodepth as usize).min(ARENA_MAX_BYTES / chunk_bytes).max(1);
+    Some(plugio_device::buf::ArenaConfig {
+        chunk_bytes,
+        nr_chunks: nr_chunks as u32,
+    })
+}
+
 /// The ring each core gets.
 fn ring_config(job: &Job) -> RingConfig {
     RingConfig {
@@ -177,6 +196,7 @@ pub fn run(
     let mut notes = Vec::new();
     let opts = device_options(job, &mut notes);
     let ring = ring_config(job);
+    let arena = arena_config(job);
     let driver_counters = counters.clone();
     let idle_wait = job.idle_wait;
     let rt = plugio_executor::Builder::new()
@@ -184,6 +204,11 @@ pub fn run(
         .placement(Placement::Pinned)
         .thread_name("plugio-bench")
         .driver(move |core| {
+            if let Some(arena) = arena {
+                // Before the core's first buffer: the arena the driver
+                // registers holds one chunk per IO task.
+                plugio_device::buf::configure_arena(arena);
+            }
             let inner = DeviceDriver::new(&ring)?;
             Ok(Box::new(StatsDriver::new(
                 inner,

@@ -181,6 +181,13 @@ pub struct PlugFigures {
     pub requests_per_flush: Option<f64>,
     /// Bios per request (1.0 without merging).
     pub bios_per_request: Option<f64>,
+    /// Requests that went out on a registered buffer (`READ_FIXED` /
+    /// `WRITE_FIXED`), per request.
+    #[serde(default)]
+    pub fixed_buf_share: Option<f64>,
+    /// Requests issued again after a short or failed completion.
+    #[serde(default)]
+    pub requeues: Option<u64>,
     /// The device's counters as a `/proc/diskstats` line.
     pub diskstats: Option<String>,
 }
@@ -284,6 +291,10 @@ impl BenchResult {
             merges: d.map(|t| t.merges),
             requests_per_flush: d.and_then(|t| ratio(t.requests, t.plug_flushes)),
             bios_per_request: io.as_ref().and_then(|s| ratio(s.bios, s.requests)),
+            fixed_buf_share: io
+                .as_ref()
+                .and_then(|s| ratio(s.fixed_buf_requests, s.requests + s.requeues)),
+            requeues: io.as_ref().map(|s| s.requeues),
             diskstats: io.as_ref().map(|s| s.diskstats_line("plugio")),
         };
         BenchResult {
@@ -487,12 +498,14 @@ pub fn print_result(job: &Job, r: &BenchResult) -> Result<(), BenchError> {
         writeln!(
             out,
             "  plug: merges={m}, requests/flush={}, bios/request={}, tags/batch={}, \
-             partial batches={}, tag waits={}",
+             partial batches={}, tag waits={}, fixed buffers={}, requeues={}",
             opt_f(p.requests_per_flush, 2),
             opt_f(p.bios_per_request, 2),
             opt_f(p.tags_per_batch, 2),
             p.partial_batches.unwrap_or(0),
             p.tag_waits.unwrap_or(0),
+            opt_f(p.fixed_buf_share, 2),
+            p.requeues.unwrap_or(0),
         )
         .map_err(io)?;
     }
