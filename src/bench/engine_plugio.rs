@@ -168,7 +168,9 @@ fn arena_config(job: &Job) -> Option<plugio_device::buf::ArenaConfig> {
         return None;
     }
     let chunk_bytes = (job.bs_bytes as usize).next_multiple_of(4096).max(4096);
-    let nr_chunks = (job.iodepth as usize).min(ARENA_MAX_BYTES / chunk_bytes).max(1);
+    let nr_chunks = (job.iodepth as usize)
+        .min(ARENA_MAX_BYTES / chunk_bytes)
+        .max(1);
     Some(plugio_device::buf::ArenaConfig {
         chunk_bytes,
         nr_chunks: nr_chunks as u32,
