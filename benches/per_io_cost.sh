@@ -17,7 +17,9 @@
 #   --quick  1 round of 1 s (a smoke run for CI; prints, writes nothing)
 # Prints a markdown table: median IOPS (min-max) of each side, CPU ns/IO,
 # IOS/call and the ratio of the medians. Environment: WORK (scratch dir on
-# a disk-backed file system, default target/per-io-cost).
+# a disk-backed file system, default target/per-io-cost); BEFORE (a
+# `plugio` binary of an earlier commit: its plugio side runs in the same
+# rounds, and the table gains its column and ratio).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -69,10 +71,11 @@ fi
 
 # run WORKLOAD SIDE ARGS...: one pinned run, its JSON tagged and appended.
 run() {
-  local workload=$1 side=$2
+  local workload=$1 side=$2 bin=$PLUGIO
   shift 2
+  [ "$side" = before ] && bin=$BEFORE
   local json
-  json=$(taskset -c 0 "$PLUGIO" bench --runtime "$RUNTIME" --json --quiet "$@") || {
+  json=$(taskset -c 0 "$bin" bench --runtime "$RUNTIME" --json --quiet "$@") || {
     log "failed: $workload $side: $*"
     return 0
   }
@@ -81,14 +84,22 @@ run() {
 
 for round in $(seq 1 "$ROUNDS"); do
   log "round $round of $ROUNDS"
-  run nop plugio --engine nop --iodepth 128
+  for side in plugio ${BEFORE:+before}; do
+    run nop $side --engine nop --iodepth 128
+  done
   run nop raw --engine raw --nop --iodepth 128
-  run cache plugio --filename "$CACHED" --direct 0 --rw randread --bs 4k --iodepth 128
+  for side in plugio ${BEFORE:+before}; do
+    run cache $side --filename "$CACHED" --direct 0 --rw randread --bs 4k --iodepth 128
+  done
   run cache raw --engine raw --filename "$CACHED" --direct 0 --rw randread --bs 4k --iodepth 128
   if [ -n "$ZRAM" ]; then
-    run zram plugio --filename "$ZRAM" --rw randread --bs 4k --iodepth 128
+    for side in plugio ${BEFORE:+before}; do
+      run zram $side --filename "$ZRAM" --rw randread --bs 4k --iodepth 128
+    done
     run zram raw --engine raw --filename "$ZRAM" --rw randread --bs 4k --iodepth 128
-    run seq plugio --filename "$ZRAM" --rw read --bs 4k --iodepth 32
+    for side in plugio ${BEFORE:+before}; do
+      run seq $side --filename "$ZRAM" --rw read --bs 4k --iodepth 32
+    done
     run seq raw --engine raw --filename "$ZRAM" --rw read --bs 128k --iodepth 1
   fi
 done
@@ -102,11 +113,17 @@ names = {
     "zram": "4 KiB O_DIRECT randread, zram, QD128 (IOPS)",
     "seq": "seq 4 KiB reads, 32 tasks, zram, merging (MiB/s; raw: 128 KiB at QD1)",
 }
-print("| workload | plugio | raw | ratio | plugio CPU ns/IO | raw CPU ns/IO | plugio IOS/call |")
-print("|---|---|---|---|---|---|---|")
+before = any(r["side"] == "before" for r in rows)
+head = "| workload | plugio | raw | ratio | plugio CPU ns/IO | raw CPU ns/IO | plugio IOS/call |"
+rule = "|---|---|---|---|---|---|---|"
+if before:
+    head += " plugio before | ratio before | CPU ns/IO before | IOS/call before |"
+    rule += "---|---|---|---|"
+print(head)
+print(rule)
 for w, title in names.items():
     sides = {}
-    for s in ("plugio", "raw"):
+    for s in ("plugio", "raw", "before"):
         runs = [r["run"] for r in rows if r["workload"] == w and r["side"] == s]
         if runs:
             key = "bw_mib_s" if w == "seq" else "iops"
@@ -114,9 +131,13 @@ for w, title in names.items():
             sides[s] = (statistics.median(vals), min(vals), max(vals),
                         statistics.median(r["cpu_ns_per_io"] for r in runs),
                         statistics.median((r.get("plug") or {}).get("submit_per_call") or 0 for r in runs))
-    if len(sides) < 2:
+    if "plugio" not in sides or "raw" not in sides:
         continue
     p, r = sides["plugio"], sides["raw"]
     fmt = lambda v: f"{v[0]:,.0f} ({v[1]:,.0f}–{v[2]:,.0f})"
-    print(f"| {title} | {fmt(p)} | {fmt(r)} | {p[0] / r[0]:.2f}× | {p[3]:,.0f} | {r[3]:,.0f} | {p[4]:.1f} |")
+    line = f"| {title} | {fmt(p)} | {fmt(r)} | {p[0] / r[0]:.2f}× | {p[3]:,.0f} | {r[3]:,.0f} | {p[4]:.1f} |"
+    if before and "before" in sides:
+        b = sides["before"]
+        line += f" {fmt(b)} | {b[0] / r[0]:.2f}× | {b[3]:,.0f} | {b[4]:.1f} |"
+    print(line)
 EOF
