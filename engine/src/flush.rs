@@ -33,11 +33,11 @@ impl EngineCore {
     /// bio cache hit or miss); flushes at once when the plug is
     /// over its count or byte limit. A full plug only builds and prepares
     /// its requests: the SQEs go to the kernel in the park's one enter (or
-    /// earlier when the SQ fills). IO issued from a tick hook that runs
-    /// after ours would sit in the plug while the core parks: that is
-    /// flushed at once.
+    /// earlier when the SQ fills). With plugging off (`plug_max_count` 1)
+    /// and for IO issued from a tick hook that runs after ours, the flush
+    /// also enters the kernel at once.
     pub fn plug_bio(self: &Rc<Self>, dev: u32, id: BioId, bio: &BioInfo, bio_cache_hit: bool) {
-        let full = {
+        let (full, unplugged) = {
             let mut devs = self.devs.borrow_mut();
             let d = &mut devs[dev as usize];
             if d.iostats {
@@ -56,14 +56,22 @@ impl EngineCore {
                 merge::mergeable(bio.op, bio.flags),
                 bio.op.is_write() || flush,
             );
-            plug.should_flush(d.plug_max_count, d.plug_flush_bytes)
+            // plug_max_count 1 is plugging off: each IO goes alone.
+            let unplugged = d.plug_max_count == 1;
+            (
+                plug.should_flush(d.plug_max_count, d.plug_flush_bytes),
+                unplugged,
+            )
         };
-        if full {
+        if full && !unplugged {
             self.flush();
-        } else if plugio_executor::in_tick_hooks() {
+        } else if unplugged || plugio_executor::in_tick_hooks() {
+            // Without a plug, or for IO issued from a tick hook after ours
+            // (it would sit in the SQ while the core parks): to the kernel
+            // now.
             self.flush();
             if let Err(e) = plugio_device::submit_now() {
-                tracing::warn!(error = %e, "submit after a late plug flush failed; the park will retry");
+                tracing::warn!(error = %e, "submit after an unplugged flush failed; the park will retry");
             }
         }
     }

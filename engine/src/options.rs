@@ -45,7 +45,10 @@ pub struct DeviceOptions {
     /// once, from all cores together. Default 256. Must be 1..=65536.
     pub queue_depth: u32,
     /// Flush the plug early once it holds this many requests. Default 32
-    /// (`BLK_MAX_REQUEST_COUNT`). Must be at least 1.
+    /// (`BLK_MAX_REQUEST_COUNT`). Must be at least 1. An early flush only
+    /// prepares its SQEs; the core's park sends the tick's SQEs to the
+    /// kernel in one `io_uring_enter`. 1 turns plugging off: every IO is
+    /// flushed and sent to the kernel on its own, as without a plug.
     pub plug_max_count: usize,
     /// Flush the plug early once it holds this many bytes. Default 128 KiB
     /// (`BLK_PLUG_FLUSH_SIZE`). 0 disables the byte trigger.
