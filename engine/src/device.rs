@@ -570,6 +570,18 @@ impl Future for BioFuture<'_> {
                     this.state = State::Done;
                     return Poll::Ready(r);
                 }
+                drop(bios);
+                // Not done yet: only this IO's own core can finish it. A
+                // future moved to another executor on this thread would
+                // otherwise find its old core's state (kept while busy)
+                // and wait forever: its plug is never flushed and its
+                // completions never come. (Checked only here, not on the
+                // ready path.)
+                assert!(
+                    plugio_executor::core_uid() == Some(uid),
+                    "a plugio IO future was moved to another core after its first poll"
+                );
+                let mut bios = ec.bios.borrow_mut();
                 if let Some(bio) = bios.get_mut(id) {
                     match &bio.waker {
                         Some(w) if w.will_wake(cx.waker()) => {}

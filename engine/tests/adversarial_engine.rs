@@ -554,3 +554,320 @@ fn ios_dropped_in_the_plug_and_waiting_for_tags_at_queue_depth_1() {
 }
 
 use std::future::Future;
+
+// ---------------------------------------------------------------------
+// Several devices on one core; devices closed with IO in flight and new
+// ones opened (taking the freed slot); executors one after another and
+// interleaved on one thread.
+// ---------------------------------------------------------------------
+
+fn pat(dev: u8, round: u32, off: u64, len: usize) -> Vec<u8> {
+    fill(dev.wrapping_mul(37).wrapping_add(round as u8), off, len)
+}
+
+/// Each round: IO on every open device in one tick (writes then
+/// overlapping reads, in one join), then one device is closed with an
+/// orphaned write still in flight and a new one opened; reads verify
+/// every device against its own model, and the closed device's backend
+/// got its orphaned write.
+#[test]
+fn many_devices_on_one_core_with_devices_closed_and_opened_mid_flight() {
+    watchdog(240, || {
+        local().run(async {
+            let mut devs: Vec<(u8, Arc<MemDevice>, Device, Vec<u8>)> = Vec::new();
+            let mut next_id = 0u8;
+            let open = |id: u8| {
+                let m = mem_dev(u64::from(id) + 100, 150);
+                let opts = DeviceOptions {
+                    queue_depth: 1 + u32::from(id % 3) * 3,
+                    nomerges: id % 3,
+                    ..Default::default()
+                };
+                let d = Device::with_backend(m.clone(), None, opts).unwrap();
+                (id, m, d, vec![0u8; AREA as usize])
+            };
+            for _ in 0..4 {
+                devs.push(open(next_id));
+                next_id += 1;
+            }
+            let tick = Device::with_backend(
+                Arc::new(MemDevice::new(MemConfig::default())),
+                None,
+                DeviceOptions::default(),
+            )
+            .unwrap();
+            for round in 0..24u32 {
+                // One tick of IO on every device: writes, then reads that
+                // overlap them (program order must hold per device).
+                let mut futs = Vec::new();
+                for (id, _, d, model) in devs.iter_mut() {
+                    for j in 0..4u64 {
+                        let off = ((u64::from(round) * 3 + j * 5 + u64::from(*id)) % 14) * 4096;
+                        let len = 4096 * (1 + (j as usize + round as usize) % 3);
+                        let data = pat(*id, round, off, len);
+                        model[off as usize..off as usize + len].copy_from_slice(&data);
+                        let mut b = d.alloc_buf(len);
+                        b.as_mut_slice().copy_from_slice(&data);
+                        let d2 = d.clone();
+                        futs.push(Box::pin(async move {
+                            d2.write_at(b, off).await.0.expect("write");
+                            None
+                        })
+                            as std::pin::Pin<Box<dyn Future<Output = Option<(u8, u64, Vec<u8>)>>>>);
+                        let roff = off.saturating_sub(2048);
+                        let want = model[roff as usize..roff as usize + 8192].to_vec();
+                        let d3 = d.clone();
+                        let id = *id;
+                        futs.push(Box::pin(async move {
+                            let r = d3.read_at(roff, 8192).await.expect("read");
+                            assert_eq!(r.as_slice(), &want[..], "device {id} round {round} at {roff}");
+                            Some((id, roff, want))
+                        }));
+                    }
+                }
+                futures::future::join_all(futs).await;
+                // Close one device with an orphaned write in flight.
+                let victim = (round as usize * 7) % devs.len();
+                let (vid, vm, vdev, _) = devs.remove(victim);
+                let mut b = vdev.alloc_buf(4096);
+                b.as_mut_slice().fill(0xD0 | (round as u8 & 0xf));
+                {
+                    let mut w = Box::pin(vdev.write_at(b, 60 * 1024));
+                    let waker = futures::task::noop_waker();
+                    let mut cx = std::task::Context::from_waker(&waker);
+                    let _ = w.as_mut().poll(&mut cx);
+                    if round % 2 == 0 {
+                        // Dispatched (the plug flushed at the tick end).
+                        steps(&tick, 1).await;
+                    }
+                }
+                drop(vdev);
+                // A new device, opened while the old one's write is
+                // plugged or in flight, and used in the same tick.
+                let (nid, nm, ndev, nmodel) = open(next_id);
+                next_id = next_id.wrapping_add(1);
+                let mut nb = ndev.alloc_buf(4096);
+                nb.as_mut_slice().fill(0x77);
+                ndev.write_at(nb, 60 * 1024).await.0.expect("write new");
+                devs.push((nid, nm, ndev, nmodel));
+                let mut model_n = devs.last().unwrap().3.clone();
+                model_n[60 * 1024..64 * 1024].fill(0x77);
+                devs.last_mut().unwrap().3 = model_n;
+                // The closed device's write lands on its own backend only.
+                steps(&tick, 20).await;
+                let mut got = [0u8; 4096];
+                let peek = Device::with_backend(vm.clone(), None, DeviceOptions::default()).unwrap();
+                for _ in 0..1000 {
+                    let r = peek.read_at(60 * 1024, 4096).await.expect("peek");
+                    got.copy_from_slice(r.as_slice());
+                    if got[0] != 0 {
+                        break;
+                    }
+                    steps(&tick, 1).await;
+                }
+                assert!(
+                    got.iter().all(|&x| x == 0xD0 | (round as u8 & 0xf)),
+                    "closed device {vid}: orphaned write did not land whole"
+                );
+            }
+            for (id, _, d, model) in &devs {
+                let r = d.read_at(0, AREA as usize).await.expect("read all");
+                assert!(r.as_slice() == &model[..], "device {id} differs from its model");
+                assert_eq!(d.tags_in_use(), 0);
+            }
+        });
+    });
+}
+
+/// Executors one after another on one thread (only one may be alive at a
+/// time), IO on a shared device from each; an IO future first polled on
+/// one executor outlives it and is dropped, or polled to its end, inside
+/// the next: the thread-local core pointer must never name a state that
+/// is gone, and the result must be the one the first executor delivered.
+#[test]
+fn executors_one_after_another_on_one_thread_share_devices_safely() {
+    type Held<'a> = std::pin::Pin<
+        Box<dyn Future<Output = (Result<usize, plugio_device::Error>, DmaBuf)> + 'a>,
+    >;
+    watchdog(240, || {
+        let m = mem_dev(9, 100);
+        let dev = Device::with_backend(m, None, DeviceOptions::default()).unwrap();
+        let mut held: Option<(u32, Held<'_>)> = None;
+        for round in 0..30u32 {
+            let ex = local();
+            let leftover = held.take();
+            let fut = ex.run(async {
+                if let Some((_, mut f)) = leftover {
+                    if round % 3 == 0 {
+                        // Drop a future issued on the previous executor.
+                        drop(f);
+                    } else {
+                        // Or poll it: it never reached its device (the old
+                        // executor returned before its tick ended, so the
+                        // plug was never flushed); it must panic as
+                        // documented, not wait forever.
+                        let waker = futures::task::noop_waker();
+                        let mut cx = std::task::Context::from_waker(&waker);
+                        let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            f.as_mut().poll(&mut cx).is_ready()
+                        }));
+                        match polled {
+                            Ok(ready) => assert!(ready, "round {round}: a moved IO future is pending"),
+                            Err(p) => {
+                                let msg = p
+                                    .downcast_ref::<&str>()
+                                    .map(|s| s.to_string())
+                                    .or_else(|| p.downcast_ref::<String>().cloned())
+                                    .unwrap_or_default();
+                                assert!(msg.contains("moved to another core"), "{msg}");
+                            }
+                        }
+                        drop(f);
+                    }
+                }
+                let off = u64::from(round % 8) * 8192;
+                let mut w = dev.alloc_buf(8192);
+                w.as_mut_slice().fill(round as u8 + 1);
+                let (r, x) = futures::join!(dev.write_at(w, off), dev.read_at(off, 8192));
+                r.0.expect("write");
+                assert!(x.expect("read").as_slice().iter().all(|&v| v == round as u8 + 1));
+                // Leave one IO issued but unfinished on this executor.
+                let mut f: Held<'_> = Box::pin(dev.read_into(dev.alloc_buf(4096), off));
+                let waker = futures::task::noop_waker();
+                let mut cx = std::task::Context::from_waker(&waker);
+                assert!(f.as_mut().poll(&mut cx).is_pending());
+                f
+            });
+            held = Some((round, fut));
+            drop(ex);
+        }
+        drop(held);
+        // Off every executor: IO fails cleanly.
+        let mut f = Box::pin(dev.read_at(0, 4096));
+        let waker = futures::task::noop_waker();
+        let mut cx = std::task::Context::from_waker(&waker);
+        match f.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(r) => assert!(r.is_err()),
+            std::task::Poll::Pending => panic!("IO off a runtime must fail, not hang"),
+        }
+    });
+}
+
+// ---------------------------------------------------------------------
+// Submissions refused by the backend (the `Status::Submit` path, which
+// completes inside dispatch, possibly inside a plug flush).
+// ---------------------------------------------------------------------
+
+/// Refuses some submissions (a seeded pattern) with `EAGAIN`.
+#[derive(Debug)]
+struct Refuse {
+    inner: Arc<MemDevice>,
+    n: std::sync::atomic::AtomicU64,
+    seed: u64,
+}
+
+impl Backend for Refuse {
+    fn geometry(&self) -> &plugio_device::Geometry {
+        self.inner.geometry()
+    }
+
+    fn kind(&self) -> plugio_device::backend::BackendKind {
+        self.inner.kind()
+    }
+
+    unsafe fn submit(
+        &self,
+        op: &plugio_device::IoOp<'_>,
+        handler: plugio_device::HandlerId,
+        token: u64,
+    ) -> plugio_device::Result<()> {
+        let n = self.n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if (n ^ self.seed).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 62 == 0 {
+            return Err(plugio_device::Error::from_errno(libc::EAGAIN));
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.inner.submit(op, handler, token) }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// With about a quarter of submissions refused: nothing hangs, every
+    /// tag comes back, and each IO either fails or returns what a
+    /// one-at-a-time device gives after the writes that succeeded before
+    /// it in program order (a refused write has no effect).
+    #[test]
+    fn refused_submissions_fail_their_ios_and_nothing_else(s in scenario(), nomerges in 0u8..3) {
+        let s = s.clone();
+        watchdog(120, move || -> Result<(), TestCaseError> {
+            let m = Arc::new(MemDevice::new(MemConfig {
+                capacity_bytes: CAP,
+                latency: Latency::Uniform { min: Duration::from_micros(1), max: Duration::from_micros(300) },
+                seed: s.seed,
+                ..Default::default()
+            }));
+            let backend: Arc<dyn Backend> = Arc::new(Refuse { inner: m, n: Default::default(), seed: s.seed });
+            let opts = DeviceOptions { nomerges, queue_depth: s.qd, ..Default::default() };
+            let dev = Device::with_backend(backend, None, opts).unwrap();
+            let batches = s.batches.clone();
+            let outs = local().run(async move {
+                let mut outs = Vec::new();
+                for batch in batches {
+                    let futs = batch.into_iter().map(|op| {
+                        let dev = dev.clone();
+                        async move {
+                            let err = |e: plugio_device::Error| format!("{:?}", e.kind());
+                            match op {
+                                Op::Read { off, len } => Out::Read(dev.read_at(off, len as usize).await.map(|b| b.as_slice().to_vec()).map_err(err)),
+                                Op::Write { off, len, fua, seed } => {
+                                    let mut b = dev.alloc_buf(len as usize);
+                                    b.as_mut_slice().copy_from_slice(&fill(seed, off, len as usize));
+                                    let flags = if fua { IoFlags::FUA } else { IoFlags::NONE };
+                                    Out::Write(dev.write_at_with(b, off, flags).await.0.map_err(err))
+                                }
+                                Op::WriteV { off, a, b, seed } => {
+                                    let data = fill(seed, off, (a + b) as usize);
+                                    let mut x = dev.alloc_buf(a as usize);
+                                    x.as_mut_slice().copy_from_slice(&data[..a as usize]);
+                                    let mut y = dev.alloc_buf(b as usize);
+                                    y.as_mut_slice().copy_from_slice(&data[a as usize..]);
+                                    Out::Write(dev.writev(vec![x, y], off).await.0.map_err(err))
+                                }
+                                Op::Flush => Out::Flush(dev.flush().await.map_err(err)),
+                            }
+                        }
+                    });
+                    outs.extend(futures::future::join_all(futs).await);
+                }
+                assert_eq!(dev.tags_in_use(), 0, "tags left in use");
+                outs
+            });
+            // Check against the model, applying only the writes that went.
+            let mut img = vec![0u8; CAP as usize];
+            let ops: Vec<&Op> = s.batches.iter().flatten().collect();
+            for (i, (op, out)) in ops.iter().zip(&outs).enumerate() {
+                match (op, out) {
+                    (Op::Read { off, len }, Out::Read(Ok(got))) => {
+                        prop_assert_eq!(got.len() as u64, *len, "read {} short", i);
+                        prop_assert!(got[..] == img[*off as usize..(*off + *len) as usize], "read {} bytes", i);
+                    }
+                    (Op::Write { off, len, seed, .. }, Out::Write(Ok(n))) => {
+                        prop_assert_eq!(*n as u64, *len);
+                        img[*off as usize..(*off + *len) as usize].copy_from_slice(&fill(*seed, *off, *len as usize));
+                    }
+                    (Op::WriteV { off, a, b, seed }, Out::Write(Ok(n))) => {
+                        prop_assert_eq!(*n as u64, a + b);
+                        img[*off as usize..(*off + a + b) as usize].copy_from_slice(&fill(*seed, *off, (a + b) as usize));
+                    }
+                    (_, Out::Read(Err(e)) | Out::Write(Err(e)) | Out::Flush(Err(e))) => {
+                        prop_assert!(e.contains(&libc::EAGAIN.to_string()) || e.contains("WouldBlock") || e.contains("Again"), "IO {} failed with {}", i, e);
+                    }
+                    (Op::Flush, Out::Flush(Ok(()))) => {}
+                    (op, out) => prop_assert!(false, "IO {} {:?} gave {:?}", i, op, out),
+                }
+            }
+            Ok(())
+        })?;
+    }
+}
