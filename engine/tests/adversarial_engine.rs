@@ -34,6 +34,14 @@ fn watchdog<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static
     }
 }
 
+/// Proptest cases: `default`, or `PLUGIO_ADV_CASES` for a longer hunt.
+fn cases(default: u32) -> u32 {
+    std::env::var("PLUGIO_ADV_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 const CAP: u64 = 256 * 1024;
 const AREA: u64 = 64 * 1024;
 
@@ -99,6 +107,7 @@ enum Op {
     Read { off: u64, len: u64 },
     Write { off: u64, len: u64, fua: bool, seed: u8 },
     WriteV { off: u64, a: u64, b: u64, seed: u8 },
+    ReadV { off: u64, lens: Vec<u64> },
     Flush,
 }
 
@@ -118,6 +127,8 @@ fn op_strategy() -> impl Strategy<Value = Op> {
             .prop_map(|(off, len, fua, seed)| Op::Write { off, len, fua: fua && seed % 4 == 0, seed }),
         1 => (off, 1u64..=8, 1u64..=8, any::<u8>())
             .prop_map(|(off, a, b, seed)| Op::WriteV { off, a: a * 512, b: b * 512, seed }),
+        1 => (0..AREA / 512, prop::collection::vec(1u64..=6, 1..5))
+            .prop_map(|(b, lens)| Op::ReadV { off: b * 512, lens: lens.into_iter().map(|l| l * 512).collect() }),
         1 => Just(Op::Flush),
     ]
 }
@@ -191,7 +202,12 @@ fn model(s: &Scenario, faults: &[Fault]) -> Vec<Out> {
     let mut out = Vec::new();
     for batch in &s.batches {
         for op in batch {
+            let op = &match op {
+                Op::ReadV { off, lens } => Op::Read { off: *off, len: lens.iter().sum() },
+                op => op.clone(),
+            };
             match *op {
+                Op::ReadV { .. } => unreachable!(),
                 Op::Read { off, len } => {
                     if touches(faults, off, len, false) {
                         out.push(Out::Read(Err(EIO.into())));
@@ -302,6 +318,19 @@ fn run(s: &Scenario, faults: Vec<Fault>, c: Config) -> Vec<Out> {
                             y.as_mut_slice().copy_from_slice(&data[a as usize..]);
                             Out::Write(dev.writev(vec![x, y], off).await.0.map_err(err))
                         }
+                        Op::ReadV { off, lens } => {
+                            let bufs = lens.iter().map(|&l| {
+                                let mut b = dev.alloc_buf(l as usize);
+                                b.as_mut_slice().fill(0xEE);
+                                b
+                            }).collect();
+                            let (r, bufs) = dev.readv(bufs, off).await;
+                            Out::Read(r.map(|n| {
+                                let v: Vec<u8> = bufs.iter().flat_map(|b| b.as_slice().iter().copied()).collect();
+                                assert_eq!(v.len(), n, "readv: buffer lengths sum to the count");
+                                v
+                            }).map_err(err))
+                        }
                         Op::Flush => Out::Flush(dev.flush().await.map_err(err)),
                     }
                 }
@@ -326,7 +355,7 @@ fn check(s: &Scenario, writes_fail: bool, configs: &[Config]) -> Result<(), Test
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 128, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(128), failure_persistence: None, ..ProptestConfig::default() })]
 
     /// Merging (nomerges 0, 1, 2) never changes a result under EIO and
     /// short-read faults: each IO gets what a one-at-a-time device in
@@ -791,7 +820,7 @@ impl Backend for Refuse {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(96), failure_persistence: None, ..ProptestConfig::default() })]
 
     /// With about a quarter of submissions refused: nothing hangs, every
     /// tag comes back, and each IO either fails or returns what a
@@ -834,6 +863,11 @@ proptest! {
                                     y.as_mut_slice().copy_from_slice(&data[a as usize..]);
                                     Out::Write(dev.writev(vec![x, y], off).await.0.map_err(err))
                                 }
+                                Op::ReadV { off, lens } => {
+                                    let bufs = lens.iter().map(|&l| dev.alloc_buf(l as usize)).collect();
+                                    let (r, bufs) = dev.readv(bufs, off).await;
+                                    Out::Read(r.map(|_| bufs.iter().flat_map(|b| b.as_slice().iter().copied()).collect()).map_err(err))
+                                }
                                 Op::Flush => Out::Flush(dev.flush().await.map_err(err)),
                             }
                         }
@@ -848,6 +882,11 @@ proptest! {
             let ops: Vec<&Op> = s.batches.iter().flatten().collect();
             for (i, (op, out)) in ops.iter().zip(&outs).enumerate() {
                 match (op, out) {
+                    (Op::ReadV { off, lens }, Out::Read(Ok(got))) => {
+                        let len: u64 = lens.iter().sum();
+                        prop_assert_eq!(got.len() as u64, len, "readv {} short", i);
+                        prop_assert!(got[..] == img[*off as usize..(*off + len) as usize], "readv {} bytes", i);
+                    }
                     (Op::Read { off, len }, Out::Read(Ok(got))) => {
                         prop_assert_eq!(got.len() as u64, *len, "read {} short", i);
                         prop_assert!(got[..] == img[*off as usize..(*off + *len) as usize], "read {} bytes", i);
@@ -870,4 +909,39 @@ proptest! {
             Ok(())
         })?;
     }
+}
+
+/// A database with many files open: 70 devices on one core, each used
+/// once (so each holds a device index), then a read on each alone that
+/// comes back short and must resume. A device past index 63 must have its
+/// reissued request dispatched like any other.
+#[test]
+fn short_transfers_resume_on_a_core_with_more_than_64_devices() {
+    watchdog(60, || {
+        local().run(async {
+            let devs: Vec<(Arc<MemDevice>, Device)> = (0..70u64)
+                .map(|i| {
+                    let m = mem_dev(i, 50);
+                    let backend: Arc<dyn Backend> = Arc::new(AtMost {
+                        inner: m.clone(),
+                        max_bytes: 2048,
+                    });
+                    (m, Device::with_backend(backend, None, DeviceOptions::default()).unwrap())
+                })
+                .collect();
+            // Every device gets its index on this core, in order.
+            for (i, (_, d)) in devs.iter().enumerate() {
+                let mut b = d.alloc_buf(1024);
+                b.as_mut_slice().fill(i as u8);
+                d.write_at(b, 0).await.0.expect("write");
+            }
+            // Now each alone: a 16 KiB read resumes 7 times.
+            for (i, (_, d)) in devs.iter().enumerate().rev() {
+                let r = d.read_at(0, 16384).await.expect("read");
+                assert_eq!(r.len(), 16384, "device {i}");
+                assert!(r.as_slice()[..1024].iter().all(|&x| x == i as u8));
+                assert_eq!(d.tags_in_use(), 0);
+            }
+        });
+    });
 }
