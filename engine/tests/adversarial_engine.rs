@@ -1119,3 +1119,25 @@ fn thousands_of_ios_in_one_tick_on_a_file() {
         }
     });
 }
+
+/// Executors one after another on one thread, each leaving nothing
+/// behind: each new core state retires the idle old ones (unregistering
+/// their completion handlers) and its own IO still completes.
+#[test]
+fn idle_core_states_retire_cleanly_across_executors() {
+    watchdog(120, || {
+        let m = mem_dev(11, 50);
+        let dev = Device::with_backend(m, None, DeviceOptions::default()).unwrap();
+        for round in 0..25u32 {
+            let ex = local();
+            let dev = dev.clone();
+            ex.run(async move {
+                let mut b = dev.alloc_buf(4096);
+                b.as_mut_slice().fill(round as u8);
+                let (w, r) = futures::join!(dev.write_at(b, 0), dev.read_at(0, 4096));
+                w.0.expect("write");
+                assert!(r.expect("read").as_slice().iter().all(|&x| x == round as u8));
+            });
+        }
+    });
+}
