@@ -108,6 +108,8 @@ enum Op {
     Write { off: u64, len: u64, fua: bool, seed: u8 },
     WriteV { off: u64, a: u64, b: u64, seed: u8 },
     ReadV { off: u64, lens: Vec<u64> },
+    /// Write zeroes (`discard` false) or discard (the mem device zeroes).
+    Zero { off: u64, len: u64, discard: bool },
     Flush,
 }
 
@@ -129,6 +131,8 @@ fn op_strategy() -> impl Strategy<Value = Op> {
             .prop_map(|(off, a, b, seed)| Op::WriteV { off, a: a * 512, b: b * 512, seed }),
         1 => (0..AREA / 512, prop::collection::vec(1u64..=6, 1..5))
             .prop_map(|(b, lens)| Op::ReadV { off: b * 512, lens: lens.into_iter().map(|l| l * 512).collect() }),
+        1 => (0..AREA / 512, 1u64..=16, any::<bool>())
+            .prop_map(|(b, l, discard)| Op::Zero { off: b * 512, len: l * 512, discard }),
         1 => Just(Op::Flush),
     ]
 }
@@ -244,6 +248,14 @@ fn model(s: &Scenario, faults: &[Fault]) -> Vec<Out> {
                         .copy_from_slice(&fill(seed, off, (a + b) as usize));
                     out.push(Out::Write(Ok((a + b) as usize)));
                 }
+                Op::Zero { off, len, .. } => {
+                    if touches(faults, off, len, true) {
+                        out.push(Out::Flush(Err(EIO.into())));
+                        continue;
+                    }
+                    img[off as usize..(off + len) as usize].fill(0);
+                    out.push(Out::Flush(Ok(())));
+                }
                 Op::Flush => out.push(Out::Flush(Ok(()))),
             }
         }
@@ -331,6 +343,7 @@ fn run(s: &Scenario, faults: Vec<Fault>, c: Config) -> Vec<Out> {
                                 v
                             }).map_err(err))
                         }
+                        Op::Zero { off, len, discard } => Out::Flush(if discard { dev.discard(off, len).await } else { dev.write_zeroes(off, len).await }.map_err(err)),
                         Op::Flush => Out::Flush(dev.flush().await.map_err(err)),
                     }
                 }
@@ -868,7 +881,8 @@ proptest! {
                                     let (r, bufs) = dev.readv(bufs, off).await;
                                     Out::Read(r.map(|_| bufs.iter().flat_map(|b| b.as_slice().iter().copied()).collect()).map_err(err))
                                 }
-                                Op::Flush => Out::Flush(dev.flush().await.map_err(err)),
+                                Op::Zero { off, len, discard } => Out::Flush(if discard { dev.discard(off, len).await } else { dev.write_zeroes(off, len).await }.map_err(err)),
+                        Op::Flush => Out::Flush(dev.flush().await.map_err(err)),
                             }
                         }
                     });
@@ -901,6 +915,9 @@ proptest! {
                     }
                     (_, Out::Read(Err(e)) | Out::Write(Err(e)) | Out::Flush(Err(e))) => {
                         prop_assert!(e.contains(&libc::EAGAIN.to_string()) || e.contains("WouldBlock") || e.contains("Again"), "IO {} failed with {}", i, e);
+                    }
+                    (Op::Zero { off, len, .. }, Out::Flush(Ok(()))) => {
+                        img[*off as usize..(*off + *len) as usize].fill(0);
                     }
                     (Op::Flush, Out::Flush(Ok(()))) => {}
                     (op, out) => prop_assert!(false, "IO {} {:?} gave {:?}", i, op, out),
