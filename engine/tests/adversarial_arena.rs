@@ -3,6 +3,7 @@
 //! end of a file into arena chunks, and a runtime whose registration the
 //! kernel refused.
 
+use std::future::Future;
 use std::time::Duration;
 
 use plugio_device::buf::{arena_stats, configure_arena, ArenaConfig};
@@ -192,6 +193,53 @@ fn read_at_on_a_runtime_whose_registration_failed() {
                 assert!(!st.registered, "a 1.1 GiB buffer was registered?");
                 assert_eq!(dev.iostats().fixed_buf_requests, 0);
             }
+        });
+    });
+}
+
+/// IO futures are `Send`: one first polled on its core and then dropped on
+/// another thread must not leak its bio and buffer for good. 64 reads
+/// into arena chunks, each future dropped on a helper thread (after its
+/// read completed, or while in flight): afterwards the arena's chunks are
+/// all free again.
+#[test]
+fn io_futures_dropped_on_another_thread_give_their_buffers_back() {
+    watchdog(120, || {
+        let dir = tmpdir();
+        let path = dir.path().join("remote_drop");
+        std::fs::write(&path, vec![9u8; 64 * 4096]).unwrap();
+        local().run(async move {
+            if !arena_stats().is_some_and(|s| s.registered) {
+                println!("arena not registered here: nothing to check");
+                return;
+            }
+            let dev = Device::open(&path, DeviceOptions::default()).expect("open");
+            for i in 0..64u64 {
+                let b = dev.alloc_buf(4096);
+                assert!(b.is_from_arena());
+                let mut f = Box::pin(dev.read_into(b, i * 4096));
+                let waker = futures::task::noop_waker();
+                let mut cx = std::task::Context::from_waker(&waker);
+                assert!(f.as_mut().poll(&mut cx).is_pending());
+                if i % 2 == 0 {
+                    // Let it complete first.
+                    plugio_executor::sleep(Duration::from_millis(1)).await;
+                }
+                // SAFETY-free: the future borrows `dev`, which outlives
+                // the helper thread (joined at once).
+                std::thread::scope(|s| {
+                    s.spawn(move || drop(f));
+                });
+            }
+            for _ in 0..100 {
+                plugio_executor::sleep(Duration::from_millis(1)).await;
+            }
+            let bufs: Vec<DmaBuf> = (0..64).map(|_| dev.alloc_buf(4096)).collect();
+            let from_arena = bufs.iter().filter(|b| b.is_from_arena()).count();
+            assert_eq!(
+                from_arena, 64,
+                "arena chunks leaked by IO futures dropped on another thread"
+            );
         });
     });
 }
