@@ -1282,3 +1282,37 @@ fn huge_split_read_with_a_fault_in_a_middle_part() {
         }
     });
 }
+
+/// The last thing an executor's `run` does is drop an IO future that is
+/// still in the plug (it lost a race); then the executor goes away. The
+/// core state must not keep the device (and its file) alive for good:
+/// once the thread runs a new executor, the old device is released.
+#[test]
+fn an_io_dropped_in_the_plug_as_run_returns_does_not_pin_the_device() {
+    watchdog(60, || {
+        let m = mem_dev(1, 10);
+        {
+            let dev = Device::with_backend(m.clone(), None, DeviceOptions::default()).unwrap();
+            let ex = local();
+            ex.run(async {
+                let mut b = dev.alloc_buf(4096);
+                b.as_mut_slice().fill(1);
+                let w = dev.write_at(b, 0);
+                futures::pin_mut!(w);
+                // Lost the race: polled once (plugged), then dropped.
+                let _ = futures::future::select(w, futures::future::ready(())).await;
+            });
+            drop(ex);
+        }
+        // A new executor on this thread, with IO of its own.
+        let other = Device::with_backend(mem_dev(2, 10), None, DeviceOptions::default()).unwrap();
+        local().run(async {
+            other.read_at(0, 4096).await.expect("read");
+        });
+        assert_eq!(
+            Arc::strong_count(&m),
+            1,
+            "the dropped device is still held by a dead core state"
+        );
+    });
+}
