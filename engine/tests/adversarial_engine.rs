@@ -1316,3 +1316,51 @@ fn an_io_dropped_in_the_plug_as_run_returns_does_not_pin_the_device() {
         );
     });
 }
+
+/// An executor dropped while IO that keeps being reissued (every request
+/// comes back short) is in flight at queue depth 1, with more requests
+/// waiting for the one tag: the driver's drain delivers completions that
+/// requeue and dispatch again outside any task. It must neither panic nor
+/// hang, and a new executor on the thread works.
+#[test]
+fn an_executor_dropped_with_requeueing_io_in_flight_at_queue_depth_1() {
+    watchdog(60, || {
+        for variant in 0..3u32 {
+            let m = mem_dev(31 + u64::from(variant), 100);
+            let backend: Arc<dyn Backend> = Arc::new(AtMost {
+                inner: m.clone(),
+                max_bytes: 512,
+            });
+            let opts = DeviceOptions {
+                queue_depth: 1,
+                ..Default::default()
+            };
+            let dev = Device::with_backend(backend, None, opts).unwrap();
+            let ex = local();
+            ex.run(async {
+                let ios = (0..6u64).map(|i| dev.read_at(i * 8192, 8192));
+                let all = futures::future::join_all(ios);
+                futures::pin_mut!(all);
+                let nap = async {
+                    for _ in 0..variant * 3 {
+                        plugio_executor::sleep(Duration::from_micros(1)).await;
+                    }
+                };
+                futures::pin_mut!(nap);
+                let _ = futures::future::select(all, nap).await;
+            });
+            drop(ex);
+            local().run(async {
+                let r = dev.read_at(0, 8192).await.expect("read on a new executor");
+                assert_eq!(r.len(), 8192);
+            });
+            drop(dev);
+            // The states of both executors retire when a third one does IO.
+            let other = Device::with_backend(mem_dev(3, 10), None, DeviceOptions::default()).unwrap();
+            local().run(async {
+                other.read_at(0, 4096).await.expect("read");
+            });
+            assert_eq!(Arc::strong_count(&m), 1, "variant {variant}: device still held");
+        }
+    });
+}
