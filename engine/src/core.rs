@@ -255,6 +255,7 @@ impl EngineCore {
                 let Some(d) = devs.get_mut(i) else {
                     continue;
                 };
+                crate::complete::adopt_remote_orphans(d, self.uid, &mut bios);
                 while let Some(slot) = d.waiting.pop_front() {
                     let rq = d.rqs.get_mut(slot);
                     let pieces = std::mem::take(&mut rq.pieces);

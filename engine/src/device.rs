@@ -599,9 +599,11 @@ impl Drop for BioFuture<'_> {
     fn drop(&mut self) {
         if let State::Issued { uid, id } = self.state {
             let Some(ec) = EngineCore::by_uid(uid) else {
-                // The core's thread is gone (runtime shut down): its bio
-                // table, and the buffers in it, went with it after the
-                // driver drained the ring.
+                // Not on the core's thread (or that thread is gone, and
+                // its bio table with it, after the driver drained the
+                // ring): the core frees the bio at this device's next
+                // completion batch or plug flush on it.
+                self.shared.orphan_remote(uid, id);
                 return;
             };
             let mut bios = ec.bios.borrow_mut();
