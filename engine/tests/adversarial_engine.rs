@@ -770,6 +770,8 @@ fn many_devices_on_one_core_with_devices_closed_and_opened_mid_flight() {
 /// the next: the thread-local core pointer must never name a state that
 /// is gone, and the result must be the one the first executor delivered.
 #[test]
+// The run returns an issued IO future on purpose.
+#[allow(clippy::async_yields_async)]
 fn executors_one_after_another_on_one_thread_share_devices_safely() {
     type Held<'a> = std::pin::Pin<
         Box<dyn Future<Output = (Result<usize, plugio_device::Error>, DmaBuf)> + 'a>,
