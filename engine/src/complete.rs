@@ -131,6 +131,7 @@ impl EngineCore {
                     wakes: &mut wakes,
                     requeued: false,
                 };
+                adopt_remote_orphans(d, self.uid, ctx.bios);
                 complete_device(d, self.core, batch, &mut ctx, &mut puts);
                 if ctx.requeued {
                     outcome.requeued |= 1 << dev.min(63);
@@ -331,6 +332,23 @@ fn reissue(d: &mut CoreDev, slot: u32, covered: u64, ctx: &mut Ctx<'_>) {
     d.scratch_slots = new_slots;
     pieces.clear();
     d.rqs.get_mut(slot).pieces = pieces;
+}
+
+/// Takes the bios of `d` whose futures were dropped on another thread
+/// (see [`DeviceShared::orphan_remote`](crate::shared::DeviceShared)): a
+/// finished one is freed with its buffer, an unfinished one is orphaned
+/// (freed when it finishes).
+pub(crate) fn adopt_remote_orphans(d: &CoreDev, uid: u64, bios: &mut BioTable) {
+    let mut ids = Vec::new();
+    d.shared.take_remote_orphans(uid, &mut ids);
+    for id in ids {
+        if let Some(r) = bios.take_result(id) {
+            drop(r);
+        } else if let Some(bio) = bios.get_mut(id) {
+            bio.orphaned = true;
+            bio.waker = None;
+        }
+    }
 }
 
 /// Records a piece's share of a request's result in its bio; when the bio

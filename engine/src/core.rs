@@ -177,6 +177,13 @@ impl EngineCore {
             // first (it may name one of them).
             LAST.with(|l| l.set((0, std::ptr::null())));
             cores.retain(|old| {
+                // Only one plugio executor (one DeviceDriver) lives on a
+                // thread at a time, so every other state here belongs to
+                // an executor that is gone; its driver drained what was
+                // in flight. What is still in its plug or its FIFOs will
+                // never be dispatched: end it, so the state (and the
+                // devices it holds) can go.
+                old.abandon();
                 let keep = old.busy();
                 if !keep {
                     unregister_handler(old.handler);
@@ -207,6 +214,65 @@ impl EngineCore {
             .flatten()?;
         LAST.with(|l| l.set((uid, Rc::as_ptr(&found))));
         Some(found)
+    }
+
+    /// Ends what the state of a gone executor can never dispatch: bios
+    /// still in its plug and requests waiting in its FIFOs. A bio whose
+    /// future was dropped is freed (its IO never reached the device); any
+    /// other fails with `ECANCELED` (its future, polled again, gets that).
+    /// Called only for states whose executor is gone (see `create`).
+    fn abandon(&self) {
+        let cancelled = -i64::from(libc::ECANCELED);
+        let mut wakers = Vec::new();
+        {
+            let mut plug = self.plug.borrow_mut();
+            let mut bios = self.bios.borrow_mut();
+            let mut devs = self.devs.borrow_mut();
+            let mut plugged = Vec::new();
+            let _ = plug.drain_into(&mut plugged);
+            // `plugged`: the bio never became requests, so its one part
+            // is this ending; else one of its requests ends.
+            let mut end = |bios: &mut BioTable, id: crate::bio::BioId, plugged: bool| {
+                let Some(bio) = bios.get_mut(id) else {
+                    return;
+                };
+                if plugged {
+                    bio.parts_left = 1;
+                }
+                let done = bio.complete_part(0, 0, cancelled);
+                if done {
+                    if bio.orphaned {
+                        bios.free(id);
+                    } else if let Some(w) = bio.waker.take() {
+                        wakers.push(w);
+                    }
+                }
+            };
+            for e in plugged {
+                end(&mut bios, e.id, true);
+            }
+            for i in 0..devs.len() {
+                let Some(d) = devs.get_mut(i) else {
+                    continue;
+                };
+                crate::complete::adopt_remote_orphans(d, self.uid, &mut bios);
+                while let Some(slot) = d.waiting.pop_front() {
+                    let rq = d.rqs.get_mut(slot);
+                    let pieces = std::mem::take(&mut rq.pieces);
+                    let writes = rq.op.is_some_and(plugio_device::OpKind::is_write);
+                    d.writes_waiting -= u32::from(writes);
+                    d.barriers_waiting -= u32::from(rq.barrier);
+                    for p in &pieces {
+                        end(&mut bios, p.bio, false);
+                    }
+                    d.rqs.release(slot);
+                }
+                #[cfg(debug_assertions)]
+                d.check_invariants();
+            }
+        }
+        // Wakers of a gone executor: dropped after every borrow is released.
+        drop(wakers);
     }
 
     /// Whether anything of this core is plugged or in flight.

@@ -570,6 +570,18 @@ impl Future for BioFuture<'_> {
                     this.state = State::Done;
                     return Poll::Ready(r);
                 }
+                drop(bios);
+                // Not done yet: only this IO's own core can finish it. A
+                // future moved to another executor on this thread would
+                // otherwise find its old core's state (kept while busy)
+                // and wait forever: its plug is never flushed and its
+                // completions never come. (Checked only here, not on the
+                // ready path.)
+                assert!(
+                    plugio_executor::core_uid() == Some(uid),
+                    "a plugio IO future was moved to another core after its first poll"
+                );
+                let mut bios = ec.bios.borrow_mut();
                 if let Some(bio) = bios.get_mut(id) {
                     match &bio.waker {
                         Some(w) if w.will_wake(cx.waker()) => {}
@@ -587,9 +599,11 @@ impl Drop for BioFuture<'_> {
     fn drop(&mut self) {
         if let State::Issued { uid, id } = self.state {
             let Some(ec) = EngineCore::by_uid(uid) else {
-                // The core's thread is gone (runtime shut down): its bio
-                // table, and the buffers in it, went with it after the
-                // driver drained the ring.
+                // Not on the core's thread (or that thread is gone, and
+                // its bio table with it, after the driver drained the
+                // ring): the core frees the bio at this device's next
+                // completion batch or plug flush on it.
+                self.shared.orphan_remote(uid, id);
                 return;
             };
             let mut bios = ec.bios.borrow_mut();

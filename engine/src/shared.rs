@@ -5,11 +5,12 @@
 //! device's logical block size.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use plugio_device::{Backend, Error, Geometry};
 
+use crate::bio::BioId;
 use crate::options::{DeviceOptions, TagSharing};
 use crate::stats::{CoreCounters, IoStats};
 use crate::tag::{TagOptions, TagSet, TagStats};
@@ -35,6 +36,12 @@ pub(crate) struct DeviceShared {
     pub handles: AtomicUsize,
     /// The iostats counters of every core that used the device.
     pub counters: Mutex<Vec<Arc<CoreCounters>>>,
+    /// Bios of this device whose futures were dropped on a thread other
+    /// than their core's: `(core uid, bio)`. Their core takes its own at
+    /// its next completion batch or plug flush on this device.
+    remote_orphans: Mutex<Vec<(u64, BioId)>>,
+    /// `remote_orphans` is not empty (one load per batch to check).
+    remote_orphans_pending: AtomicBool,
 }
 
 impl DeviceShared {
@@ -90,7 +97,45 @@ impl DeviceShared {
             max_merge_bytes,
             counters: Mutex::new(Vec::new()),
             handles: AtomicUsize::new(1),
+            remote_orphans: Mutex::new(Vec::new()),
+            remote_orphans_pending: AtomicBool::new(false),
         })
+    }
+
+    /// Records that the future of bio `id` of core `uid` was dropped on
+    /// another thread (it cannot touch that core's bio table).
+    pub fn orphan_remote(&self, uid: u64, id: BioId) {
+        self.remote_orphans
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((uid, id));
+        // Release: the entry is visible to whoever sees the flag.
+        self.remote_orphans_pending.store(true, Ordering::Release);
+    }
+
+    /// Moves the remote drops of core `uid` into `out`.
+    #[inline]
+    pub fn take_remote_orphans(&self, uid: u64, out: &mut Vec<BioId>) {
+        // Acquire pairs with the Release store in `orphan_remote`.
+        if !self.remote_orphans_pending.load(Ordering::Acquire) {
+            return;
+        }
+        let mut q = self
+            .remote_orphans
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        q.retain(|&(u, id)| {
+            if u == uid {
+                out.push(id);
+                false
+            } else {
+                true
+            }
+        });
+        if q.is_empty() {
+            // Relaxed: under the lock that guards the queue.
+            self.remote_orphans_pending.store(false, Ordering::Relaxed);
+        }
     }
 
     /// Whether every [`Device`](crate::Device) handle was dropped.
