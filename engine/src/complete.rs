@@ -16,6 +16,9 @@
 //!   a request that holds several bios ends the bios it covers in full and
 //!   issues every other bio (or the uncovered rest of one) again as a
 //!   request of its own, which then completes as that bio alone would.
+//!   (Known limit: that holds for errors tied to blocks; after a failure of
+//!   the whole device at one instant, such as the mem device's power cut,
+//!   the retried bios may succeed where unmerged ones failed.)
 //! - A short read or write of one bio resumes at the last aligned boundary
 //!   it reached (O_DIRECT cannot resume elsewhere) as a new request at the
 //!   front of the device's FIFO; only a result with no aligned progress (0

@@ -73,7 +73,10 @@ fn more_buffers_than_arena_chunks_held_at_once_and_dropped_remotely() {
                 let mut bufs: Vec<DmaBuf> = (0..200).map(|_| dev.alloc_buf(4096)).collect();
                 assert_disjoint(&bufs);
                 let from_arena = bufs.iter().filter(|b| b.is_from_arena()).count();
-                assert!(from_arena <= 64, "{from_arena} arena buffers from 64 chunks");
+                assert!(
+                    from_arena <= 64,
+                    "{from_arena} arena buffers from 64 chunks"
+                );
                 for (i, b) in bufs.iter_mut().enumerate() {
                     b.as_mut_slice().fill(i as u8 ^ nomerges);
                 }
@@ -105,7 +108,11 @@ fn more_buffers_than_arena_chunks_held_at_once_and_dropped_remotely() {
                 }
                 drop(all);
                 let reads = (0..200u64).map(|i| dev.read_at(i * 4096, 4096));
-                for (i, r) in futures::future::join_all(reads).await.into_iter().enumerate() {
+                for (i, r) in futures::future::join_all(reads)
+                    .await
+                    .into_iter()
+                    .enumerate()
+                {
                     let r = r.expect("read");
                     assert!(
                         r.as_slice().iter().all(|&x| x == i as u8 ^ nomerges),
@@ -115,7 +122,10 @@ fn more_buffers_than_arena_chunks_held_at_once_and_dropped_remotely() {
                 drop(held);
                 assert_eq!(dev.tags_in_use(), 0);
                 let s = dev.iostats();
-                println!("nomerges {nomerges}: fixed requests {}", s.fixed_buf_requests);
+                println!(
+                    "nomerges {nomerges}: fixed requests {}",
+                    s.fixed_buf_requests
+                );
             });
         }
     });
@@ -146,10 +156,15 @@ fn reads_across_end_of_file_into_reused_arena_chunks() {
                 drop(junk);
                 let off = (round % 5) * 4096;
                 let reads = (0..4u64).map(|k| dev.read_at(off + k * 4096, 4096 * (1 + k as usize)));
-                for (k, r) in futures::future::join_all(reads).await.into_iter().enumerate() {
+                for (k, r) in futures::future::join_all(reads)
+                    .await
+                    .into_iter()
+                    .enumerate()
+                {
                     let r = r.expect("read");
                     let start = (off + k as u64 * 4096) as usize;
-                    let want = &data[start.min(data.len())..(start + 4096 * (1 + k)).min(data.len())];
+                    let want =
+                        &data[start.min(data.len())..(start + 4096 * (1 + k)).min(data.len())];
                     assert_eq!(r.len(), want.len(), "round {round} read {k}");
                     assert!(r.as_slice() == want, "round {round} read {k}: bytes");
                 }
@@ -179,7 +194,11 @@ fn read_at_on_a_runtime_whose_registration_failed() {
             println!("arena: {st:?}");
             let dev = Device::open(&path, DeviceOptions::default()).expect("open");
             let reads = (0..64u64).map(|i| dev.read_at(i * 16384, 16384));
-            for (i, r) in futures::future::join_all(reads).await.into_iter().enumerate() {
+            for (i, r) in futures::future::join_all(reads)
+                .await
+                .into_iter()
+                .enumerate()
+            {
                 let r = r.expect("read");
                 let s = i * 16384;
                 assert!(r.as_slice() == &data[s..s + 16384], "read {i}");
