@@ -7,33 +7,11 @@ use std::future::Future;
 use std::time::Duration;
 
 use plugio_device::buf::{arena_stats, configure_arena, ArenaConfig};
-use plugio_device::{DmaBuf, RingConfig};
+use plugio_device::DmaBuf;
 use plugio_engine::{Device, DeviceOptions};
 
-fn local() -> plugio_executor::LocalExecutor {
-    plugio_engine::runtime::local(RingConfig::default()).expect("executor")
-}
-
-fn watchdog<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let h = std::thread::spawn(move || {
-        let out = f();
-        let _ = tx.send(());
-        out
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(()) => h.join().expect("test thread"),
-        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => match h.join() {
-            Ok(v) => v,
-            Err(p) => std::panic::resume_unwind(p),
-        },
-        Err(_) => panic!("hang: not finished after {secs} s"),
-    }
-}
-
-fn tmpdir() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir")
-}
+mod common;
+use common::{local, tmpdir, watchdog};
 
 fn span(b: &DmaBuf) -> (usize, usize) {
     let p = b.as_slice().as_ptr() as usize;

@@ -12,27 +12,8 @@ use plugio_device::{Backend, DmaBuf, IoFlags, RingConfig};
 use plugio_engine::{Device, DeviceOptions};
 use proptest::prelude::*;
 
-fn local() -> plugio_executor::LocalExecutor {
-    plugio_engine::runtime::local(RingConfig::default()).expect("executor")
-}
-
-/// Runs `f` on its own thread; a hang fails the test after `secs`.
-fn watchdog<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let h = std::thread::spawn(move || {
-        let out = f();
-        let _ = tx.send(());
-        out
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(()) => h.join().expect("test thread"),
-        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => match h.join() {
-            Ok(v) => v,
-            Err(p) => std::panic::resume_unwind(p),
-        },
-        Err(_) => panic!("hang: not finished after {secs} s"),
-    }
-}
+mod common;
+use common::{local, watchdog};
 
 /// Proptest cases: `default`, or `PLUGIO_ADV_CASES` for a longer hunt.
 fn cases(default: u32) -> u32 {
