@@ -139,7 +139,14 @@ impl EngineCore {
         // which the bio table keeps (even for orphaned bios) until this
         // request's completion has been delivered to `complete_batch`; the
         // request itself stays in its slab slot (never moved) until then.
-        unsafe { d.shared.backend.submit(&op, self.handler, token(dev, slot)) }
+        // Direct: the request stays in its slot until its completion, so
+        // the ring keeps no copy (a per-op EAGAIN comes back here and the
+        // request goes again, see `complete::requeue_again`).
+        unsafe {
+            d.shared
+                .backend
+                .submit_direct(&op, self.handler, token(dev, slot))
+        }
     }
 
     /// Spawns a task that waits on the tag set for `dev` when requests wait

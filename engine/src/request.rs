@@ -67,6 +67,8 @@ pub(crate) struct Request {
     pub barrier: bool,
     /// A barrier that waits only for the writes in flight (a flush).
     pub writes_only: bool,
+    /// Per-op `-EAGAIN` results in a row (see `complete::requeue_again`).
+    pub eagain_retries: u8,
 }
 
 impl Request {
@@ -81,6 +83,7 @@ impl Request {
         self.writes_only = false;
         self.nr_segs = 0;
         self.mergeable = false;
+        self.eagain_retries = 0;
     }
 
     /// Whether this request and an IO `op` on `[offset_bytes,

@@ -1495,3 +1495,57 @@ fn explicit_plug_held_across_awaits_and_past_its_executor() {
         });
     });
 }
+
+/// A per-op `-EAGAIN` (what io_uring delivers for a direct submission,
+/// modelled by the mem device's `Fault::Eagain`) sends the same request
+/// again: a merged write, a read, a flush and a NOP each meet one, and
+/// every result is what it would have been without the fault.
+#[test]
+fn a_per_op_eagain_issues_the_request_again_with_the_same_result() {
+    watchdog(60, || {
+        let m = mem_dev(7, 20);
+        let dev = Device::with_backend(m.clone(), None, DeviceOptions::default()).unwrap();
+        local().run(async move {
+            m.inject(Fault::Eagain { ops: 1 });
+            // Two adjacent writes issued in one tick merge into one request,
+            // which meets the EAGAIN.
+            let (a, b) = (fill(1, 0, 4096), fill(2, 4096, 4096));
+            let mut ba = dev.alloc_buf(4096);
+            ba.as_mut_slice().copy_from_slice(&a);
+            let mut bb = dev.alloc_buf(4096);
+            bb.as_mut_slice().copy_from_slice(&b);
+            let (ra, rb) = futures::join!(dev.write_at(ba, 0), dev.write_at(bb, 4096));
+            assert_eq!(ra.0.expect("first write"), 4096);
+            assert_eq!(rb.0.expect("second write"), 4096);
+            for _ in 0..3 {
+                m.inject(Fault::Eagain { ops: 1 });
+            }
+            let r = dev.read_at(0, 8192).await.expect("read after EAGAIN");
+            assert!(r.as_slice()[..4096] == a[..] && r.as_slice()[4096..] == b[..]);
+            dev.flush().await.expect("flush after EAGAIN");
+            dev.nop().await.expect("nop after EAGAIN");
+            assert_eq!(dev.iostats().requeues, 4, "one requeue per EAGAIN");
+            assert_eq!(dev.tags_in_use(), 0);
+        });
+    });
+}
+
+/// A backend that answers `EAGAIN` for good does not make the engine
+/// spin: after 64 tries in a row the IO ends with the error, and the
+/// device serves IO again once the fault is gone.
+#[test]
+fn eagain_for_good_ends_the_io_with_the_error() {
+    watchdog(60, || {
+        let m = mem_dev(8, 5);
+        let dev = Device::with_backend(m.clone(), None, DeviceOptions::default()).unwrap();
+        local().run(async move {
+            m.inject(Fault::Eagain { ops: 1_000 });
+            let e = dev.read_at(0, 4096).await.expect_err("EAGAIN for good");
+            assert_eq!(e.errno(), libc::EAGAIN, "{e}");
+            assert_eq!(dev.iostats().requeues, 64);
+            m.clear_faults();
+            dev.read_at(0, 4096).await.expect("read once the fault is gone");
+            assert_eq!(dev.tags_in_use(), 0);
+        });
+    });
+}

@@ -98,6 +98,13 @@ pub enum Fault {
         /// Total bytes the device accepts.
         bytes: u64,
     },
+    /// The next `ops` ops (of any kind) fail with `EAGAIN` without touching
+    /// the device, as io_uring reports a per-op `-EAGAIN` for a direct
+    /// submission ([`Backend::submit_direct`]); each failed op uses one up.
+    Eagain {
+        /// Ops left to fail.
+        ops: u64,
+    },
 }
 
 /// What a power cut does to unflushed writes.
@@ -356,6 +363,14 @@ impl MemInner {
         st.vnow = st.vnow.max(deadline);
         if st.generation != generation {
             return -libc::EIO;
+        }
+        let eagain = st.faults.iter_mut().find_map(|f| match f {
+            Fault::Eagain { ops } if *ops > 0 => Some(ops),
+            _ => None,
+        });
+        if let Some(ops) = eagain {
+            *ops -= 1;
+            return -libc::EAGAIN;
         }
         if op.flags.contains(IoFlags::PREFLUSH) {
             flush(&mut st, self.block);
