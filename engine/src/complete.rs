@@ -217,6 +217,10 @@ fn complete_device(
             continue;
         }
         complete_request(d, slot, status, now, ctx);
+        if d.order_done(slot) {
+            // Requests that waited for this one may go now.
+            ctx.requeued = true;
+        }
         d.rqs.release(slot);
     }
     if puts.is_empty() {
@@ -288,9 +292,8 @@ fn requeue_again(d: &mut CoreDev, slot: u32) -> bool {
     }
     rq.eagain_retries += 1;
     rq.state = RqState::Waiting;
-    let (writes, barrier) = (rq.op.is_some_and(OpKind::is_write), rq.barrier);
+    let writes = rq.op.is_some_and(OpKind::is_write);
     d.writes_waiting += u32::from(writes);
-    d.barriers_waiting += u32::from(barrier);
     d.waiting.push_front(slot);
     if d.iostats {
         d.pending.requeues += 1;
@@ -360,6 +363,7 @@ fn reissue(d: &mut CoreDev, slot: u32, covered: u64, ctx: &mut Ctx<'_>) {
         new_slots.push(new);
         at += p.len_bytes;
     }
+    d.order_reissued(slot, &new_slots);
     for &s in new_slots.iter().rev() {
         d.waiting.push_front(s);
     }

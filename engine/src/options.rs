@@ -39,7 +39,7 @@ pub enum TagSharing {
 /// Defaults: `queue_depth` 256, `plug_max_count` 32, `plug_flush_bytes`
 /// 128 KiB, tags shared by all cores, batch tag allocation on with retries
 /// (the 2025 "batch allocate tags multiple times" patch), O_DIRECT on.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DeviceOptions {
     /// Number of tags: how many requests may be in flight on the device at
     /// once, from all cores together. Default 256. Must be 1..=65536.

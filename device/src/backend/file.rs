@@ -382,8 +382,7 @@ impl FileBackend {
             check_op(&self.geometry, op)
         );
         if self.kind == BackendKind::Uring
-            && ring::with_current(|ring| self.queue(ring, op, handler, token, direct))
-                == Some(true)
+            && ring::with_current(|ring| self.queue(ring, op, handler, token, direct)) == Some(true)
         {
             return Ok(());
         }

@@ -320,6 +320,17 @@ impl MemDevice {
         self.inner.lock().dirty.len()
     }
 
+    /// The simulated time: with [`MemClock::Virtual`], the deadline of the
+    /// latest op executed so far (the device's own clock, which no load on
+    /// the machine moves); with [`MemClock::Real`], the time since the
+    /// device was created. Tests measure how much IO overlapped with it.
+    pub fn now(&self) -> Duration {
+        match self.inner.clock {
+            MemClock::Virtual => self.inner.lock().vnow,
+            MemClock::Real => self.inner.epoch.elapsed(),
+        }
+    }
+
     /// The op's deadline as time since the epoch: it starts on the channel
     /// that frees first, no earlier than the current (virtual or real) time.
     fn deadline(&self, st: &mut MemState) -> Duration {

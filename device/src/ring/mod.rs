@@ -703,7 +703,10 @@ impl Ring {
     /// exceeds [`DIRECT_MAX_HANDLER`] (callers check `fits_direct` first).
     #[inline]
     pub(crate) fn push_direct(&self, entry: squeue::Entry, handler: HandlerId, token: u64) {
-        assert!(fits_direct(handler, token), "token or handler too large for a direct op");
+        assert!(
+            fits_direct(handler, token),
+            "token or handler too large for a direct op"
+        );
         let ud = DIRECT_BIT | u64::from(handler.0) << DIRECT_TOKEN_BITS | token;
         self.direct_in_flight.set(self.direct_in_flight.get() + 1);
         self.push_sqe(&entry.user_data(ud));
