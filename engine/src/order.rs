@@ -45,6 +45,7 @@ impl CoreDev {
     /// Orders new request `slot` (its op and range set, state `Free`):
     /// gives it the next `seq`, finds what it waits for, and puts it in the
     /// FIFO or marks it blocked.
+    #[inline]
     pub(crate) fn order_new(&mut self, slot: u32) {
         let seq = self.next_seq;
         self.next_seq += 1;
@@ -52,6 +53,18 @@ impl CoreDev {
         rq.seq = seq;
         rq.deps = 0;
         let op = rq.op.unwrap_or(OpKind::Nop);
+        if !self.index_active && !op.is_write() {
+            // No write is live: nothing to wait for (a flush included).
+            rq.state = RqState::Waiting;
+            self.waiting.push_back(slot);
+            return;
+        }
+        self.order_new_slow(slot, op);
+    }
+
+    /// [`CoreDev::order_new`] where a write is live or this is one.
+    fn order_new_slow(&mut self, slot: u32, op: OpKind) {
+        let rq = self.rqs.get(slot);
         let (offset, len) = (rq.offset_bytes, rq.len_bytes);
         let mut deps = 0;
         if is_flush(Some(op)) {
@@ -145,7 +158,22 @@ impl CoreDev {
     /// waited for it may go, and it leaves the index. Call before the slot
     /// is released. Returns whether a request moved to the FIFO (it then
     /// needs a dispatch).
+    #[inline]
     pub(crate) fn order_done(&mut self, slot: u32) -> bool {
+        let rq = self.rqs.get(slot);
+        if rq.dependents.is_empty() && !rq.node.linked && self.flushes.is_empty() {
+            // Nothing waits for it and it is in no index (the read-only
+            // and no-op path).
+            if self.last_built == slot {
+                self.last_built = NIL;
+            }
+            return false;
+        }
+        self.order_done_slow(slot)
+    }
+
+    /// [`CoreDev::order_done`] for a request something may wait for.
+    fn order_done_slow(&mut self, slot: u32) -> bool {
         let fifo = self.waiting.len();
         let rq = self.rqs.get_mut(slot);
         let mut dependents = std::mem::take(&mut rq.dependents);
