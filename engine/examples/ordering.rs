@@ -40,7 +40,8 @@ fn main() {
     let blocks = std::fs::metadata(path).expect("stat").len() / 4096;
     assert!(
         blocks >= 2 * TASKS,
-        "the file must hold at least {} blocks", 2 * TASKS
+        "the file must hold at least {} blocks",
+        2 * TASKS
     );
     let cases: Vec<(&str, Case)> = vec![
         (

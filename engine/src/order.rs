@@ -30,6 +30,8 @@
 //! - A bio joins the newest request built only if it conflicts with no
 //!   other live request (it would otherwise need a dependency the request
 //!   lacks).
+//! - With the device's `overlap_order` off, nothing is ordered: every
+//!   request goes straight to the FIFO and the index stays off.
 
 use plugio_device::OpKind;
 
@@ -53,9 +55,11 @@ impl CoreDev {
         rq.seq = seq;
         rq.deps = 0;
         let op = rq.op.unwrap_or(OpKind::Nop);
-        if !self.index_active && !op.is_write() {
-            // No write is live: nothing to wait for (a flush included).
+        if (!self.index_active && !op.is_write()) || !self.overlap_order {
+            // No write is live (nothing to wait for, a flush included), or
+            // nothing is ordered.
             rq.state = RqState::Waiting;
+            self.writes_waiting += u32::from(op.is_write());
             self.waiting.push_back(slot);
             return;
         }
@@ -128,6 +132,9 @@ impl CoreDev {
     /// Whether a bio `op` on `[offset, offset + len)` may join request
     /// `slot`: it conflicts with no other live request.
     pub(crate) fn may_join(&mut self, slot: u32, op: OpKind, offset: u64, len: u64) -> bool {
+        if !self.overlap_order {
+            return true;
+        }
         if op.is_write() && !self.index_active {
             self.activate_index();
         }

@@ -166,6 +166,8 @@ pub(crate) struct CoreDev {
     pub index_active: bool,
     /// Flushes still waiting for the writes before them.
     pub flushes: Vec<u32>,
+    /// The device's `overlap_order` option (off: nothing is ordered).
+    pub overlap_order: bool,
     /// The newest request built by a flush (`NIL`: none, or dispatched):
     /// the one a bio may join.
     pub last_built: u32,
@@ -223,6 +225,7 @@ impl CoreDev {
             index: IntervalIndex::default(),
             index_active: false,
             flushes: Vec::new(),
+            overlap_order: o.overlap_order,
             last_built: NIL,
             scratch_conflicts: Vec::new(),
             #[cfg(debug_assertions)]
@@ -345,7 +348,7 @@ impl CoreDev {
             );
             indexed += u32::from(rq.node.linked);
             assert!(
-                self.index_active || !writes,
+                self.index_active || !writes || !self.overlap_order,
                 "a live write while the interval index is off"
             );
         }
@@ -387,7 +390,7 @@ impl CoreDev {
                 continue;
             }
             let mut want = waited_on[i as usize];
-            if is_flush(rq) && rq.seq > min_write_seq {
+            if self.overlap_order && is_flush(rq) && rq.seq > min_write_seq {
                 // Live writes issued before the flush.
                 want += write_seqs.iter().filter(|&&s| s < rq.seq).count() as u32;
             }

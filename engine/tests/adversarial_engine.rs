@@ -1669,3 +1669,51 @@ fn handles_opened_twice_on_one_file_share_one_ordering_domain() {
         });
     });
 }
+
+/// `overlap_order: false` orders nothing, as the kernel and fio: 32
+/// writes of one block, issued in one tick, are all in flight at once
+/// (one latency of simulated time), where the default orders them one
+/// after another (32 latencies); a flush issued with them does not wait.
+#[test]
+fn overlap_order_off_orders_nothing() {
+    watchdog(60, || {
+        const LAT: Duration = Duration::from_micros(100);
+        for ordered in [true, false] {
+            let m = Arc::new(MemDevice::new(MemConfig {
+                capacity_bytes: 1 << 20,
+                queue_depth: 64,
+                latency: Latency::Fixed(LAT),
+                clock: MemClock::Virtual,
+                ..Default::default()
+            }));
+            let opts = DeviceOptions {
+                queue_depth: 64,
+                overlap_order: ordered,
+                ..Default::default()
+            };
+            let dev = Device::with_backend(m.clone(), None, opts).unwrap();
+            local().run(async move {
+                let t0 = m.now();
+                let writes = (0..32u8).map(|i| {
+                    let mut b = dev.alloc_buf(4096);
+                    b.as_mut_slice().fill(i);
+                    dev.write_at(b, 0)
+                });
+                let (results, flushed) =
+                    futures::join!(futures::future::join_all(writes), dev.flush());
+                flushed.expect("flush");
+                for (r, _) in results {
+                    r.expect("write");
+                }
+                let took = m.now() - t0;
+                if ordered {
+                    assert!(took >= 32 * LAT, "ordered: {took:?}");
+                    let r = dev.read_at(0, 4096).await.expect("read");
+                    assert!(r.as_slice().iter().all(|&x| x == 31), "last writer wins");
+                } else {
+                    assert!(took <= 2 * LAT, "unordered: all at once: {took:?}");
+                }
+            });
+        }
+    });
+}
