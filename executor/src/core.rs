@@ -26,8 +26,7 @@ use crate::driver::Driver;
 use crate::owned::OwnedTasks;
 use crate::remote::{ParkGate, RemoteQueue};
 use crate::stats::{AtomicTickStats, TickStats};
-use crate::sync::{fence, set_current_uid};
-use crate::task::raw_bits::{CANCEL_REQUESTED, COMPLETE, NOTIFIED, QUEUED};
+use crate::sync::{fence, set_current_uid, AtomicBool};
 use crate::task::{
     adopt_remote, detach_all, new_local_task, Header, JoinHandle, LocalGroups, LocalRef, TaskRef,
     UNREGISTERED,
@@ -41,7 +40,7 @@ use std::pin::pin;
 use std::ptr;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8};
+use std::sync::atomic::{AtomicU64, AtomicU8};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
@@ -181,13 +180,11 @@ impl CoreShared {
         for node in self.remote.take_all() {
             // SAFETY: the queue held one reference per node.
             let task = unsafe { TaskRef::from_raw(node) };
-            // AcqRel: as in `adopt_remote` (the node is out of the queue, so
-            // a later wake pushes again, and is cancelled by its pusher).
-            // Pending drop units are zero: the close detached every task
-            // with local references first.
-            let prev = task.header().state.fetch_and(!(NOTIFIED | QUEUED), AcqRel);
-            debug_assert!(prev & QUEUED != 0);
-            if prev & COMPLETE == 0 {
+            // The node is out of the queue, so a later wake pushes again,
+            // and is cancelled by its pusher. Orderings: see
+            // `State::transition_out_of_closed_queue`.
+            let prev = task.header().state.transition_out_of_closed_queue();
+            if !prev.is_complete() {
                 // SAFETY: the core is closed, so the only tasks that can be
                 // incomplete here are unregistered `Send` ones (see `close`),
                 // and taking the node made us their only holder.
@@ -473,14 +470,14 @@ impl Core {
     fn run_task(&self, task: LocalRef) {
         // SAFETY: core thread; just popped from the local queue.
         let state = unsafe { task.start_run() };
-        if state & COMPLETE != 0 {
+        if state.is_complete() {
             return;
         }
         if task.owned_slot() == UNREGISTERED {
             // SAFETY: owner thread; unregistered.
             unsafe { self.owned.borrow_mut().insert(task.clone()) };
         }
-        let done = if state & CANCEL_REQUESTED != 0 {
+        let done = if state.is_cancel_requested() {
             // SAFETY: owner thread.
             unsafe { task.cancel() };
             true
@@ -615,9 +612,11 @@ impl Core {
                 "cancelling tasks"
             );
             for task in &queued {
+                // The state read does not matter: every task is cancelled
+                // below (a no-op on completed ones).
                 // SAFETY: core thread; out of the local queue, so its local
                 // wake flag goes (keeps the flag's invariant).
-                unsafe { task.start_run() };
+                let _ = unsafe { task.start_run() };
             }
             for task in owned.iter().chain(queued.iter()) {
                 // SAFETY: owner thread; cancel is a no-op on completed tasks.
