@@ -31,7 +31,7 @@ use crate::task::{
     adopt_remote, detach_all, new_local_task, Header, JoinHandle, LocalGroups, LocalRef, TaskRef,
     UNREGISTERED,
 };
-use crate::time::TimerQueue;
+use crate::timers::TimerQueue;
 use crate::Unpark;
 use std::cell::{Cell, OnceCell, RefCell, UnsafeCell};
 use std::collections::VecDeque;
@@ -61,6 +61,20 @@ pub trait TickHook {
 pub(crate) struct CoreConfig {
     pub(crate) task_budget: usize,
     pub(crate) coop_budget: u32,
+}
+
+/// The default task budget (task polls per tick).
+pub const DEFAULT_TASK_BUDGET: usize = 256;
+/// The default coop budget (ready resource polls per task poll).
+pub const DEFAULT_COOP_BUDGET: u32 = 128;
+
+impl Default for CoreConfig {
+    fn default() -> Self {
+        CoreConfig {
+            task_budget: DEFAULT_TASK_BUDGET,
+            coop_budget: DEFAULT_COOP_BUDGET,
+        }
+    }
 }
 
 static NEXT_CORE_UID: AtomicU64 = AtomicU64::new(1);
@@ -280,7 +294,10 @@ pub(crate) struct Core {
     stats: Cell<TickStats>,
     main_wake: Arc<MainWake>,
     drain_deadline: Cell<Option<Instant>>,
-    pub(crate) handle: OnceCell<crate::runtime::Handle>,
+    /// Every core of the runtime this one belongs to, set once when the
+    /// runtime has started them all (unset in a `LocalExecutor`): what
+    /// `Handle::current` is made of.
+    pub(crate) runtime_cores: OnceCell<Arc<[Arc<CoreShared>]>>,
     #[cfg(test)]
     pub(crate) timer_checks: RefCell<Vec<(u64, Instant)>>,
 }
@@ -308,7 +325,7 @@ impl Core {
             budget: Cell::new(config.coop_budget),
             stats: Cell::new(TickStats::default()),
             drain_deadline: Cell::new(None),
-            handle: OnceCell::new(),
+            runtime_cores: OnceCell::new(),
             #[cfg(test)]
             timer_checks: RefCell::new(Vec::new()),
         }
@@ -737,10 +754,9 @@ pub async fn yield_now() {
 mod tests {
     use super::*;
     use crate::driver::ThreadDriver;
-    use crate::runtime::default_config;
 
     fn core() -> Core {
-        Core::new(0, Box::new(ThreadDriver::new()), default_config())
+        Core::new(0, Box::new(ThreadDriver::new()), CoreConfig::default())
     }
 
     /// Each timer fires in the first tick whose timer check happens at or
@@ -846,7 +862,6 @@ mod loom_tests {
 
     use super::*;
     use crate::driver::ThreadDriver;
-    use crate::runtime::default_config;
     use crate::task::DEALLOCS;
     use loom::sync::atomic::AtomicBool as LoomBool;
     use loom::sync::Arc as LoomArc;
@@ -883,7 +898,7 @@ mod loom_tests {
     }
 
     fn setup() -> (Core, LoomArc<LoomBool>, Rc<RefCell<Option<Waker>>>) {
-        let core = Core::new(0, Box::new(ThreadDriver::new()), default_config());
+        let core = Core::new(0, Box::new(ThreadDriver::new()), CoreConfig::default());
         (core, LoomArc::new(LoomBool::new(false)), Rc::default())
     }
 

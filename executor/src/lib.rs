@@ -86,6 +86,7 @@ mod stats;
 mod sync;
 mod task;
 pub mod time;
+mod timers;
 
 pub use crate::core::{
     core_id, core_uid, in_tick_hooks, register_tick_hook, spawn, spawn_local, tick_stats,
