@@ -854,6 +854,9 @@ mod tests {
 }
 
 #[cfg(all(test, loom))]
+mod loom_task_models;
+
+#[cfg(all(test, loom))]
 mod loom_tests {
     //! The local/remote split of task references and wakes, on the real
     //! core (ticks driven by hand, no parking). A lost wake shows as a

@@ -65,11 +65,15 @@
 //!   then read the core's `parked` flag, unparking the driver if set. The
 //!   core stores `parked`, fences, and re-checks the queue before it
 //!   blocks. Checked with loom (preemption bound 3):
-//!   `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p plugio-executor --release --lib loom`.
+//!   `RUSTFLAGS="--cfg loom -C debug-assertions" CARGO_TARGET_DIR=target/loom cargo test --release -p plugio-executor -p plugio-device -p plugio-engine --lib loom`.
 //!   The same command checks the local/remote split of task references
 //!   and wakes on the real core (`core::loom_tests`): a remote wake racing
 //!   the owner's wake and poll, a remote waker drop racing the owner's last
-//!   drop, and a remote waker racing the core's close.
+//!   drop, and a remote waker racing the core's close; and the task state
+//!   transitions (`core::loom_task_models`): a wake while the task runs, a
+//!   wake after it completed, an abort racing completion, a `JoinHandle`
+//!   drop racing the output write, and a cross-core spawn racing the
+//!   `closed` flag of a closing core.
 //! - Every atomic ordering in the crate has a comment naming its pair.
 
 #![cfg_attr(not(test), warn(missing_docs))]
