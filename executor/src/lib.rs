@@ -34,9 +34,10 @@
 //! - **Where am I** ([`core_id`]): the current core's index, `None` off a
 //!   core. Per-core state may live in `thread_local!`: a core is one thread
 //!   for its whole life and tasks never migrate.
-//! - **Cooperative budget** ([`coop`]): IO futures should call
-//!   [`coop::poll_proceed`] before returning `Ready`, like plugio's own
-//!   timers, channels and join handles.
+//! - **Cooperative budget** ([`coop`]): a future that can be ready at its
+//!   first poll should call [`coop::poll_proceed`] before returning
+//!   `Ready`, like plugio's own timers, channels and join handles. The
+//!   engine's IO future does not: its first poll always returns `Pending`.
 //! - **Statistics** ([`TickStats`], [`tick_stats`], [`Runtime::tick_stats`]).
 //! - **Wakers**: a task's waker used on the task's own core (cloned, woken
 //!   by value or by reference, dropped), and the re-poll it causes, do no
