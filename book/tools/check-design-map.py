@@ -45,8 +45,6 @@ ALLOWED = {
     "Duration", "Wake", "JoinHandle", "SeqCst", "Acquire", "Release",
     "AcqRel", "Relaxed", "PREFLUSH", "FUA", "NOMERGE",
 }
-DEF_KINDS = r"(?:struct|enum|trait|type|union|fn|const|static|mod)"
-TYPE_KINDS = r"(?:struct|enum|trait|type|union)"
 
 
 def rust_files(base):
@@ -58,18 +56,40 @@ SOURCES = {name: [(p, p.read_text()) for p in rust_files(base)]
 ALL_SOURCES = [f for files in SOURCES.values() for f in files]
 
 
-def defined(name, files, kinds=DEF_KINDS):
-    pat = re.compile(r"\b" + kinds + r"\s+" + re.escape(name) + r"\b")
-    return any(pat.search(text) for _, text in files)
+DEF_RE = re.compile(r"\b(struct|enum|trait|type|union|fn|const|static|mod)\s+(\w+)")
+FIELD_RE = re.compile(r"^\s*(?:pub(?:\([a-z]+\))?\s+)?(\w+)\b\s*[:,({=]", re.M)
 
 
-def member(name, files):
+def index(files):
+    """Names defined in `files`: every item, the type items, and members
+    (fns, enum variants, struct fields)."""
+    items, types, members = set(), set(), set()
+    for _, text in files:
+        for kind, name in DEF_RE.findall(text):
+            items.add(name)
+            if kind in ("struct", "enum", "trait", "type", "union"):
+                types.add(name)
+            if kind == "fn":
+                members.add(name)
+        members.update(FIELD_RE.findall(text))
+    return items, types, members
+
+
+INDEX = {name: index(files) for name, files in SOURCES.items()}
+ALL_INDEX = index(ALL_SOURCES)
+
+
+def defined(name, crate=None):
+    return name in (INDEX[crate] if crate else ALL_INDEX)[0]
+
+
+def defined_type(name):
+    return name in ALL_INDEX[1]
+
+
+def member(name, crate=None):
     """A fn, an enum variant or a struct field called `name`."""
-    if defined(name, files, r"fn"):
-        return True
-    pat = re.compile(r"^\s*(?:pub(?:\([a-z]+\))?\s+)?" + re.escape(name)
-                     + r"\b\s*[:,({=]", re.M)
-    return any(pat.search(text) for _, text in files)
+    return name in (INDEX[crate] if crate else ALL_INDEX)[2]
 
 
 def module_files(crate, segs):
@@ -100,14 +120,13 @@ def check_rust_path(path):
     if not items:
         return None
     first, rest = items[0], items[1:]
-    crate_files = SOURCES[crate]
-    if not defined(first, crate_files):
+    if not defined(first, crate):
         return f"`{first}` is defined nowhere in {crate}"
     named = re.compile(r"\b" + re.escape(first) + r"\b")
     if not any(named.search(text) for _, text in mod_files):
         return f"`{first}` is not in module {'::'.join([crate] + segs[:used])}"
     for seg in rest:
-        if not member(seg, crate_files):
+        if not member(seg, crate):
             return f"`{seg}` is no fn, variant or field in {crate}"
     return None
 
@@ -117,10 +136,10 @@ def check_type_path(path):
     if ty in ALLOWED:
         return None
     # A bare name may also be an enum variant (`InFlight`).
-    if not defined(ty, ALL_SOURCES, TYPE_KINDS) and (rest or not member(ty, ALL_SOURCES)):
+    if not defined_type(ty) and (rest or not member(ty)):
         return f"type `{ty}` is defined nowhere in the workspace"
     for seg in rest:
-        if not member(seg, ALL_SOURCES):
+        if not member(seg):
             return f"`{seg}` is no fn, variant or field in the workspace"
     return None
 
