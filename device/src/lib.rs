@@ -70,6 +70,7 @@ pub mod geometry;
 pub mod info;
 pub mod op;
 pub mod ring;
+mod sync;
 pub mod testing;
 
 pub use backend::file::{FileBackend, OpenOptions};
