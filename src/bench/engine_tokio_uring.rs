@@ -38,7 +38,7 @@ pub fn run(
     counters: &Arc<Counters>,
 ) -> Result<EngineOutput, BenchError> {
     let notes = super::peers::unsupported(job, NAME, true, false);
-    super::peers::run_jobs(NAME, job, notes, |core| {
+    super::peers::run_jobs(NAME, job, target, notes, |core| {
         imp::job_main(job, target, counters, core)
     })
 }

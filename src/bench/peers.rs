@@ -27,7 +27,11 @@ use plugio_device::DmaBuf;
 use super::error::BenchError;
 use super::options::Job;
 use super::stats::{self, Counters, Dir, IoBudget, IoPattern, Sampler};
+use super::target::Target;
 use super::EngineOutput;
+
+/// [`Target::kind`] of an NVMe passthrough namespace (`/dev/ngXnY`).
+const PASSTHROUGH_KIND: &str = "NVMe passthrough namespace";
 
 /// One task's buffer: a 4 KiB-aligned [`DmaBuf`] of `bs` bytes, moved into
 /// the runtime for each IO and handed back on completion.
@@ -51,10 +55,18 @@ impl PeerBuf {
     }
 }
 
+/// The kernel's largest submission queue (`IORING_MAX_ENTRIES`).
+const MAX_RING_ENTRIES: u32 = 32768;
+
 /// Ring entries for a job: the runtime's own default, or `iodepth` rounded
-/// up to a power of two when that is larger (every task's IO must fit).
+/// up to a power of two when that is larger (every task's IO fits), at
+/// most the kernel's limit (the runtimes submit early when the queue is
+/// full).
 pub fn ring_entries(job: &Job, runtime_default: u32) -> u32 {
-    job.iodepth.next_power_of_two().max(runtime_default)
+    job.iodepth
+        .next_power_of_two()
+        .max(runtime_default)
+        .min(MAX_RING_ENTRIES)
 }
 
 /// The bytes one IO moved, or an error for a failed or short IO (the
@@ -162,16 +174,27 @@ pub type JobResult = Result<(Histogram<u64>, Vec<String>), String>;
 /// return (each distinct note once) after `notes`.
 ///
 /// # Errors
-/// The first job's error, as an engine error of `name`.
+/// The target is an NVMe passthrough namespace, which these runtimes'
+/// `File` cannot drive (usage, exit code 2); or the first job's error, as
+/// an engine error of `name`.
 pub fn run_jobs<F>(
     name: &'static str,
     job: &Job,
+    target: &Target,
     mut notes: Vec<String>,
     job_main: F,
 ) -> Result<EngineOutput, BenchError>
 where
     F: Fn(usize) -> JobResult + Sync,
 {
+    if target.kind == PASSTHROUGH_KIND {
+        return Err(BenchError::usage(format!(
+            "--engine {name} cannot drive {} (an NVMe passthrough namespace takes \
+             IORING_OP_URING_CMD, which its File has no call for): pass the namespace's \
+             block device (/dev/nvmeXnY) instead",
+            target.path.display()
+        )));
+    }
     let cpus = plugio_executor::allowed_cpus().unwrap_or_default();
     let job_main = &job_main;
     let results: Vec<JobResult> = std::thread::scope(|s| {
