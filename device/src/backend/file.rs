@@ -5,7 +5,9 @@
 //!
 //! Invariants:
 //! - One SQE (plus a linked `fdatasync` for PREFLUSH) per op; its
-//!   user_data is the ring's slot index, never a pointer.
+//!   user_data is never a pointer: the handler and token themselves for a
+//!   direct op ([`Backend::submit_direct`]), the ring's slot index
+//!   otherwise.
 //! - The file descriptor stays open while any op on it is in flight, even
 //!   after the backend is dropped: pool jobs hold an `Arc` to it; on a
 //!   ring, the ring's registration for this backend holds one (cloned once

@@ -21,7 +21,7 @@
 //! - `EAGAIN`/`EBUSY`/`EINTR` from enter, a full SQ, CQ overflow and per-op
 //!   `-EAGAIN` results of slot ops are handled here and never reach a
 //!   handler or caller.
-//! - Direct ops ([`Ring::push_direct`], the engine's path) have no slot:
+//! - Direct ops (`Ring::push_direct`, the engine's path) have no slot:
 //!   their user_data is `DIRECT_BIT | handler << 48 | token`, so a CQE
 //!   goes to its handler with no table lookup, and a per-op `-EAGAIN` is
 //!   delivered as the result (the caller, which keeps the op, issues it
