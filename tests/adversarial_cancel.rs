@@ -112,15 +112,19 @@ fn drop_everywhere(dev: Device, m: Option<MemDevice>) {
             assert!(poll_once(wf.as_mut()).is_pending());
             plugio::yield_now().await;
             drop(wf);
+            // Polls until the dropped write's tag comes back: a bound for a
+            // hang, not a timing expectation (a loaded machine may take a
+            // while to run the completion).
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
             let mut settled = false;
-            for _ in 0..200 {
+            while std::time::Instant::now() < deadline {
                 plugio::sleep(Duration::from_micros(200)).await;
                 if dev.tags_in_use() == 0 {
                     settled = true;
                     break;
                 }
             }
-            assert!(settled, "round {round}: tags still in use");
+            assert!(settled, "round {round}: tags still in use after 5 s");
             let back = dev.read_at(1 << 20, 8192).await.expect("read back");
             assert!(
                 back.as_slice().iter().all(|&x| x == round as u8 + 1),
@@ -136,7 +140,7 @@ fn drop_everywhere(dev: Device, m: Option<MemDevice>) {
 
 #[test]
 fn dropping_io_futures_at_every_point_on_a_file() {
-    watchdog(20, || {
+    watchdog(60, || {
         let dir = tmpdir();
         let path = file(&dir, "drop", 2 << 20);
         let dev = Device::open(
@@ -153,7 +157,7 @@ fn dropping_io_futures_at_every_point_on_a_file() {
 
 #[test]
 fn dropping_io_futures_at_every_point_on_the_mem_device() {
-    watchdog(20, || {
+    watchdog(60, || {
         let m = mem(
             Latency::Uniform {
                 min: Duration::from_micros(10),
@@ -170,7 +174,7 @@ fn dropping_io_futures_at_every_point_on_the_mem_device() {
 /// task; then the device must be fully usable and every tag back.
 #[test]
 fn aborting_tasks_with_io_in_flight_on_two_cores() {
-    watchdog(20, || {
+    watchdog(60, || {
         let dir = tmpdir();
         let path = file(&dir, "abort", 1 << 20);
         let dev = Device::open(
@@ -296,7 +300,7 @@ fn shutdown_in_every_mode_with_io_everywhere_on_the_mem_device() {
 /// flight and waiting for tags when it is dropped; the device is shared.
 #[test]
 fn executors_one_after_another_leave_no_tags_behind() {
-    watchdog(20, || {
+    watchdog(60, || {
         let m = mem(Latency::Fixed(Duration::from_millis(1)), MemClock::Real);
         let dev = mem_device(&m, 1);
         for round in 0..10u64 {
@@ -329,7 +333,7 @@ fn executors_one_after_another_leave_no_tags_behind() {
 /// run() of the same executor picks it up.
 #[test]
 fn io_left_in_flight_between_two_runs_of_one_executor_completes() {
-    watchdog(20, || {
+    watchdog(60, || {
         let dir = tmpdir();
         let path = file(&dir, "runs", 1 << 20);
         let dev = Device::open(&path, DeviceOptions::default()).expect("open");
@@ -471,7 +475,7 @@ fn a_second_executor_on_the_thread_does_not_free_in_flight_buffers() {
 /// pattern): futures dropped in flight, buffers reused, tags back.
 #[test]
 fn timeouts_expiring_on_in_flight_reads() {
-    watchdog(20, || {
+    watchdog(60, || {
         let m = mem(
             Latency::Uniform {
                 min: Duration::from_micros(100),
@@ -518,7 +522,7 @@ fn timeouts_expiring_on_in_flight_reads() {
 /// with IO in flight on its cores.
 #[test]
 fn abort_from_outside_the_runtime_with_io_in_flight() {
-    watchdog(20, || {
+    watchdog(60, || {
         let m = mem(Latency::Fixed(Duration::from_micros(300)), MemClock::Real);
         let dev = mem_device(&m, 2);
         let rt = plugio::runtime::builder(RingConfig::default())
@@ -552,7 +556,7 @@ fn abort_from_outside_the_runtime_with_io_in_flight() {
 
 #[test]
 fn dropping_io_futures_at_every_point_on_the_sync_backend() {
-    watchdog(20, || {
+    watchdog(60, || {
         let dir = tmpdir();
         let path = file(&dir, "drop_sync", 2 << 20);
         let dev = Device::open(
@@ -573,7 +577,7 @@ fn dropping_io_futures_at_every_point_on_the_sync_backend() {
 /// the core's close.
 #[test]
 fn shutdown_cancels_tasks_holding_plug_guards_with_requests_waiting_for_tags() {
-    watchdog(20, || {
+    watchdog(60, || {
         let m = mem(Latency::Fixed(Duration::from_millis(1)), MemClock::Real);
         let dev = mem_device(&m, 1);
         for mode in [
