@@ -356,9 +356,10 @@ pub(crate) struct BioTable {
 }
 
 impl BioTable {
-    /// Takes a free slot and returns its id and whether the bio came from
-    /// the cache. With `cache` false, a fresh bio is allocated every time.
-    pub fn alloc(&mut self, cache: bool) -> (BioId, bool) {
+    /// Takes a free slot and returns its id, whether the bio came from the
+    /// cache, and the bio. With `cache` false, a fresh bio is allocated
+    /// every time.
+    pub fn alloc(&mut self, cache: bool) -> (BioId, bool, &mut Bio) {
         let cached = if cache { self.free_cached.pop() } else { None };
         let (index, hit) = match cached {
             Some(i) => (i, true),
@@ -373,14 +374,14 @@ impl BioTable {
         self.in_use += 1;
         let slot = &mut self.slots[index as usize];
         slot.generation = slot.generation.wrapping_add(1);
-        let bio = slot.bio.get_or_insert_with(|| Box::new(Bio::empty()));
-        bio.state = BioState::Issued;
-        bio.cached = cache;
         let id = BioId {
             index,
             generation: slot.generation,
         };
-        (id, hit)
+        let bio = slot.bio.get_or_insert_with(|| Box::new(Bio::empty()));
+        bio.state = BioState::Issued;
+        bio.cached = cache;
+        (id, hit, bio)
     }
 
     /// The bio named by `id`, if the id is current.
@@ -405,7 +406,14 @@ impl BioTable {
     /// left) or deallocates it. Its buffer, unless taken before, is
     /// dropped here (back to its cache).
     pub fn free(&mut self, id: BioId) {
-        let Some(bio) = self.get_mut(id) else {
+        if self.get(id).is_some() {
+            self.free_current(id.index);
+        }
+    }
+
+    /// [`BioTable::free`] of slot `index`, whose id was just checked.
+    fn free_current(&mut self, index: u32) {
+        let Some(bio) = self.slots[index as usize].bio.as_deref_mut() else {
             return;
         };
         bio.state = BioState::Free;
@@ -420,10 +428,10 @@ impl BioTable {
         bio.done_bytes = 0;
         let keep = bio.cached && self.free_cached.len() < BIO_CACHE_MAX;
         if keep {
-            self.free_cached.push(id.index);
+            self.free_cached.push(index);
         } else {
-            self.slots[id.index as usize].bio = None;
-            self.free_empty.push(id.index);
+            self.slots[index as usize].bio = None;
+            self.free_empty.push(index);
         }
         self.in_use -= 1;
     }
@@ -439,7 +447,7 @@ impl BioTable {
             Some(e) => Err(e),
             None => Ok(bio.done_bytes),
         };
-        self.free(id);
+        self.free_current(id.index);
         Some(BioResult { result, buf })
     }
 
@@ -464,26 +472,26 @@ mod tests {
     #[test]
     fn stale_ids_are_refused() {
         let mut t = BioTable::default();
-        let (a, hit) = t.alloc(true);
+        let (a, hit, _) = t.alloc(true);
         assert!(!hit);
         t.free(a);
-        let (b, hit) = t.alloc(true);
+        let (b, hit, _) = t.alloc(true);
         assert!(hit, "a freed bio is reused");
         assert_eq!(a.index, b.index);
         assert!(t.get_mut(a).is_none());
         assert!(t.get_mut(b).is_some());
         assert_eq!(t.in_use(), 1);
         t.free(b);
-        let (c, hit) = t.alloc(false);
+        let (c, hit, _) = t.alloc(false);
         assert!(!hit, "without the cache every bio is fresh");
         assert_ne!(
             c.index, b.index,
             "an uncached alloc does not take a cached bio"
         );
         t.free(c);
-        let (d, hit) = t.alloc(true);
+        let (d, hit, _) = t.alloc(true);
         assert!(hit && d.index == b.index);
-        let (e, hit) = t.alloc(true);
+        let (e, hit, _) = t.alloc(true);
         assert!(!hit, "the bio freed without the cache was deallocated");
         assert_eq!(e.index, c.index, "its empty slot is reused");
     }

@@ -87,6 +87,36 @@ impl Status {
 /// A completion to handle: a token and its status.
 pub(crate) type Done = (u64, Status);
 
+/// A completion as the device layer delivers it (`(token, res)`) or as
+/// the engine records it (`(token, Status)`): the batch is handled in the
+/// form it comes in, decoded one entry at a time (no second array).
+pub(crate) trait Completed: Copy {
+    fn token(self) -> u64;
+    fn status(self) -> Status;
+}
+
+impl Completed for (u64, i32) {
+    #[inline]
+    fn token(self) -> u64 {
+        self.0
+    }
+    #[inline]
+    fn status(self) -> Status {
+        Status::from_result(self.1)
+    }
+}
+
+impl Completed for Done {
+    #[inline]
+    fn token(self) -> u64 {
+        self.0
+    }
+    #[inline]
+    fn status(self) -> Status {
+        self.1
+    }
+}
+
 /// What one batch left to do once its borrows are released.
 #[derive(Default)]
 struct Outcome {
@@ -99,19 +129,11 @@ impl EngineCore {
     /// delivers them (`result` as a CQE's `res`: bytes or a negative errno
     /// or encoded NVMe status).
     pub fn complete_batch(self: &Rc<Self>, completions: &[(u64, i32)]) {
-        let mut done = std::mem::take(&mut *self.scratch_done.borrow_mut());
-        done.extend(
-            completions
-                .iter()
-                .map(|&(t, r)| (t, Status::from_result(r))),
-        );
-        self.complete_statuses(&done);
-        done.clear();
-        *self.scratch_done.borrow_mut() = done;
+        self.complete_statuses(completions);
     }
 
-    /// Completes a batch of typed completions.
-    pub(crate) fn complete_statuses(self: &Rc<Self>, completions: &[Done]) {
+    /// Completes a batch of completions.
+    pub(crate) fn complete_statuses<C: Completed>(self: &Rc<Self>, completions: &[C]) {
         let mut outcome = Outcome::default();
         {
             let mut devs = self.devs.borrow_mut();
@@ -120,10 +142,10 @@ impl EngineCore {
             let mut puts = self.scratch_puts.borrow_mut();
             let mut i = 0;
             while i < completions.len() {
-                let dev = (completions[i].0 >> 32) as u32;
+                let dev = (completions[i].token() >> 32) as u32;
                 let run = completions[i..]
                     .iter()
-                    .take_while(|c| (c.0 >> 32) as u32 == dev)
+                    .take_while(|c| (c.token() >> 32) as u32 == dev)
                     .count();
                 let batch = &completions[i..i + run];
                 i += run;
@@ -182,10 +204,10 @@ struct Ctx<'a> {
 /// Completes one device's run of a batch: per request, the status split
 /// into its bios; per run, one clock read, one tag batch free and the
 /// iostats.
-fn complete_device(
+fn complete_device<C: Completed>(
     d: &mut CoreDev,
     core: usize,
-    batch: &[Done],
+    batch: &[C],
     ctx: &mut Ctx<'_>,
     puts: &mut Vec<Tag>,
 ) {
@@ -194,7 +216,8 @@ fn complete_device(
     let batch_clock = d.iostats && d.cached_clock;
     let mut now = if batch_clock { clock::now_ns(true) } else { 0 };
     puts.clear();
-    for &(token, status) in batch {
+    for &c in batch {
+        let (token, status) = (c.token(), c.status());
         let slot = token as u32;
         let in_flight = d
             .rqs

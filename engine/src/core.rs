@@ -72,7 +72,6 @@ pub(crate) struct EngineCore {
     pub scratch_tags: RefCell<Vec<Tag>>,
     pub scratch_puts: RefCell<Vec<Tag>>,
     pub scratch_failed: RefCell<Vec<Done>>,
-    pub scratch_done: RefCell<Vec<Done>>,
     pub wake_list: RefCell<Vec<Waker>>,
     pub flushing: Cell<bool>,
 }
@@ -167,7 +166,6 @@ impl EngineCore {
             scratch_tags: RefCell::default(),
             scratch_puts: RefCell::default(),
             scratch_failed: RefCell::default(),
-            scratch_done: RefCell::default(),
             wake_list: RefCell::default(),
             flushing: Cell::new(false),
         });
@@ -195,6 +193,22 @@ impl EngineCore {
         });
         LAST.with(|l| l.set((uid, Rc::as_ptr(&c))));
         c
+    }
+
+    /// Runs `f` with the engine state of executor core `uid` on this
+    /// thread, if any, without taking a reference count (the IO future's
+    /// second poll). `f` must not create an engine state (only `current`
+    /// does, for a new executor core; nothing an IO result does calls it).
+    #[inline]
+    pub fn with_uid<R>(uid: u64, f: impl FnOnce(&EngineCore) -> R) -> Option<R> {
+        let (last_uid, ptr) = LAST.try_with(Cell::get).ok()?;
+        if last_uid == uid && !ptr.is_null() {
+            // SAFETY: a non-null LAST pointer names a state that `CORES`
+            // holds (see LAST); states leave `CORES` only in `create`,
+            // which `f` does not reach, so the state outlives the call.
+            return Some(f(unsafe { &*ptr }));
+        }
+        Self::by_uid(uid).map(|c| f(&c))
     }
 
     /// The engine state of executor core `uid` on this thread, if any.

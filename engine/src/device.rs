@@ -552,8 +552,7 @@ impl BioFuture<'_> {
         };
         let (id, hit) = {
             let mut bios = core.bios.borrow_mut();
-            let (id, hit) = bios.alloc(self.shared.opts.bio_cache);
-            let bio = bios.get_mut(id).expect("fresh bio id is valid");
+            let (id, hit, bio) = bios.alloc(self.shared.opts.bio_cache);
             bio.dev = dev;
             bio.op = info.op;
             bio.flags = info.flags;
@@ -581,15 +580,12 @@ impl Future for BioFuture<'_> {
             }
             State::Issued { uid, id } => {
                 let (uid, id) = (*uid, *id);
-                let ec = EngineCore::by_uid(uid)
+                let ready = EngineCore::with_uid(uid, |ec| ec.bios.borrow_mut().take_result(id))
                     .expect("a plugio IO future was moved to another core after its first poll");
-                let mut bios = ec.bios.borrow_mut();
-                if let Some(r) = bios.take_result(id) {
-                    drop(bios);
+                if let Some(r) = ready {
                     this.state = State::Done;
                     return Poll::Ready(r);
                 }
-                drop(bios);
                 // Not done yet: only this IO's own core can finish it. A
                 // future moved to another executor on this thread would
                 // otherwise find its old core's state (kept while busy)
@@ -600,13 +596,14 @@ impl Future for BioFuture<'_> {
                     plugio_executor::core_uid() == Some(uid),
                     "a plugio IO future was moved to another core after its first poll"
                 );
-                let mut bios = ec.bios.borrow_mut();
-                if let Some(bio) = bios.get_mut(id) {
-                    match &bio.waker {
-                        Some(w) if w.will_wake(cx.waker()) => {}
-                        _ => bio.waker = Some(cx.waker().clone()),
+                EngineCore::with_uid(uid, |ec| {
+                    if let Some(bio) = ec.bios.borrow_mut().get_mut(id) {
+                        match &bio.waker {
+                            Some(w) if w.will_wake(cx.waker()) => {}
+                            _ => bio.waker = Some(cx.waker().clone()),
+                        }
                     }
-                }
+                });
                 Poll::Pending
             }
             State::Done => panic!("a plugio IO future was polled after it completed"),

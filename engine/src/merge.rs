@@ -142,8 +142,7 @@ mod tests {
     use crate::bio::BioBuf;
 
     fn add(t: &mut BioTable, op: OpKind, off: u64, len: u64) -> Plugged {
-        let (id, _) = t.alloc(true);
-        let b = t.get_mut(id).unwrap();
+        let (id, _, b) = t.alloc(true);
         b.op = op;
         b.offset_bytes = off;
         b.len_bytes = len;
