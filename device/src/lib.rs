@@ -69,6 +69,7 @@ pub mod fs;
 pub mod geometry;
 pub mod info;
 pub mod op;
+pub mod path_kind;
 pub mod ring;
 pub mod testing;
 
@@ -87,4 +88,5 @@ pub use fs::{File, IoFuture};
 pub use geometry::{DeviceKind, Geometry};
 pub use info::describe;
 pub use op::{IoFlags, IoOp, OpKind};
+pub use path_kind::{check_path_kind, PathKind};
 pub use ring::{RingConfig, RingInfo, RingStats};

@@ -70,11 +70,15 @@ impl Device {
     ///
     /// # Errors
     /// Invalid options; the path does not exist or cannot be opened;
-    /// [`ErrorKind::DirectIoRefused`] when the file system refuses
-    /// `O_DIRECT` (set `direct: false`).
+    /// `InvalidInput::PathKind` at once, without opening it, when the path
+    /// is a directory, FIFO, socket or other character device (see
+    /// `plugio_device::check_path_kind`); [`ErrorKind::DirectIoRefused`]
+    /// when the file system refuses `O_DIRECT` (set `direct: false`).
     pub fn open(path: impl AsRef<Path>, options: DeviceOptions) -> Result<Device, Error> {
         options.validate()?;
         let path = path.as_ref();
+        // stat, not open: an open of a FIFO would block until a writer came.
+        plugio_device::check_path_kind(path)?;
         if plugio_device::is_passthrough_path(path) {
             let ns = plugio_device::backend::nvme::NvmeBackend::open(path)?;
             return Self::with_backend(Arc::new(ns), Some(path.to_path_buf()), options);
