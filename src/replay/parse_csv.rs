@@ -26,8 +26,9 @@ pub(crate) fn parse(text: &str, sink: &mut Sink<'_>) -> Result<(), ReplayError> 
             return Err(sink.error(
                 i,
                 format!(
-                    "expected 4 comma-separated fields ({HEADER}), found {}: '{line}'",
-                    fields.len()
+                    "expected 4 comma-separated fields ({HEADER}), found {}: '{}'",
+                    fields.len(),
+                    super::trace::printable(line)
                 ),
             ));
         };
