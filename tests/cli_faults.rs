@@ -594,3 +594,35 @@ fn replay_dash_reads_the_trace_from_stdin() {
     assert_eq!(v["ios"], 9, "{v}");
     assert_eq!(v["verify"]["mismatched_sectors"], 0, "{v}");
 }
+
+#[test]
+fn a_target_on_tmpfs_is_warned_about() {
+    let shm = Path::new("/dev/shm");
+    // Only where /dev/shm is tmpfs; elsewhere there is no tmpfs to try.
+    let is_tmpfs = nix::sys::statfs::statfs(shm)
+        .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC);
+    if !is_tmpfs {
+        eprintln!("/dev/shm is not tmpfs here: nothing to check");
+        return;
+    }
+    let f = tempfile::NamedTempFile::new_in(shm).expect("tmpfs file");
+    std::fs::write(f.path(), vec![0u8; 1 << 20]).expect("write");
+    let o = plugio(&[
+        "bench",
+        "--filename",
+        f.path().to_str().expect("utf-8"),
+        "--direct",
+        "0",
+        "--number_ios",
+        "100",
+        "--iodepth",
+        "4",
+        "--quiet",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("is on tmpfs: this measures memory, not a device"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -51,6 +51,12 @@ pub fn prepare(job: &Job) -> Result<Target, BenchError> {
     let (path, len_bytes, kind, temp) = match &job.filename {
         Some(path) => {
             let (len, kind) = existing_len(path)?;
+            if let Some(fs) = memory_fs(path) {
+                eprintln!(
+                    "plugio: warning: {} is on {fs}: this measures memory, not a device",
+                    path.display()
+                );
+            }
             (path.clone(), len, kind, None)
         }
         None => {
@@ -198,6 +204,19 @@ fn is_tmpfs(dir: &Path) -> bool {
     nix::sys::statfs::statfs(dir)
         .map(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)
         .unwrap_or(false)
+}
+
+/// The memory file system `path` is on (tmpfs, ramfs), if it is on one.
+fn memory_fs(path: &Path) -> Option<&'static str> {
+    use nix::sys::statfs::{statfs, FsType, TMPFS_MAGIC};
+    // linux/magic.h's RAMFS_MAGIC (neither nix nor libc names it); the
+    // cast keeps its bits whatever the width of the platform's f_type.
+    const RAMFS_MAGIC: FsType = FsType(0x8584_58f6_u32 as _);
+    match statfs(path).ok()?.filesystem_type() {
+        TMPFS_MAGIC => Some("tmpfs"),
+        RAMFS_MAGIC => Some("ramfs"),
+        _ => None,
+    }
 }
 
 /// The directory for the temporary file: the system temp directory unless
