@@ -70,9 +70,10 @@ impl Device {
     ///
     /// # Errors
     /// Invalid options; the path does not exist or cannot be opened;
-    /// `InvalidInput::PathKind` at once, without opening it, when the path
-    /// is a directory, FIFO, socket or other character device (see
-    /// `plugio_device::check_path_kind`); [`ErrorKind::DirectIoRefused`]
+    /// [`InvalidInput::PathKind`] at
+    /// once, without opening it, when the path is a directory, FIFO, socket
+    /// or other character device (see [`plugio_device::check_path_kind`]);
+    /// [`ErrorKind::DirectIoRefused`](plugio_device::ErrorKind::DirectIoRefused)
     /// when the file system refuses `O_DIRECT` (set `direct: false`).
     pub fn open(path: impl AsRef<Path>, options: DeviceOptions) -> Result<Device, Error> {
         options.validate()?;
