@@ -124,8 +124,9 @@ pub enum Ablation {
 /// powers of 1024; `KiB`, `MiB` also accepted).
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
-    /// File or block device to use. Default: a temporary file of `--size`
-    /// (1 GiB) filled with random data, removed afterwards.
+    /// File or block device to use; write jobs (`--rw write`, `randwrite`,
+    /// `randrw`) overwrite its data. Default: a temporary file of `--size`
+    /// (1 GiB) filled with random data, removed afterwards (also on Ctrl-C).
     #[arg(long)]
     pub filename: Option<PathBuf>,
     /// IO pattern.

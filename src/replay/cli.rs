@@ -2,10 +2,12 @@
 //! preparation (created sparse at the trace's extent when missing), the
 //! runtime, a progress bar, and the text or JSON report.
 //!
-//! Invariants: the trace is parsed and checked against the target before
-//! any IO; bad input exits with code 2 and a message saying what to
-//! change, a failed run with 1; the runtime is shut down after every
-//! device handle is dropped.
+//! Invariants: the whole trace is parsed and checked (each IO's length and
+//! extent, then the target's size) before the target is created or any IO
+//! issued, and a target this command created is removed if the O_DIRECT
+//! alignment check refuses the trace; bad input (the trace included) exits
+//! with code 2 and a message saying what to change, a failed run with 1;
+//! the runtime is shut down after every device handle is dropped.
 
 use std::fs::OpenOptions;
 use std::io::{Seek, SeekFrom, Write};
