@@ -112,15 +112,12 @@ fn drop_everywhere(dev: Device, m: Option<MemDevice>) {
             assert!(poll_once(wf.as_mut()).is_pending());
             plugio::yield_now().await;
             drop(wf);
-            let mut settled = false;
-            for _ in 0..200 {
+            // Until the dropped write completes, however loaded the
+            // machine (a bound here failed beside CPU hogs); a tag that is
+            // never returned hangs, and the test's watchdog reports it.
+            while dev.tags_in_use() != 0 {
                 plugio::sleep(Duration::from_micros(200)).await;
-                if dev.tags_in_use() == 0 {
-                    settled = true;
-                    break;
-                }
             }
-            assert!(settled, "round {round}: tags still in use");
             let back = dev.read_at(1 << 20, 8192).await.expect("read back");
             assert!(
                 back.as_slice().iter().all(|&x| x == round as u8 + 1),
