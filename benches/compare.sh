@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Peer comparison suite: plugio against a raw io_uring loop (our t/io_uring),
-# glommio, tokio, psync and (when installed) Debian's fio, side by side in one
-# run, on three targets: a file in the page cache (--direct 0), a zram device
-# and a loop device over /dev/shm (both O_DIRECT). Writes the
+# the io_uring runtimes glommio, monoio, tokio-uring and compio, tokio
+# (spawn_blocking), psync and (when installed) Debian's fio, side by side in
+# one run (each repeat runs every engine in turn, so repeats interleave), on
+# three targets: a file in the page cache (--direct 0), a zram device and a
+# loop device over /dev/shm (both O_DIRECT). Writes the
 # "## Peer comparison" section of benches/RESULTS.md and SVG plots in
 # benches/plots/ (with --quick: into target/compare-quick/ instead, so CI does
 # not touch the committed results).
@@ -20,7 +22,7 @@ QUICK=0
 for arg in "$@"; do
   case "$arg" in
     --quick) QUICK=1 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "unknown argument: $arg (use --quick)" >&2; exit 2 ;;
   esac
 done
@@ -138,7 +140,7 @@ run() {
   esac
 }
 
-ENGINES="plugio raw glommio tokio psync"
+ENGINES="plugio raw glommio monoio tokio-uring compio tokio psync"
 [ "$HAVE_FIO" = 1 ] && ENGINES="$ENGINES fio"
 # The QD sweep runs on the first O_DIRECT device target (zram, else loop,
 # else the cached file).
@@ -159,7 +161,7 @@ for rep in $(seq 1 "$REPS"); do
     for e in $ENGINES; do run "$tn" "$tp" "$td" "$e" randread4k 128 "$rep"; done
   done
   IFS=: read -r tn tp td <<< "$SWEEP"
-  for e in plugio plugio-nomerges raw glommio; do run "$tn" "$tp" "$td" "$e" seqread4k 32 "$rep"; done
+  for e in plugio plugio-nomerges raw glommio monoio tokio-uring compio; do run "$tn" "$tp" "$td" "$e" seqread4k 32 "$rep"; done
   [ "$HAVE_FIO" = 1 ] && run "$tn" "$tp" "$td" fio seqread4k 32 "$rep"
   run none none 0 nop nop 128 "$rep"
   run none none 0 rawnop nop 128 "$rep"

@@ -219,6 +219,13 @@ pub(crate) fn with_core<R>(f: impl FnOnce(&Rc<Core>) -> R) -> R {
     CORE.with(f)
 }
 
+impl Drop for Core {
+    fn drop(&mut self) {
+        // The ring goes with the core: forget the fast pointer to it.
+        crate::ring::set_current(None);
+    }
+}
+
 impl Core {
     fn new() -> Self {
         Self {
@@ -275,14 +282,9 @@ impl Core {
         self.ring.borrow().clone()
     }
 
-    /// Runs `f` with the installed ring, if any, without cloning it.
-    #[inline]
-    pub fn with_ring<R>(&self, f: impl FnOnce(&Ring) -> R) -> Option<R> {
-        self.ring.borrow().as_deref().map(f)
-    }
-
     /// Installs or removes the ring; returns the previous one.
     pub fn set_ring(&self, ring: Option<Rc<Ring>>) -> Option<Rc<Ring>> {
+        crate::ring::set_current(ring.as_ref());
         std::mem::replace(&mut *self.ring.borrow_mut(), ring)
     }
 

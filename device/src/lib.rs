@@ -71,6 +71,7 @@ pub mod info;
 pub mod op;
 pub mod path_kind;
 pub mod ring;
+mod sync;
 pub mod testing;
 
 pub use backend::file::{FileBackend, OpenOptions};

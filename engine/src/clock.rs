@@ -2,7 +2,7 @@
 //!
 //! Idea: "block: cache current nsec time in struct blk_plug" and "update
 //! cached timestamp post schedule/preemption" (the 2024 "cache issue side
-//! time querying" series, `seeds/003_*`): the first user of the time in a
+//! time querying" series, Jens Axboe, 2024): the first user of the time in a
 //! batch reads the clock and every later user of the same batch reuses it.
 //!
 //! Invariants:

@@ -25,6 +25,8 @@
 //!   bytes, or less than one alignment unit) ends it short: end of file.
 //! - A bio is finished when its last request completes; an orphaned bio
 //!   (its future was dropped) is freed then, with its buffer.
+//! - A per-op `-EAGAIN` (delivered for direct submissions) sends the same
+//!   request back to the front of its FIFO, up to 64 times in a row.
 //! - Wakers run after every borrow of this core is released, once per
 //!   batch (or at the end of the flush that is running).
 
@@ -206,10 +208,19 @@ fn complete_device(
             now = clock::now_ns(false);
             d.busy.event(now, -1, &d.counters);
         }
-        complete_request(d, slot, status, now, ctx);
-        puts.push(d.rqs.get(slot).tag);
+        let rq = d.rqs.get(slot);
+        puts.push(rq.tag);
         d.tags_held -= 1;
-        d.writes_in_flight -= u32::from(d.rqs.get(slot).op.is_some_and(OpKind::is_write));
+        d.writes_in_flight -= u32::from(rq.op.is_some_and(OpKind::is_write));
+        if status == Status::Errno(libc::EAGAIN) && requeue_again(d, slot) {
+            ctx.requeued = true;
+            continue;
+        }
+        complete_request(d, slot, status, now, ctx);
+        if d.order_done(slot) {
+            // Requests that waited for this one may go now.
+            ctx.requeued = true;
+        }
         d.rqs.release(slot);
     }
     if puts.is_empty() {
@@ -269,6 +280,34 @@ fn complete_request(d: &mut CoreDev, slot: u32, status: Status, now: u64, ctx: &
     }
 }
 
+/// A per-op `-EAGAIN` (the device layer delivers it for direct
+/// submissions instead of resubmitting): request `slot` goes back, as it
+/// is, to the front of its FIFO (it was the oldest of what came after it)
+/// and is dispatched again with a new tag. False after
+/// [`MAX_EAGAIN_RETRIES`] tries in a row: the error then ends it.
+fn requeue_again(d: &mut CoreDev, slot: u32) -> bool {
+    let rq = d.rqs.get_mut(slot);
+    if rq.eagain_retries >= MAX_EAGAIN_RETRIES {
+        return false;
+    }
+    rq.eagain_retries += 1;
+    rq.state = RqState::Waiting;
+    let writes = rq.op.is_some_and(OpKind::is_write);
+    d.writes_waiting += u32::from(writes);
+    d.waiting.push_front(slot);
+    if d.iostats {
+        d.pending.requeues += 1;
+        d.pending.dirty = true;
+    }
+    true
+}
+
+/// How many per-op `-EAGAIN` results in a row a request is issued again
+/// after (the ring's own resubmission of slot ops has no limit; this one
+/// stops a backend that answers `EAGAIN` for good, such as a pool read of
+/// a non-blocking descriptor, from spinning).
+const MAX_EAGAIN_RETRIES: u8 = 64;
+
 /// Ends the pieces of request `slot` that its first `covered` bytes
 /// transferred in full, and queues the rest at the front of the FIFO, one
 /// request per piece (the uncovered part of a partly covered piece, from
@@ -324,6 +363,7 @@ fn reissue(d: &mut CoreDev, slot: u32, covered: u64, ctx: &mut Ctx<'_>) {
         new_slots.push(new);
         at += p.len_bytes;
     }
+    d.order_reissued(slot, &new_slots);
     for &s in new_slots.iter().rev() {
         d.waiting.push_front(s);
     }

@@ -33,6 +33,7 @@ use crate::clock;
 use crate::complete::Done;
 use crate::plug::{Plug, Plugged};
 use crate::queue::{CoreDev, DevList};
+use crate::request::RqState;
 use crate::shared::DeviceShared;
 use crate::tag::Tag;
 
@@ -256,17 +257,31 @@ impl EngineCore {
                     continue;
                 };
                 crate::complete::adopt_remote_orphans(d, self.uid, &mut bios);
-                while let Some(slot) = d.waiting.pop_front() {
+                // Waiting and blocked requests, oldest first (a blocked one
+                // is released by what it waits for as that ends).
+                let mut unstarted: Vec<(u64, u32)> = d
+                    .rqs
+                    .iter_slots()
+                    .filter(|(_, rq)| matches!(rq.state, RqState::Waiting | RqState::Blocked))
+                    .map(|(i, rq)| (rq.seq, i))
+                    .collect();
+                unstarted.sort_unstable();
+                for (_, slot) in unstarted {
                     let rq = d.rqs.get_mut(slot);
                     let pieces = std::mem::take(&mut rq.pieces);
                     let writes = rq.op.is_some_and(plugio_device::OpKind::is_write);
+                    let blocked = rq.state == RqState::Blocked;
+                    rq.deps = 0;
                     d.writes_waiting -= u32::from(writes);
-                    d.barriers_waiting -= u32::from(rq.barrier);
+                    d.blocked -= u32::from(blocked);
                     for p in &pieces {
                         end(&mut bios, p.bio, false);
                     }
+                    let _ = d.order_done(slot);
                     d.rqs.release(slot);
                 }
+                d.waiting.clear();
+                d.flushes.clear();
                 #[cfg(debug_assertions)]
                 d.check_invariants();
             }

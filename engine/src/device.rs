@@ -68,6 +68,15 @@ impl Device {
     /// use `NvmeBackend::open` with [`Device::with_backend`] to reach
     /// `/dev/nvmeXnY` through passthrough too.
     ///
+    /// A file this process already has open with equal options is not
+    /// opened again: the new handle shares the open device's state, as a
+    /// clone of it would (one ordering domain, so overlapping IO through
+    /// any of the handles keeps program order; one tag set; one set of
+    /// iostats). Hard links, symlinks and device nodes of one disk count
+    /// as the same file. With different options the file is opened as a
+    /// separate device, and IO through it is not ordered against IO
+    /// through the other.
+    ///
     /// # Errors
     /// Invalid options; the path does not exist or cannot be opened;
     /// [`InvalidInput::PathKind`] at
@@ -80,16 +89,26 @@ impl Device {
         let path = path.as_ref();
         // stat, not open: an open of a FIFO would block until a writer came.
         plugio_device::check_path_kind(path)?;
-        if plugio_device::is_passthrough_path(path) {
-            let ns = plugio_device::backend::nvme::NvmeBackend::open(path)?;
-            return Self::with_backend(Arc::new(ns), Some(path.to_path_buf()), options);
+        let key = crate::open_files::FileKey::of(path);
+        let mut registry = crate::open_files::Registry::lock();
+        if let Some(shared) = key.and_then(|k| registry.find(k, &options)) {
+            return Ok(Device { shared });
         }
-        let backend = plugio_device::backend::file::OpenOptions::new()
-            .write(!options.read_only)
-            .direct(options.direct)
-            .backend(options.backend)
-            .open(path)?;
-        Self::with_backend(Arc::new(backend), Some(path.to_path_buf()), options)
+        let device = if plugio_device::is_passthrough_path(path) {
+            let ns = plugio_device::backend::nvme::NvmeBackend::open(path)?;
+            Self::with_backend(Arc::new(ns), Some(path.to_path_buf()), options)?
+        } else {
+            let backend = plugio_device::backend::file::OpenOptions::new()
+                .write(!options.read_only)
+                .direct(options.direct)
+                .backend(options.backend)
+                .open(path)?;
+            Self::with_backend(Arc::new(backend), Some(path.to_path_buf()), options)?
+        };
+        if let Some(k) = key {
+            registry.insert(k, &device.shared);
+        }
+        Ok(device)
     }
 
     /// Wraps an already opened backend (a `MemDevice`, a `SyncBackend`, a

@@ -6,10 +6,11 @@
 //! `__sbitmap_queue_get_batch`) and `blk_mq_dispatch_rq_list`.
 //!
 //! Invariants:
-//! - Requests leave the FIFO in order, only as many as
-//!   [`CoreDev::dispatchable`](crate::queue::CoreDev) allows.
-//! - A tag taken for a request that can no longer go (a barrier became the
-//!   front) goes straight back to the tag set.
+//! - Requests leave the FIFO in order; every request in it may go
+//!   (requests that must wait for earlier ones are held out of it, see
+//!   [`crate::order`]).
+//! - A tag taken for a request that is no longer there goes straight back
+//!   to the tag set.
 //! - The clock is read and the busy accounting done once per batch.
 //! - A tag-waiter task runs for every device with dispatchable requests
 //!   left, so they are retried when tags are freed on any core.
@@ -116,12 +117,14 @@ impl EngineCore {
         rq.tag = tag;
         rq.start_ns = now;
         let writes = rq.op.is_some_and(OpKind::is_write);
-        let barrier = rq.barrier;
         build_iovecs(bios, rq);
         d.writes_waiting -= u32::from(writes);
         d.writes_in_flight += u32::from(writes);
-        d.barriers_waiting -= u32::from(barrier);
         d.tags_held += 1;
+        if d.last_built == slot {
+            // No bio joins a request once it is on its way.
+            d.last_built = crate::interval::NIL;
+        }
         let rq = d.rqs.get(slot);
         if d.iostats && rq.fixed_buf.is_some() {
             d.pending.fixed_buf_requests += 1;
@@ -139,7 +142,14 @@ impl EngineCore {
         // which the bio table keeps (even for orphaned bios) until this
         // request's completion has been delivered to `complete_batch`; the
         // request itself stays in its slab slot (never moved) until then.
-        unsafe { d.shared.backend.submit(&op, self.handler, token(dev, slot)) }
+        // Direct: the request stays in its slot until its completion, so
+        // the ring keeps no copy (a per-op EAGAIN comes back here and the
+        // request goes again, see `complete::requeue_again`).
+        unsafe {
+            d.shared
+                .backend
+                .submit_direct(&op, self.handler, token(dev, slot))
+        }
     }
 
     /// Spawns a task that waits on the tag set for `dev` when requests wait

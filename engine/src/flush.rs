@@ -23,6 +23,7 @@ use plugio_device::OpKind;
 
 use crate::bio::{Bio, BioId, BioInfo};
 use crate::core::EngineCore;
+use crate::interval::NIL;
 use crate::merge;
 use crate::plug::{Drained, Plugged};
 use crate::queue::{group_index, CoreDev};
@@ -170,9 +171,7 @@ fn build_requests(d: &mut CoreDev, id: BioId, bio: &mut Bio, allow_merge: bool) 
     loop {
         let piece_len = if len == 0 { 0 } else { (len - off).min(max) };
         let slot = d.rqs.alloc();
-        let order = d.barrier_for(bio.op, bio.offset_bytes + off, piece_len, Some(slot));
         let rq = d.rqs.get_mut(slot);
-        rq.state = RqState::Waiting;
         rq.op = Some(bio.op);
         rq.flags = bio.flags;
         rq.offset_bytes = bio.offset_bytes + off;
@@ -184,11 +183,8 @@ fn build_requests(d: &mut CoreDev, id: BioId, bio: &mut Bio, allow_merge: bool) 
         });
         rq.nr_segs = nr_segs;
         rq.mergeable = mergeable && piece_len == len;
-        rq.barrier = order.barrier;
-        rq.writes_only = order.writes_only;
-        d.barriers_waiting += u32::from(order.barrier);
-        d.writes_waiting += u32::from(bio.op.is_write());
-        d.waiting.push_back(slot);
+        d.order_new(slot);
+        d.last_built = slot;
         parts += 1;
         off += piece_len;
         if off >= len {
@@ -203,19 +199,27 @@ fn build_requests(d: &mut CoreDev, id: BioId, bio: &mut Bio, allow_merge: bool) 
 /// Merges bio `id` into the newest waiting request if the merge rules
 /// allow it and the bio needs no ordering that the request lacks.
 fn try_merge(d: &mut CoreDev, id: BioId, bio: &mut Bio) -> bool {
-    let Some(&slot) = d.waiting.back() else {
+    let slot = d.last_built;
+    if slot == NIL {
         return false;
-    };
+    }
     let rq = d.rqs.get(slot);
+    if !matches!(rq.state, RqState::Waiting | RqState::Blocked) {
+        return false;
+    }
     let Some(side) = merge::try_merge(rq, bio, d.max_merge_bytes, d.max_segs) else {
         return false;
     };
-    if !rq.barrier
-        && d.barrier_for(bio.op, bio.offset_bytes, bio.len_bytes, None)
-            .barrier
-    {
+    if !d.may_join(slot, bio.op, bio.offset_bytes, bio.len_bytes) {
         return false;
     }
+    let rq = d.rqs.get(slot);
+    let offset = match side {
+        merge::Side::Back => rq.offset_bytes,
+        merge::Side::Front => bio.offset_bytes,
+    };
+    let len = rq.len_bytes + bio.len_bytes;
+    d.set_range(slot, offset, len);
     let rq = d.rqs.get_mut(slot);
     let piece = Piece {
         bio: id,
@@ -224,12 +228,8 @@ fn try_merge(d: &mut CoreDev, id: BioId, bio: &mut Bio) -> bool {
     };
     match side {
         merge::Side::Back => rq.pieces.push(piece),
-        merge::Side::Front => {
-            rq.pieces.insert(0, piece);
-            rq.offset_bytes = bio.offset_bytes;
-        }
+        merge::Side::Front => rq.pieces.insert(0, piece),
     }
-    rq.len_bytes += bio.len_bytes;
     rq.nr_segs += bio.buf.nr_segs();
     bio.parts_left = 1;
     bio.split = false;

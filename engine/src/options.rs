@@ -39,7 +39,7 @@ pub enum TagSharing {
 /// Defaults: `queue_depth` 256, `plug_max_count` 32, `plug_flush_bytes`
 /// 128 KiB, tags shared by all cores, batch tag allocation on with retries
 /// (the 2025 "batch allocate tags multiple times" patch), O_DIRECT on.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DeviceOptions {
     /// Number of tags: how many requests may be in flight on the device at
     /// once, from all cores together. Default 256. Must be 1..=65536.
@@ -91,6 +91,15 @@ pub struct DeviceOptions {
     pub direct: bool,
     /// Open read-only. Default false.
     pub read_only: bool,
+    /// Keep the overlapping IO of each core in program order: a request
+    /// waits for the earlier requests it overlaps where one of the two
+    /// writes, and a flush for the writes issued before it (see the
+    /// engine's `order` module). Default true. `false` orders nothing, as
+    /// the kernel's block layer and fio do: overlapping IO in flight
+    /// together completes in any order, and a flush covers only the
+    /// writes that completed before it was issued. For callers that never
+    /// have overlapping IO in flight at once.
+    pub overlap_order: bool,
     /// Which backend serves a path opened with
     /// [`Device::open`](crate::Device::open): [`BackendKind::Uring`]
     /// (default; falls back to the sync pool on cores without a ring) or
@@ -116,6 +125,7 @@ impl Default for DeviceOptions {
             max_merge_bytes: None,
             direct: true,
             read_only: false,
+            overlap_order: true,
             backend: BackendKind::Uring,
         }
     }

@@ -1,83 +1,290 @@
-//! Ordering between the requests of one device on one core: which requests
-//! are barriers, and how many waiting requests may be dispatched now.
+//! Ordering between the requests of one device on one core: a request
+//! waits for exactly the earlier requests it must not overtake, and for
+//! nothing else.
 //!
-//! Invariants:
-//! - Overlapping IOs keep program order: a request that overlaps an
-//!   earlier request of its device from this core (waiting or in flight),
-//!   where one of the two writes, is a barrier and waits for everything
-//!   before it.
-//! - A flush (or fsync) is a barrier that waits only for the writes in
-//!   flight before it (it covers them; reads do not hold it back).
-//! - Reads with no write waiting or in flight take the fast path: no scan.
-//! - A barrier is dispatched only from the front of the FIFO, and only
-//!   when what it waits for is done.
+//! The kernel leaves this to the file system (blk-mq reorders freely); a
+//! database using plugio gets program order for overlapping IO instead, as
+//! a file system's own IO path gives it. The cost must not grow with the
+//! queue depth: the live requests of a device are kept in an interval
+//! index ([`crate::interval`]), so finding what a new request overlaps is
+//! `O(log n + k)`, and a completion releases only its own dependents.
+//!
+//! Invariants (recounted by `CoreDev::check_invariants` in debug builds):
+//! - A request with a byte range depends on every earlier live request
+//!   (waiting, blocked or in flight) of its device on this core that it
+//!   overlaps, where one of the two changes the device; `deps` counts them
+//!   and each lists it in its `dependents`. It is `Blocked` (in no queue)
+//!   while `deps > 0`, and goes to the back of the FIFO when the last of
+//!   them completes. Everything in the FIFO may be dispatched.
+//! - A flush (or fsync) depends on the live writes with a lower `seq` (the
+//!   ones issued before it); pending flushes are listed in `flushes`.
+//!   Reads never hold a flush back, and a flush holds nothing back.
+//! - A request issued again after a short or failed completion keeps the
+//!   `seq` of the request it comes from, and whatever waited for that
+//!   request waits for each new piece.
+//! - The interval index holds every live request with a byte range while
+//!   `index_active`; it is switched on by the first write built while it is
+//!   off (the live requests are indexed then, once) and off when it
+//!   empties. While it is off no write is live, so reads cannot conflict
+//!   and skip it: a read-only workload never touches it.
+//! - A bio joins the newest request built only if it conflicts with no
+//!   other live request (it would otherwise need a dependency the request
+//!   lacks).
+//! - With the device's `overlap_order` off, nothing is ordered: every
+//!   request goes straight to the FIFO and the index stays off.
 
 use plugio_device::OpKind;
 
+use crate::interval::NIL;
 use crate::queue::CoreDev;
+use crate::request::RqState;
 
-/// How a new request must be ordered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Barrier {
-    /// It must wait for earlier requests.
-    pub barrier: bool,
-    /// It waits only for the writes in flight (a flush).
-    pub writes_only: bool,
+fn is_flush(op: Option<OpKind>) -> bool {
+    matches!(op, Some(OpKind::Flush | OpKind::Fsync))
 }
 
 impl CoreDev {
-    /// Whether a new request `op` on `[offset_bytes, offset_bytes +
-    /// len_bytes)` must wait for the earlier requests of the device (slot
-    /// `except`, the request itself, is skipped).
-    pub(crate) fn barrier_for(
-        &self,
-        op: OpKind,
-        offset_bytes: u64,
-        len_bytes: u64,
-        except: Option<u32>,
-    ) -> Barrier {
-        let writes_before = self.writes_in_flight > 0 || self.writes_waiting > 0;
-        if matches!(op, OpKind::Flush | OpKind::Fsync) {
-            return Barrier {
-                barrier: writes_before,
-                writes_only: true,
-            };
+    /// Orders new request `slot` (its op and range set, state `Free`):
+    /// gives it the next `seq`, finds what it waits for, and puts it in the
+    /// FIFO or marks it blocked.
+    #[inline]
+    pub(crate) fn order_new(&mut self, slot: u32) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let rq = self.rqs.get_mut(slot);
+        rq.seq = seq;
+        rq.deps = 0;
+        let op = rq.op.unwrap_or(OpKind::Nop);
+        if (!self.index_active && !op.is_write()) || !self.overlap_order {
+            // No write is live (nothing to wait for, a flush included), or
+            // nothing is ordered.
+            rq.state = RqState::Waiting;
+            self.writes_waiting += u32::from(op.is_write());
+            self.waiting.push_back(slot);
+            return;
         }
-        let mut barrier = false;
-        if op.is_write() || writes_before {
-            barrier = self.rqs.iter().enumerate().any(|(i, rq)| {
-                Some(i as u32) != except && rq.conflicts_with(op, offset_bytes, len_bytes)
+        self.order_new_slow(slot, op);
+    }
+
+    /// [`CoreDev::order_new`] where a write is live or this is one.
+    fn order_new_slow(&mut self, slot: u32, op: OpKind) {
+        let rq = self.rqs.get(slot);
+        let (offset, len) = (rq.offset_bytes, rq.len_bytes);
+        let mut deps = 0;
+        if is_flush(Some(op)) {
+            // Every live write was issued before this flush.
+            deps = self.writes_waiting + self.writes_in_flight;
+            if deps > 0 {
+                self.flushes.push(slot);
+            }
+        } else if op.has_range() && len > 0 {
+            if op.is_write() && !self.index_active {
+                self.activate_index();
+            }
+            if self.index_active {
+                deps = self.add_dependent(slot, op, offset, len);
+                self.index.insert(&mut self.rqs, slot);
+            }
+        }
+        self.writes_waiting += u32::from(op.is_write());
+        let rq = self.rqs.get_mut(slot);
+        rq.deps = deps;
+        if deps > 0 {
+            rq.state = RqState::Blocked;
+            self.blocked += 1;
+        } else {
+            rq.state = RqState::Waiting;
+            self.waiting.push_back(slot);
+        }
+    }
+
+    /// Registers `slot` as a dependent of every live request that conflicts
+    /// with `op` on `[offset, offset + len)`; returns how many.
+    fn add_dependent(&mut self, slot: u32, op: OpKind, offset: u64, len: u64) -> u32 {
+        let mut found = std::mem::take(&mut self.scratch_conflicts);
+        self.conflicts(op, offset, len, slot, &mut found);
+        for &c in &found {
+            self.rqs.get_mut(c).dependents.push(slot);
+        }
+        let n = found.len() as u32;
+        found.clear();
+        self.scratch_conflicts = found;
+        n
+    }
+
+    /// Collects into `out` the live requests (but `except`) that overlap
+    /// `[offset, offset + len)` where `op` or theirs changes the device.
+    /// Nothing while the index is off (no write is live then).
+    fn conflicts(&self, op: OpKind, offset: u64, len: u64, except: u32, out: &mut Vec<u32>) {
+        if !self.index_active {
+            debug_assert!(!op.is_write(), "a write looked up with the index off");
+            return;
+        }
+        let rqs = &self.rqs;
+        self.index
+            .for_overlaps(rqs, offset, offset.saturating_add(len), &mut |c| {
+                if c != except && (op.is_write() || rqs.get(c).op.is_some_and(OpKind::is_write)) {
+                    out.push(c);
+                }
             });
+    }
+
+    /// Whether a bio `op` on `[offset, offset + len)` may join request
+    /// `slot`: it conflicts with no other live request.
+    pub(crate) fn may_join(&mut self, slot: u32, op: OpKind, offset: u64, len: u64) -> bool {
+        if !self.overlap_order {
+            return true;
         }
-        Barrier {
-            barrier,
-            writes_only: false,
+        if op.is_write() && !self.index_active {
+            self.activate_index();
+        }
+        let mut found = std::mem::take(&mut self.scratch_conflicts);
+        self.conflicts(op, offset, len, slot, &mut found);
+        let ok = found.is_empty();
+        found.clear();
+        self.scratch_conflicts = found;
+        ok
+    }
+
+    /// Changes the range of request `slot` (a bio joined it), keeping the
+    /// interval index right.
+    pub(crate) fn set_range(&mut self, slot: u32, offset: u64, len: u64) {
+        let linked = self.rqs.get(slot).node.linked;
+        if linked {
+            self.index.remove(&mut self.rqs, slot);
+        }
+        let rq = self.rqs.get_mut(slot);
+        rq.offset_bytes = offset;
+        rq.len_bytes = len;
+        if linked {
+            self.index.insert(&mut self.rqs, slot);
+        }
+    }
+
+    /// Request `slot` is done (completed, or ended without dispatch): what
+    /// waited for it may go, and it leaves the index. Call before the slot
+    /// is released. Returns whether a request moved to the FIFO (it then
+    /// needs a dispatch).
+    #[inline]
+    pub(crate) fn order_done(&mut self, slot: u32) -> bool {
+        let rq = self.rqs.get(slot);
+        if rq.dependents.is_empty() && !rq.node.linked && self.flushes.is_empty() {
+            // Nothing waits for it and it is in no index (the read-only
+            // and no-op path).
+            if self.last_built == slot {
+                self.last_built = NIL;
+            }
+            return false;
+        }
+        self.order_done_slow(slot)
+    }
+
+    /// [`CoreDev::order_done`] for a request something may wait for.
+    fn order_done_slow(&mut self, slot: u32) -> bool {
+        let fifo = self.waiting.len();
+        let rq = self.rqs.get_mut(slot);
+        let mut dependents = std::mem::take(&mut rq.dependents);
+        let (seq, write, linked) = (rq.seq, rq.op.is_some_and(OpKind::is_write), rq.node.linked);
+        for &d in &dependents {
+            self.dependency_done(d);
+        }
+        dependents.clear();
+        self.rqs.get_mut(slot).dependents = dependents;
+        if linked {
+            self.index.remove(&mut self.rqs, slot);
+            if self.index.len() == 0 {
+                // Nothing ranged is live: no write either, so reads may
+                // skip the index until the next write.
+                self.index_active = false;
+            }
+        }
+        if write && !self.flushes.is_empty() {
+            let mut i = 0;
+            while i < self.flushes.len() {
+                let f = self.flushes[i];
+                if self.rqs.get(f).seq > seq {
+                    self.dependency_done(f);
+                }
+                if self.rqs.get(f).state == RqState::Blocked {
+                    i += 1;
+                } else {
+                    self.flushes.swap_remove(i);
+                }
+            }
+        }
+        if self.last_built == slot {
+            self.last_built = NIL;
+        }
+        self.waiting.len() > fifo
+    }
+
+    /// One request that `d` waited for is done.
+    fn dependency_done(&mut self, d: u32) {
+        let rq = self.rqs.get_mut(d);
+        debug_assert!(
+            rq.state == RqState::Blocked && rq.deps > 0,
+            "slot {d} not blocked"
+        );
+        rq.deps -= 1;
+        if rq.deps == 0 {
+            rq.state = RqState::Waiting;
+            self.blocked -= 1;
+            self.waiting.push_back(d);
+        }
+    }
+
+    /// Request `orig` (in flight, completing) is issued again as the
+    /// requests `pieces` (built, `Waiting`, about to go to the front of the
+    /// FIFO): they take its place in the order. Call before
+    /// [`CoreDev::order_done`] of `orig`.
+    pub(crate) fn order_reissued(&mut self, orig: u32, pieces: &[u32]) {
+        let (seq, write) = {
+            let rq = self.rqs.get(orig);
+            (rq.seq, rq.op.is_some_and(OpKind::is_write))
+        };
+        let dependents = std::mem::take(&mut self.rqs.get_mut(orig).dependents);
+        let extra = pieces.len() as u32;
+        for &d in &dependents {
+            self.rqs.get_mut(d).deps += extra;
+        }
+        for &p in pieces {
+            let rq = self.rqs.get_mut(p);
+            rq.seq = seq;
+            rq.deps = 0;
+            rq.dependents.extend_from_slice(&dependents);
+            let ranged = rq.op.is_some_and(OpKind::has_range) && rq.len_bytes > 0;
+            if ranged && self.index_active {
+                self.index.insert(&mut self.rqs, p);
+            }
+        }
+        self.rqs.get_mut(orig).dependents = dependents;
+        if write {
+            for i in 0..self.flushes.len() {
+                let f = self.flushes[i];
+                if self.rqs.get(f).seq > seq {
+                    self.rqs.get_mut(f).deps += extra;
+                }
+            }
+        }
+    }
+
+    /// Builds the interval index from the live requests (the first write
+    /// since the device was idle on this core).
+    fn activate_index(&mut self) {
+        debug_assert_eq!(self.index.len(), 0);
+        self.index_active = true;
+        for i in 0..self.rqs.len() {
+            let rq = self.rqs.get(i);
+            if rq.state != RqState::Free && rq.op.is_some_and(OpKind::has_range) && rq.len_bytes > 0
+            {
+                self.index.insert(&mut self.rqs, i);
+            }
         }
     }
 
     /// How many requests at the front of the FIFO may be dispatched now:
-    /// up to the first barrier, which itself may go only from the front
-    /// and when what it waits for is done (every request of this device
-    /// from this core, or only the writes for a flush).
+    /// all of them (blocked requests are not in it).
     pub(crate) fn dispatchable(&self) -> usize {
-        if self.barriers_waiting == 0 {
-            return self.waiting.len();
-        }
-        let mut n = 0;
-        for &i in &self.waiting {
-            let rq = self.rqs.get(i);
-            if rq.barrier {
-                let busy = if rq.writes_only {
-                    self.writes_in_flight > 0
-                } else {
-                    self.tags_held > 0
-                };
-                if n > 0 || busy {
-                    break;
-                }
-            }
-            n += 1;
-        }
-        n
+        self.waiting.len()
     }
 }

@@ -12,9 +12,11 @@
 //! - A slot is `Free` exactly when it is on the slab's free list.
 //! - `waiting` holds each `Waiting` slot exactly once, in the order the
 //!   flush built them (program order per device).
-//! - `tags_held` is the number of `InFlight` slots; `writes_in_flight` and
-//!   `writes_waiting` the number of in-flight and waiting requests whose op
-//!   changes the device; `barriers_waiting` the waiting barriers.
+//! - `tags_held` is the number of `InFlight` slots, `blocked` of `Blocked`
+//!   ones; `writes_in_flight` and `writes_waiting` the number of in-flight
+//!   and waiting-or-blocked requests whose op changes the device.
+//! - The ordering state (dependencies, pending flushes, the interval
+//!   index) is as [`crate::order`] states it.
 //! - The `pending` tallies hold only counts not yet added to `counters`;
 //!   they are published at the end of each flush and completion batch.
 
@@ -23,6 +25,7 @@ use std::sync::Arc;
 
 use plugio_device::OpKind;
 
+use crate::interval::{IntervalIndex, Node, Nodes, NIL};
 use crate::request::{Request, RqState};
 use crate::shared::DeviceShared;
 use crate::stats::{BusyClock, CoreCounters};
@@ -76,6 +79,34 @@ impl RqSlab {
     pub fn iter(&self) -> impl Iterator<Item = &Request> {
         self.slots.iter()
     }
+
+    /// Number of slots (free ones included).
+    pub fn len(&self) -> u32 {
+        self.slots.len() as u32
+    }
+
+    /// Every slot with its index.
+    pub fn iter_slots(&self) -> impl Iterator<Item = (u32, &Request)> {
+        self.slots.iter().enumerate().map(|(i, rq)| (i as u32, rq))
+    }
+}
+
+impl Nodes for RqSlab {
+    #[inline]
+    fn node(&self, i: u32) -> &Node {
+        &self.slots[i as usize].node
+    }
+
+    #[inline]
+    fn node_mut(&mut self, i: u32) -> &mut Node {
+        &mut self.slots[i as usize].node
+    }
+
+    #[inline]
+    fn range(&self, i: u32) -> (u64, u64) {
+        let rq = &self.slots[i as usize];
+        (rq.offset_bytes, rq.offset_bytes + rq.len_bytes)
+    }
 }
 
 /// Counts of one op group not yet published to the shared counters.
@@ -120,18 +151,43 @@ pub(crate) struct CoreDev {
     pub shared: Arc<DeviceShared>,
     /// The device's requests on this core, by slot.
     pub rqs: RqSlab,
-    /// Slots of requests waiting for tags (FIFO).
+    /// Slots of requests waiting for tags (FIFO): every one may go.
     pub waiting: VecDeque<u32>,
+    /// Requests waiting for earlier ones they must not overtake (in no
+    /// queue; see [`crate::order`]).
+    pub blocked: u32,
+    /// The program order of the next request built.
+    pub next_seq: u64,
+    /// Live requests with a byte range, by range, while `index_active`.
+    pub index: IntervalIndex,
+    /// The interval index is kept: a write was built since the device was
+    /// last idle here (until then no two live requests can conflict, and
+    /// reads skip the index).
+    pub index_active: bool,
+    /// Flushes still waiting for the writes before them.
+    pub flushes: Vec<u32>,
+    /// The device's `overlap_order` option (off: nothing is ordered).
+    pub overlap_order: bool,
+    /// The newest request built by a flush (`NIL`: none, or dispatched):
+    /// the one a bio may join.
+    pub last_built: u32,
+    /// Scratch list of conflicting slots (kept for its capacity).
+    pub scratch_conflicts: Vec<u32>,
+    /// Scratch counts of `check_invariants` (kept for its capacity, so the
+    /// debug checks allocate nothing per IO either).
+    #[cfg(debug_assertions)]
+    pub check_scratch: std::cell::RefCell<(Vec<u32>, Vec<u64>)>,
+    /// Checks run (debug builds), to space out the costly ones.
+    #[cfg(debug_assertions)]
+    pub checks: std::cell::Cell<u64>,
     /// A task waits on the tag set for this device.
     pub waiter_running: bool,
     /// Tags held by requests in flight from this core.
     pub tags_held: u32,
     /// Requests in flight from this core that change the device.
     pub writes_in_flight: u32,
-    /// Waiting requests that change the device.
+    /// Waiting or blocked requests that change the device.
     pub writes_waiting: u32,
-    /// Waiting requests marked as barriers.
-    pub barriers_waiting: u32,
     /// This core's iostats counters for the device.
     pub counters: Arc<CoreCounters>,
     /// Counts of this batch, published once at its end.
@@ -164,11 +220,22 @@ impl CoreDev {
             shared: shared.clone(),
             rqs: RqSlab::default(),
             waiting: VecDeque::new(),
+            blocked: 0,
+            next_seq: 0,
+            index: IntervalIndex::default(),
+            index_active: false,
+            flushes: Vec::new(),
+            overlap_order: o.overlap_order,
+            last_built: NIL,
+            scratch_conflicts: Vec::new(),
+            #[cfg(debug_assertions)]
+            check_scratch: Default::default(),
+            #[cfg(debug_assertions)]
+            checks: Default::default(),
             waiter_running: false,
             tags_held: 0,
             writes_in_flight: 0,
             writes_waiting: 0,
-            barriers_waiting: 0,
             counters: shared.register_core(),
             pending: Pending::default(),
             busy: BusyClock::default(),
@@ -191,6 +258,7 @@ impl CoreDev {
         self.shared.is_closed()
             && self.tags_held == 0
             && self.waiting.is_empty()
+            && self.blocked == 0
             && !self.waiter_running
     }
 
@@ -228,35 +296,109 @@ impl CoreDev {
         p.dirty = false;
     }
 
-    /// Recounts the counters from the slab and the FIFO; panics on a
-    /// mismatch. Debug builds run it after every flush, dispatch and
-    /// completion batch.
+    /// Recounts the counters from the slab and the FIFO, and checks the
+    /// ordering state (see [`crate::order`]); panics on a mismatch. Debug
+    /// builds run it after every flush, dispatch and completion batch; the
+    /// ordering part, which walks every dependency, runs every time while
+    /// the slab is small and every 16th time past 64 slots (a broken
+    /// dependency persists until it is seen).
     #[cfg(debug_assertions)]
     pub fn check_invariants(&self) {
-        let (mut held, mut wr_fl, mut wr_wait, mut barriers, mut waiting) = (0, 0, 0, 0, 0);
-        for rq in self.rqs.iter() {
+        self.check_counts();
+        let n = self.checks.get().wrapping_add(1);
+        self.checks.set(n);
+        if self.rqs.len() <= 64 || n % 16 == 0 {
+            self.check_order();
+        }
+    }
+
+    #[cfg(debug_assertions)]
+    fn check_counts(&self) {
+        let (mut held, mut wr_fl, mut wr_wait, mut blocked, mut waiting) = (0, 0, 0, 0, 0);
+        let mut indexed = 0;
+        for (i, rq) in self.rqs.iter_slots() {
             let writes = rq.op.is_some_and(OpKind::is_write);
             match rq.state {
-                RqState::Free => assert!(rq.op.is_none(), "a free request keeps its op"),
+                RqState::Free => {
+                    assert!(rq.op.is_none(), "a free request keeps its op");
+                    assert!(!rq.node.linked, "free slot {i} in the interval index");
+                    continue;
+                }
+                RqState::Blocked => {
+                    blocked += 1;
+                    wr_wait += u32::from(writes);
+                    assert!(rq.deps > 0, "slot {i} blocked on nothing");
+                }
                 RqState::Waiting => {
                     waiting += 1;
                     wr_wait += u32::from(writes);
-                    barriers += u32::from(rq.barrier);
+                    assert_eq!(rq.deps, 0, "slot {i} in the FIFO while blocked");
                 }
                 RqState::InFlight => {
                     held += 1;
                     wr_fl += u32::from(writes);
+                    assert_eq!(rq.deps, 0, "slot {i} dispatched while blocked");
                 }
             }
+            let ranged = rq.op.is_some_and(|op| op.has_range() && rq.len_bytes > 0);
+            assert_eq!(
+                rq.node.linked,
+                ranged && self.index_active,
+                "slot {i}: indexed iff ranged and the index is kept"
+            );
+            indexed += u32::from(rq.node.linked);
+            assert!(
+                self.index_active || !writes || !self.overlap_order,
+                "a live write while the interval index is off"
+            );
         }
+        assert_eq!(self.index.len(), indexed, "interval index size");
         assert_eq!(held, self.tags_held, "tags_held");
         assert_eq!(wr_fl, self.writes_in_flight, "writes_in_flight");
         assert_eq!(wr_wait, self.writes_waiting, "writes_waiting");
-        assert_eq!(barriers, self.barriers_waiting, "barriers_waiting");
+        assert_eq!(blocked, self.blocked, "blocked");
         assert_eq!(waiting, self.waiting.len(), "waiting FIFO length");
         for &i in &self.waiting {
             assert_eq!(self.rqs.get(i).state, RqState::Waiting, "slot {i} in FIFO");
         }
+    }
+
+    /// Every request's `deps` equals what lists it as a dependent (plus,
+    /// for a flush, the live writes issued before it); the pending flush
+    /// list names the blocked flushes; the index tree is well formed.
+    #[cfg(debug_assertions)]
+    fn check_order(&self) {
+        let is_flush = |rq: &Request| matches!(rq.op, Some(OpKind::Flush | OpKind::Fsync));
+        let mut scratch = self.check_scratch.borrow_mut();
+        let (waited_on, write_seqs) = &mut *scratch;
+        waited_on.clear();
+        waited_on.resize(self.rqs.len() as usize, 0);
+        write_seqs.clear();
+        for rq in self.rqs.iter().filter(|rq| rq.state != RqState::Free) {
+            for &d in &rq.dependents {
+                waited_on[d as usize] += 1;
+            }
+            if rq.op.is_some_and(OpKind::is_write) {
+                write_seqs.push(rq.seq);
+            }
+        }
+        let min_write_seq = write_seqs.iter().copied().min().unwrap_or(u64::MAX);
+        let mut blocked_flushes = 0;
+        for (i, rq) in self.rqs.iter_slots() {
+            if rq.state == RqState::Free {
+                assert_eq!(waited_on[i as usize], 0, "free slot {i} still waited for");
+                continue;
+            }
+            let mut want = waited_on[i as usize];
+            if self.overlap_order && is_flush(rq) && rq.seq > min_write_seq {
+                // Live writes issued before the flush.
+                want += write_seqs.iter().filter(|&&s| s < rq.seq).count() as u32;
+            }
+            assert_eq!(rq.deps, want, "deps of slot {i}");
+            blocked_flushes += usize::from(is_flush(rq) && rq.state == RqState::Blocked);
+        }
+        assert_eq!(blocked_flushes, self.flushes.len(), "pending flush list");
+        self.index.check(&self.rqs);
     }
 }
 

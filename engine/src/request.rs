@@ -17,6 +17,7 @@
 use plugio_device::{IoFlags, OpKind};
 
 use crate::bio::BioId;
+use crate::interval::Node;
 use crate::tag::Tag;
 
 /// Where a request is on its path.
@@ -25,7 +26,11 @@ pub(crate) enum RqState {
     /// The slot is on the slab's free list.
     #[default]
     Free,
-    /// Built by a flush, waiting in its device's FIFO for a tag.
+    /// Built, waiting for earlier requests it must not overtake (`deps`
+    /// of them): in no queue; the last of them to complete moves it to
+    /// the FIFO.
+    Blocked,
+    /// Built, waiting in its device's FIFO for a tag.
     Waiting,
     /// Holds a tag; submitted to the backend.
     InFlight,
@@ -61,12 +66,19 @@ pub(crate) struct Request {
     /// Whether more bios may join this request (false for split pieces
     /// and for ops or flags that never merge).
     pub mergeable: bool,
-    /// The request must not start before every earlier request of its
-    /// device from this core has completed: it overlaps one of them and one
-    /// of the two writes (program order), or it is a flush.
-    pub barrier: bool,
-    /// A barrier that waits only for the writes in flight (a flush).
-    pub writes_only: bool,
+    /// Program order of the request on its device and core (pieces issued
+    /// again keep the order of the request they come from).
+    pub seq: u64,
+    /// Earlier requests this one waits for (see [`crate::order`]): live
+    /// requests it overlaps where one of the two writes, or, for a flush,
+    /// the writes before it.
+    pub deps: u32,
+    /// Slots of the later requests that wait for this one.
+    pub dependents: Vec<u32>,
+    /// The request's node in its device's interval index.
+    pub node: Node,
+    /// Per-op `-EAGAIN` results in a row (see `complete::requeue_again`).
+    pub eagain_retries: u8,
 }
 
 impl Request {
@@ -77,26 +89,15 @@ impl Request {
         self.pieces.clear();
         self.iovecs.clear();
         self.len_bytes = 0;
-        self.barrier = false;
-        self.writes_only = false;
+        self.deps = 0;
+        self.dependents.clear();
+        debug_assert!(
+            !self.node.linked,
+            "a request left the interval index linked"
+        );
         self.nr_segs = 0;
         self.mergeable = false;
-    }
-
-    /// Whether this request and an IO `op` on `[offset_bytes,
-    /// offset_bytes + len_bytes)` touch a common byte and at least one of
-    /// them changes the device (so their order matters). A free request
-    /// conflicts with nothing.
-    pub fn conflicts_with(&self, op: OpKind, offset_bytes: u64, len_bytes: u64) -> bool {
-        let Some(a) = self.op else {
-            return false;
-        };
-        if !a.is_write() && !op.is_write() {
-            return false;
-        }
-        let (s1, e1) = (self.offset_bytes, self.offset_bytes + self.len_bytes);
-        let (s2, e2) = (offset_bytes, offset_bytes + len_bytes);
-        s1 < e2 && s2 < e1
+        self.eagain_retries = 0;
     }
 
     /// Splits `result` (bytes or -errno) between the pieces in order: each

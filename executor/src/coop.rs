@@ -9,8 +9,10 @@
 //! resource returns `Pending` and wakes the task at once instead, so the
 //! task goes to the back of the FIFO run queue and every other ready task
 //! runs before it is polled again. A task that loops on always-ready
-//! resources therefore cannot starve the core. The engine's IO futures
-//! should call [`poll_proceed`] the same way.
+//! resources therefore cannot starve the core. A resource whose first poll
+//! always returns `Pending` needs no budget: the engine's IO future
+//! (`BioFuture`) is one (an IO is only plugged on its first poll and
+//! completes in a park), so it does not call [`poll_proceed`].
 
 use std::task::{Context, Poll};
 

@@ -26,13 +26,12 @@ use crate::driver::Driver;
 use crate::owned::OwnedTasks;
 use crate::remote::{ParkGate, RemoteQueue};
 use crate::stats::{AtomicTickStats, TickStats};
-use crate::sync::{fence, set_current_uid};
-use crate::task::raw_bits::{CANCEL_REQUESTED, COMPLETE, NOTIFIED, QUEUED};
+use crate::sync::{fence, set_current_uid, AtomicBool};
 use crate::task::{
     adopt_remote, detach_all, new_local_task, Header, JoinHandle, LocalGroups, LocalRef, TaskRef,
     UNREGISTERED,
 };
-use crate::time::TimerQueue;
+use crate::timers::TimerQueue;
 use crate::Unpark;
 use std::cell::{Cell, OnceCell, RefCell, UnsafeCell};
 use std::collections::VecDeque;
@@ -41,7 +40,7 @@ use std::pin::pin;
 use std::ptr;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8};
+use std::sync::atomic::{AtomicU64, AtomicU8};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
@@ -62,6 +61,20 @@ pub trait TickHook {
 pub(crate) struct CoreConfig {
     pub(crate) task_budget: usize,
     pub(crate) coop_budget: u32,
+}
+
+/// The default task budget (task polls per tick).
+pub const DEFAULT_TASK_BUDGET: usize = 256;
+/// The default coop budget (ready resource polls per task poll).
+pub const DEFAULT_COOP_BUDGET: u32 = 128;
+
+impl Default for CoreConfig {
+    fn default() -> Self {
+        CoreConfig {
+            task_budget: DEFAULT_TASK_BUDGET,
+            coop_budget: DEFAULT_COOP_BUDGET,
+        }
+    }
 }
 
 static NEXT_CORE_UID: AtomicU64 = AtomicU64::new(1);
@@ -181,13 +194,11 @@ impl CoreShared {
         for node in self.remote.take_all() {
             // SAFETY: the queue held one reference per node.
             let task = unsafe { TaskRef::from_raw(node) };
-            // AcqRel: as in `adopt_remote` (the node is out of the queue, so
-            // a later wake pushes again, and is cancelled by its pusher).
-            // Pending drop units are zero: the close detached every task
-            // with local references first.
-            let prev = task.header().state.fetch_and(!(NOTIFIED | QUEUED), AcqRel);
-            debug_assert!(prev & QUEUED != 0);
-            if prev & COMPLETE == 0 {
+            // The node is out of the queue, so a later wake pushes again,
+            // and is cancelled by its pusher. Orderings: see
+            // `State::transition_out_of_closed_queue`.
+            let prev = task.header().state.transition_out_of_closed_queue();
+            if !prev.is_complete() {
                 // SAFETY: the core is closed, so the only tasks that can be
                 // incomplete here are unregistered `Send` ones (see `close`),
                 // and taking the node made us their only holder.
@@ -283,7 +294,10 @@ pub(crate) struct Core {
     stats: Cell<TickStats>,
     main_wake: Arc<MainWake>,
     drain_deadline: Cell<Option<Instant>>,
-    pub(crate) handle: OnceCell<crate::runtime::Handle>,
+    /// Every core of the runtime this one belongs to, set once when the
+    /// runtime has started them all (unset in a `LocalExecutor`): what
+    /// `Handle::current` is made of.
+    pub(crate) runtime_cores: OnceCell<Arc<[Arc<CoreShared>]>>,
     #[cfg(test)]
     pub(crate) timer_checks: RefCell<Vec<(u64, Instant)>>,
 }
@@ -311,7 +325,7 @@ impl Core {
             budget: Cell::new(config.coop_budget),
             stats: Cell::new(TickStats::default()),
             drain_deadline: Cell::new(None),
-            handle: OnceCell::new(),
+            runtime_cores: OnceCell::new(),
             #[cfg(test)]
             timer_checks: RefCell::new(Vec::new()),
         }
@@ -473,14 +487,14 @@ impl Core {
     fn run_task(&self, task: LocalRef) {
         // SAFETY: core thread; just popped from the local queue.
         let state = unsafe { task.start_run() };
-        if state & COMPLETE != 0 {
+        if state.is_complete() {
             return;
         }
         if task.owned_slot() == UNREGISTERED {
             // SAFETY: owner thread; unregistered.
             unsafe { self.owned.borrow_mut().insert(task.clone()) };
         }
-        let done = if state & CANCEL_REQUESTED != 0 {
+        let done = if state.is_cancel_requested() {
             // SAFETY: owner thread.
             unsafe { task.cancel() };
             true
@@ -615,9 +629,11 @@ impl Core {
                 "cancelling tasks"
             );
             for task in &queued {
+                // The state read does not matter: every task is cancelled
+                // below (a no-op on completed ones).
                 // SAFETY: core thread; out of the local queue, so its local
                 // wake flag goes (keeps the flag's invariant).
-                unsafe { task.start_run() };
+                let _ = unsafe { task.start_run() };
             }
             for task in owned.iter().chain(queued.iter()) {
                 // SAFETY: owner thread; cancel is a no-op on completed tasks.
@@ -738,10 +754,9 @@ pub async fn yield_now() {
 mod tests {
     use super::*;
     use crate::driver::ThreadDriver;
-    use crate::runtime::default_config;
 
     fn core() -> Core {
-        Core::new(0, Box::new(ThreadDriver::new()), default_config())
+        Core::new(0, Box::new(ThreadDriver::new()), CoreConfig::default())
     }
 
     /// Each timer fires in the first tick whose timer check happens at or
@@ -839,6 +854,9 @@ mod tests {
 }
 
 #[cfg(all(test, loom))]
+mod loom_task_models;
+
+#[cfg(all(test, loom))]
 mod loom_tests {
     //! The local/remote split of task references and wakes, on the real
     //! core (ticks driven by hand, no parking). A lost wake shows as a
@@ -847,7 +865,6 @@ mod loom_tests {
 
     use super::*;
     use crate::driver::ThreadDriver;
-    use crate::runtime::default_config;
     use crate::task::DEALLOCS;
     use loom::sync::atomic::AtomicBool as LoomBool;
     use loom::sync::Arc as LoomArc;
@@ -884,7 +901,7 @@ mod loom_tests {
     }
 
     fn setup() -> (Core, LoomArc<LoomBool>, Rc<RefCell<Option<Waker>>>) {
-        let core = Core::new(0, Box::new(ThreadDriver::new()), default_config());
+        let core = Core::new(0, Box::new(ThreadDriver::new()), CoreConfig::default());
         (core, LoomArc::new(LoomBool::new(false)), Rc::default())
     }
 

@@ -34,9 +34,10 @@
 //! - **Where am I** ([`core_id`]): the current core's index, `None` off a
 //!   core. Per-core state may live in `thread_local!`: a core is one thread
 //!   for its whole life and tasks never migrate.
-//! - **Cooperative budget** ([`coop`]): IO futures should call
-//!   [`coop::poll_proceed`] before returning `Ready`, like plugio's own
-//!   timers, channels and join handles.
+//! - **Cooperative budget** ([`coop`]): a future that can be ready at its
+//!   first poll should call [`coop::poll_proceed`] before returning
+//!   `Ready`, like plugio's own timers, channels and join handles. The
+//!   engine's IO future does not: its first poll always returns `Pending`.
 //! - **Statistics** ([`TickStats`], [`tick_stats`], [`Runtime::tick_stats`]).
 //! - **Wakers**: a task's waker used on the task's own core (cloned, woken
 //!   by value or by reference, dropped), and the re-poll it causes, do no
@@ -65,11 +66,15 @@
 //!   then read the core's `parked` flag, unparking the driver if set. The
 //!   core stores `parked`, fences, and re-checks the queue before it
 //!   blocks. Checked with loom (preemption bound 3):
-//!   `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p plugio-executor --release --lib loom`.
+//!   `RUSTFLAGS="--cfg loom -C debug-assertions" CARGO_TARGET_DIR=target/loom cargo test --release -p plugio-executor -p plugio-device -p plugio-engine --lib loom`.
 //!   The same command checks the local/remote split of task references
 //!   and wakes on the real core (`core::loom_tests`): a remote wake racing
 //!   the owner's wake and poll, a remote waker drop racing the owner's last
-//!   drop, and a remote waker racing the core's close.
+//!   drop, and a remote waker racing the core's close; and the task state
+//!   transitions (`core::loom_task_models`): a wake while the task runs, a
+//!   wake after it completed, an abort racing completion, a `JoinHandle`
+//!   drop racing the output write, and a cross-core spawn racing the
+//!   `closed` flag of a closing core.
 //! - Every atomic ordering in the crate has a comment naming its pair.
 
 #![cfg_attr(not(test), warn(missing_docs))]
@@ -86,6 +91,7 @@ mod stats;
 mod sync;
 mod task;
 pub mod time;
+mod timers;
 
 pub use crate::core::{
     core_id, core_uid, in_tick_hooks, register_tick_hook, spawn, spawn_local, tick_stats,

@@ -6,7 +6,6 @@
 
 use crate::core::{Core, CoreConfig};
 use crate::driver::{Driver, ThreadDriver};
-use crate::runtime::default_config;
 use crate::stats::TickStats;
 use crate::task::JoinHandle;
 use std::fmt;
@@ -91,7 +90,7 @@ impl LocalExecutor {
     /// A builder with the defaults.
     pub fn builder() -> LocalBuilder {
         LocalBuilder {
-            config: default_config(),
+            config: CoreConfig::default(),
             driver: None,
             on_thread_start: None,
         }
@@ -103,7 +102,7 @@ impl LocalExecutor {
             core: Box::new(Core::new(
                 0,
                 Box::new(ThreadDriver::new()),
-                default_config(),
+                CoreConfig::default(),
             )),
         }
     }

@@ -63,17 +63,7 @@ impl Default for Builder {
     }
 }
 
-/// The default task budget (task polls per tick).
-pub const DEFAULT_TASK_BUDGET: usize = 256;
-/// The default coop budget (ready resource polls per task poll).
-pub const DEFAULT_COOP_BUDGET: u32 = 128;
-
-pub(crate) fn default_config() -> CoreConfig {
-    CoreConfig {
-        task_budget: DEFAULT_TASK_BUDGET,
-        coop_budget: DEFAULT_COOP_BUDGET,
-    }
-}
+pub use crate::core::{DEFAULT_COOP_BUDGET, DEFAULT_TASK_BUDGET};
 
 impl Builder {
     /// A builder with the defaults.
@@ -81,7 +71,7 @@ impl Builder {
         Self {
             cores: thread::available_parallelism().map_or(1, |n| n.get()),
             placement: Placement::Unpinned,
-            config: default_config(),
+            config: CoreConfig::default(),
             thread_name: "plugio-core".to_owned(),
             driver: Arc::new(|_| Ok(Box::new(ThreadDriver::new()) as Box<dyn Driver>)),
             on_thread_start: None,
@@ -326,7 +316,7 @@ impl CoreThread {
         let Ok(handle) = self.handle_rx.recv() else {
             return;
         };
-        let _ = core.handle.set(handle);
+        let _ = core.runtime_cores.set(handle.cores);
         tracing::debug!(cpu = ?self.cpu, "core started");
         core.block_on(std::future::pending::<()>(), &Core::should_stop);
         core.close();
@@ -345,7 +335,9 @@ impl Handle {
     /// The handle of the runtime the calling core belongs to (`None` off a
     /// runtime core, including inside a [`crate::LocalExecutor`]).
     pub fn current() -> Option<Handle> {
-        crate::core::try_with_current(|core| core.handle.get().cloned()).flatten()
+        crate::core::try_with_current(|core| core.runtime_cores.get().cloned())
+            .flatten()
+            .map(|cores| Handle { cores })
     }
 
     /// Number of cores.

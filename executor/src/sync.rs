@@ -1,11 +1,19 @@
-//! A small shim over the atomics used by the lock-free handshakes (the remote
-//! wake queue, the park gate, and the task state and reference counts), so
-//! that `--cfg loom` builds check them with `loom`'s model checker and normal
-//! builds use `std`; plus the thread's current core uid, which loom needs
-//! per model thread.
+//! The crate's loom facade (tokio's `src/loom/` is the model): the
+//! synchronisation types of every lock-free handshake, re-exported from
+//! `loom` under `--cfg loom` (so the model checker explores their
+//! interleavings) and from `std` / `futures` otherwise; plus the thread's
+//! current core uid, which loom needs per model thread.
 //!
-//! Invariant: only the types the loom tests exercise come through here; the
-//! rest of the crate uses `std::sync` directly.
+//! Through here: the task state word, reference counts and remote link
+//! (`task::raw`, `task::state`), the join waker, the remote wake queue and
+//! the park gate (`remote`), the core's `closed` flag and the main future's
+//! wake flag (`core`).
+//!
+//! Invariant: every atomic whose interleavings decide correctness comes
+//! through here. Atomics that take part in no handshake (statistics, the
+//! process-wide core uid counter, the shutdown request, which is followed
+//! by an unconditional unpark) use `std::sync` directly, so that loom does
+//! not spend its state space on them.
 
 use std::cell::Cell;
 
@@ -14,6 +22,30 @@ pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicUsize};
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicUsize};
+
+/// The join waker's cell (`futures`' `AtomicWaker`, or loom's model of the
+/// same protocol), behind one signature.
+#[cfg(not(loom))]
+pub(crate) use futures::task::AtomicWaker;
+
+/// Loom's `AtomicWaker`, with `futures`' `register(&Waker)` signature.
+#[cfg(loom)]
+pub(crate) struct AtomicWaker(loom::future::AtomicWaker);
+
+#[cfg(loom)]
+impl AtomicWaker {
+    pub(crate) fn new() -> Self {
+        Self(loom::future::AtomicWaker::new())
+    }
+
+    pub(crate) fn register(&self, waker: &std::task::Waker) {
+        self.0.register_by_ref(waker);
+    }
+
+    pub(crate) fn wake(&self) {
+        self.0.wake();
+    }
+}
 
 #[cfg(not(loom))]
 std::thread_local! {

@@ -58,6 +58,18 @@ struct Key {
 struct Runs {
     iops: Vec<f64>,
     cpu_ns_per_io: Vec<f64>,
+    /// What the engine could not do as asked (its `notes`), each once.
+    notes: Vec<String>,
+}
+
+/// The distinct notes of all results, in order: a cell whose runs have
+/// note `i` (0-based) is marked `[n{i+1}]` and the notes are listed
+/// under the tables.
+fn all_notes(map: &BTreeMap<Key, Runs>) -> Vec<String> {
+    let mut all: Vec<String> = map.values().flat_map(|r| r.notes.iter().cloned()).collect();
+    all.sort();
+    all.dedup();
+    all
 }
 
 /// Median, min and max of `v` (`None` when empty).
@@ -134,6 +146,17 @@ fn load(dir: &Path) -> Result<BTreeMap<Key, Runs>, BenchError> {
         let runs = map.entry(key).or_default();
         runs.iops.push(iops);
         runs.cpu_ns_per_io.extend(cpu);
+        for n in v
+            .get("notes")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+        {
+            if !runs.notes.iter().any(|x| x == n) {
+                runs.notes.push(n.to_owned());
+            }
+        }
     }
     Ok(map)
 }
@@ -149,9 +172,19 @@ fn fmt_iops(v: f64) -> String {
     }
 }
 
-fn cell(runs: Option<&Runs>) -> String {
-    match runs.and_then(|r| stats(&r.iops)) {
-        Some((m, lo, hi)) => format!("{} ({}–{})", fmt_iops(m), fmt_iops(lo), fmt_iops(hi)),
+/// A cell: median (min–max), marked `[nK]` for each note of its runs
+/// (`notes` from [`all_notes`]).
+fn cell(runs: Option<&Runs>, notes: &[String]) -> String {
+    match runs.and_then(|r| stats(&r.iops).map(|s| (r, s))) {
+        Some((r, (m, lo, hi))) => {
+            let mut c = format!("{} ({}–{})", fmt_iops(m), fmt_iops(lo), fmt_iops(hi));
+            for n in &r.notes {
+                if let Some(i) = notes.iter().position(|x| x == n) {
+                    c.push_str(&format!(" [n{}]", i + 1));
+                }
+            }
+            c
+        }
         None => "–".to_owned(),
     }
 }
@@ -163,6 +196,9 @@ const ENGINES: &[&str] = &[
     "raw",
     "rawnop",
     "glommio",
+    "monoio",
+    "tokio-uring",
+    "compio",
     "tokio",
     "psync",
     "fio",
@@ -211,6 +247,7 @@ fn table(out: &mut String, map: &BTreeMap<Key, Runs>, workload: &str, qd_rows: b
     if engines.is_empty() {
         return;
     }
+    let notes = all_notes(map);
     let first = if qd_rows { "target, QD" } else { "target" };
     out.push_str(&format!("| {first} | {} |\n", engines.join(" | ")));
     out.push_str(&format!("|---|{}\n", "---|".repeat(engines.len())));
@@ -230,12 +267,15 @@ fn table(out: &mut String, map: &BTreeMap<Key, Runs>, workload: &str, qd_rows: b
         let cells: Vec<String> = engines
             .iter()
             .map(|e| {
-                cell(map.get(&Key {
-                    target: target.clone(),
-                    engine: e.clone(),
-                    workload: workload.into(),
-                    qd,
-                }))
+                cell(
+                    map.get(&Key {
+                        target: target.clone(),
+                        engine: e.clone(),
+                        workload: workload.into(),
+                        qd,
+                    }),
+                    &notes,
+                )
             })
             .collect();
         out.push_str(&format!("| {label} | {} |\n", cells.join(" | ")));
@@ -304,15 +344,66 @@ fn goals(out: &mut String, map: &BTreeMap<Key, Runs>) {
     out.push('\n');
 }
 
+/// plugio's ratio to each other engine: median IOPS of 4 KiB random
+/// reads at QD128 on each target, `plugio / engine`.
+fn ratio_table(out: &mut String, map: &BTreeMap<Key, Runs>) {
+    const QD: u32 = 128;
+    let engines: Vec<String> = engines_of(map, "randread4k")
+        .into_iter()
+        .filter(|e| e != "plugio")
+        .collect();
+    let mut targets: Vec<String> = map
+        .keys()
+        .filter(|k| k.workload == "randread4k" && k.qd == QD && k.engine == "plugio")
+        .map(|k| k.target.clone())
+        .collect();
+    targets.dedup();
+    if engines.is_empty() || targets.is_empty() {
+        return;
+    }
+    out.push_str(&format!("| target | {} |\n", engines.join(" | ")));
+    out.push_str(&format!("|---|{}\n", "---|".repeat(engines.len())));
+    for t in &targets {
+        let p = median_of(map, t, "plugio", "randread4k", QD);
+        let cells: Vec<String> = engines
+            .iter()
+            .map(|e| match (p, median_of(map, t, e, "randread4k", QD)) {
+                (Some(p), Some(d)) if d > 0.0 => format!("{:.2}×", p / d),
+                _ => "–".to_owned(),
+            })
+            .collect();
+        out.push_str(&format!("| {t} | {} |\n", cells.join(" | ")));
+    }
+    out.push('\n');
+}
+
+/// The numbered notes that mark cells (`[nK]`).
+fn notes_list(out: &mut String, map: &BTreeMap<Key, Runs>) {
+    let notes = all_notes(map);
+    if notes.is_empty() {
+        return;
+    }
+    out.push_str("### Marked cells: what the engine could not do as asked (from its `notes`)\n\n");
+    for (i, n) in notes.iter().enumerate() {
+        out.push_str(&format!("- [n{}] {n}\n", i + 1));
+    }
+    out.push('\n');
+}
+
 fn nop_table(out: &mut String, map: &BTreeMap<Key, Runs>) {
     let rows: Vec<(&Key, &Runs)> = map.iter().filter(|(k, _)| k.workload == "nop").collect();
     if rows.is_empty() {
         return;
     }
     out.push_str("| engine | IOPS (one core) | CPU ns/IO (median) |\n|---|---|---|\n");
+    let notes = all_notes(map);
     for (k, r) in rows {
         let cpu = stats(&r.cpu_ns_per_io).map_or("–".into(), |s| format!("{:.0}", s.0));
-        out.push_str(&format!("| {} | {} | {cpu} |\n", k.engine, cell(Some(r))));
+        out.push_str(&format!(
+            "| {} | {} | {cpu} |\n",
+            k.engine,
+            cell(Some(r), &notes)
+        ));
     }
     out.push('\n');
 }
@@ -343,6 +434,9 @@ fn section(
     nop_table(&mut out, map);
     out.push_str("### Goals (ratios of medians in this run)\n\n");
     goals(&mut out, map);
+    out.push_str("### plugio's ratio to each engine (median IOPS, 4 KiB random reads, QD128)\n\n");
+    ratio_table(&mut out, map);
+    notes_list(&mut out, map);
     if !plots.is_empty() {
         out.push_str("### Plots\n\n");
         let base = args.markdown.parent().unwrap_or(Path::new("."));
@@ -593,6 +687,51 @@ mod tests {
         assert!(!out.contains("old"));
         let appended = replace_section("# R\n", "## Peer comparison\n\nx\n");
         assert!(appended.starts_with("# R\n\n## Peer comparison"));
+    }
+
+    fn key(target: &str, engine: &str) -> Key {
+        Key {
+            target: target.into(),
+            engine: engine.into(),
+            workload: "randread4k".into(),
+            qd: 128,
+        }
+    }
+
+    #[test]
+    fn cells_with_notes_are_marked_and_ratios_are_plugio_over_peer() {
+        let mut map = BTreeMap::new();
+        let runs = |iops: f64, notes: &[&str]| Runs {
+            iops: vec![iops],
+            cpu_ns_per_io: Vec::new(),
+            notes: notes.iter().map(|n| (*n).to_owned()).collect(),
+        };
+        map.insert(key("zram", "plugio"), runs(300e3, &[]));
+        map.insert(
+            key("zram", "monoio"),
+            runs(150e3, &["monoio: no fixed buffers"]),
+        );
+        map.insert(key("zram", "compio"), runs(100e3, &[]));
+        let notes = all_notes(&map);
+        assert_eq!(notes, vec!["monoio: no fixed buffers".to_owned()]);
+        assert_eq!(
+            cell(map.get(&key("zram", "monoio")), &notes),
+            "150K (150K–150K) [n1]"
+        );
+        assert_eq!(
+            cell(map.get(&key("zram", "plugio")), &notes),
+            "300K (300K–300K)"
+        );
+        let mut out = String::new();
+        table(&mut out, &map, "randread4k", true);
+        assert!(out.contains("| plugio | monoio | compio |"), "{out}");
+        assert!(out.contains("[n1]"), "{out}");
+        let mut out = String::new();
+        ratio_table(&mut out, &map);
+        assert!(out.contains("| zram | 2.00× | 3.00× |"), "{out}");
+        let mut out = String::new();
+        notes_list(&mut out, &map);
+        assert!(out.contains("- [n1] monoio: no fixed buffers"), "{out}");
     }
 
     #[test]

@@ -26,14 +26,18 @@
 
 pub mod alloc_count;
 pub mod compare;
+pub mod engine_compio;
 pub mod engine_glommio;
+pub mod engine_monoio;
 pub mod engine_plugio;
 pub mod engine_psync;
 pub mod engine_raw;
 pub mod engine_tokio;
+pub mod engine_tokio_uring;
 pub mod error;
 pub mod limits;
 pub mod options;
+pub mod peers;
 pub mod report;
 pub mod stats;
 pub mod target;
@@ -165,6 +169,9 @@ fn run_engine(
         EngineKind::Raw => engine_raw::run(job, target, counters),
         EngineKind::Glommio => engine_glommio::run(job, need(target)?, counters),
         EngineKind::Tokio => engine_tokio::run(job, need(target)?, counters),
+        EngineKind::Monoio => engine_monoio::run(job, need(target)?, counters),
+        EngineKind::TokioUring => engine_tokio_uring::run(job, need(target)?, counters),
+        EngineKind::Compio => engine_compio::run(job, need(target)?, counters),
         EngineKind::Psync => engine_psync::run(job, need(target)?, counters),
     }
 }

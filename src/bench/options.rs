@@ -37,6 +37,14 @@ pub enum EngineKind {
     Tokio,
     /// `pread`/`pwrite` on `iodepth` threads per job.
     Psync,
+    /// monoio 0.2 `fs::File` positional IO on its io_uring driver.
+    Monoio,
+    /// tokio-uring 0.5 `fs::File` positional IO (fixed buffers with
+    /// `--fixedbufs 1`).
+    #[serde(rename = "tokio-uring")]
+    TokioUring,
+    /// compio 0.19 `fs::File` positional IO on its io_uring driver.
+    Compio,
 }
 
 /// How a plugio core waits while nothing is in flight on its ring

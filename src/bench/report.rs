@@ -41,6 +41,9 @@ pub fn engine_name(e: EngineKind) -> &'static str {
         EngineKind::Glommio => "glommio",
         EngineKind::Tokio => "tokio",
         EngineKind::Psync => "psync",
+        EngineKind::Monoio => "monoio",
+        EngineKind::TokioUring => "tokio-uring",
+        EngineKind::Compio => "compio",
     }
 }
 

@@ -298,6 +298,9 @@ fn open_device(args: &ReplayArgs) -> Result<Device, ReplayError> {
         queue_depth: args.iodepth,
         direct: args.direct == 1,
         nomerges: args.nomerges,
+        // `--overlap-order 0`: no ordering below the replay either (fio's
+        // behaviour).
+        overlap_order: args.overlap_order == 1,
         ..DeviceOptions::default()
     };
     Device::open(&args.filename, opts).map_err(|e| {

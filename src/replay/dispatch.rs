@@ -21,14 +21,13 @@
 //! overlapping writes race, nothing can be verified).
 //!
 //! Either way the engine keeps its own order below the replay
-//! (`engine/src/order.rs`): a flush waits for the writes in flight on its
-//! core and holds back the requests queued after it until it is
-//! dispatched, and a request that overlaps an earlier one in flight or
-//! waiting, where either writes, waits for every request of its core in
-//! flight. fio's iolog replay does neither (a flush is an
-//! `IORING_OP_FSYNC` queued like any IO), so with both options off the
-//! replay keeps `iodepth` IOs in flight but the engine may send far fewer
-//! to the device: the report's `depth` figures show both.
+//! (`engine/src/order.rs`), which is exact: a request waits only for the
+//! earlier requests of its core it overlaps where either writes, and a
+//! flush only for the writes issued before it; nothing else is held back.
+//! fio's iolog replay orders nothing (a flush is an `IORING_OP_FSYNC`
+//! queued like any IO), so with both options off only overlapping IOs of
+//! the trace are sent to the device later than fio would: the report's
+//! `depth` figures show how many the engine kept in flight.
 //!
 //! So IOs leave in trace order except that an IO may pass earlier ones
 //! that wait for an overlap, when it conflicts with none of them: the scan

@@ -5,7 +5,9 @@
 //!
 //! Invariants:
 //! - One SQE (plus a linked `fdatasync` for PREFLUSH) per op; its
-//!   user_data is the ring's slot index, never a pointer.
+//!   user_data is never a pointer: the handler and token themselves for a
+//!   direct op ([`Backend::submit_direct`]), the ring's slot index
+//!   otherwise.
 //! - The file descriptor stays open while any op on it is in flight, even
 //!   after the backend is dropped: pool jobs hold an `Arc` to it; on a
 //!   ring, the ring's registration for this backend holds one (cloned once
@@ -233,9 +235,17 @@ impl FileBackend {
     }
 
     /// Queues `op` on `ring`; false when the op must go to the pool
-    /// (block-device discard).
+    /// (block-device discard). `direct`: without a ring slot where the op
+    /// allows it (see [`Backend::submit_direct`]).
     #[inline]
-    fn queue(&self, ring: &Ring, op: &IoOp<'_>, handler: HandlerId, token: u64) -> bool {
+    fn queue(
+        &self,
+        ring: &Ring,
+        op: &IoOp<'_>,
+        handler: HandlerId,
+        token: u64,
+        direct: bool,
+    ) -> bool {
         let file = ring.file(&self.cache, &self.fd, self.id);
         let target = match file.fixed {
             Some(index) => Target::Fixed(index),
@@ -244,10 +254,12 @@ impl FileBackend {
         let Some(entry) = self.build_sqe(target, op) else {
             return false;
         };
-        let preflush = op
-            .flags
-            .contains(IoFlags::PREFLUSH)
-            .then(|| fsync_sqe(Target::Fd(self.raw_fd()), true));
+        let preflush_flag = op.flags.contains(IoFlags::PREFLUSH);
+        if direct && !preflush_flag && ring::fits_direct(handler, token) {
+            ring.push_direct(entry, handler, token);
+            return true;
+        }
+        let preflush = preflush_flag.then(|| fsync_sqe(Target::Fd(self.raw_fd()), true));
         ring.push(entry, preflush, file.reg, handler, token);
         true
     }
@@ -352,6 +364,34 @@ fn fallocate_sqe(target: Target, op: &IoOp<'_>, mode: i32) -> squeue::Entry {
     })
 }
 
+impl FileBackend {
+    /// `submit` (`direct` false) or `submit_direct`.
+    ///
+    /// # Safety
+    /// As [`Backend::submit`].
+    #[inline]
+    unsafe fn submit_on_ring(
+        &self,
+        op: &IoOp<'_>,
+        handler: HandlerId,
+        token: u64,
+        direct: bool,
+    ) -> Result<()> {
+        // Callers check once before submitting (Backend::submit's docs).
+        debug_assert!(
+            check_op(&self.geometry, op).is_ok(),
+            "unchecked op submitted: {op:?}: {:?}",
+            check_op(&self.geometry, op)
+        );
+        if self.kind == BackendKind::Uring
+            && ring::with_current(|ring| self.queue(ring, op, handler, token, direct)) == Some(true)
+        {
+            return Ok(());
+        }
+        submit_to_pool(&self.fd, self.is_block_device, op, handler, token)
+    }
+}
+
 impl Backend for FileBackend {
     fn geometry(&self) -> &Geometry {
         &self.geometry
@@ -362,18 +402,13 @@ impl Backend for FileBackend {
     }
 
     unsafe fn submit(&self, op: &IoOp<'_>, handler: HandlerId, token: u64) -> Result<()> {
-        // Callers check once before submitting (Backend::submit's docs).
-        debug_assert!(
-            check_op(&self.geometry, op).is_ok(),
-            "unchecked op submitted: {op:?}: {:?}",
-            check_op(&self.geometry, op)
-        );
-        if self.kind == BackendKind::Uring
-            && ring::with_current(|ring| self.queue(ring, op, handler, token)) == Some(true)
-        {
-            return Ok(());
-        }
-        submit_to_pool(&self.fd, self.is_block_device, op, handler, token)
+        // SAFETY: the caller keeps `submit`'s contract.
+        unsafe { self.submit_on_ring(op, handler, token, false) }
+    }
+
+    unsafe fn submit_direct(&self, op: &IoOp<'_>, handler: HandlerId, token: u64) -> Result<()> {
+        // SAFETY: the caller keeps `submit_direct`'s contract.
+        unsafe { self.submit_on_ring(op, handler, token, true) }
     }
 }
 

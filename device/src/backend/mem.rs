@@ -98,6 +98,13 @@ pub enum Fault {
         /// Total bytes the device accepts.
         bytes: u64,
     },
+    /// The next `ops` ops (of any kind) fail with `EAGAIN` without touching
+    /// the device, as io_uring reports a per-op `-EAGAIN` for a direct
+    /// submission ([`Backend::submit_direct`]); each failed op uses one up.
+    Eagain {
+        /// Ops left to fail.
+        ops: u64,
+    },
 }
 
 /// What a power cut does to unflushed writes.
@@ -313,6 +320,17 @@ impl MemDevice {
         self.inner.lock().dirty.len()
     }
 
+    /// The simulated time: with [`MemClock::Virtual`], the deadline of the
+    /// latest op executed so far (the device's own clock, which no load on
+    /// the machine moves); with [`MemClock::Real`], the time since the
+    /// device was created. Tests measure how much IO overlapped with it.
+    pub fn now(&self) -> Duration {
+        match self.inner.clock {
+            MemClock::Virtual => self.inner.lock().vnow,
+            MemClock::Real => self.inner.epoch.elapsed(),
+        }
+    }
+
     /// The op's deadline as time since the epoch: it starts on the channel
     /// that frees first, no earlier than the current (virtual or real) time.
     fn deadline(&self, st: &mut MemState) -> Duration {
@@ -356,6 +374,14 @@ impl MemInner {
         st.vnow = st.vnow.max(deadline);
         if st.generation != generation {
             return -libc::EIO;
+        }
+        let eagain = st.faults.iter_mut().find_map(|f| match f {
+            Fault::Eagain { ops } if *ops > 0 => Some(ops),
+            _ => None,
+        });
+        if let Some(ops) = eagain {
+            *ops -= 1;
+            return -libc::EAGAIN;
         }
         if op.flags.contains(IoFlags::PREFLUSH) {
             flush(&mut st, self.block);

@@ -88,6 +88,29 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// when this thread has no driver and the backend needs one, or an
     /// unrecoverable ring error. Nothing is queued on error.
     unsafe fn submit(&self, op: &IoOp<'_>, handler: HandlerId, token: u64) -> Result<()>;
+
+    /// [`Backend::submit`] for a caller that keeps the op and issues it
+    /// again itself (the engine keeps every request in its slab until the
+    /// completion): an io_uring backend then queues the SQE with the
+    /// handler and token in its user_data and keeps no copy of it (no ring
+    /// slot, no lookup when the CQE comes back), and a per-op `-EAGAIN` is
+    /// delivered as the completion result instead of being resubmitted by
+    /// the ring. Ops that need a slot (a linked PREFLUSH) or whose token
+    /// does not fit in 48 bits go the [`Backend::submit`] way. The default
+    /// is `submit`.
+    ///
+    /// Idea: monoio's and tokio-uring's `user_data` = the op's slab index,
+    /// and the kernel's `blk_mq_tag_to_rq` (the tag names the request).
+    ///
+    /// # Safety
+    /// As [`Backend::submit`].
+    ///
+    /// # Errors
+    /// As [`Backend::submit`].
+    unsafe fn submit_direct(&self, op: &IoOp<'_>, handler: HandlerId, token: u64) -> Result<()> {
+        // SAFETY: the caller keeps `submit`'s contract.
+        unsafe { self.submit(op, handler, token) }
+    }
 }
 
 /// The checks every backend applies before queuing an op (see

@@ -23,10 +23,8 @@ use std::cell::{Cell, RefCell};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-#[cfg(loom)]
-use loom::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
-#[cfg(not(loom))]
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use crate::sync::{AtomicBool, AtomicPtr};
+use std::sync::atomic::Ordering;
 
 /// Number of size classes: 512 B to 1 MiB.
 #[cfg(not(loom))]

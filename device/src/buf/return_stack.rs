@@ -7,10 +7,8 @@
 //! `swap(0)`, so no node is ever popped from under a pusher and the stack
 //! has no ABA problem (a pusher links to whatever the head is at its CAS).
 
-#[cfg(loom)]
-use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-#[cfg(not(loom))]
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use crate::sync::{AtomicU32, AtomicU64};
+use std::sync::atomic::Ordering;
 
 /// The cross-thread return path of an arena.
 #[derive(Debug)]

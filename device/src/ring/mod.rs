@@ -19,7 +19,15 @@
 //!   backlog), so any number of SQEs may be pushed between parks;
 //!   [`submit_now`](crate::submit_now) is optional.
 //! - `EAGAIN`/`EBUSY`/`EINTR` from enter, a full SQ, CQ overflow and per-op
-//!   `-EAGAIN` results are handled here and never reach a handler or caller.
+//!   `-EAGAIN` results of slot ops are handled here and never reach a
+//!   handler or caller.
+//! - Direct ops (`Ring::push_direct`, the engine's path) have no slot:
+//!   their user_data is `DIRECT_BIT | handler << 48 | token`, so a CQE
+//!   goes to its handler with no table lookup, and a per-op `-EAGAIN` is
+//!   delivered as the result (the caller, which keeps the op, issues it
+//!   again). `direct_in_flight` counts them from push to CQE; their files
+//!   stay open because registrations are only swept with the SQ and
+//!   backlog empty (the kernel holds the file of every submitted op).
 //! - Reaping never calls a handler while the ring is borrowed: CQEs are
 //!   collected first, then delivered, one
 //!   [`complete_batch`](crate::CompletionHandler::complete_batch) call per
@@ -121,6 +129,14 @@ const CANCEL_UD: u64 = u64::MAX - 2;
 const CMD_WAKE_UD: u64 = u64::MAX - 3;
 /// Set in user_data of a preflush SQE linked ahead of its op.
 const PREFLUSH_BIT: u64 = 1 << 40;
+/// Set in user_data of a direct op (no slot; see the module invariants).
+/// The reserved user_data values above (`u64::MAX - k`) have bit 63 set
+/// and are matched first; slot ops use only the low 41 bits.
+const DIRECT_BIT: u64 = 1 << 62;
+/// Bits of a direct op's token (below the handler id).
+pub(crate) const DIRECT_TOKEN_BITS: u32 = 48;
+/// Handler ids a direct op's user_data can carry (14 bits).
+pub(crate) const DIRECT_MAX_HANDLER: u32 = (1 << 14) - 1;
 /// `IORING_ENTER_GETEVENTS` from the uapi header.
 const IORING_ENTER_GETEVENTS: u32 = 1;
 /// Longest back-off sleep after `EBUSY`/`EAGAIN` with nothing reaped.
@@ -249,6 +265,8 @@ pub struct RingStats {
 pub struct Ring {
     uring: RefCell<IoUring>,
     slots: RefCell<Slots>,
+    /// Direct ops pushed whose CQE has not been reaped.
+    direct_in_flight: Cell<usize>,
     backlog: RefCell<VecDeque<squeue::Entry>>,
     unpark: Arc<RingUnpark>,
     wake_buf: Box<Cell<u64>>,
@@ -296,7 +314,7 @@ impl std::fmt::Debug for Ring {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Ring")
             .field("info", &self.info)
-            .field("in_flight", &self.slots.borrow().len())
+            .field("in_flight", &self.ops_in_flight())
             .field("backlog", &self.backlog.borrow().len())
             .finish()
     }
@@ -327,6 +345,7 @@ impl Ring {
         let ring = Self {
             uring: RefCell::new(uring),
             slots: RefCell::new(Slots::default()),
+            direct_in_flight: Cell::new(0),
             backlog: RefCell::new(VecDeque::new()),
             unpark,
             wake_buf: Box::new(Cell::new(0)),
@@ -384,7 +403,12 @@ impl Ring {
             .flatten()
             .map(|r| r.in_flight())
             .sum();
-        self.slots.borrow().len() + cmd
+        self.ops_in_flight() + cmd
+    }
+
+    /// Ops of this ring (slot and direct) whose CQE has not been reaped.
+    fn ops_in_flight(&self) -> usize {
+        self.slots.borrow().len() + self.direct_in_flight.get()
     }
 
     /// The core's passthrough ring (`polled`: the `IOPOLL` one), built on
@@ -667,6 +691,27 @@ impl Ring {
         self.push_sqe(slots.sqe_ref(index));
     }
 
+    /// Queues `entry` as a direct op of `handler`/`token`: no slot, no SQE
+    /// copy; the CQE is delivered as `(token, res)` with no table lookup,
+    /// and a per-op `-EAGAIN` is delivered as it is (the caller issues the
+    /// op again). Submits by itself when the SQ is full; never blocks, never
+    /// delivers. The caller's file must stay registered until the op is
+    /// submitted (a live backend's registration always is).
+    ///
+    /// # Panics
+    /// `token` does not fit in [`DIRECT_TOKEN_BITS`] bits or `handler`
+    /// exceeds [`DIRECT_MAX_HANDLER`] (callers check `fits_direct` first).
+    #[inline]
+    pub(crate) fn push_direct(&self, entry: squeue::Entry, handler: HandlerId, token: u64) {
+        assert!(
+            fits_direct(handler, token),
+            "token or handler too large for a direct op"
+        );
+        let ud = DIRECT_BIT | u64::from(handler.0) << DIRECT_TOKEN_BITS | token;
+        self.direct_in_flight.set(self.direct_in_flight.get() + 1);
+        self.push_sqe(&entry.user_data(ud));
+    }
+
     /// Copies `entry` into the SQ, or into the backlog (then submits) when
     /// the SQ is full. Touches neither the slots nor the reaped list.
     #[inline]
@@ -914,9 +959,7 @@ impl Ring {
         // (a tick that pushed more than the SQ holds) cannot complete in
         // this wait.
         let in_flight = self
-            .slots
-            .borrow()
-            .len()
+            .ops_in_flight()
             .saturating_sub(self.backlog.borrow().len());
         let (want, bound) = self.batch_policy(in_flight);
         debug_assert!(want >= 1 && want <= in_flight.max(1));
@@ -1129,6 +1172,17 @@ impl Ring {
             TIMEOUT_UD | CANCEL_UD => return,
             _ => {}
         }
+        if ud & DIRECT_BIT != 0 {
+            let handler = HandlerId(((ud & !DIRECT_BIT) >> DIRECT_TOKEN_BITS) as u32);
+            let token = ud & ((1 << DIRECT_TOKEN_BITS) - 1);
+            self.direct_in_flight.set(self.direct_in_flight.get() - 1);
+            reaped.push(Completion {
+                handler,
+                token,
+                result: res,
+            });
+            return;
+        }
         let index = (ud & u64::from(u32::MAX)) as u32;
         if ud & PREFLUSH_BIT != 0 {
             slots.set_preflush_result(index, res);
@@ -1232,7 +1286,7 @@ impl Drop for Ring {
             let buf = std::mem::replace(&mut self.cmd_wake_buf, Box::new(Cell::new(0)));
             std::mem::forget(buf);
         }
-        let n = self.slots.borrow().len();
+        let n = self.ops_in_flight();
         if n > 0 {
             tracing::error!(in_flight = n, "ring dropped with ops in flight");
             // The registrations keep files open for ops the kernel may
@@ -1278,16 +1332,80 @@ fn is_transient(e: &io::Error) -> bool {
     )
 }
 
+/// Whether `handler` and `token` fit in a direct op's user_data.
+#[inline]
+pub(crate) fn fits_direct(handler: HandlerId, token: u64) -> bool {
+    handler.0 <= DIRECT_MAX_HANDLER && token >> DIRECT_TOKEN_BITS == 0
+}
+
+thread_local! {
+    /// The ring installed in this thread's core (null: none): a copy of the
+    /// pointer of the `Rc<Ring>` the core holds, kept by
+    /// [`Core::set_ring`](crate::core::Core) and cleared when the core is
+    /// dropped, so the per-op lookup is one load (no lazy-init check, no
+    /// `RefCell`).
+    static CURRENT: Cell<*const Ring> = const { Cell::new(std::ptr::null()) };
+    /// Depth of `with_current` calls running (debug builds check that no
+    /// ring is installed or removed under one).
+    #[cfg(debug_assertions)]
+    static BORROWS: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Records the ring the thread's core now holds (`None`: none).
+pub(crate) fn set_current(ring: Option<&Rc<Ring>>) {
+    #[cfg(debug_assertions)]
+    assert_eq!(
+        BORROWS.with(Cell::get),
+        0,
+        "the ring was installed or removed while in use"
+    );
+    let ptr = ring.map_or(std::ptr::null(), Rc::as_ptr);
+    // try_with: the core may be dropped during thread teardown, after this
+    // slot (a const slot without destructor stays usable until then).
+    let _ = CURRENT.try_with(|c| c.set(ptr));
+}
+
 /// The ring of the current thread, if a driver with a ring is installed.
 pub(crate) fn current() -> Option<Rc<Ring>> {
     crate::core::with_core(|core| core.ring())
 }
 
 /// Runs `f` with the current thread's ring (no `Rc` clone), if a driver
-/// with a ring is installed. `f` must not install or remove the ring.
+/// with a ring is installed. `f` must not install or remove the ring
+/// (debug builds check).
 #[inline]
 pub(crate) fn with_current<R>(f: impl FnOnce(&Ring) -> R) -> Option<R> {
-    crate::core::with_core(|core| core.with_ring(f))
+    let ptr = CURRENT.try_with(Cell::get).ok()?;
+    if ptr.is_null() {
+        return None;
+    }
+    #[cfg(debug_assertions)]
+    let _borrow = Borrow::new();
+    // SAFETY: `ptr` is the `Rc<Ring>` the thread's core holds: set by
+    // `Core::set_ring` when installed, reset before it is removed or the
+    // core dropped (`set_current`), and `f` does not remove it (checked in
+    // debug builds), so the ring outlives this call. Only this thread
+    // reads the slot.
+    Some(f(unsafe { &*ptr }))
+}
+
+/// One running `with_current` (debug builds), undone on unwind too.
+#[cfg(debug_assertions)]
+struct Borrow;
+
+#[cfg(debug_assertions)]
+impl Borrow {
+    fn new() -> Self {
+        BORROWS.with(|b| b.set(b.get() + 1));
+        Borrow
+    }
+}
+
+#[cfg(debug_assertions)]
+impl Drop for Borrow {
+    fn drop(&mut self) {
+        BORROWS.with(|b| b.set(b.get() - 1));
+    }
 }
 
 impl AsRawFd for Ring {

@@ -176,6 +176,73 @@ fn per_op_eagain_results_are_resubmitted_not_returned() {
     assert_eq!(ring.stats().eagain_resubmits, u64::from(faked.get()));
 }
 
+/// Direct ops (no slot): 300 reads into a 32-entry SQ, tokens up to the
+/// 48-bit limit, each completing once with its data; a per-op `-EAGAIN`
+/// on a direct op is delivered as the result (the caller issues it
+/// again), not resubmitted by the ring; in-flight counts return to 0.
+#[test]
+fn direct_ops_complete_once_and_deliver_their_eagain() {
+    let driver = driver_with(32);
+    let ring = driver.ring().expect("ring").clone();
+    let tmp = seeded_file();
+    let backend = OpenOptions::new().open(tmp.path()).expect("open");
+    let handler = Rc::new(RecordingHandler::default());
+    let id = register_handler(handler.clone());
+    let high = (1u64 << super::DIRECT_TOKEN_BITS) - 300;
+    let faked = Rc::new(Cell::new(0u32));
+    let f = faked.clone();
+    *ring.cqe_fault.borrow_mut() = Some(Box::new(move |ud, res| {
+        // Every 7th direct op (token = ud's low 48 bits) meets an EAGAIN.
+        let direct = ud & super::DIRECT_BIT != 0 && ud < super::CANCEL_UD;
+        if direct && (ud & 0xffff_ffff_ffff) % 7 == 0 {
+            f.set(f.get() + 1);
+            -libc::EAGAIN
+        } else {
+            res
+        }
+    }));
+    let mut bufs: Vec<DmaBuf> = (0..300).map(|_| DmaBuf::heap(BLOCK, BLOCK)).collect();
+    let iovs: Vec<libc::iovec> = bufs.iter_mut().map(|b| b.iovec(BLOCK)).collect();
+    for (i, iov) in iovs.iter().enumerate() {
+        let op = IoOp::read(
+            (i as u64 % FILE_BLOCKS) * BLOCK as u64,
+            std::slice::from_ref(iov),
+        );
+        // SAFETY: bufs and iovs outlive the park loop below, which waits
+        // for every completion.
+        unsafe { backend.submit_direct(&op, id, high + i as u64) }.expect("submit");
+    }
+    assert!(park_until(&driver, Duration::from_secs(20), || handler
+        .total()
+        == 300));
+    *ring.cqe_fault.borrow_mut() = None;
+    assert!(handler.duplicates().is_empty());
+    let seen = handler.seen.borrow();
+    for (i, buf) in bufs.iter().enumerate() {
+        let token = high + i as u64;
+        if token % 7 == 0 {
+            assert_eq!(seen[&token].1, -libc::EAGAIN, "token {token}");
+        } else {
+            assert_eq!(seen[&token].1, BLOCK as i32, "token {token}");
+            assert_eq!(buf.as_slice(), &block_pattern(i as u64 % FILE_BLOCKS)[..]);
+        }
+    }
+    assert!(faked.get() > 0);
+    let stats = ring.stats();
+    assert_eq!(stats.eagain_resubmits, 0, "{stats:?}");
+    assert!(stats.sq_full > 0, "{stats:?}");
+    assert_eq!(ring.ops_in_flight(), 0);
+    drop(seen);
+    // A token beyond 48 bits still completes, through a slot.
+    let op = IoOp::read(0, std::slice::from_ref(&iovs[0]));
+    // SAFETY: as above.
+    unsafe { backend.submit_direct(&op, id, 1 << 50) }.expect("submit");
+    assert!(park_until(&driver, Duration::from_secs(20), || handler
+        .total()
+        == 301));
+    assert_eq!(handler.seen.borrow()[&(1 << 50)].1, BLOCK as i32);
+}
+
 #[test]
 fn unpark_from_another_thread_wakes_a_blocking_park() {
     use plugio_executor::Driver;

@@ -2,7 +2,7 @@
 //! clear, batched wakeups, and no lost wakeup when waiters outnumber tags.
 //!
 //! Run with (their own target dir, as the loom cfg changes every crate):
-//! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=/work/main/target/loom cargo test -p plugio-engine --release --lib loom`
+//! `RUSTFLAGS="--cfg loom -C debug-assertions" CARGO_TARGET_DIR=target/loom cargo test --release -p plugio-executor -p plugio-device -p plugio-engine --lib loom`
 //!
 //! State space: each model keeps to two to four threads and one to four
 //! words. The preemption bound defaults to 3, to 2 for the depth-32 wake

@@ -1,11 +1,11 @@
 //! `JoinHandle` and `JoinError`.
 
-use super::raw::{JoinRef, CANCEL_REQUESTED, COMPLETE, JOIN_INTEREST};
+use super::raw::JoinRef;
+use super::state::{CancelRequest, JoinDropped};
 use std::any::Any;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::Ordering::{AcqRel, Acquire};
 use std::task::{Context, Poll};
 
 /// Why a task produced no output.
@@ -90,12 +90,10 @@ impl<T> JoinHandle<T> {
     /// task that already completed. Callable from any thread.
     pub fn abort(&self) {
         let header = self.raw.task.header();
-        // AcqRel: Release makes the request visible to the core's Acquire
-        // load before the poll (`start_run`); Acquire to see a completed
-        // state.
-        let prev = header.state.fetch_or(CANCEL_REQUESTED, AcqRel);
-        if prev & COMPLETE == 0 {
-            self.raw.task.wake_by_ref();
+        // Orderings: see `State::request_cancel`.
+        match header.state.request_cancel() {
+            CancelRequest::WakeTask => self.raw.task.wake_by_ref(),
+            CancelRequest::AlreadyComplete => {}
         }
     }
 
@@ -111,11 +109,11 @@ impl<T> Future for JoinHandle<T> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let header = self.raw.task.header();
         // Acquire: pairs with the Release in the task's `complete`.
-        if header.state.load(Acquire) & COMPLETE == 0 {
+        if !header.state.load_acquire().is_complete() {
             header.join_waker.register(cx.waker());
             // Re-check after registering (the completer wakes after
             // setting COMPLETE, so one of the two sees the other).
-            if header.state.load(Acquire) & COMPLETE == 0 {
+            if !header.state.load_acquire().is_complete() {
                 return Poll::Pending;
             }
         }
@@ -134,12 +132,11 @@ impl<T> Future for JoinHandle<T> {
 impl<T> Drop for JoinHandle<T> {
     fn drop(&mut self) {
         let header = self.raw.task.header();
-        // AcqRel: pairs with the AcqRel fetch_or(COMPLETE): whichever of the
-        // two runs last sees the other and drops the output.
-        let prev = header.state.fetch_and(!JOIN_INTEREST, AcqRel);
-        if prev & COMPLETE != 0 {
+        // Orderings: see `State::unset_join_interest`.
+        match header.state.unset_join_interest() {
             // SAFETY: complete, and we were the interest holder.
-            drop(unsafe { (*self.raw.output()).take() });
+            JoinDropped::DropOutput => drop(unsafe { (*self.raw.output()).take() }),
+            JoinDropped::NotComplete => {}
         }
     }
 }

@@ -22,9 +22,13 @@
 //!   counted atomically. A poll/wake cycle on the owner thread (waker
 //!   clone, wake by value or by reference, drop, re-poll) does no locked
 //!   atomic operation.
+//! - Every change of the atomic state word is a transition of
+//!   `state::State`, which returns a `#[must_use]` value naming what the
+//!   caller owes (push the task, drop the output, wake the join waker).
 
 mod join;
 mod raw;
+mod state;
 
 pub use join::{JoinError, JoinHandle};
 pub(crate) use raw::{
@@ -34,11 +38,6 @@ pub(crate) use raw::{
 
 #[cfg(all(test, loom))]
 pub(crate) use raw::DEALLOCS;
-
-/// The task state bits, for the core's poll loop.
-pub(crate) mod raw_bits {
-    pub(crate) use super::raw::{CANCEL_REQUESTED, COMPLETE, NOTIFIED, QUEUED};
-}
 
 #[cfg(all(test, not(loom)))]
 mod tests {

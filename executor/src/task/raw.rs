@@ -69,11 +69,11 @@
 //!   owner, or (for an unregistered `Send` task in a closed core's queue,
 //!   which has no local references) whoever found it there.
 
+use super::state::{Completed, RemoteWake, Snapshot, State};
 use super::JoinError;
 use crate::core::CoreShared;
 use crate::remote::Linked;
-use crate::sync::{current_uid, fence, AtomicPtr, AtomicUsize};
-use futures::task::AtomicWaker;
+use crate::sync::{current_uid, fence, AtomicPtr, AtomicUsize, AtomicWaker};
 use std::cell::{Cell as StdCell, UnsafeCell};
 use std::future::Future;
 use std::marker::PhantomData;
@@ -81,26 +81,9 @@ use std::mem::ManuallyDrop;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::ptr::{self, NonNull};
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::Arc;
 use std::task::{Context, Poll, RawWaker, RawWakerVTable, Waker};
-
-/// A remote wake (or abort, or a cross-core spawn) asks for a poll.
-pub(crate) const NOTIFIED: usize = 1;
-/// Set once the output slot holds the result (or the task was cancelled).
-pub(crate) const COMPLETE: usize = 1 << 1;
-/// Set while a `JoinHandle` exists.
-pub(crate) const JOIN_INTEREST: usize = 1 << 2;
-/// Set by `JoinHandle::abort`.
-pub(crate) const CANCEL_REQUESTED: usize = 1 << 3;
-/// The task is in the remote queue (or being pushed onto it).
-pub(crate) const QUEUED: usize = 1 << 4;
-/// The owner core closed; local references count in `refs` now.
-pub(crate) const DETACHED: usize = 1 << 5;
-/// One local reference dropped off the owner thread, not yet folded.
-const DROP_UNIT: usize = 1 << 8;
-/// All pending drop units.
-const DROP_MASK: usize = !(DROP_UNIT - 1);
 
 /// Bit 0 of a waker's data pointer: its reference is a local one.
 const LOCAL_TAG: usize = 1;
@@ -110,7 +93,8 @@ pub(crate) const UNREGISTERED: usize = usize::MAX;
 
 /// The type-independent start of every task allocation.
 pub(crate) struct Header {
-    pub(crate) state: AtomicUsize,
+    /// The state bits (see `state`): every transition goes through it.
+    pub(crate) state: State,
     /// Remote references plus one for the local group (module docs).
     refs: AtomicUsize,
     remote_next: AtomicPtr<Header>,
@@ -198,14 +182,14 @@ pub(crate) struct LocalRef {
 fn allocate<F: Future>(
     future: F,
     core: Arc<CoreShared>,
-    state: usize,
+    state: State,
     refs: usize,
     local_refs: usize,
 ) -> NonNull<Header> {
     let owner = core.uid;
     let cell = Box::new(Cell {
         header: Header {
-            state: AtomicUsize::new(state),
+            state,
             refs: AtomicUsize::new(refs),
             remote_next: AtomicPtr::new(ptr::null_mut()),
             vtable: vtable::<F>(),
@@ -231,12 +215,12 @@ fn allocate<F: Future>(
 /// Allocates a task for `future`, owned by `core`, to be pushed onto the
 /// core's remote queue by the caller (a cross-core spawn). Returns the
 /// queue's reference and the `JoinHandle`'s; the state starts as
-/// `NOTIFIED | QUEUED | JOIN_INTEREST`.
+/// `NOTIFIED | QUEUED | JOIN_INTEREST` ([`State::new_remote_spawn`]).
 pub(crate) fn new_task<F: Future>(
     future: F,
     core: Arc<CoreShared>,
 ) -> (TaskRef, JoinRef<F::Output>) {
-    let ptr = allocate(future, core, NOTIFIED | QUEUED | JOIN_INTEREST, 2, 0);
+    let ptr = allocate(future, core, State::new_remote_spawn(), 2, 0);
     let join = JoinRef {
         task: TaskRef { ptr },
         _output: PhantomData,
@@ -255,7 +239,7 @@ pub(crate) unsafe fn new_local_task<F: Future>(
     core: Arc<CoreShared>,
 ) -> (LocalRef, JoinRef<F::Output>) {
     // refs 2: the local group and the JoinHandle.
-    let ptr = allocate(future, core, JOIN_INTEREST, 2, 1);
+    let ptr = allocate(future, core, State::new_local_spawn(), 2, 1);
     // SAFETY: fresh task, owner thread (caller).
     let header = unsafe { ptr.as_ref() };
     header.local.notified.set(true);
@@ -375,15 +359,10 @@ unsafe fn cancel<F: Future>(ptr: NonNull<Header>) -> bool {
 unsafe fn complete<F: Future>(cell: &Cell<F>, result: Result<F::Output, JoinError>) {
     // SAFETY: nobody reads the output before `COMPLETE` is set.
     unsafe { *cell.output.get() = Some(result) };
-    // AcqRel: Release publishes the output to the JoinHandle (pairs with
-    // its Acquire loads); Acquire pairs with the handle's AcqRel drop so
-    // that, if the handle is gone, we may drop the output ourselves.
-    let prev = cell.header.state.fetch_or(COMPLETE, AcqRel);
-    if prev & JOIN_INTEREST == 0 {
+    match cell.header.state.transition_to_complete() {
         // SAFETY: no handle; we are the last side of the race.
-        drop(unsafe { (*cell.output.get()).take() });
-    } else {
-        cell.header.join_waker.wake();
+        Completed::DropOutput => drop(unsafe { (*cell.output.get()).take() }),
+        Completed::NotifyJoin => cell.header.join_waker.wake(),
     }
 }
 
@@ -445,7 +424,7 @@ unsafe fn local_dec(ptr: NonNull<Header>) {
     // SAFETY: alive until the group lets go (caller).
     let header = unsafe { ptr.as_ref() };
     // Relaxed: DETACHED is only set by this (the owner) thread.
-    debug_assert!(header.state.load(Relaxed) & DETACHED == 0);
+    debug_assert!(!header.state.load_relaxed().is_detached());
     let n = header.local.refs.get();
     debug_assert!(n > 0, "local reference count underflow");
     if n == 1 {
@@ -461,7 +440,7 @@ unsafe fn group_acquire(ptr: NonNull<Header>) {
     // SAFETY: alive (caller).
     let header = unsafe { ptr.as_ref() };
     // Relaxed: as in `local_dec`.
-    debug_assert!(header.state.load(Relaxed) & DETACHED == 0);
+    debug_assert!(!header.state.load_relaxed().is_detached());
     debug_assert_eq!(header.local.refs.get(), 0);
     header.local.refs.set(1);
     atomic_inc(header);
@@ -494,10 +473,10 @@ unsafe fn remote_drop_local(ptr: NonNull<Header>, wake: bool) {
     // Acquire: if it shows DETACHED, the owner's conversion of our
     // reference into a remote count happened before our decrement (pairs
     // with the Release of `detach_all`).
-    let mut cur = header.state.load(Acquire);
+    let mut cur = header.state.load_acquire();
     let mut queue_ref = false;
     loop {
-        if cur & DETACHED != 0 {
+        if cur.is_detached() {
             if queue_ref {
                 // SAFETY: the extra reference taken below; ours still
                 // keeps the task alive.
@@ -514,26 +493,16 @@ unsafe fn remote_drop_local(ptr: NonNull<Header>, wake: bool) {
             }
             return;
         }
-        let push = cur & QUEUED == 0;
+        let push = !cur.is_queued();
         if push && !queue_ref {
             // Taken before the unit is visible: once it is, the owner may
             // fold it and free the task before we push.
             atomic_inc(header);
             queue_ref = true;
         }
-        debug_assert!(cur < DROP_MASK, "drop unit overflow");
-        let wake_bits = if wake { NOTIFIED } else { 0 };
-        // AcqRel: Release publishes our uses of the task to the owner's
-        // fold, after which it may free it, and (with `wake`) what the
-        // waker wrote to the poll it causes (pairs with the AcqRel RMW of
-        // `adopt_remote` / `detach_all`, the Acquire load of `start_run`);
-        // Acquire to see DETACHED.
-        let new = (cur + DROP_UNIT) | QUEUED | wake_bits;
-        match header
-            .state
-            .compare_exchange_weak(cur, new, AcqRel, Acquire)
-        {
-            Ok(_) => {
+        // Orderings: see `State::try_add_drop_unit`.
+        match header.state.try_add_drop_unit(cur, wake) {
+            Ok(()) => {
                 if push {
                     push_remote(TaskRef { ptr });
                 } else if queue_ref {
@@ -556,19 +525,20 @@ unsafe fn remote_drop_local(ptr: NonNull<Header>, wake: bool) {
 unsafe fn remote_wake(ptr: NonNull<Header>, consume: bool) {
     // SAFETY: alive (caller).
     let header = unsafe { ptr.as_ref() };
-    // AcqRel: Release publishes what the waker wrote before waking to the
-    // poll this wake causes (pairs with the owner's Acquire load in
-    // `start_run` or its AcqRel RMW in `adopt_remote`); Acquire orders us
-    // after the RMW that last cleared QUEUED.
-    let prev = header.state.fetch_or(NOTIFIED | QUEUED, AcqRel);
-    if prev & QUEUED == 0 {
-        if !consume {
-            atomic_inc(header);
+    // Orderings: see `State::transition_to_notified_remote`.
+    match header.state.transition_to_notified_remote() {
+        RemoteWake::Push => {
+            if !consume {
+                atomic_inc(header);
+            }
+            push_remote(TaskRef { ptr });
         }
-        push_remote(TaskRef { ptr });
-    } else if consume {
-        // SAFETY: the caller's reference.
-        unsafe { atomic_dec(ptr) };
+        RemoteWake::AlreadyQueued => {
+            if consume {
+                // SAFETY: the caller's reference.
+                unsafe { atomic_dec(ptr) };
+            }
+        }
     }
 }
 
@@ -592,7 +562,7 @@ unsafe fn local_wake(ptr: NonNull<Header>, consume_local: bool) {
     let header = unsafe { ptr.as_ref() };
     // Relaxed: COMPLETE of a task with local state is only set on this
     // thread.
-    if header.local.notified.get() || header.state.load(Relaxed) & COMPLETE != 0 {
+    if header.local.notified.get() || header.state.load_relaxed().is_complete() {
         if consume_local {
             // SAFETY: the caller's local reference.
             unsafe { local_dec(ptr) };
@@ -634,23 +604,17 @@ unsafe fn wake_by_ref(ptr: NonNull<Header>) {
 pub(crate) unsafe fn adopt_remote(node: NonNull<Header>) -> bool {
     // SAFETY: the node holds a reference.
     let header = unsafe { node.as_ref() };
-    // AcqRel: Acquire pairs with the Release RMWs of remote wakes (their
-    // writes are visible to the poll) and remote drops (their uses of the
-    // task happen before we may free it); Release: a later remote wake
-    // that sees QUEUED clear pushes again.
-    let prev = header
-        .state
-        .fetch_and(!(NOTIFIED | QUEUED | DROP_MASK), AcqRel);
-    debug_assert!(prev & DETACHED == 0 && prev & QUEUED != 0);
-    let woken = prev & NOTIFIED != 0;
-    if woken && prev & COMPLETE == 0 && !header.local.notified.get() {
+    // Orderings: see `State::transition_to_adopted`.
+    let adopted = header.state.transition_to_adopted();
+    let woken = adopted.woken;
+    if woken && !adopted.complete && !header.local.notified.get() {
         header.local.notified.set(true);
         // SAFETY: owner thread (caller); the node's reference keeps it alive.
         unsafe { local_inc(node) };
         // SAFETY: owner thread.
         unsafe { header.core.run_queue.push(LocalRef { ptr: node }) };
     }
-    let units = prev >> DROP_UNIT.trailing_zeros();
+    let units = adopted.drop_units;
     if units != 0 {
         let n = header.local.refs.get();
         debug_assert!(n >= units, "more remote drops than local references");
@@ -680,26 +644,12 @@ pub(crate) unsafe fn detach_all(groups: &LocalGroups) {
         header.local.prev.set(ptr::null());
         let n = header.local.refs.replace(0);
         debug_assert!(n > 0);
-        // Relaxed: published by the Release RMW below. One remote count
-        // per local reference (and per pending unit, given back below).
+        // Relaxed: published by the Release RMW of the transition below.
+        // One remote count per local reference (and per pending unit, given
+        // back below).
         header.refs.fetch_add(n, Relaxed);
-        // Relaxed: only the first guess of the CAS below.
-        let mut state = header.state.load(Relaxed);
-        // AcqRel: Release publishes the counts added above to remote
-        // droppers that see DETACHED (their Acquire); Acquire pairs with
-        // the Release CAS of remote drops whose units we take.
-        let prev = loop {
-            let new = (state | DETACHED) & !DROP_MASK;
-            match header
-                .state
-                // Relaxed on failure: we only retry.
-                .compare_exchange_weak(state, new, AcqRel, Relaxed)
-            {
-                Ok(prev) => break prev,
-                Err(now) => state = now,
-            }
-        };
-        let units = prev >> DROP_UNIT.trailing_zeros();
+        // Orderings: see `State::transition_to_detached`.
+        let units = header.state.transition_to_detached();
         if units != 0 {
             // Release: as in `atomic_dec`; cannot reach zero, the group's
             // own reference is still counted.
@@ -818,7 +768,7 @@ impl TaskRef {
     /// Whether the task has completed.
     pub(crate) fn is_complete(&self) -> bool {
         // Acquire: pairs with the Release in `complete`.
-        self.header().state.load(Acquire) & COMPLETE != 0
+        self.header().state.load_acquire().is_complete()
     }
 }
 
@@ -849,19 +799,12 @@ impl LocalRef {
     ///
     /// # Safety
     /// Owner thread; the task was just popped from the local run queue.
-    pub(crate) unsafe fn start_run(&self) -> usize {
+    pub(crate) unsafe fn start_run(&self) -> Snapshot {
         let header = self.header();
         debug_assert!(header.local.notified.get());
         header.local.notified.set(false);
-        // Acquire: pairs with the Release RMW of a remote wake or abort, so
-        // the poll sees what they wrote; a plain load on x86.
-        let state = header.state.load(Acquire);
-        if state & NOTIFIED == 0 {
-            return state;
-        }
-        // AcqRel: Acquire as above; Release so that the RMW of a later
-        // remote wake orders after this clear.
-        header.state.fetch_and(!NOTIFIED, AcqRel) & !NOTIFIED
+        // Orderings: see `State::start_run`.
+        header.state.start_run()
     }
 
     /// Polls the task; returns true when it completed.

@@ -1,0 +1,372 @@
+//! An interval index over request slots: which live requests of a device
+//! overlap a byte range, in `O(log n + k)` expected time for `n` requests
+//! indexed and `k` found, with no allocation (the nodes are the request
+//! slots themselves).
+//!
+//! A treap (a binary search tree ordered by `(offset, slot)` whose shape is
+//! a heap on random priorities) augmented with the largest end offset of
+//! each subtree, the textbook interval tree (CLRS 14.3); a subtree whose
+//! largest end is at or before the query's start holds nothing that
+//! overlaps it and is skipped. The kernel needs none: it leaves the order
+//! of overlapping IO to the file system; a userspace block layer that
+//! promises program order for overlapping IO needs this lookup to stay
+//! cheap at any queue depth.
+//!
+//! Invariants (checked by [`IntervalIndex::check`] in the tests and the
+//! debug builds' queue checks):
+//! - Every linked node is reachable from the root exactly once; unlinked
+//!   nodes have `linked == false`.
+//! - In-order traversal is sorted by `(start, slot)`; each node's priority
+//!   is at least its children's.
+//! - `max_end` of a node is the largest end in its subtree.
+//! - A node's range does not change while it is linked: callers unlink
+//!   it, change the range, and link it again.
+
+/// No node.
+pub(crate) const NIL: u32 = u32::MAX;
+
+/// The index fields of one slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Node {
+    pub left: u32,
+    pub right: u32,
+    pub prio: u32,
+    /// The largest end offset (exclusive) in this node's subtree.
+    pub max_end: u64,
+    pub linked: bool,
+}
+
+impl Default for Node {
+    fn default() -> Self {
+        Node {
+            left: NIL,
+            right: NIL,
+            prio: 0,
+            max_end: 0,
+            linked: false,
+        }
+    }
+}
+
+/// Storage of the nodes: the request slab.
+pub(crate) trait Nodes {
+    /// The index fields of slot `i`.
+    fn node(&self, i: u32) -> &Node;
+    /// The index fields of slot `i`, mutably.
+    fn node_mut(&mut self, i: u32) -> &mut Node;
+    /// The byte range `[start, end)` of slot `i`.
+    fn range(&self, i: u32) -> (u64, u64);
+}
+
+/// The index: a root and a priority generator.
+#[derive(Debug)]
+pub(crate) struct IntervalIndex {
+    root: u32,
+    len: u32,
+    rng: u32,
+}
+
+impl Default for IntervalIndex {
+    fn default() -> Self {
+        IntervalIndex {
+            root: NIL,
+            len: 0,
+            rng: 0x9e37_79b9,
+        }
+    }
+}
+
+impl IntervalIndex {
+    /// Nodes linked.
+    pub fn len(&self) -> u32 {
+        self.len
+    }
+
+    /// Links slot `i` (not linked) with its current range.
+    pub fn insert<N: Nodes>(&mut self, nodes: &mut N, i: u32) {
+        debug_assert!(!nodes.node(i).linked, "slot {i} indexed twice");
+        // xorshift32: priorities need only be independent of the keys.
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 17;
+        self.rng ^= self.rng << 5;
+        *nodes.node_mut(i) = Node {
+            left: NIL,
+            right: NIL,
+            prio: self.rng,
+            max_end: nodes.range(i).1,
+            linked: true,
+        };
+        self.root = insert_at(nodes, self.root, i);
+        self.len += 1;
+    }
+
+    /// Unlinks slot `i` (linked, with the range it was linked with).
+    pub fn remove<N: Nodes>(&mut self, nodes: &mut N, i: u32) {
+        debug_assert!(nodes.node(i).linked, "slot {i} not indexed");
+        let key = (nodes.range(i).0, i);
+        self.root = remove_at(nodes, self.root, key, i);
+        *nodes.node_mut(i) = Node::default();
+        self.len -= 1;
+    }
+
+    /// Calls `f` for every linked slot whose range overlaps `[start,
+    /// end)` (an empty range overlaps nothing).
+    pub fn for_overlaps<N: Nodes>(&self, nodes: &N, start: u64, end: u64, f: &mut impl FnMut(u32)) {
+        if start < end {
+            visit(nodes, self.root, start, end, f);
+        }
+    }
+
+    /// Checks the invariants of the module docs; panics on a violation.
+    /// Returns the number of nodes reachable.
+    pub fn check<N: Nodes>(&self, nodes: &N) -> u32 {
+        let mut last = None;
+        let n = check_at(nodes, self.root, u32::MAX, &mut last);
+        assert_eq!(n, self.len, "interval index length");
+        n
+    }
+}
+
+fn key<N: Nodes>(nodes: &N, i: u32) -> (u64, u32) {
+    (nodes.range(i).0, i)
+}
+
+fn max_end<N: Nodes>(nodes: &N, i: u32) -> u64 {
+    if i == NIL {
+        0
+    } else {
+        nodes.node(i).max_end
+    }
+}
+
+/// Recomputes `max_end` of `i` from its range and its children.
+fn update<N: Nodes>(nodes: &mut N, i: u32) {
+    let n = *nodes.node(i);
+    let m = nodes
+        .range(i)
+        .1
+        .max(max_end(nodes, n.left))
+        .max(max_end(nodes, n.right));
+    nodes.node_mut(i).max_end = m;
+}
+
+fn insert_at<N: Nodes>(nodes: &mut N, t: u32, i: u32) -> u32 {
+    if t == NIL {
+        return i;
+    }
+    if nodes.node(i).prio > nodes.node(t).prio {
+        let (l, r) = split(nodes, t, key(nodes, i));
+        let n = nodes.node_mut(i);
+        n.left = l;
+        n.right = r;
+        update(nodes, i);
+        return i;
+    }
+    if key(nodes, i) < key(nodes, t) {
+        let l = insert_at(nodes, nodes.node(t).left, i);
+        nodes.node_mut(t).left = l;
+    } else {
+        let r = insert_at(nodes, nodes.node(t).right, i);
+        nodes.node_mut(t).right = r;
+    }
+    update(nodes, t);
+    t
+}
+
+/// Splits subtree `t` into keys `< k` and keys `>= k`.
+fn split<N: Nodes>(nodes: &mut N, t: u32, k: (u64, u32)) -> (u32, u32) {
+    if t == NIL {
+        return (NIL, NIL);
+    }
+    if key(nodes, t) < k {
+        let (l, r) = split(nodes, nodes.node(t).right, k);
+        nodes.node_mut(t).right = l;
+        update(nodes, t);
+        (t, r)
+    } else {
+        let (l, r) = split(nodes, nodes.node(t).left, k);
+        nodes.node_mut(t).left = r;
+        update(nodes, t);
+        (l, t)
+    }
+}
+
+/// Joins subtrees `a` and `b` where every key of `a` is below every key
+/// of `b`.
+fn merge<N: Nodes>(nodes: &mut N, a: u32, b: u32) -> u32 {
+    if a == NIL {
+        return b;
+    }
+    if b == NIL {
+        return a;
+    }
+    if nodes.node(a).prio > nodes.node(b).prio {
+        let r = merge(nodes, nodes.node(a).right, b);
+        nodes.node_mut(a).right = r;
+        update(nodes, a);
+        a
+    } else {
+        let l = merge(nodes, a, nodes.node(b).left);
+        nodes.node_mut(b).left = l;
+        update(nodes, b);
+        b
+    }
+}
+
+fn remove_at<N: Nodes>(nodes: &mut N, t: u32, k: (u64, u32), i: u32) -> u32 {
+    assert!(t != NIL, "slot {i} is not in the interval index");
+    if t == i {
+        let n = *nodes.node(t);
+        return merge(nodes, n.left, n.right);
+    }
+    if k < key(nodes, t) {
+        let l = remove_at(nodes, nodes.node(t).left, k, i);
+        nodes.node_mut(t).left = l;
+    } else {
+        let r = remove_at(nodes, nodes.node(t).right, k, i);
+        nodes.node_mut(t).right = r;
+    }
+    update(nodes, t);
+    t
+}
+
+fn visit<N: Nodes>(nodes: &N, t: u32, start: u64, end: u64, f: &mut impl FnMut(u32)) {
+    if t == NIL || nodes.node(t).max_end <= start {
+        return;
+    }
+    let n = *nodes.node(t);
+    visit(nodes, n.left, start, end, f);
+    let (s, e) = nodes.range(t);
+    if s < end {
+        if e > start {
+            f(t);
+        }
+        visit(nodes, n.right, start, end, f);
+    }
+}
+
+fn check_at<N: Nodes>(nodes: &N, t: u32, parent_prio: u32, last: &mut Option<(u64, u32)>) -> u32 {
+    if t == NIL {
+        return 0;
+    }
+    let n = *nodes.node(t);
+    assert!(n.linked, "slot {t} reachable but not marked linked");
+    assert!(n.prio <= parent_prio, "heap order broken at slot {t}");
+    let left = check_at(nodes, n.left, n.prio, last);
+    let k = key(nodes, t);
+    assert!(
+        last.is_none_or(|l| l < k),
+        "search order broken at slot {t}"
+    );
+    *last = Some(k);
+    let right = check_at(nodes, n.right, n.prio, last);
+    let want = nodes
+        .range(t)
+        .1
+        .max(max_end(nodes, n.left))
+        .max(max_end(nodes, n.right));
+    assert_eq!(n.max_end, want, "max_end of slot {t}");
+    left + right + 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Nodes with ranges, for the tests.
+    struct Plain {
+        nodes: Vec<Node>,
+        ranges: Vec<(u64, u64)>,
+    }
+
+    impl Nodes for Plain {
+        fn node(&self, i: u32) -> &Node {
+            &self.nodes[i as usize]
+        }
+        fn node_mut(&mut self, i: u32) -> &mut Node {
+            &mut self.nodes[i as usize]
+        }
+        fn range(&self, i: u32) -> (u64, u64) {
+            self.ranges[i as usize]
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        Insert(u32, u64, u64),
+        Remove(u32),
+        Query(u64, u64),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            (0u32..64, 0u64..200, 1u64..40).prop_map(|(i, s, l)| Step::Insert(i, s, s + l)),
+            (0u32..64).prop_map(Step::Remove),
+            (0u64..240, 0u64..60).prop_map(|(s, l)| Step::Query(s, s + l)),
+        ]
+    }
+
+    proptest! {
+        /// Against a plain list: every query finds exactly the linked
+        /// ranges that overlap it, and the tree stays well formed.
+        #[test]
+        fn matches_a_linear_scan(steps in proptest::collection::vec(step(), 1..300)) {
+            let mut p = Plain { nodes: vec![Node::default(); 64], ranges: vec![(0, 0); 64] };
+            let mut ix = IntervalIndex::default();
+            for s in steps {
+                match s {
+                    Step::Insert(i, a, b) => {
+                        if !p.nodes[i as usize].linked {
+                            p.ranges[i as usize] = (a, b);
+                            ix.insert(&mut p, i);
+                        }
+                    }
+                    Step::Remove(i) => {
+                        if p.nodes[i as usize].linked {
+                            ix.remove(&mut p, i);
+                        }
+                    }
+                    Step::Query(a, b) => {
+                        let mut got = Vec::new();
+                        ix.for_overlaps(&p, a, b, &mut |i| got.push(i));
+                        got.sort_unstable();
+                        let want: Vec<u32> = (0..64u32)
+                            .filter(|&i| {
+                                let (s, e) = p.ranges[i as usize];
+                                p.nodes[i as usize].linked && a < b && s < b && a < e
+                            })
+                            .collect();
+                        prop_assert_eq!(got, want);
+                    }
+                }
+                ix.check(&p);
+            }
+        }
+    }
+
+    #[test]
+    fn many_equal_starts_and_a_long_range() {
+        let n = 1000u32;
+        let mut p = Plain {
+            nodes: vec![Node::default(); n as usize + 1],
+            ranges: (0..n).map(|_| (4096, 8192)).collect(),
+        };
+        p.ranges.push((0, 1 << 40));
+        let mut ix = IntervalIndex::default();
+        for i in 0..=n {
+            ix.insert(&mut p, i);
+        }
+        assert_eq!(ix.check(&p), n + 1);
+        let mut hits = 0;
+        ix.for_overlaps(&p, 8192, 9000, &mut |_| hits += 1);
+        assert_eq!(hits, 1, "only the long range reaches past 8192");
+        for i in (0..n).step_by(2) {
+            ix.remove(&mut p, i);
+        }
+        hits = 0;
+        ix.for_overlaps(&p, 5000, 5001, &mut |_| hits += 1);
+        assert_eq!(hits, n / 2 + 1);
+        ix.check(&p);
+    }
+}

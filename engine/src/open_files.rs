@@ -1,0 +1,97 @@
+//! One device state per open file: [`Device::open`](crate::Device::open)
+//! of a file (or block device) that this process already has open with
+//! equal options returns a handle to the same [`DeviceShared`], so every
+//! handle of one file is one ordering domain (overlapping IO through any
+//! two handles keeps program order), with one tag set and one set of
+//! iostats, as the kernel has one request queue per disk.
+//!
+//! Invariants:
+//! - An entry names a file by what the kernel names it by: a block or
+//!   character device by its device number (`st_rdev`), so two nodes of
+//!   one disk are one entry; anything else by `(st_dev, st_ino)`, so
+//!   hard links and symlinks of one file are one entry.
+//! - A state is handed out again only while it has a handle (its
+//!   `handles` count is raised from a non-zero value atomically): a closed
+//!   state, which its cores are letting go of, is never revived.
+//! - The registry holds only weak references: it keeps nothing open.
+
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+
+use crate::options::DeviceOptions;
+use crate::shared::DeviceShared;
+
+/// What names one open file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FileKey {
+    /// A block or character device: its device number.
+    Device(u64),
+    /// Anything else: file system device and inode.
+    Inode(u64, u64),
+}
+
+impl FileKey {
+    /// The key of `path` (symlinks followed), or `None` when it cannot be
+    /// stat'ed (the open then reports why).
+    pub fn of(path: &Path) -> Option<FileKey> {
+        let m = std::fs::metadata(path).ok()?;
+        let ft = m.file_type();
+        Some(if ft.is_block_device() || ft.is_char_device() {
+            FileKey::Device(m.rdev())
+        } else {
+            FileKey::Inode(m.dev(), m.ino())
+        })
+    }
+}
+
+type Entries = Vec<(FileKey, Weak<DeviceShared>)>;
+
+static OPEN: Mutex<Entries> = Mutex::new(Vec::new());
+
+/// The registry, locked: held across an open so two threads opening one
+/// file get one state.
+pub(crate) struct Registry(MutexGuard<'static, Entries>);
+
+impl Registry {
+    pub fn lock() -> Registry {
+        Registry(OPEN.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// A new handle's share of the open state of `key` with options equal
+    /// to `opts`, if there is one that still has a handle.
+    pub fn find(&mut self, key: FileKey, opts: &DeviceOptions) -> Option<Arc<DeviceShared>> {
+        self.0.retain(|(_, w)| w.strong_count() > 0);
+        let shared = self
+            .0
+            .iter()
+            .filter(|(k, _)| *k == key)
+            .filter_map(|(_, w)| w.upgrade())
+            .find(|s| s.opts == *opts)?;
+        // Raise the handle count only from a non-zero value. Relaxed: the
+        // count's closing decision pairs Device::drop's Release decrement
+        // with is_closed's Acquire load; this increment, like a clone,
+        // publishes nothing.
+        let mut n = shared.handles.load(Ordering::Relaxed);
+        loop {
+            if n == 0 {
+                return None;
+            }
+            match shared.handles.compare_exchange_weak(
+                n,
+                n + 1,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Some(shared),
+                Err(now) => n = now,
+            }
+        }
+    }
+
+    /// Records the state of a file just opened.
+    pub fn insert(&mut self, key: FileKey, shared: &Arc<DeviceShared>) {
+        self.0.push((key, Arc::downgrade(shared)));
+    }
+}
