@@ -112,19 +112,12 @@ fn drop_everywhere(dev: Device, m: Option<MemDevice>) {
             assert!(poll_once(wf.as_mut()).is_pending());
             plugio::yield_now().await;
             drop(wf);
-            // Polls until the dropped write's tag comes back: a bound for a
-            // hang, not a timing expectation (a loaded machine may take a
-            // while to run the completion).
-            let deadline = std::time::Instant::now() + Duration::from_secs(5);
-            let mut settled = false;
-            while std::time::Instant::now() < deadline {
+            // Until the dropped write completes, however loaded the
+            // machine (a bound here failed beside CPU hogs); a tag that is
+            // never returned hangs, and the test's watchdog reports it.
+            while dev.tags_in_use() != 0 {
                 plugio::sleep(Duration::from_micros(200)).await;
-                if dev.tags_in_use() == 0 {
-                    settled = true;
-                    break;
-                }
             }
-            assert!(settled, "round {round}: tags still in use after 5 s");
             let back = dev.read_at(1 << 20, 8192).await.expect("read back");
             assert!(
                 back.as_slice().iter().all(|&x| x == round as u8 + 1),

@@ -323,3 +323,39 @@ fn a_split_never_produces_unaligned_segments() {
         });
     });
 }
+
+/// `Device::open` of a FIFO (read-only or not), a directory or /dev/null
+/// is refused at once, naming what the path is: an open of the FIFO would
+/// block until a writer came, so the check is a `stat`.
+#[test]
+fn device_open_refuses_a_fifo_a_directory_and_dev_null_without_blocking() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fifo = dir.path().join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+    let paths = [
+        (fifo, "a FIFO"),
+        (dir.path().to_path_buf(), "a directory"),
+        ("/dev/null".into(), "a character device"),
+    ];
+    watchdog(30, move || {
+        for (path, what) in paths {
+            for read_only in [true, false] {
+                let opts = DeviceOptions {
+                    read_only,
+                    direct: false,
+                    ..DeviceOptions::default()
+                };
+                let e = Device::open(&path, opts).expect_err("refused");
+                assert!(
+                    matches!(
+                        e.kind(),
+                        plugio::ErrorKind::InvalidInput(plugio::InvalidInput::PathKind { .. })
+                    ),
+                    "{}: {e}",
+                    path.display()
+                );
+                assert!(e.to_string().contains(what), "{e}");
+            }
+        }
+    });
+}

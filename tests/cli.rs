@@ -235,15 +235,23 @@ fn sequential_reads_merge_unless_nomerges_2() {
 
 #[test]
 fn ablations_switch_the_engine_mechanisms_off() {
-    let v = bench_json(&[
-        "--ablate",
-        "tag-batch",
-        "--ablate",
-        "bio-cache",
+    // A fixed IO count, not a runtime: the run's setup allocates a few
+    // hundred times whatever the load, so over a fixed 20000 IOs the
+    // figure is the same on an idle and on a loaded machine (over 0.5 s, a
+    // loaded machine did fewer IOs and the setup weighed more per IO).
+    let fixed = [
+        "--number_ios",
+        "20000",
+        "--runtime",
+        "600",
         "--iodepth",
         "16",
-    ]);
+    ];
+    let mut args = vec!["--ablate", "tag-batch", "--ablate", "bio-cache"];
+    args.extend_from_slice(&fixed);
+    let v = bench_json(&args);
     check_data_run(&v, "plugio");
+    assert_eq!(u(&v, "ios"), 20000);
     assert_eq!(v["notes"], serde_json::json!([]), "every ablation applies");
     assert_eq!(v["ablate"], serde_json::json!(["tag-batch", "bio-cache"]));
     // Without the bio cache each IO allocates its bio.
@@ -252,7 +260,8 @@ fn ablations_switch_the_engine_mechanisms_off() {
         allocs >= 0.9,
         "allocations per IO without the bio cache: {allocs}"
     );
-    let cached = bench_json(&["--iodepth", "16"]);
+    let cached = bench_json(&fixed);
+    assert_eq!(u(&cached, "ios"), 20000);
     let allocs = cached["allocs_per_io"].as_f64().expect("allocs_per_io");
     assert!(allocs < 0.1, "allocations per IO with the caches: {allocs}");
 }

@@ -53,6 +53,14 @@ pub enum InvalidInput {
         /// Which option, its value and what to use instead.
         detail: String,
     },
+    /// The path is not something plugio does IO on (a directory, FIFO,
+    /// socket or character device other than an NVMe generic one); see
+    /// [`check_path_kind`](crate::check_path_kind).
+    PathKind {
+        /// What the path is, with its article ("a directory", "a FIFO
+        /// (named pipe)").
+        found: &'static str,
+    },
 }
 
 /// The kinds of [`Error`] a caller can match on.
@@ -255,6 +263,11 @@ impl fmt::Display for InvalidInput {
             ),
             InvalidInput::Segments { detail } => write!(f, "bad segments: {detail}"),
             InvalidInput::Config { detail } => write!(f, "bad option: {detail}"),
+            InvalidInput::PathKind { found } => write!(
+                f,
+                "the path is {found}: use a regular file, a block device or an NVMe \
+                 generic character device (/dev/ngXnY)"
+            ),
         }
     }
 }

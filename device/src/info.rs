@@ -17,9 +17,13 @@ use crate::ring::{Ring, RingConfig};
 /// this kernel (or why io_uring is unavailable).
 ///
 /// # Errors
-/// The path cannot be opened read-only, or its geometry cannot be read.
+/// The path is not a regular file, block device or NVMe generic character
+/// device (checked with `stat` first, so a FIFO is refused rather than
+/// waited on; see [`check_path_kind`](crate::check_path_kind)), it cannot be
+/// opened read-only, or its geometry cannot be read.
 pub fn describe(path: impl AsRef<Path>) -> Result<String> {
     let path = path.as_ref();
+    crate::check_path_kind(path)?;
     let mut options = OpenOptions::new();
     options.read(true).write(false);
     let (backend, direct_note) = match options.open(path) {
@@ -63,5 +67,11 @@ mod tests {
             assert!(text.contains(needle), "{needle} missing in:\n{text}");
         }
         assert!(describe("/nonexistent/plugio").is_err());
+        assert!(matches!(
+            describe("/dev/null").map_err(|e| e.kind().clone()),
+            Err(ErrorKind::InvalidInput(
+                crate::InvalidInput::PathKind { .. }
+            ))
+        ));
     }
 }

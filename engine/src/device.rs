@@ -79,11 +79,16 @@ impl Device {
     ///
     /// # Errors
     /// Invalid options; the path does not exist or cannot be opened;
-    /// [`ErrorKind::DirectIoRefused`] when the file system refuses
-    /// `O_DIRECT` (set `direct: false`).
+    /// [`InvalidInput::PathKind`] at
+    /// once, without opening it, when the path is a directory, FIFO, socket
+    /// or other character device (see [`plugio_device::check_path_kind`]);
+    /// [`ErrorKind::DirectIoRefused`](plugio_device::ErrorKind::DirectIoRefused)
+    /// when the file system refuses `O_DIRECT` (set `direct: false`).
     pub fn open(path: impl AsRef<Path>, options: DeviceOptions) -> Result<Device, Error> {
         options.validate()?;
         let path = path.as_ref();
+        // stat, not open: an open of a FIFO would block until a writer came.
+        plugio_device::check_path_kind(path)?;
         let key = crate::open_files::FileKey::of(path);
         let mut registry = crate::open_files::Registry::lock();
         if let Some(shared) = key.and_then(|k| registry.find(k, &options)) {

@@ -37,6 +37,24 @@ pub enum BenchError {
         /// The target's logical block size, bytes.
         logical_block_bytes: u32,
     },
+    /// The job writes but the target cannot be opened for writing.
+    NotWritable {
+        /// The target.
+        path: PathBuf,
+        /// The pattern (`write`, `randwrite`, `randrw`).
+        rw: &'static str,
+        /// Why the open for writing failed.
+        source: io::Error,
+    },
+    /// The job needs more memory or threads than the machine gives this
+    /// process (checked before anything starts).
+    TooBig(String),
+    /// SIGINT or SIGTERM stopped the run (the summary so far was printed,
+    /// the temporary file removed); the command ends by the same signal.
+    Interrupted(nix::sys::signal::Signal),
+    /// Standard output was closed (`plugio bench | head -1`): the run was
+    /// stopped and its temporary file removed; the command ends by SIGPIPE.
+    StdoutClosed,
     /// An operating-system call failed.
     Io {
         /// What was being done.
@@ -83,8 +101,14 @@ impl BenchError {
             | BenchError::MissingTarget { .. }
             | BenchError::TargetTooSmall { .. }
             | BenchError::DirectRefused { .. }
-            | BenchError::Misaligned { .. } => 2,
+            | BenchError::Misaligned { .. }
+            | BenchError::NotWritable { .. }
+            | BenchError::TooBig(_) => 2,
             BenchError::Io { .. } | BenchError::Engine { .. } => 1,
+            // Exit statuses a shell gives a process killed by the signal
+            // (the command raises the signal itself; see `signals::die_of`).
+            BenchError::Interrupted(sig) => 128 + *sig as i32,
+            BenchError::StdoutClosed => 128 + libc::SIGPIPE,
         }
     }
 }
@@ -126,6 +150,23 @@ impl fmt::Display for BenchError {
                     .max(u64::from(*logical_block_bytes))
                     .next_multiple_of(u64::from(*logical_block_bytes))
             ),
+            BenchError::NotWritable { path, rw, source } => write!(
+                f,
+                "--rw {rw} writes to {} but it cannot be opened for writing ({source}): \
+                 use a writable file, or a read pattern such as --rw randread",
+                path.display()
+            ),
+            BenchError::TooBig(m) => write!(f, "{m}"),
+            BenchError::Interrupted(sig) => {
+                write!(
+                    f,
+                    "interrupted by {sig}: IO stopped, temporary file removed"
+                )
+            }
+            BenchError::StdoutClosed => write!(
+                f,
+                "standard output was closed: IO stopped, temporary file removed"
+            ),
             BenchError::Io { context, source } => write!(f, "{context}: {source}"),
             BenchError::Engine { engine, message } => write!(f, "engine {engine}: {message}"),
         }
@@ -135,7 +176,7 @@ impl fmt::Display for BenchError {
 impl std::error::Error for BenchError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            BenchError::Io { source, .. } => Some(source),
+            BenchError::Io { source, .. } | BenchError::NotWritable { source, .. } => Some(source),
             _ => None,
         }
     }

@@ -16,7 +16,13 @@
 //!   stores per IO.
 //! - `bytes == ios * bs` for data engines (the target is a multiple of
 //!   `bs` and every IO is full); NOP engines move no bytes.
-//! - The temporary file is removed when the run ends, failed or not.
+//! - The temporary file is removed when the run ends, failed or not,
+//!   interrupted (SIGINT, SIGTERM) or cut off by a closed standard output;
+//!   these stop the IO and end the command by the signal (see
+//!   `crate::signals`), after the summary so far is printed for SIGINT and
+//!   SIGTERM.
+//! - The summary's rates are its IO and byte counts over its elapsed time,
+//!   all three as printed (`iops == ios / runtime_s`).
 
 pub mod alloc_count;
 pub mod compare;
@@ -29,6 +35,7 @@ pub mod engine_raw;
 pub mod engine_tokio;
 pub mod engine_tokio_uring;
 pub mod error;
+pub mod limits;
 pub mod options;
 pub mod peers;
 pub mod report;
@@ -65,14 +72,34 @@ pub struct EngineOutput {
 /// or the run failed (1).
 pub fn main(args: BenchArgs) -> Result<BenchResult, BenchError> {
     let job = args.into_job()?;
+    for warning in limits::check(&job)? {
+        eprintln!("plugio: warning: {warning}");
+    }
+    crate::signals::catch_interrupts()
+        .map_err(|e| BenchError::io("catching SIGINT and SIGTERM", e))?;
     let target = if job.engine == EngineKind::Raw && job.nop && job.filename.is_none() {
         None
     } else {
         Some(target::prepare(&job)?)
     };
     let result = run(&job, target.as_ref())?;
+    if result.stopped_by == Some(StopReason::StdoutClosed) {
+        return Err(BenchError::StdoutClosed);
+    }
     report::print_result(&job, &result)?;
+    if let Some(StopReason::Signal(sig)) = result.stopped_by {
+        return Err(BenchError::Interrupted(sig));
+    }
     Ok(result)
+}
+
+/// Why a run stopped before its runtime or IO count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// SIGINT or SIGTERM.
+    Signal(nix::sys::signal::Signal),
+    /// A write to standard output failed: it was closed.
+    StdoutClosed,
 }
 
 /// Workers (counter slots) an engine uses.
@@ -94,29 +121,41 @@ pub fn run(job: &Job, target: Option<&Target>) -> Result<BenchResult, BenchError
     let allocs_before = alloc_count::allocations();
     let mut printer = report::Printer::new(job);
     printer.header(job, target);
+    if printer.stdout_closed() {
+        return Err(BenchError::StdoutClosed);
+    }
     let (output, timeline) = std::thread::scope(|s| {
         let engine_counters = counters.clone();
         let engine = std::thread::Builder::new()
             .name("plugio-bench-engine".into())
             .spawn_scoped(s, move || {
                 let out = run_engine(job, target, &engine_counters);
+                // When the last IO had completed: the end of the summary's
+                // window.
+                let ended = Instant::now();
                 // Unblocks the clock below if the engine failed before
                 // starting.
                 engine_counters.mark_started();
                 engine_counters.request_stop();
-                out
+                (out, ended)
             })
             .map_err(|e| BenchError::io("starting the engine thread", e))?;
-        let timeline = clock(job, &counters, &mut printer, &engine);
-        let output = engine
+        let mut timeline = clock(job, &counters, &mut printer, &engine);
+        let (output, ended) = engine
             .join()
-            .map_err(|_| BenchError::engine("bench", "the engine thread panicked"))??;
+            .map_err(|_| BenchError::engine("bench", "the engine thread panicked"))?;
+        let output = output?;
+        if let Some(start) = counters.started_at() {
+            timeline.elapsed = ended.saturating_duration_since(start);
+        }
         Ok::<_, BenchError>((output, timeline))
     })?;
     let cpu = stats::cpu_time().saturating_sub(cpu_before);
     let allocs = alloc_count::allocations() - allocs_before;
+    let stopped_by = timeline.stopped_by;
     let mut result = report::BenchResult::new(job, target, &counters, output, timeline, cpu);
     result.allocs_per_io = (result.ios > 0).then(|| allocs as f64 / result.ios as f64);
+    result.stopped_by = stopped_by;
     Ok(result)
 }
 
@@ -146,35 +185,49 @@ fn need(t: Option<&Target>) -> Result<&Target, BenchError> {
 /// samples.
 #[derive(Debug, Clone, Default)]
 pub struct Timeline {
-    /// Seconds from start to the stop request.
+    /// From the start of IO until the engine stopped, its last IO
+    /// completed (the summary's window).
     pub elapsed: Duration,
     /// One entry per whole second: the counters' delta over it.
     pub seconds: Vec<report::Second>,
-    /// The counters when stop was requested (IOs still in flight then
-    /// complete afterwards and are not in it).
-    pub at_stop: stats::Snapshot,
+    /// Set when a signal or a closed standard output stopped the run.
+    pub stopped_by: Option<StopReason>,
 }
 
 /// Waits for the engine to start, prints a line each second, and stops the
-/// engine after the runtime (or returns early if the engine ended).
-fn clock(
+/// engine after the runtime (or returns early if the engine ended, a
+/// SIGINT or SIGTERM came, or standard output was closed).
+fn clock<T>(
     job: &Job,
     counters: &Arc<Counters>,
     printer: &mut report::Printer,
-    engine: &std::thread::ScopedJoinHandle<'_, Result<EngineOutput, BenchError>>,
+    engine: &std::thread::ScopedJoinHandle<'_, T>,
 ) -> Timeline {
+    let mut timeline = Timeline::default();
     let start = loop {
         if let Some(t) = counters.started_at() {
             break t;
         }
+        if let Some(sig) = crate::signals::interrupted() {
+            // Setting up takes long with many jobs: stop it too.
+            timeline.stopped_by = Some(StopReason::Signal(sig));
+            counters.request_stop();
+        }
         std::thread::sleep(Duration::from_millis(1));
     };
-    let mut timeline = Timeline::default();
     let mut last = counters.total();
     let mut last_stats = counters.iostats();
     let mut next = start + Duration::from_secs(1);
     let end = start + job.runtime;
-    while !engine.is_finished() {
+    while !engine.is_finished() && timeline.stopped_by.is_none() {
+        if let Some(sig) = crate::signals::interrupted() {
+            timeline.stopped_by = Some(StopReason::Signal(sig));
+            break;
+        }
+        if printer.stdout_closed() {
+            timeline.stopped_by = Some(StopReason::StdoutClosed);
+            break;
+        }
         let now = Instant::now();
         if now >= next && next <= end {
             let snap = counters.total();
@@ -193,7 +246,6 @@ fn clock(
         }
         std::thread::sleep((next.min(end) - now).min(Duration::from_millis(50)));
     }
-    timeline.at_stop = counters.total();
     counters.request_stop();
     timeline.elapsed = start.elapsed();
     timeline

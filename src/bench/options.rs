@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
+use plugio::replay::cli::parse_whole;
+
 use super::error::BenchError;
 
 /// The default size of the temporary file: 1 GiB.
@@ -89,6 +91,17 @@ impl RwMode {
     pub fn writes(self) -> bool {
         !matches!(self, RwMode::Read | RwMode::Randread)
     }
+
+    /// The name `--rw` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            RwMode::Read => "read",
+            RwMode::Write => "write",
+            RwMode::Randread => "randread",
+            RwMode::Randwrite => "randwrite",
+            RwMode::Randrw => "randrw",
+        }
+    }
 }
 
 /// Mechanisms `--ablate` can switch off.
@@ -119,24 +132,25 @@ pub enum Ablation {
 /// powers of 1024; `KiB`, `MiB` also accepted).
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
-    /// File or block device to use. Default: a temporary file of `--size`
-    /// (1 GiB) filled with random data, removed afterwards.
+    /// File or block device to use; write jobs (`--rw write`, `randwrite`,
+    /// `randrw`) overwrite its data. Default: a temporary file of `--size`
+    /// (1 GiB) filled with random data, removed afterwards (also on Ctrl-C).
     #[arg(long)]
     pub filename: Option<PathBuf>,
     /// IO pattern.
     #[arg(long, value_enum, default_value_t = RwMode::Randread)]
     pub rw: RwMode,
     /// Percent of reads in `--rw randrw` (0..=100).
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = 50, value_parser = parse_whole::<u32>)]
     pub rwmixread: u32,
     /// Block size of each IO (bytes; `4k`, `1m`...).
-    #[arg(long, default_value = "4k", value_parser = parse_size)]
+    #[arg(long, default_value = "4k", value_parser = parse_size, allow_hyphen_values = true)]
     pub bs: u64,
     /// IOs in flight per job (core).
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = parse_whole::<u32>)]
     pub iodepth: u32,
     /// Jobs: one core (thread) each.
-    #[arg(long, visible_alias = "cpus", default_value_t = 1)]
+    #[arg(long, visible_alias = "cpus", default_value_t = 1, value_parser = parse_whole::<usize>)]
     pub numjobs: usize,
     /// Seconds to run.
     #[arg(long, default_value_t = 10.0)]
@@ -144,11 +158,11 @@ pub struct BenchArgs {
     /// Stop each job after this many IOs (fio's `number_ios`): the run ends
     /// at `--runtime` or when every job has done N IOs, whichever comes
     /// first. The IOs are counted when issued, so a job completes exactly N.
-    #[arg(long = "number_ios", visible_alias = "number-ios")]
+    #[arg(long = "number_ios", visible_alias = "number-ios", value_parser = parse_whole::<u64>)]
     pub number_ios: Option<u64>,
     /// Bytes of the target to use (default: the whole file or device; 1 GiB
     /// for the temporary file).
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = parse_size, allow_hyphen_values = true)]
     pub size: Option<u64>,
     /// 1: O_DIRECT (bypass the page cache); 0: buffered IO.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
@@ -187,7 +201,7 @@ pub struct BenchArgs {
     pub buf_per_io: bool,
     /// Record the latency of one IO in N (0: none). Default: 1, or 64 for
     /// NOP engines (two clock reads per IO would dominate a NOP).
-    #[arg(long)]
+    #[arg(long, value_parser = parse_whole::<u32>)]
     pub clat_sample: Option<u32>,
     /// Engines plugio and nop: how a core waits while nothing is in flight
     /// on its ring (at start and end of the run): `ring` blocks in
@@ -270,8 +284,10 @@ impl BenchArgs {
         }
         if self.bs == 0 || self.bs > plugio_engine::MAX_IO_BYTES {
             return Err(BenchError::usage(format!(
-                "--bs {} is out of range: use 512 bytes up to 2 GiB (e.g. --bs 4k)",
-                self.bs
+                "--bs {} is out of range: use 1 up to {} bytes (2 GiB - 4 KiB, the most one \
+                 IO moves; a multiple of 512 with O_DIRECT), e.g. --bs 4k or --bs 1g",
+                self.bs,
+                plugio_engine::MAX_IO_BYTES
             )));
         }
         if !(self.runtime > 0.0 && self.runtime <= 86_400.0) {
@@ -351,6 +367,11 @@ fn under_valgrind() -> bool {
 /// A message naming the bad text.
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
+    if t.strip_prefix('-')
+        .is_some_and(|r| r.starts_with(|c: char| c.is_ascii_digit()))
+    {
+        return Err(format!("'{text}' is negative: give a size such as 4k"));
+    }
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (digits, suffix) = t.split_at(split);
     let number: u64 = digits
@@ -387,5 +408,7 @@ mod tests {
         assert!(parse_size("4q").is_err());
         assert!(parse_size("k").is_err());
         assert!(parse_size("99999999999t").is_err());
+        assert!(parse_size("-4k").unwrap_err().contains("negative"));
+        assert!(parse_size("--json").unwrap_err().contains("not a size"));
     }
 }

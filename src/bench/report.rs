@@ -16,7 +16,7 @@ use super::error::BenchError;
 use super::options::{Ablation, EngineKind, Job};
 use super::stats::{Counters, Snapshot};
 use super::target::Target;
-use super::{EngineOutput, Timeline};
+use super::{EngineOutput, StopReason, Timeline};
 
 /// The name `--ablate` takes for `a`.
 pub fn ablation_name(a: Ablation) -> &'static str {
@@ -232,7 +232,8 @@ pub struct BenchResult {
     pub size_bytes: u64,
     /// The target's logical block size in bytes.
     pub logical_block_bytes: Option<u32>,
-    /// Seconds from start to the stop request.
+    /// Seconds from the start of IO until the last IO completed (the
+    /// window `iops` and `bw_mib_s` are computed over).
     pub runtime_s: f64,
     /// `--number_ios` (IOs per job), if given.
     pub number_ios: Option<u64>,
@@ -242,9 +243,9 @@ pub struct BenchResult {
     pub ios: u64,
     /// Bytes moved (including those in flight at the stop).
     pub bytes: u64,
-    /// IOs completed before the stop / runtime.
+    /// `ios / runtime_s`.
     pub iops: f64,
-    /// MiB/s over the same window.
+    /// `bytes / runtime_s`, in MiB/s.
     pub bw_mib_s: f64,
     /// Process CPU time (all threads) per IO, ns.
     pub cpu_ns_per_io: Option<f64>,
@@ -259,6 +260,13 @@ pub struct BenchResult {
     pub seconds: Vec<Second>,
     /// What could not be done as asked.
     pub notes: Vec<String>,
+    /// The signal that stopped the run early (`"SIGINT"`, `"SIGTERM"`),
+    /// if one did: the figures cover the run until then.
+    #[serde(default)]
+    pub interrupted_by: Option<String>,
+    /// Why the run stopped early, if it did (not in the JSON).
+    #[serde(skip)]
+    pub stopped_by: Option<StopReason>,
 }
 
 impl BenchResult {
@@ -328,23 +336,32 @@ impl BenchResult {
                 .then(|| format!("{:?}", job.idle_wait).to_lowercase()),
             ios: total.ios,
             bytes: total.bytes,
-            iops: timeline.at_stop.ios as f64 / secs,
-            bw_mib_s: timeline.at_stop.bytes as f64 / secs / (1u64 << 20) as f64,
+            // The same count and window the summary prints.
+            iops: total.ios as f64 / secs,
+            bw_mib_s: total.bytes as f64 / secs / (1u64 << 20) as f64,
             cpu_ns_per_io: ratio(cpu.as_nanos() as u64, total.ios),
             allocs_per_io: None,
             latency,
             plug,
             seconds: timeline.seconds,
             notes: output.notes,
+            interrupted_by: match timeline.stopped_by {
+                Some(StopReason::Signal(sig)) => Some(sig.as_str().to_owned()),
+                _ => None,
+            },
+            stopped_by: timeline.stopped_by,
         }
     }
 }
 
 /// Prints the header and the per-second lines (to stdout, or stderr with
-/// `--json`; nothing with `--quiet`).
+/// `--json`; nothing with `--quiet`). A write that fails because standard
+/// output was closed is remembered ([`Printer::stdout_closed`]), not a
+/// panic.
 pub struct Printer {
     quiet: bool,
     to_stderr: bool,
+    closed: std::cell::Cell<bool>,
 }
 
 impl Printer {
@@ -353,17 +370,27 @@ impl Printer {
         Printer {
             quiet: job.quiet,
             to_stderr: job.json,
+            closed: std::cell::Cell::new(false),
         }
     }
 
+    /// True once a line could not be written because standard output (or
+    /// standard error, with `--json`) was closed.
+    pub fn stdout_closed(&self) -> bool {
+        self.closed.get()
+    }
+
     fn line(&self, text: &str) {
-        if self.quiet {
+        if self.quiet || self.closed.get() {
             return;
         }
-        if self.to_stderr {
-            eprintln!("{text}");
+        let written = if self.to_stderr {
+            writeln!(std::io::stderr(), "{text}")
         } else {
-            println!("{text}");
+            writeln!(std::io::stdout(), "{text}")
+        };
+        if written.is_err_and(|e| crate::signals::is_broken_pipe(&e)) {
+            self.closed.set(true);
         }
     }
 
@@ -448,18 +475,30 @@ fn us(ns: u64) -> String {
 /// Prints the summary (text), or the JSON result with `--json`.
 ///
 /// # Errors
-/// Writing to stdout failed.
+/// [`BenchError::StdoutClosed`] when standard output was closed, else
+/// [`BenchError::Io`].
 pub fn print_result(job: &Job, r: &BenchResult) -> Result<(), BenchError> {
     let mut out = std::io::stdout().lock();
-    let io = |e| BenchError::io("writing the result", e);
+    let io = |e: std::io::Error| {
+        if crate::signals::is_broken_pipe(&e) {
+            BenchError::StdoutClosed
+        } else {
+            BenchError::io("writing the result", e)
+        }
+    };
     for n in &r.notes {
         eprintln!("note: {n}");
     }
+    if let Some(sig) = &r.interrupted_by {
+        eprintln!(
+            "plugio: interrupted by {sig} after {:.2} s: the summary covers the run so far",
+            r.runtime_s
+        );
+    }
     if job.json {
-        serde_json::to_writer(&mut out, r)
-            .map_err(|e| BenchError::io("writing the JSON result", e.into()))?;
+        serde_json::to_writer(&mut out, r).map_err(|e| io(e.into()))?;
         writeln!(out).map_err(io)?;
-        return Ok(());
+        return out.flush().map_err(io);
     }
     let l = &r.latency;
     let p = &r.plug;
@@ -515,5 +554,5 @@ pub fn print_result(job: &Job, r: &BenchResult) -> Result<(), BenchError> {
     if let Some(d) = &p.diskstats {
         writeln!(out, "  diskstats: {}", d.trim_start()).map_err(io)?;
     }
-    Ok(())
+    out.flush().map_err(io)
 }

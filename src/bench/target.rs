@@ -5,7 +5,9 @@
 //! job's block size and no larger than the file or device; with O_DIRECT
 //! the block size is a multiple of the logical block size, so every offset
 //! the engines draw (multiples of `bs` below `size_bytes`) is aligned and
-//! every IO is complete (never short).
+//! every IO is complete (never short). Every check runs before the
+//! temporary file is filled (it is created empty, checked, then filled); a
+//! SIGINT or SIGTERM during the fill stops it and removes the file.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom, Write};
@@ -49,6 +51,12 @@ pub fn prepare(job: &Job) -> Result<Target, BenchError> {
     let (path, len_bytes, kind, temp) = match &job.filename {
         Some(path) => {
             let (len, kind) = existing_len(path)?;
+            if let Some(fs) = memory_fs(path) {
+                eprintln!(
+                    "plugio: warning: {} is on {fs}: this measures memory, not a device",
+                    path.display()
+                );
+            }
             (path.clone(), len, kind, None)
         }
         None => {
@@ -57,8 +65,14 @@ pub fn prepare(job: &Job) -> Result<Target, BenchError> {
             } else {
                 job.size_bytes.unwrap_or(DEFAULT_TEMP_SIZE_BYTES)
             };
-            let temp = create_temp(size, job.nop, job.quiet)?;
-            (temp.to_path_buf(), size, "temporary file", Some(temp))
+            // Empty until every check below has passed.
+            let temp = create_temp()?;
+            (
+                temp.path().to_path_buf(),
+                size,
+                "temporary file",
+                Some(temp),
+            )
         }
     };
     // NOP jobs never touch the data: their small temporary file ignores
@@ -78,6 +92,10 @@ pub fn prepare(job: &Job) -> Result<Target, BenchError> {
     }
     let logical_block_bytes = check_direct(&path, job)?;
     let size_bytes = needed - needed % job.bs_bytes;
+    let temp = match temp {
+        Some(file) => Some(fill_temp(file, len_bytes, job.nop, job.quiet)?),
+        None => None,
+    };
     Ok(Target {
         path,
         size_bytes,
@@ -141,7 +159,8 @@ fn check_direct(path: &Path, job: &Job) -> Result<u32, BenchError> {
         return Ok(lbs);
     }
     let mut opts = OpenOptions::new();
-    opts.read(true);
+    // As the engines will: a job that writes needs write access.
+    opts.read(true).write(job.rw.writes());
     if job.direct {
         opts.custom_flags(libc::O_DIRECT);
     }
@@ -150,6 +169,19 @@ fn check_direct(path: &Path, job: &Job) -> Result<u32, BenchError> {
         Err(e) if job.direct && e.raw_os_error() == Some(libc::EINVAL) => {
             return Err(BenchError::DirectRefused {
                 path: path.to_path_buf(),
+            })
+        }
+        Err(e)
+            if job.rw.writes()
+                && matches!(
+                    e.raw_os_error(),
+                    Some(libc::EACCES | libc::EPERM | libc::EROFS | libc::ETXTBSY)
+                ) =>
+        {
+            return Err(BenchError::NotWritable {
+                path: path.to_path_buf(),
+                rw: job.rw.name(),
+                source: e,
             })
         }
         Err(e) => return Err(BenchError::io(format!("open {}", path.display()), e)),
@@ -174,6 +206,19 @@ fn is_tmpfs(dir: &Path) -> bool {
         .unwrap_or(false)
 }
 
+/// The memory file system `path` is on (tmpfs, ramfs), if it is on one.
+fn memory_fs(path: &Path) -> Option<&'static str> {
+    use nix::sys::statfs::{statfs, FsType, TMPFS_MAGIC};
+    // linux/magic.h's RAMFS_MAGIC (neither nix nor libc names it); the
+    // cast keeps its bits whatever the width of the platform's f_type.
+    const RAMFS_MAGIC: FsType = FsType(0x8584_58f6_u32 as _);
+    match statfs(path).ok()?.filesystem_type() {
+        TMPFS_MAGIC => Some("tmpfs"),
+        RAMFS_MAGIC => Some("ramfs"),
+        _ => None,
+    }
+}
+
 /// The directory for the temporary file: the system temp directory unless
 /// it is tmpfs, else the current directory.
 fn temp_dir() -> PathBuf {
@@ -185,20 +230,33 @@ fn temp_dir() -> PathBuf {
     }
 }
 
-/// Creates a temporary file of `size_bytes`: random data (zeros for NOP
-/// jobs), written through the page cache and synced so later O_DIRECT reads
-/// find it on the disk.
-fn create_temp(
+/// Creates the (empty) temporary file, removed when dropped.
+fn create_temp() -> Result<tempfile::NamedTempFile, BenchError> {
+    let dir = temp_dir();
+    tempfile::Builder::new()
+        .prefix("plugio-bench-")
+        .tempfile_in(&dir)
+        .map_err(|e| BenchError::io(format!("creating a temporary file in {}", dir.display()), e))
+}
+
+/// Fills the temporary file with `size_bytes` of random data (zeros for
+/// NOP jobs), written through the page cache and synced so later O_DIRECT
+/// reads find it on the disk.
+///
+/// # Errors
+/// [`BenchError::Interrupted`] when SIGINT or SIGTERM came during the fill
+/// (the file is removed), or the write error.
+fn fill_temp(
+    mut file: tempfile::NamedTempFile,
     size_bytes: u64,
     zeros: bool,
     quiet: bool,
 ) -> Result<tempfile::TempPath, BenchError> {
-    let dir = temp_dir();
+    let dir = file
+        .path()
+        .parent()
+        .map_or_else(PathBuf::new, Path::to_path_buf);
     let ctx = |what: &str| format!("{what} a temporary file in {}", dir.display());
-    let mut file = tempfile::Builder::new()
-        .prefix("plugio-bench-")
-        .tempfile_in(&dir)
-        .map_err(|e| BenchError::io(ctx("creating"), e))?;
     let bar = if quiet || zeros {
         ProgressBar::hidden()
     } else {
@@ -216,6 +274,11 @@ fn create_temp(
     let mut chunk = vec![0u8; FILL_CHUNK_BYTES];
     let mut left = size_bytes;
     while left > 0 {
+        if let Some(sig) = crate::signals::interrupted() {
+            bar.finish_and_clear();
+            // Dropping `file` removes it.
+            return Err(BenchError::Interrupted(sig));
+        }
         let n = left.min(FILL_CHUNK_BYTES as u64) as usize;
         if !zeros {
             rng.fill_bytes(&mut chunk[..n]);

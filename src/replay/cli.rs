@@ -2,16 +2,17 @@
 //! preparation (created sparse at the trace's extent when missing), the
 //! runtime, a progress bar, and the text or JSON report.
 //!
-//! Invariants: the trace is parsed and checked against the target before
-//! any IO; bad input exits with code 2 and a message saying what to
-//! change, a failed run with 1; the runtime is shut down after every
-//! device handle is dropped.
+//! Invariants: the whole trace is parsed and checked (each IO's length and
+//! extent, then the target's size) before the target is created or any IO
+//! issued, and a target this command created is removed if the O_DIRECT
+//! alignment check refuses the trace; bad input (the trace included) exits
+//! with code 2 and a message saying what to change, a failed run with 1;
+//! the runtime is shut down after every device handle is dropped.
 
 use std::fs::OpenOptions;
-use std::io::{Seek, SeekFrom};
+use std::io::{Seek, SeekFrom, Write};
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,7 +35,8 @@ use super::verify::Unwritten;
 #[derive(Debug, Clone, Args)]
 pub struct ReplayArgs {
     /// The trace: CSV (`time_ns,op,offset_bytes,len_bytes`), fio iolog
-    /// v2/v3, or blkparse text; zstd-compressed or plain.
+    /// v2/v3, or blkparse text; zstd-compressed or plain; `-` reads it
+    /// from standard input. (A blktrace binary: convert it with blkparse.)
     pub trace: PathBuf,
     /// File or block device to replay onto. Created (sparse, the trace's
     /// extent) when it does not exist. Its data is overwritten.
@@ -52,7 +54,7 @@ pub struct ReplayArgs {
     #[arg(long, value_enum, default_value_t = Timing::Original)]
     pub timing: Timing,
     /// Most IOs in flight (all cores together); also the device's tags.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = parse_whole::<u32>)]
     pub iodepth: u32,
     /// 1: a flush waits for the writes before it and holds back the IO
     /// after it until it completes (fdatasync's promise); 0: flushes are
@@ -65,13 +67,13 @@ pub struct ReplayArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
     pub overlap_order: u8,
     /// Cores to spread IO over (1 MiB regions per core).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = parse_whole::<usize>)]
     pub cpus: usize,
     /// Check replayed reads and read every written sector back at the end.
     #[arg(long)]
     pub verify: bool,
     /// Replay only the first N IOs of the trace.
-    #[arg(long)]
+    #[arg(long, value_parser = parse_whole::<usize>)]
     pub limit: Option<usize>,
     /// 1: O_DIRECT; 0: buffered IO.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
@@ -85,6 +87,24 @@ pub struct ReplayArgs {
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
+}
+
+/// Parses a whole number option (`--iodepth 32`), saying plainly when the
+/// text is negative, not a number or too large; `plugio bench` uses it too.
+///
+/// # Errors
+/// A message naming the text and what to give instead.
+pub fn parse_whole<T: TryFrom<u64>>(text: &str) -> Result<T, String> {
+    let t = text.trim();
+    if t.starts_with('-') && t.len() > 1 {
+        return Err(format!(
+            "'{text}' is negative: give a whole number of 0 or more"
+        ));
+    }
+    let n: u64 = t
+        .parse()
+        .map_err(|_| format!("'{text}' is not a whole number"))?;
+    T::try_from(n).map_err(|_| format!("'{text}' is too large"))
 }
 
 /// The JSON result: the run's settings and its [`ReplayReport`].
@@ -114,27 +134,27 @@ pub struct CliReport {
     pub report: ReplayReport,
 }
 
-/// Runs the command and prints its result; returns the exit code.
-pub fn main(args: ReplayArgs) -> ExitCode {
-    match run(&args) {
-        Ok(r) => {
-            if args.json {
-                match serde_json::to_string_pretty(&r) {
-                    Ok(j) => println!("{j}"),
-                    Err(e) => {
-                        eprintln!("plugio: error: JSON: {e}");
-                        return ExitCode::from(1);
-                    }
-                }
-            } else {
-                print!("{}", r.report.to_text());
-            }
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("plugio: error: {e}");
-            ExitCode::from(e.exit_code())
-        }
+/// Runs the command and prints its result (text, or JSON with `--json`).
+///
+/// # Errors
+/// See [`ReplayError`]; [`ReplayError::StdoutClosed`] when standard output
+/// was closed before the report was written (the caller ends the process
+/// by SIGPIPE).
+pub fn main(args: ReplayArgs) -> Result<(), ReplayError> {
+    let r = run(&args)?;
+    let text = if args.json {
+        let mut j = serde_json::to_string_pretty(&r)
+            .map_err(|e| ReplayError::io("writing the JSON report", e.into()))?;
+        j.push('\n');
+        j
+    } else {
+        r.report.to_text()
+    };
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(ReplayError::StdoutClosed),
+        Err(e) => Err(ReplayError::io("writing the report to standard output", e)),
     }
 }
 
@@ -174,7 +194,17 @@ pub fn run(args: &ReplayArgs) -> Result<CliReport, ReplayError> {
         )));
     }
     let created = prepare_target(&args.filename, &trace)?;
-    let report = replay_on_runtime(args, &trace, created)?;
+    let dev = match open_checked(args, &trace) {
+        Ok(dev) => dev,
+        Err(e) => {
+            // Refused before any IO: leave nothing behind.
+            if created {
+                let _ = std::fs::remove_file(&args.filename);
+            }
+            return Err(e);
+        }
+    };
+    let report = replay_on_runtime(args, &trace, created, dev)?;
     Ok(CliReport {
         trace: args.trace.display().to_string(),
         format: trace.format,
@@ -202,10 +232,23 @@ fn prepare_target(path: &Path, trace: &Trace) -> Result<bool, ReplayError> {
         .write(true)
         .create_new(true)
         .open(path)
-        .map_err(|e| ReplayError::io(format!("create {}", path.display()), e))?;
+        .map_err(|e| {
+            ReplayError::usage(format!(
+                "cannot create the target {}: {e}: give --filename a path in an existing, \
+                 writable directory",
+                path.display()
+            ))
+        })?;
     let extent = trace.extent_bytes().max(SECTOR_BYTES);
-    file.set_len(extent)
-        .map_err(|e| ReplayError::io(format!("size {} to {extent} bytes", path.display()), e))?;
+    if let Err(e) = file.set_len(extent) {
+        drop(file);
+        let _ = std::fs::remove_file(path);
+        return Err(ReplayError::usage(format!(
+            "the file system of {} cannot hold a file of {extent} bytes, the trace's \
+             extent ({e}): use a block device or another file system, or --limit",
+            path.display()
+        )));
+    }
     Ok(true)
 }
 
@@ -285,12 +328,9 @@ fn progress_bar(args: &ReplayArgs, total: usize) -> ProgressBar {
     bar
 }
 
-/// Builds a runtime of `--cpus` cores, replays on core 0, shuts down.
-fn replay_on_runtime(
-    args: &ReplayArgs,
-    trace: &Trace,
-    created: bool,
-) -> Result<ReplayReport, ReplayError> {
+/// Opens the target and checks every IO of the trace against its
+/// capacity and O_DIRECT alignment.
+fn open_checked(args: &ReplayArgs, trace: &Trace) -> Result<Device, ReplayError> {
     let dev = open_device(args)?;
     let g = dev.geometry();
     let align = if args.direct == 1 {
@@ -300,6 +340,17 @@ fn replay_on_runtime(
     };
     let capacity = g.capacity_bytes.unwrap_or(u64::MAX);
     trace.check_fits(&args.filename, capacity, align)?;
+    Ok(dev)
+}
+
+/// Builds a runtime of `--cpus` cores, replays on core 0 through `dev`,
+/// shuts down.
+fn replay_on_runtime(
+    args: &ReplayArgs,
+    trace: &Trace,
+    created: bool,
+    dev: Device,
+) -> Result<ReplayReport, ReplayError> {
     let ring = RingConfig {
         sq_entries: args.iodepth.clamp(32, 4096).next_power_of_two(),
         ..RingConfig::default()

@@ -57,6 +57,17 @@ pub enum ReplayError {
         /// The engine's error.
         source: plugio_device::Error,
     },
+    /// The trace cannot be read or decompressed (missing, a directory,
+    /// truncated zstd, a blktrace binary). Nothing was replayed.
+    BadTrace {
+        /// The trace's name (its path, or `<stdin>`).
+        trace: String,
+        /// What is wrong and what to do.
+        message: String,
+    },
+    /// Standard output was closed before the report was written (the
+    /// command then ends by SIGPIPE, as other tools do).
+    StdoutClosed,
     /// `--verify` found blocks that do not hold their last write.
     Verify {
         /// Number of 512-byte sectors that did not match.
@@ -95,8 +106,11 @@ impl ReplayError {
             ReplayError::Parse { .. }
             | ReplayError::Usage(_)
             | ReplayError::TargetTooSmall { .. }
-            | ReplayError::Misaligned { .. } => 2,
+            | ReplayError::Misaligned { .. }
+            | ReplayError::BadTrace { .. } => 2,
             ReplayError::Io { .. } | ReplayError::Engine { .. } | ReplayError::Verify { .. } => 1,
+            // What a shell reports for a process killed by SIGPIPE.
+            ReplayError::StdoutClosed => 128 + libc::SIGPIPE as u8,
         }
     }
 }
@@ -133,6 +147,8 @@ impl fmt::Display for ReplayError {
                 "trace line {line}: IO at byte {offset_bytes} of {len_bytes} bytes is not a \
                  multiple of the target's {align_bytes}-byte O_DIRECT block: use --direct 0"
             ),
+            ReplayError::BadTrace { trace, message } => write!(f, "trace {trace}: {message}"),
+            ReplayError::StdoutClosed => write!(f, "standard output was closed"),
             ReplayError::Io { context, source } => write!(f, "{context}: {source}"),
             ReplayError::Engine { context, source } => write!(f, "{context}: {source}"),
             ReplayError::Verify {

@@ -26,8 +26,9 @@ pub(crate) fn parse(text: &str, sink: &mut Sink<'_>) -> Result<(), ReplayError> 
             return Err(sink.error(
                 i,
                 format!(
-                    "expected 4 comma-separated fields ({HEADER}), found {}: '{line}'",
-                    fields.len()
+                    "expected 4 comma-separated fields ({HEADER}), found {}: '{}'",
+                    fields.len(),
+                    super::trace::printable(line)
                 ),
             ));
         };
@@ -99,10 +100,17 @@ mod tests {
             ("0,R,0,0\n", "t.csv:1: read of length 0"),
             ("0,F,0,8\n", "t.csv:1: F row with length 8"),
             ("-1,R,0,512\n", "t.csv:1: time_ns '-1'"),
+            ("0,R,0,17179869184\n", "t.csv:1: read of 17179869184 bytes"),
+            (
+                "0,W,9223372036854775808,512\n",
+                "t.csv:1: write at byte 9223372036854775808",
+            ),
+            ("\u{7}\0,R\n", "t.csv:1: expected 4 comma-separated fields"),
         ];
         for (text, want) in cases {
             let e = csv(text).unwrap_err().to_string();
             assert!(e.starts_with(want), "{text:?}: {e}");
+            assert!(!e.chars().any(char::is_control), "raw bytes echoed: {e:?}");
         }
     }
 }

@@ -2,7 +2,8 @@
 //! file (plain or zstd, detected by its magic number), detecting its format,
 //! and checking that every IO fits a target.
 //!
-//! Invariants: every data IO of a parsed trace has a non-zero length, and
+//! Invariants: every data IO of a parsed trace has a non-zero length of at
+//! most [`MAX_IO_BYTES`] and ends at or before [`MAX_END_BYTES`], and
 //! its offset and length are multiples of [`SECTOR_BYTES`]; flushes have
 //! offset and length 0; `line` is the IO's 1-based line in the
 //! decompressed text; IOs are in trace order (the order replay issues
@@ -17,6 +18,14 @@ use super::{parse_blkparse, parse_csv, parse_iolog};
 
 /// The unit of every trace format: a 512-byte sector.
 pub const SECTOR_BYTES: u64 = 512;
+
+/// The longest IO a trace line may ask for: what one IO of the engine
+/// moves (`plugio_engine::MAX_IO_BYTES`, 2 GiB - 4 KiB). Checked while
+/// parsing, so nothing is allocated or created for a longer one.
+pub const MAX_IO_BYTES: u64 = plugio_engine::MAX_IO_BYTES;
+
+/// The farthest byte an IO may reach: the largest file offset (`off_t`).
+pub const MAX_END_BYTES: u64 = i64::MAX as u64;
 
 /// The first four bytes of a zstd frame.
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
@@ -208,22 +217,75 @@ impl Default for ParseOptions {
     }
 }
 
-/// Reads and parses the trace at `path` (zstd-compressed or plain).
+/// Reads and parses the trace at `path` (zstd-compressed or plain); `-`
+/// reads it from standard input.
 ///
 /// # Errors
-/// The file cannot be read or decompressed; a line is malformed
+/// [`ReplayError::BadTrace`] when the trace cannot be read or decompressed
+/// or is binary (a blktrace file); a line is malformed
 /// ([`ReplayError::Parse`] with its line number).
 pub fn load(path: &Path, opts: &ParseOptions) -> Result<Trace, ReplayError> {
-    let raw =
-        std::fs::read(path).map_err(|e| ReplayError::io(format!("read {}", path.display()), e))?;
+    let stdin = path.as_os_str() == "-";
+    let name = if stdin {
+        "<stdin>".to_owned()
+    } else {
+        path.display().to_string()
+    };
+    let bad = |message: String| ReplayError::BadTrace {
+        trace: name.clone(),
+        message,
+    };
+    let raw = if stdin {
+        let mut raw = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut raw)
+            .map_err(|e| bad(format!("cannot read standard input: {e}")))?;
+        raw
+    } else {
+        std::fs::read(path).map_err(|e| bad(format!("cannot read it: {e}")))?
+    };
     let bytes = if raw.starts_with(&ZSTD_MAGIC) {
-        zstd::stream::decode_all(&raw[..])
-            .map_err(|e| ReplayError::io(format!("decompress {} (zstd)", path.display()), e))?
+        zstd::stream::decode_all(&raw[..]).map_err(|e| {
+            bad(format!(
+                "cannot decompress it (zstd: {e}): the file is damaged or truncated"
+            ))
+        })?
     } else {
         raw
     };
+    if let Some(what) = binary_kind(&bytes) {
+        return Err(bad(what.to_owned()));
+    }
     let text = String::from_utf8_lossy(&bytes);
-    parse(&text, &path.display().to_string(), opts)
+    parse(&text, &name, opts)
+}
+
+/// The first four bytes of a blktrace binary event: `BLK_IO_TRACE_MAGIC`
+/// (0x65617400) with the version in the low byte, in the recording
+/// machine's byte order.
+fn is_blktrace(bytes: &[u8]) -> bool {
+    let Some(head) = bytes.get(..4) else {
+        return false;
+    };
+    let head: [u8; 4] = [head[0], head[1], head[2], head[3]];
+    [u32::from_le_bytes(head), u32::from_be_bytes(head)]
+        .iter()
+        .any(|m| m & 0xffff_ff00 == 0x6561_7400)
+}
+
+/// Why `bytes` is not trace text, if it is binary: a blktrace file, or
+/// anything with a NUL byte in its first 4 KiB.
+fn binary_kind(bytes: &[u8]) -> Option<&'static str> {
+    if is_blktrace(bytes) {
+        return Some(
+            "this is a blktrace binary file, not text: convert it with \
+             `blkparse -i <device>.blktrace.* -o trace.txt` and replay trace.txt \
+             (or use the CSV trace beside it)",
+        );
+    }
+    bytes[..bytes.len().min(4096)].contains(&0).then_some(
+        "this is a binary file, not a trace: give a CSV, fio iolog or blkparse text \
+         trace (plain or zstd); convert blktrace files with blkparse",
+    )
 }
 
 /// Parses trace text; `name` labels errors.
@@ -277,11 +339,31 @@ fn detect(text: &str, name: &str) -> Result<TraceFormat, ReplayError> {
         source: name.to_string(),
         line: i + 1,
         message: format!(
-            "cannot tell the trace format from '{t}': expected a CSV header \
+            "cannot tell the trace format from '{}': expected a CSV header \
              ({}), 'fio version 2|3 iolog', or a blkparse event line; pass --format",
+            printable(t),
             parse_csv::HEADER
         ),
     })
+}
+
+/// `line` as it may be echoed in a message: control characters escaped
+/// (`\u{7}`, never a raw bell or NUL on the terminal), at most 120
+/// characters.
+pub(crate) fn printable(line: &str) -> String {
+    let mut out = String::new();
+    for (n, c) in line.chars().enumerate() {
+        if n == 120 {
+            out.push_str("...");
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Where parsers put IOs: counts skipped lines, enforces the limit and the
@@ -352,8 +434,28 @@ impl<'a> Sink<'a> {
                     ),
                 ));
             }
-            if offset_bytes.checked_add(len_bytes).is_none() {
-                return Err(self.error(i, "offset + length overflows 64 bits"));
+            if len_bytes > MAX_IO_BYTES {
+                return Err(self.error(
+                    i,
+                    format!(
+                        "{} of {len_bytes} bytes: one IO moves at most {MAX_IO_BYTES} bytes \
+                         (2 GiB - 4 KiB); split the IO in the trace",
+                        op.name()
+                    ),
+                ));
+            }
+            match offset_bytes.checked_add(len_bytes) {
+                Some(end) if end <= MAX_END_BYTES => {}
+                _ => {
+                    return Err(self.error(
+                        i,
+                        format!(
+                            "{} at byte {offset_bytes} of {len_bytes} bytes ends past byte \
+                             {MAX_END_BYTES}, the largest file offset (2^63 - 1)",
+                            op.name()
+                        ),
+                    ))
+                }
             }
             (offset_bytes, len_bytes)
         };

@@ -1,0 +1,77 @@
+//! How the `plugio` command ends on a signal or a closed standard output.
+//!
+//! `plugio bench` catches SIGINT and SIGTERM ([`catch_interrupts`]): the
+//! handler only records the signal; the bench's clock sees it
+//! ([`interrupted`]), stops the IO, prints the summary so far and removes
+//! the temporary file, and the command then ends by the same signal
+//! ([`die_of`]) so that a shell or a script sees what it would see from any
+//! other tool killed by it. A write to a closed standard output (`plugio
+//! bench | head -1`) fails with `EPIPE` (Rust ignores SIGPIPE); the command
+//! stops its work, cleans up and then ends by SIGPIPE the same way.
+//!
+//! Invariants: the handler does one atomic store (async-signal-safe) and
+//! nothing else; it is installed with `SA_RESETHAND`, so a second Ctrl-C
+//! while the run winds down kills the process at once.
+
+use std::io::{self, Write};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use nix::sys::signal::{self, SaFlags, SigAction, SigHandler, SigSet, Signal};
+
+/// The first SIGINT or SIGTERM received (0: none).
+static PENDING: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn record(sig: libc::c_int) {
+    // Relaxed: a flag polled by the clock; no data travels with it.
+    let _ = PENDING.compare_exchange(0, sig, Ordering::Relaxed, Ordering::Relaxed);
+}
+
+/// Catches SIGINT and SIGTERM: they are recorded for [`interrupted`]
+/// instead of killing the process (once; a second one kills it).
+///
+/// # Errors
+/// `sigaction` failed.
+pub fn catch_interrupts() -> io::Result<()> {
+    let action = SigAction::new(
+        SigHandler::Handler(record),
+        SaFlags::SA_RESTART | SaFlags::SA_RESETHAND,
+        SigSet::empty(),
+    );
+    for sig in [Signal::SIGINT, Signal::SIGTERM] {
+        // SAFETY: `record` is async-signal-safe (one atomic
+        // compare-exchange on a static) and touches nothing else.
+        unsafe { signal::sigaction(sig, &action) }.map_err(io::Error::from)?;
+    }
+    Ok(())
+}
+
+/// The SIGINT or SIGTERM caught since [`catch_interrupts`], if any.
+pub fn interrupted() -> Option<Signal> {
+    // Relaxed: see `record`.
+    match PENDING.load(Ordering::Relaxed) {
+        0 => None,
+        sig => Signal::try_from(sig).ok(),
+    }
+}
+
+/// True when `e` is the error of a write to a closed pipe or socket.
+pub fn is_broken_pipe(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::BrokenPipe
+}
+
+/// Ends the process by `sig` with its default action (SIGINT, SIGTERM and
+/// SIGPIPE terminate), as a tool that did not catch it would have ended;
+/// call it once the run's files are removed. Exits with `128 + sig` if the
+/// signal somehow does not end the process.
+pub fn die_of(sig: Signal) -> ! {
+    // What was printed stays printed (a closed stdout just fails again).
+    let _ = io::stdout().flush();
+    // SAFETY: restores the default disposition; no handler of ours runs
+    // afterwards.
+    let _ = unsafe { signal::signal(sig, SigHandler::SigDfl) };
+    let mut only = SigSet::empty();
+    only.add(sig);
+    let _ = only.thread_unblock();
+    let _ = signal::raise(sig);
+    std::process::exit(128 + sig as i32)
+}

@@ -1,0 +1,628 @@
+//! The `plugio` command's faults a new user met (issue 15), one test each,
+//! running the real binary: a closed standard output and SIGINT/SIGTERM
+//! end a bench cleanly (IO stopped, temporary file removed, the signal's
+//! exit status), `info` refuses FIFOs and directories at once, replay
+//! checks the whole trace before it creates anything, every option is
+//! checked before the temporary file is filled, bad input exits 2, and the
+//! summary's rates are its own count over its own time.
+//!
+//! No test depends on timing: the runs that must be stopped are given a
+//! runtime of 600 s, and a hang guard only turns a hang into a failure.
+
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use serde_json::Value;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_plugio"))
+}
+
+fn plugio(args: &[&str]) -> Output {
+    bin().args(args).output().expect("the plugio binary runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A directory on the target's disk-backed file system (O_DIRECT works),
+/// used as TMPDIR so that the bench's temporary file lands there.
+fn tmpdir() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir")
+}
+
+/// The names in `dir` (the bench's temporary files, if any are left).
+fn left_in(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .expect("read dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// A bench command whose temporary file goes to `dir`.
+fn bench_in(dir: &Path, args: &[&str]) -> Command {
+    let mut c = bin();
+    c.arg("bench")
+        .args(args)
+        .env("TMPDIR", dir)
+        .current_dir(dir);
+    c
+}
+
+/// Waits for `child`; a hang (the fault some of these tests guard against)
+/// kills it and fails the test after `secs`.
+fn wait_guarded(child: &mut Child, secs: u64, what: &str) -> ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what}: still running after {secs} s (hang)");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Asserts exit code 2, a message containing each of `needles`, no panic.
+fn assert_bad_input(o: &Output, needles: &[&str]) -> String {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    for n in needles {
+        assert!(err.contains(n), "expected '{n}' in: {err}");
+    }
+    assert!(!err.contains("panicked"), "panicked: {err}");
+    err
+}
+
+/// A pipe whose read end is already closed: the first write of a process
+/// given the write end as stdout fails with EPIPE, whatever the timing.
+fn closed_pipe() -> Stdio {
+    let (read, write) = nix::unistd::pipe().expect("pipe");
+    drop(read);
+    Stdio::from(write)
+}
+
+#[test]
+fn closed_stdout_stops_a_bench_removes_its_file_and_ends_by_sigpipe() {
+    let dir = tmpdir();
+    // As `plugio bench | head -1`: read the header, then close the pipe.
+    let mut child = bench_in(dir.path(), &["--runtime", "600", "--size", "16M"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut header = String::new();
+    out.read_line(&mut header).expect("header");
+    assert!(header.starts_with("plugio bench:"), "{header}");
+    drop(out);
+    let status = wait_guarded(&mut child, 120, "bench with a closed stdout");
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut err)
+        .expect("stderr");
+    assert_eq!(status.signal(), Some(libc::SIGPIPE), "{status:?}: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(
+        left_in(dir.path()),
+        Vec::<String>::new(),
+        "temporary file left"
+    );
+
+    // A pipe closed before anything is written: the header's write fails.
+    let mut child = bench_in(dir.path(), &["--runtime", "600", "--size", "16M"])
+        .stdout(closed_pipe())
+        .spawn()
+        .expect("spawn");
+    let status = wait_guarded(&mut child, 120, "bench with a closed stdout");
+    assert_eq!(status.signal(), Some(libc::SIGPIPE), "{status:?}");
+    assert_eq!(left_in(dir.path()), Vec::<String>::new());
+}
+
+#[test]
+fn closed_stdout_ends_info_and_replay_by_sigpipe_without_a_panic() {
+    let dir = tmpdir();
+    let file = dir.path().join("f");
+    std::fs::write(&file, vec![0u8; 65536]).expect("write");
+    let o = bin()
+        .args(["info", file.to_str().expect("utf-8")])
+        .stdout(closed_pipe())
+        .output()
+        .expect("run");
+    assert_eq!(o.status.signal(), Some(libc::SIGPIPE), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+
+    let trace = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/replay/small.csv");
+    let target = dir.path().join("target");
+    let o = bin()
+        .arg("replay")
+        .arg(&trace)
+        .arg("--filename")
+        .arg(&target)
+        .args(["--timing", "none", "--quiet"])
+        .stdout(closed_pipe())
+        .output()
+        .expect("run");
+    assert_eq!(o.status.signal(), Some(libc::SIGPIPE), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+}
+
+/// Starts a long bench, waits for its first per-second line (IO is
+/// running), sends `sig`, and returns its stdout, stderr and status.
+fn interrupt_running_bench(dir: &Path, sig: Signal, json: bool) -> (String, String, ExitStatus) {
+    let mut args = vec!["--runtime", "600", "--size", "16M", "--iodepth", "16"];
+    if json {
+        args.push("--json");
+    }
+    let mut child = bench_in(dir, &args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // Progress lines go to stdout, or to stderr with --json.
+    let mut progress: Box<dyn BufRead + Send> = if json {
+        Box::new(BufReader::new(child.stderr.take().expect("stderr")))
+    } else {
+        Box::new(BufReader::new(child.stdout.take().expect("stdout")))
+    };
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        let n = progress.read_line(&mut line).expect("read");
+        assert!(n > 0, "the bench ended before its first second: {seen}");
+        seen += &line;
+        if line.starts_with("[  1s]") {
+            break;
+        }
+    }
+    kill(Pid::from_raw(child.id() as i32), sig).expect("kill");
+    let mut rest = String::new();
+    progress.read_to_string(&mut rest).expect("read");
+    let mut other = String::new();
+    if json {
+        child
+            .stdout
+            .take()
+            .expect("stdout")
+            .read_to_string(&mut other)
+    } else {
+        child
+            .stderr
+            .take()
+            .expect("stderr")
+            .read_to_string(&mut other)
+    }
+    .expect("read");
+    let status = wait_guarded(&mut child, 120, "interrupted bench");
+    let (out, err) = if json {
+        (other, seen + &rest)
+    } else {
+        (seen + &rest, other)
+    };
+    (out, err, status)
+}
+
+#[test]
+fn sigint_stops_a_bench_prints_the_summary_so_far_and_removes_the_file() {
+    let dir = tmpdir();
+    let (out, err, status) = interrupt_running_bench(dir.path(), Signal::SIGINT, false);
+    assert_eq!(status.signal(), Some(libc::SIGINT), "{status:?}: {err}");
+    assert!(out.contains("plugio: IOPS="), "no summary in:\n{out}");
+    assert!(out.contains("clat (usec): p50="), "{out}");
+    assert!(err.contains("interrupted by SIGINT"), "{err}");
+    assert_eq!(
+        left_in(dir.path()),
+        Vec::<String>::new(),
+        "temporary file left"
+    );
+}
+
+#[test]
+fn sigterm_stops_a_json_bench_with_its_result_and_removes_the_file() {
+    let dir = tmpdir();
+    let (out, err, status) = interrupt_running_bench(dir.path(), Signal::SIGTERM, true);
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}: {err}");
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(v["interrupted_by"], "SIGTERM", "{v}");
+    assert!(v["ios"].as_u64().is_some_and(|n| n > 0), "{v}");
+    assert_eq!(
+        left_in(dir.path()),
+        Vec::<String>::new(),
+        "temporary file left"
+    );
+}
+
+#[test]
+fn sigint_at_any_moment_of_a_bench_leaves_no_temporary_file() {
+    // Whether it lands before the handler, during the fill of the 256 MiB
+    // file or during IO, the file is gone and the status is SIGINT's.
+    let dir = tmpdir();
+    let mut child = bench_in(dir.path(), &["--runtime", "600", "--size", "256M"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).expect("kill");
+    let status = wait_guarded(&mut child, 120, "bench interrupted early");
+    assert_eq!(status.signal(), Some(libc::SIGINT), "{status:?}");
+    assert_eq!(
+        left_in(dir.path()),
+        Vec::<String>::new(),
+        "temporary file left"
+    );
+}
+
+/// The figures of the text summary's first line: IOPS, BW, IOs, bytes and
+/// seconds, as printed.
+fn summary_figures(out: &str) -> (f64, f64, f64, f64, f64) {
+    let line = out
+        .lines()
+        .find(|l| l.contains(": IOPS=") && l.contains(" IOs, "))
+        .unwrap_or_else(|| panic!("no summary in:\n{out}"));
+    let num = |after: &str, until: char| -> f64 {
+        let rest = &line[line.find(after).expect(after) + after.len()..];
+        rest[..rest.find(until).expect("end")]
+            .parse()
+            .unwrap_or_else(|e| panic!("{after} in {line}: {e}"))
+    };
+    let ios = num("(", ' ');
+    let bytes = num("IOs, ", ' ');
+    let secs = num("bytes in ", ' ');
+    (num("IOPS=", ','), num("BW=", 'M'), ios, bytes, secs)
+}
+
+#[test]
+fn the_summary_rates_are_its_own_count_over_its_own_time() {
+    for extra in [
+        &["--iodepth", "16"][..],
+        &["--engine", "nop", "--iodepth", "4096"][..],
+    ] {
+        let mut args = vec!["bench", "--runtime", "0.5", "--size", "16M"];
+        args.extend_from_slice(extra);
+        let o = plugio(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        let (iops, bw, ios, bytes, secs) = summary_figures(&out);
+        assert!(ios > 0.0, "{out}");
+        // Printed: IOPS to 1, BW to 0.1 MiB/s, seconds to 0.01.
+        let secs_err = 0.005 / secs;
+        let want = ios / secs;
+        assert!(
+            (iops - want).abs() <= want * secs_err + 0.5,
+            "IOPS={iops} but {ios} IOs in {secs} s is {want}:\n{out}"
+        );
+        let want_bw = bytes / secs / f64::from(1 << 20);
+        assert!(
+            (bw - want_bw).abs() <= want_bw * secs_err + 0.05,
+            "BW={bw} but {bytes} bytes in {secs} s is {want_bw}:\n{out}"
+        );
+    }
+    // And exactly in the JSON.
+    let o = plugio(&[
+        "bench",
+        "--runtime",
+        "0.5",
+        "--size",
+        "16M",
+        "--json",
+        "--quiet",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let f = |k: &str| v[k].as_f64().unwrap_or_else(|| panic!("{k} in {v}"));
+    let want = f("ios") / f("runtime_s");
+    assert!((f("iops") - want).abs() <= want * 1e-12, "{v}");
+    let want_bw = f("bytes") / f("runtime_s") / f64::from(1 << 20);
+    assert!((f("bw_mib_s") - want_bw).abs() <= want_bw * 1e-12, "{v}");
+}
+
+#[test]
+fn every_option_is_checked_before_the_temporary_file_is_filled() {
+    let dir = tmpdir();
+    // A 1 TiB fill could not finish (nor fit): the refusal comes first.
+    let o = bench_in(dir.path(), &["--bs", "1000", "--size", "1T"])
+        .output()
+        .expect("run");
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--bs 1000 is not a multiple") || err.contains("--direct 0"),
+        "{err}"
+    );
+    assert_eq!(
+        left_in(dir.path()),
+        Vec::<String>::new(),
+        "temporary file left"
+    );
+    // Too much memory for the machine: refused before the file exists.
+    let o = bench_in(
+        dir.path(),
+        &["--iodepth", "65536", "--bs", "1g", "--size", "1T"],
+    )
+    .output()
+    .expect("run");
+    assert_bad_input(&o, &["--iodepth 65536", "lower"]);
+    assert_eq!(left_in(dir.path()), Vec::<String>::new());
+}
+
+#[test]
+fn numjobs_beyond_the_machine_is_refused_and_beyond_the_cpus_warned() {
+    let o = plugio(&["bench", "--numjobs", "100000", "--size", "16M"]);
+    assert_bad_input(&o, &["--numjobs 100000", "lower --numjobs"]);
+    let cpus = plugio::executor::allowed_cpus().expect("cpus").len();
+    let jobs = (cpus + 1).to_string();
+    let o = plugio(&[
+        "bench",
+        "--engine",
+        "nop",
+        "--numjobs",
+        &jobs,
+        "--number_ios",
+        "100",
+        "--quiet",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("is more than the {cpus} CPUs")),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn negative_numbers_and_sizes_get_a_clear_message() {
+    for (args, needle) in [
+        (&["bench", "--iodepth", "-1"][..], "'-1' is negative"),
+        (&["bench", "--numjobs", "-2"][..], "'-2' is negative"),
+        (&["bench", "--bs", "-4k"][..], "'-4k' is negative"),
+        (
+            &["bench", "--runtime", "-1"][..],
+            "--runtime -1 is out of range",
+        ),
+        (
+            &["replay", "t.csv", "--filename", "x", "--iodepth", "-1"][..],
+            "'-1' is negative",
+        ),
+    ] {
+        let o = plugio(args);
+        assert_bad_input(&o, &[needle]);
+        assert!(
+            !stderr(&o).contains("unexpected argument"),
+            "{}",
+            stderr(&o)
+        );
+    }
+    // The largest --bs named in the message is what --bs accepts.
+    let err = assert_bad_input(
+        &plugio(&["bench", "--bs", "2g"]),
+        &["up to 2147479552 bytes"],
+    );
+    assert!(!err.contains("up to 2 GiB "), "{err}");
+    let o = plugio(&["bench", "--bs", "2147479552", "--iodepth", "65536"]);
+    assert!(!stderr(&o).contains("out of range"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_write_job_on_a_read_only_file_says_the_job_writes() {
+    // A file this process cannot open for writing, root or not: a
+    // read-only sysfs attribute refuses writers even to root.
+    let sysfs = Path::new("/sys/kernel/uevent_seqnum");
+    let dir = tmpdir();
+    let path = if sysfs.exists() {
+        sysfs.to_path_buf()
+    } else {
+        use std::os::unix::fs::PermissionsExt;
+        let p = dir.path().join("ro");
+        std::fs::write(&p, vec![0u8; 1 << 20]).expect("write");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o444)).expect("chmod");
+        p
+    };
+    let p = path.to_str().expect("utf-8");
+    let o = plugio(&[
+        "bench",
+        "--filename",
+        p,
+        "--rw",
+        "randwrite",
+        "--direct",
+        "0",
+        "--bs",
+        "512",
+        "--runtime",
+        "1",
+    ]);
+    let err = assert_bad_input(&o, &["--rw randwrite writes to", "--rw randread"]);
+    assert_eq!(err.matches(p).count(), 1, "the path once: {err}");
+}
+
+#[test]
+fn info_refuses_a_fifo_a_directory_and_dev_null_at_once() {
+    let dir = tmpdir();
+    let fifo = dir.path().join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+    for (path, what) in [
+        (fifo.as_path(), "a FIFO"),
+        (dir.path(), "a directory"),
+        (Path::new("/dev/null"), "a character device"),
+    ] {
+        let mut child = bin()
+            .arg("info")
+            .arg(path)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        wait_guarded(&mut child, 60, "plugio info");
+        let o = child.wait_with_output().expect("output");
+        let err = assert_bad_input(&o, &[what, "block device"]);
+        assert!(!err.contains("engine info"), "{err}");
+        let p = path.display().to_string();
+        assert_eq!(err.matches(&p).count(), 1, "the path once: {err}");
+        assert!(o.stdout.is_empty(), "nothing described");
+    }
+    // The missing-path hint names no option `info` lacks.
+    let o = plugio(&["info", "/nonexistent/plugio"]);
+    let err = assert_bad_input(&o, &["/nonexistent/plugio does not exist"]);
+    assert!(!err.contains("--"), "{err}");
+}
+
+// ---- replay ----
+
+fn data(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/replay")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+/// Runs `plugio replay TRACE --filename TARGET --quiet`.
+fn replay(trace: &Path, target: &Path) -> Output {
+    bin()
+        .arg("replay")
+        .arg(trace)
+        .arg("--filename")
+        .arg(target)
+        .arg("--quiet")
+        .output()
+        .expect("run")
+}
+
+#[test]
+fn replay_refuses_oversized_and_out_of_range_lines_before_creating_the_target() {
+    let dir = tmpdir();
+    let target = dir.path().join("target");
+    for (line, needle) in [
+        // 16 GiB: once an allocation abort.
+        ("1,R,0,17179869184", "t.csv:3: read of 17179869184 bytes"),
+        // Just over the most one IO moves.
+        ("1,W,0,2147483648", "t.csv:3: write of 2147483648 bytes"),
+        // 2^63: past the largest file offset.
+        (
+            "1,R,9223372036854775808,4096",
+            "t.csv:3: read at byte 9223372036854775808",
+        ),
+    ] {
+        let trace = dir.path().join("t.csv");
+        // A valid write first: it must not happen either.
+        std::fs::write(&trace, format!("0,W,0,4096\n0,F,0,0\n{line}\n")).expect("write");
+        let o = replay(&trace, &target);
+        assert_bad_input(&o, &[needle, "nothing was replayed"]);
+        assert!(!target.exists(), "{line}: the target was created");
+    }
+}
+
+#[test]
+fn replay_of_an_unreadable_trace_exits_2() {
+    let dir = tmpdir();
+    let target = dir.path().join("target");
+    // Missing, a directory, a truncated zstd file.
+    let zst = dir.path().join("t.csv.zst");
+    let text = "time_ns,op,offset_bytes,len_bytes\n".to_owned() + &"0,R,0,4096\n".repeat(1000);
+    let full = zstd::encode_all(text.as_bytes(), 3).expect("zstd");
+    std::fs::write(&zst, &full[..full.len() / 2]).expect("write");
+    for (trace, needle) in [
+        (dir.path().join("missing.csv"), "cannot read it"),
+        (dir.path().to_path_buf(), "cannot read it"),
+        (zst, "damaged or truncated"),
+    ] {
+        let o = replay(&trace, &target);
+        assert_bad_input(&o, &[needle]);
+        assert!(!target.exists());
+    }
+}
+
+#[test]
+fn replay_recognises_a_blktrace_binary_and_prints_no_raw_bytes() {
+    let dir = tmpdir();
+    // The first bytes of a blktrace event (magic 0x65617407, little
+    // endian), then binary fields: a bell and NULs among them.
+    let trace = dir.path().join("sda.blktrace.0");
+    let mut bytes = vec![0x07, 0x74, 0x61, 0x65, 0x07, 0x00, 0x00, 0x00];
+    bytes.extend_from_slice(&[0u8; 40]);
+    std::fs::write(&trace, &bytes).expect("write");
+    let o = replay(&trace, &dir.path().join("target"));
+    let err = assert_bad_input(&o, &["blktrace binary", "blkparse"]);
+    assert!(
+        !err.chars().any(|c| c.is_control() && c != '\n'),
+        "raw control bytes in: {err:?}"
+    );
+    // Any other binary file: named as such, no raw bytes either.
+    std::fs::write(&trace, b"\x07\x00\x01garbage\x00").expect("write");
+    let o = replay(&trace, &dir.path().join("target"));
+    let err = assert_bad_input(&o, &["binary file"]);
+    assert!(!err.chars().any(|c| c.is_control() && c != '\n'), "{err:?}");
+}
+
+#[test]
+fn replay_dash_reads_the_trace_from_stdin() {
+    use std::io::Write;
+    let dir = tmpdir();
+    let target = dir.path().join("target");
+    let mut child = bin()
+        .args(["replay", "-", "--filename"])
+        .arg(&target)
+        .args(["--timing", "none", "--verify", "--quiet", "--json"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let text = std::fs::read(data("small.csv")).expect("fixture");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(&text)
+        .expect("write");
+    let o = child.wait_with_output().expect("output");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(v["trace"], "-");
+    assert_eq!(v["ios"], 9, "{v}");
+    assert_eq!(v["verify"]["mismatched_sectors"], 0, "{v}");
+}
+
+#[test]
+fn a_target_on_tmpfs_is_warned_about() {
+    let shm = Path::new("/dev/shm");
+    // Only where /dev/shm is tmpfs; elsewhere there is no tmpfs to try.
+    let is_tmpfs = nix::sys::statfs::statfs(shm)
+        .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC);
+    if !is_tmpfs {
+        eprintln!("/dev/shm is not tmpfs here: nothing to check");
+        return;
+    }
+    let f = tempfile::NamedTempFile::new_in(shm).expect("tmpfs file");
+    std::fs::write(f.path(), vec![0u8; 1 << 20]).expect("write");
+    let o = plugio(&[
+        "bench",
+        "--filename",
+        f.path().to_str().expect("utf-8"),
+        "--direct",
+        "0",
+        "--number_ios",
+        "100",
+        "--iodepth",
+        "4",
+        "--quiet",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("is on tmpfs: this measures memory, not a device"),
+        "{}",
+        stderr(&o)
+    );
+}
