@@ -82,7 +82,9 @@ pub enum ErrorKind {
     /// The path does not exist (`ENOENT`).
     NotFound,
     /// The file system refused `O_DIRECT` (`open` returned `EINVAL`); open
-    /// the file with `OpenOptions::direct(false)` to use the page cache.
+    /// the file buffered to use the page cache: `DeviceOptions { direct:
+    /// false, .. }` with `Device::open` (`OpenOptions::direct(false)` with
+    /// this crate's file backend).
     DirectIoRefused,
     /// A submission was attempted on a thread that has no plugio device
     /// driver installed (see `DeviceDriver::install`).
@@ -286,7 +288,7 @@ impl fmt::Display for Error {
             ErrorKind::NotFound => write!(f, "not found")?,
             ErrorKind::DirectIoRefused => write!(
                 f,
-                "the file system refused O_DIRECT; open it buffered: DeviceOptions {{ direct: false, .. }} (or OpenOptions::direct(false))"
+                "the file system refused O_DIRECT; open it buffered: DeviceOptions {{ direct: false, .. }}"
             )?,
             ErrorKind::NoDriver => write!(
                 f,

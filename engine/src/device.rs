@@ -367,7 +367,7 @@ impl Device {
     /// sleeping task does in the kernel.
     ///
     /// # Errors
-    /// [`ErrorKind::NoDriver`] outside a plugio runtime.
+    /// [`ErrorKind::NoDriver`](plugio_device::ErrorKind::NoDriver) outside a plugio runtime.
     pub fn plug(&self, nr_ios: usize) -> Result<PlugGuard, Error> {
         let core = EngineCore::current()?;
         let cap = self.shared.opts.queue_depth as usize;

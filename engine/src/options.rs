@@ -135,7 +135,7 @@ impl DeviceOptions {
     /// Checks the options.
     ///
     /// # Errors
-    /// [`ErrorKind::InvalidInput`] naming the field and the allowed range.
+    /// [`ErrorKind::InvalidInput`](plugio_device::ErrorKind::InvalidInput) naming the field and the allowed range.
     pub fn validate(&self) -> Result<(), Error> {
         if self.queue_depth == 0 || self.queue_depth > 65536 {
             return Err(invalid(format!(

@@ -2,7 +2,7 @@
 //! plug's own figures.
 //!
 //! Invariants:
-//! - Each core writes only its own [`CoreCounters`] (one per device it
+//! - Each core writes only its own `CoreCounters` (one per device it
 //!   uses), with plain load + store: there is a single writer, so no
 //!   read-modify-write is needed; readers on other threads sum the cores
 //!   and may see a value a moment old, never a torn one.
