@@ -318,8 +318,23 @@ impl Device {
             .map(|_| ())
     }
 
-    /// Zeroes `[offset_bytes, offset_bytes + len_bytes)`.
-    pub async fn write_zeroes(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), Error> {
+    /// Zeroes `[offset_bytes, offset_bytes + len_bytes)` with the device's
+    /// zeroing op only, no fallback to writing zeroes (the kernel's
+    /// `BLKDEV_ZERO_NOFALLBACK`); [`write_zeroes`](Self::write_zeroes), in
+    /// `zeroes.rs`, falls back.
+    ///
+    /// # Errors
+    /// As `write_zeroes`, and [`ErrorKind::Unsupported`] where the device
+    /// or file system has no zeroing op (tmpfs has no
+    /// `FALLOC_FL_ZERO_RANGE`): call `write_zeroes` to have zeroes written
+    /// then.
+    ///
+    /// [`ErrorKind::Unsupported`]: plugio_device::ErrorKind::Unsupported
+    pub async fn write_zeroes_no_fallback(
+        &self,
+        offset_bytes: u64,
+        len_bytes: u64,
+    ) -> Result<(), Error> {
         self.io(
             OpKind::WriteZeroes,
             IoFlags::NONE,

@@ -57,9 +57,11 @@ mod shared;
 pub mod stats;
 pub(crate) mod sync;
 pub mod tag;
+mod zeroes;
 
 pub use bio::{BioBuf, IoBuf};
 pub use device::{Device, PlugGuard, MAX_IO_BYTES};
 pub use options::{DeviceOptions, TagSharing};
 pub use region::{Page, Region};
 pub use stats::{IoStats, OpStats};
+pub use zeroes::ZEROES_CHUNK_BYTES;

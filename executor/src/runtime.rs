@@ -487,7 +487,10 @@ impl Runtime {
         let (code, deadline) = match mode {
             ShutdownMode::Cancel => (SHUTDOWN_CANCEL, None),
             ShutdownMode::Wait => (SHUTDOWN_DRAIN, None),
-            ShutdownMode::WaitTimeout(t) => (SHUTDOWN_DRAIN, Some(Instant::now() + t)),
+            ShutdownMode::WaitTimeout(t) => (
+                SHUTDOWN_DRAIN,
+                Some(crate::time::deadline_after(Instant::now(), t)),
+            ),
         };
         for core in self.handle.cores.iter() {
             core.request_shutdown(code, deadline);

@@ -29,10 +29,30 @@ pub struct Sleep {
     registration: Option<Registration>,
 }
 
+/// How far ahead a deadline that does not fit in an [`Instant`] is put:
+/// about 100 years, a timer that never fires in a process's life, yet far
+/// below any clock's limit, so a park timeout computed from it (up to this
+/// long) still fits a kernel timespec.
+const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+
+/// `now + duration`, saturating: a sum that overflows [`Instant`] (such as
+/// `Duration::MAX`) becomes a deadline [`FAR_FUTURE`] away, a timer that
+/// can never fire, instead of the standard library's "overflow when adding
+/// duration to instant" panic. Every deadline the executor computes goes
+/// through here.
+pub(crate) fn deadline_after(now: Instant, duration: Duration) -> Instant {
+    now.checked_add(duration.min(FAR_FUTURE))
+        // Unreachable on Linux (`Instant` is a timespec of i64 seconds), kept
+        // so no platform's narrower clock can panic here.
+        .or_else(|| now.checked_add(Duration::from_secs(365 * 24 * 60 * 60)))
+        .unwrap_or(now)
+}
+
 /// Waits until `duration` has passed (from now). Fires in the first tick of
-/// the core that starts after the deadline.
+/// the core that starts after the deadline. A duration too large to add to
+/// the clock (`Duration::MAX`) saturates: the sleep never completes.
 pub fn sleep(duration: Duration) -> Sleep {
-    sleep_until(Instant::now() + duration)
+    sleep_until(deadline_after(Instant::now(), duration))
 }
 
 /// Waits until `deadline`. A deadline in the past completes at the first
@@ -125,7 +145,8 @@ impl std::error::Error for Elapsed {}
 /// Runs `future` with a time limit: `Ok(output)` if it finishes within
 /// `duration`, `Err(Elapsed)` (and the future is dropped) otherwise. The
 /// future is polled before the timer, so a future ready at the deadline
-/// still wins.
+/// still wins. A `duration` too large to add to the clock
+/// (`Duration::MAX`) saturates: the timeout never elapses.
 pub fn timeout<F: Future>(duration: Duration, future: F) -> Timeout<F> {
     Timeout {
         future,
@@ -164,6 +185,9 @@ impl<F: Future> Future for Timeout<F> {
 /// was busy) completes at once and the next one is scheduled `period` after
 /// *now*, so missed ticks are delayed, never bursted.
 ///
+/// A `period` too large to add to the clock (`Duration::MAX`) saturates:
+/// the first tick completes at once and the next never does.
+///
 /// # Panics
 /// If `period` is zero.
 pub fn interval(period: Duration) -> Interval {
@@ -194,10 +218,10 @@ impl Interval {
             return Poll::Pending;
         }
         let scheduled = self.sleep.deadline();
-        let mut next = scheduled + self.period;
+        let mut next = deadline_after(scheduled, self.period);
         let now = Instant::now();
         if next <= now {
-            next = now + self.period;
+            next = deadline_after(now, self.period);
         }
         self.sleep.reset(next);
         Poll::Ready(scheduled)

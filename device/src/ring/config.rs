@@ -27,6 +27,15 @@ pub struct RingConfig {
     pub sqpoll_idle_ms: Option<u32>,
     /// Busy-poll completions (`IORING_SETUP_IOPOLL`; O_DIRECT on devices
     /// with poll queues only). Default false.
+    ///
+    /// Such a ring takes only pollable ops: IO on a file or block device
+    /// whose queue has no poll queues (`queue/io_poll` 0: a loop device, a
+    /// virtio disk, NVMe without `nvme.poll_queues=N`) completes at once
+    /// with `ErrorKind::Unsupported` (the kernel's `EOPNOTSUPP`), and the
+    /// kernel refuses other ops it cannot poll (buffered IO, fsync) too:
+    /// build the core's ring without `iopoll` for those devices. The ring arms no eventfd read for cross-thread wakes
+    /// (not pollable either); its park never sleeps, so the core busy-polls
+    /// and sees a wake in its next tick.
     pub iopoll: bool,
     /// Size of the sparse registered-file table (0 disables registered
     /// files). Default 64.

@@ -753,6 +753,15 @@ impl Ring {
     }
 
     fn arm_wake(&self) {
+        if self.info.iopoll {
+            // An IOPOLL ring takes only pollable ops (O_DIRECT on a queue
+            // with poll queues): the kernel answers an eventfd read on it
+            // with EOPNOTSUPP at once, and re-arming it made every park
+            // spin. Its park never sleeps (enter busy-polls and returns
+            // when nothing is pollable), so it sees an unpark's work in the
+            // next tick without the read.
+            return;
+        }
         let entry = opcode::Read::new(
             types::Fd(self.unpark.eventfd()),
             self.wake_buf.as_ptr().cast::<u8>(),

@@ -134,8 +134,13 @@ impl<T> Drop for JoinHandle<T> {
         let header = self.raw.task.header();
         // Orderings: see `State::unset_join_interest`.
         match header.state.unset_join_interest() {
-            // SAFETY: complete, and we were the interest holder.
-            JoinDropped::DropOutput => drop(unsafe { (*self.raw.output()).take() }),
+            JoinDropped::DropOutput => {
+                // SAFETY: complete, and we were the interest holder.
+                let output = unsafe { (*self.raw.output()).take() };
+                // A panic in the output's (or payload's) drop is contained:
+                // dropping a handle never panics.
+                super::raw::drop_contained(output, "output");
+            }
             JoinDropped::NotComplete => {}
         }
     }

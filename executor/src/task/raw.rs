@@ -327,7 +327,12 @@ unsafe fn poll<F: Future>(ptr: NonNull<Header>) -> bool {
     };
     let result = match catch_unwind(AssertUnwindSafe(|| *slot = None)) {
         Ok(()) => result,
-        Err(payload) => Err(JoinError::Panic(payload)),
+        Err(payload) => {
+            // The output (or first panic's payload) is replaced by the
+            // drop's panic; its own drop may panic too.
+            drop_contained(result, "output");
+            Err(JoinError::Panic(payload))
+        }
     };
     // SAFETY: owner thread, future gone, output not written yet.
     unsafe { complete::<F>(cell, result) };
@@ -360,9 +365,46 @@ unsafe fn complete<F: Future>(cell: &Cell<F>, result: Result<F::Output, JoinErro
     // SAFETY: nobody reads the output before `COMPLETE` is set.
     unsafe { *cell.output.get() = Some(result) };
     match cell.header.state.transition_to_complete() {
-        // SAFETY: no handle; we are the last side of the race.
-        Completed::DropOutput => drop(unsafe { (*cell.output.get()).take() }),
+        Completed::DropOutput => {
+            // SAFETY: no handle; we are the last side of the race.
+            let output = unsafe { (*cell.output.get()).take() };
+            // A panic in its drop must not unwind into the core.
+            drop_contained(output, "output");
+        }
         Completed::NotifyJoin => cell.header.join_waker.wake(),
+    }
+}
+
+/// How many nested panics [`drop_contained`] catches (a panic payload whose
+/// drop panics with a payload whose drop panics ...) before it leaks the
+/// last payload instead of dropping it.
+const MAX_NESTED_DROP_PANICS: usize = 8;
+
+/// Drops a task's output (or panic payload) so that a panic in its `Drop`
+/// never unwinds into the caller: neither the core (which would lose its
+/// thread and every task on it) nor a thread dropping a `JoinHandle`. The
+/// panic is logged and dropped in turn; a chain of payloads that keep
+/// panicking is leaked after [`MAX_NESTED_DROP_PANICS`].
+pub(crate) fn drop_contained<T>(value: T, what: &'static str) {
+    let mut outcome = catch_unwind(AssertUnwindSafe(move || drop(value)));
+    let mut nested = 0;
+    while let Err(payload) = outcome {
+        let message = payload
+            .downcast_ref::<&'static str>()
+            .copied()
+            .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("(not a string)");
+        tracing::error!(
+            what,
+            message,
+            "a task's {what} panicked when dropped; the panic is contained (the core keeps running)"
+        );
+        nested += 1;
+        if nested >= MAX_NESTED_DROP_PANICS {
+            std::mem::forget(payload);
+            return;
+        }
+        outcome = catch_unwind(AssertUnwindSafe(move || drop(payload)));
     }
 }
 

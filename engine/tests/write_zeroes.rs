@@ -1,0 +1,180 @@
+//! `Device::write_zeroes` falls back to writing zeroes where the device or
+//! file system refuses the zeroing op (tmpfs refuses
+//! `FALLOC_FL_ZERO_RANGE`), and `write_zeroes_no_fallback` does not
+//! (issue 13, "Executor and device safety").
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{local, watchdog};
+use plugio_device::backend::mem::{MemConfig, MemDevice};
+use plugio_device::{Backend, DmaBuf, ErrorKind};
+use plugio_engine::{Device, DeviceOptions, ZEROES_CHUNK_BYTES};
+
+/// A pattern byte for offset `i` that is never zero.
+fn pattern(i: u64) -> u8 {
+    (i % 251) as u8 | 1
+}
+
+/// Fills `[0, len)` with the pattern through `dev`.
+async fn fill_pattern(dev: &Device, len: u64) {
+    let mut buf = DmaBuf::new(len as usize);
+    for (i, b) in buf.as_mut_slice().iter_mut().enumerate() {
+        *b = pattern(i as u64);
+    }
+    let (r, _) = dev.write_at(buf, 0).await;
+    assert_eq!(r.expect("fill"), len as usize);
+}
+
+/// Reads `[0, len)` back and checks: zero inside `zeroed`, the pattern
+/// elsewhere.
+async fn check_zeroed(dev: &Device, len: u64, zeroed: std::ops::Range<u64>) {
+    let got = dev.read_at(0, len as usize).await.expect("read back");
+    assert_eq!(got.len() as u64, len);
+    for (i, &b) in got.as_slice().iter().enumerate() {
+        let i = i as u64;
+        let want = if zeroed.contains(&i) { 0 } else { pattern(i) };
+        assert_eq!(b, want, "byte {i} (zeroed range {zeroed:?})");
+    }
+}
+
+/// The range zeroed by the tests: unaligned to the fallback's chunk, more
+/// than two chunks long, so the last write is a partial chunk.
+fn range() -> (u64, u64) {
+    (4096, 2 * ZEROES_CHUNK_BYTES + 8192)
+}
+
+/// Forwards to a mem device but refuses the zeroing op at submission with
+/// `EOPNOTSUPP`, as a file system without `FALLOC_FL_ZERO_RANGE` does.
+#[derive(Debug)]
+struct NoZeroRange(Arc<MemDevice>);
+
+impl Backend for NoZeroRange {
+    fn geometry(&self) -> &plugio_device::Geometry {
+        self.0.geometry()
+    }
+
+    fn kind(&self) -> plugio_device::backend::BackendKind {
+        self.0.kind()
+    }
+
+    unsafe fn submit(
+        &self,
+        op: &plugio_device::IoOp<'_>,
+        handler: plugio_device::HandlerId,
+        token: u64,
+    ) -> plugio_device::Result<()> {
+        if op.kind == plugio_device::OpKind::WriteZeroes {
+            return Err(plugio_device::Error::from_errno(libc::EOPNOTSUPP));
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.0.submit(op, handler, token) }
+    }
+}
+
+const CAP: u64 = 4 * ZEROES_CHUNK_BYTES;
+
+fn mem_device(refuse: bool) -> Device {
+    let mem = Arc::new(MemDevice::new(MemConfig {
+        capacity_bytes: CAP,
+        ..Default::default()
+    }));
+    let backend: Arc<dyn Backend> = if refuse {
+        Arc::new(NoZeroRange(mem))
+    } else {
+        mem
+    };
+    Device::with_backend(backend, None, DeviceOptions::default()).expect("device")
+}
+
+#[test]
+fn mem_device_that_refuses_zeroing_gets_zeroes_written() {
+    watchdog(120, || {
+        local().run(async {
+            let dev = mem_device(true);
+            fill_pattern(&dev, CAP).await;
+            let (off, len) = range();
+            let writes_before = dev.iostats().write.ios;
+            let refused = dev.write_zeroes_no_fallback(off, len).await;
+            assert_eq!(
+                refused.expect_err("no fallback asked").kind(),
+                &ErrorKind::Unsupported
+            );
+            check_zeroed(&dev, CAP, 0..0).await;
+            dev.write_zeroes(off, len)
+                .await
+                .expect("fallback writes zeroes");
+            check_zeroed(&dev, CAP, off..off + len).await;
+            // The zeroes went out as writes (three chunks at least).
+            assert!(dev.iostats().write.ios >= writes_before + 3);
+        });
+    });
+}
+
+#[test]
+fn mem_device_that_zeroes_takes_no_fallback() {
+    watchdog(120, || {
+        local().run(async {
+            let dev = mem_device(false);
+            fill_pattern(&dev, CAP).await;
+            let (off, len) = range();
+            dev.write_zeroes_no_fallback(off, len)
+                .await
+                .expect("the mem device zeroes");
+            check_zeroed(&dev, CAP, off..off + len).await;
+            fill_pattern(&dev, CAP).await;
+            dev.write_zeroes(off, len).await.expect("write zeroes");
+            check_zeroed(&dev, CAP, off..off + len).await;
+        });
+    });
+}
+
+/// tmpfs has no `FALLOC_FL_ZERO_RANGE` (it answers `EOPNOTSUPP`): the real
+/// kernel path of the fallback. Skipped, saying so, where there is no
+/// writable tmpfs at `/dev/shm` or it refuses `O_DIRECT` (before 6.6).
+#[test]
+fn tmpfs_file_gets_zeroes_written() {
+    let dir = match tempfile::tempdir_in("/dev/shm") {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("SKIP tmpfs_file_gets_zeroes_written: no writable /dev/shm ({e})");
+            return;
+        }
+    };
+    let path = dir.path().join("zeroes.img");
+    std::fs::write(&path, vec![0u8; CAP as usize]).expect("create file");
+    watchdog(120, move || {
+        local().run(async move {
+            let dev = match Device::open(&path, DeviceOptions::default()) {
+                Ok(d) => d,
+                Err(e) if *e.kind() == ErrorKind::DirectIoRefused => {
+                    eprintln!("SKIP tmpfs_file_gets_zeroes_written: tmpfs refuses O_DIRECT");
+                    return;
+                }
+                Err(e) => panic!("open {}: {e}", path.display()),
+            };
+            fill_pattern(&dev, CAP).await;
+            let (off, len) = range();
+            let refused = dev.write_zeroes_no_fallback(off, len).await;
+            assert_eq!(
+                refused
+                    .expect_err("tmpfs has no FALLOC_FL_ZERO_RANGE")
+                    .kind(),
+                &ErrorKind::Unsupported
+            );
+            dev.write_zeroes(off, len)
+                .await
+                .expect("fallback writes zeroes");
+            check_zeroed(&dev, CAP, off..off + len).await;
+            drop(dev);
+            // And through the page cache, from outside the runtime.
+            let bytes = std::fs::read(&path).expect("read file");
+            assert!(bytes[off as usize..(off + len) as usize]
+                .iter()
+                .all(|&b| b == 0));
+            assert_eq!(bytes[off as usize - 1], pattern(off - 1));
+        });
+        drop(dir);
+    });
+}
