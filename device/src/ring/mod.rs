@@ -32,9 +32,12 @@
 //!   collected first, then delivered, one
 //!   [`complete_batch`](crate::CompletionHandler::complete_batch) call per
 //!   run of consecutive completions of one handler.
-//! - An eventfd read is always armed (user_data `WAKE_UD`) so another
-//!   thread can wake a waiting enter; the ring waits in enter only with that
-//!   read armed, so it never waits with nothing in flight.
+//! - On a ring without IOPOLL an eventfd read is always armed (user_data
+//!   `WAKE_UD`) so another thread can wake a waiting enter; the ring waits
+//!   in enter only with that read armed, so it never waits with nothing in
+//!   flight. An IOPOLL ring arms none (the kernel refuses a read that
+//!   cannot be polled): it never sleeps in enter, so a wake from another
+//!   thread is seen at its next tick.
 //! - The core's passthrough rings ([`CmdRing`], SQE128/CQE32, built on first
 //!   use) are driven by this ring's park: their SQEs are submitted and their
 //!   CQs reaped in every park, and the interrupt-driven one's eventfd read
