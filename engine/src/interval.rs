@@ -119,6 +119,7 @@ impl IntervalIndex {
 
     /// Checks the invariants of the module docs; panics on a violation.
     /// Returns the number of nodes reachable.
+    #[cfg(any(test, debug_assertions))]
     pub fn check<N: Nodes>(&self, nodes: &N) -> u32 {
         let mut last = None;
         let n = check_at(nodes, self.root, u32::MAX, &mut last);
@@ -245,6 +246,7 @@ fn visit<N: Nodes>(nodes: &N, t: u32, start: u64, end: u64, f: &mut impl FnMut(u
     }
 }
 
+#[cfg(any(test, debug_assertions))]
 fn check_at<N: Nodes>(nodes: &N, t: u32, parent_prio: u32, last: &mut Option<(u64, u32)>) -> u32 {
     if t == NIL {
         return 0;
