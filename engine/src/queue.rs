@@ -76,6 +76,7 @@ impl RqSlab {
     }
 
     /// Every slot, free ones included (their `op` is `None`).
+    #[cfg(debug_assertions)]
     pub fn iter(&self) -> impl Iterator<Item = &Request> {
         self.slots.iter()
     }
