@@ -51,7 +51,9 @@ pub fn prepare(job: &Job) -> Result<Target, BenchError> {
     let (path, len_bytes, kind, temp) = match &job.filename {
         Some(path) => {
             let (len, kind) = existing_len(path)?;
-            if let Some(fs) = memory_fs(path) {
+            // A device node lives on devtmpfs whatever the device is: only
+            // a file's own file system says where its data is.
+            if let Some(fs) = memory_fs(path).filter(|_| kind != "block device") {
                 eprintln!(
                     "plugio: warning: {} is on {fs}: this measures memory, not a device",
                     path.display()
