@@ -1,19 +1,49 @@
-//! Builds the C shim (`c/plugio_fio.c`) against fio's source tree when
-//! `FIO_SRC` names one (a configured and built fio: its `config-host.h`
-//! must exist), and sets `cfg(plugio_fio_shim)` so that the library
-//! exports `get_ioengine`. Without `FIO_SRC` nothing is compiled: the Rust
-//! side builds and tests, and fio cannot load the library (see
-//! `benches/fio-engine/build.sh`, which always sets it).
+//! Builds the C shim (`c/plugio_fio.c`) against fio's source tree, and
+//! sets `cfg(plugio_fio_shim)` so that the library exports `get_ioengine`.
+//!
+//! The tree is `FIO_SRC` when set (a configured fio: its `config-host.h`
+//! must exist), else the newest `target/fio-src/fio-*` of the workspace
+//! that holds a `config-host.h` (where `benches/fio-engine/build.sh` puts
+//! Debian's fio source). With neither, nothing is compiled: the Rust side
+//! builds and tests (as in `cargo test --workspace` on a machine without
+//! fio's source), and fio cannot load the library.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+/// The newest `fio-*` directory under `dir` that has a `config-host.h`.
+fn find_fio_tree(dir: &Path) -> Option<PathBuf> {
+    let mut trees: Vec<PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("fio-"))
+                && p.join("config-host.h").is_file()
+        })
+        .collect();
+    trees.sort();
+    trees.pop()
+}
 
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(plugio_fio_shim)");
     println!("cargo::rerun-if-env-changed=FIO_SRC");
     println!("cargo::rerun-if-changed=c/plugio_fio.c");
     println!("cargo::rerun-if-changed=c/plugio_fio.h");
-    let Some(fio_src) = std::env::var_os("FIO_SRC").map(PathBuf::from) else {
-        return;
+    let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
+    let default_dir = manifest.join("../../target/fio-src");
+    // Only when it exists: a missing path would rerun this script on every
+    // build. (build.sh sets FIO_SRC, which reruns it when the tree is new.)
+    if default_dir.is_dir() {
+        println!("cargo::rerun-if-changed={}", default_dir.display());
+    }
+    let fio_src = match std::env::var_os("FIO_SRC") {
+        Some(dir) => PathBuf::from(dir),
+        None => match find_fio_tree(&default_dir) {
+            Some(dir) => dir,
+            None => return,
+        },
     };
     let config_host = fio_src.join("config-host.h");
     if !config_host.is_file() {

@@ -288,6 +288,12 @@ static int plugio_open_file(struct thread_data *td, struct fio_file *f)
 	char msg[512], what[FIO_VERROR_SIZE];
 	size_t dev;
 
+	/* fio opens files before init too, from its main thread (setup_files
+	 * -> get_file_size -> bdev_size for a block device's size): no plugio
+	 * core exists there, so open it as fio's own engines do. */
+	if (!d)
+		return generic_open_file(td, f);
+
 	msg[0] = 0;
 	dev = plugio_fio_open(d->core, f->file_name, td->o.odirect,
 			      read_only_job, &err, &refused, msg, sizeof(msg));
@@ -332,6 +338,8 @@ static int plugio_close_file(struct thread_data *td, struct fio_file *f)
 		}
 		plugio_fio_close(d->core, dev);
 	}
+	if (!dev)
+		return generic_close_file(td, f);
 	FILE_SET_ENG_DATA(f, NULL);
 	if (f->fd != -1) {
 		close(f->fd);
