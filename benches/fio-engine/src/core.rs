@@ -2,11 +2,14 @@
 //!
 //! The hooks never block inside plugio except in `getevents` (and in the
 //! drains of `iomem_free` and drop). IO runs in one task per core, the
-//! engine task: it owns the IO futures of the core (a `FuturesUnordered`),
-//! takes the IOs `queue` handed over, and moves finished ones to the done
-//! queue. A completion therefore needs one tick: the park that reaps the
-//! CQE wakes the IO's future, which wakes the engine task, which the next
-//! tick polls; a task per IO would need two.
+//! engine task: it owns the IO futures of the core (in [`IoSlots`], one
+//! slot per IO in flight, allocated once), takes the IOs `queue` handed
+//! over, and moves finished ones to the done queue. A completion therefore
+//! needs one tick: the park that reaps the CQE wakes the IO's slot, which
+//! wakes the engine task, which the next tick polls; a task per IO would
+//! need two.
+//!
+//! [`IoSlots`]: crate::slots::IoSlots
 //!
 //! Invariants (besides the crate's):
 //! - `outstanding` counts the IOs queued and not yet returned by
@@ -23,13 +26,13 @@ use std::rc::Rc;
 use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
-use futures::stream::{FuturesUnordered, StreamExt};
 use plugio_device::buf::{configure_arena, ArenaConfig};
 use plugio_device::{DmaBuf, Error};
 use plugio_engine::Device;
 use plugio_executor::{JoinHandle, LocalExecutor};
 
 use crate::config::EngineConfig;
+use crate::slots::IoSlots;
 
 /// What an io_u asks for (fio's `ddir`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,7 +93,7 @@ struct Submission {
 /// What the hooks and the engine task share (same thread).
 #[derive(Default)]
 struct Shared {
-    submitted: RefCell<Vec<Submission>>,
+    submitted: RefCell<VecDeque<Submission>>,
     done: RefCell<VecDeque<Completion>>,
     /// The engine task's waker, stored at its last poll.
     task_waker: RefCell<Option<Waker>>,
@@ -131,7 +134,7 @@ impl FioCore {
         }
         let ex = plugio_engine::runtime::local(config.ring_config()).map_err(Error::from)?;
         let shared = Rc::new(Shared::default());
-        let task = ex.spawn_local(serve(shared.clone()));
+        let task = ex.spawn_local(serve(shared.clone(), config.iodepth as usize));
         // Runs the task's first poll, which stores its waker.
         ex.run_once();
         Ok(FioCore {
@@ -237,7 +240,7 @@ impl FioCore {
         let dev = self
             .device(id)
             .unwrap_or_else(|| panic!("plugio fio engine: IO queued on closed file {}", id.0));
-        self.shared.submitted.borrow_mut().push(Submission {
+        self.shared.submitted.borrow_mut().push_back(Submission {
             dev,
             op,
             offset_bytes,
@@ -333,17 +336,23 @@ impl Drop for FioCore {
     }
 }
 
-/// The engine task: takes the IOs handed over by `queue`, polls the core's
-/// IO futures, and moves the finished ones to the done queue.
-async fn serve(shared: Rc<Shared>) {
-    let mut ios = FuturesUnordered::new();
+/// The engine task: takes the IOs handed over by `queue` (as many as it
+/// has free slots: fio never has more than `iodepth` in flight), polls the
+/// woken IO futures, and moves the finished ones to the done queue.
+async fn serve(shared: Rc<Shared>, iodepth: usize) {
+    let mut slots = IoSlots::new(iodepth);
     std::future::poll_fn(move |cx| {
-        let new: Vec<Submission> = std::mem::take(&mut *shared.submitted.borrow_mut());
-        for s in new {
-            ios.push(run_io(s));
-        }
-        while let Poll::Ready(Some(c)) = ios.poll_next_unpin(cx) {
-            shared.done.borrow_mut().push_back(c);
+        slots.register(cx.waker());
+        let mut done = shared.done.borrow_mut();
+        slots.poll_ready(&mut *done);
+        while slots.has_free() {
+            let Some(s) = shared.submitted.borrow_mut().pop_front() else {
+                break;
+            };
+            let cookie = s.cookie;
+            if let Some(c) = slots.start(run_io(s), cookie) {
+                done.push_back(c);
+            }
         }
         let mut stored = shared.task_waker.borrow_mut();
         if !stored.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
@@ -354,8 +363,8 @@ async fn serve(shared: Rc<Shared>) {
     .await;
 }
 
-/// One IO through the plugio device.
-fn run_io(s: Submission) -> impl Future<Output = Completion> {
+/// One IO through the plugio device: its bytes, or `-errno`.
+fn run_io(s: Submission) -> impl Future<Output = i64> {
     async move {
         let result = match s.op {
             Op::Read => {
@@ -385,9 +394,6 @@ fn run_io(s: Submission) -> impl Future<Output = Completion> {
                 .await
                 .map(|()| 0),
         };
-        Completion {
-            cookie: s.cookie,
-            result: result.unwrap_or_else(|e| -i64::from(e.errno())),
-        }
+        result.unwrap_or_else(|e| -i64::from(e.errno()))
     }
 }

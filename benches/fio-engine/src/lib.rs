@@ -45,6 +45,7 @@
 pub mod config;
 mod core;
 pub mod ffi;
+mod slots;
 
 pub use crate::config::EngineConfig;
 pub use crate::core::{Completion, DevId, FioCore, Op};
