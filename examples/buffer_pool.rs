@@ -219,7 +219,7 @@ impl BufferPool {
             frames[i].referenced = true;
             frames[i].page.take().expect("victim is resident")
         };
-        let (result, mut page) = self.dev.read_into(page, page_no * PAGE_BYTES as u64).await;
+        let (result, mut page) = self.dev.read_at(page, page_no * PAGE_BYTES as u64).await;
         let mut frames = self.frames.borrow_mut();
         if let Ok(n) = result {
             page.as_mut_slice()[n..].fill(0); // past the end of the file
@@ -359,11 +359,13 @@ async fn run(path: &Path) -> Result<(), Box<dyn StdError>> {
     let before_checkpoint = dev.iostats();
     pool.write_back().await?; // the checkpoint
     let checkpoint = dev.iostats();
-    dev.flush().await?;
+    dev.sync_data().await?;
     // ANCHOR_END: workload
 
     // ANCHOR: check
-    let disk = dev.read_at(0, FILE_PAGES as usize * PAGE_BYTES).await?;
+    let disk = dev
+        .read_alloc_at(0, FILE_PAGES as usize * PAGE_BYTES)
+        .await?;
     for (n, bytes) in disk.as_slice().chunks(PAGE_BYTES).enumerate() {
         let (page_no, counter) = page_header(bytes);
         assert_eq!(page_no, n as u64, "page {n} on disk");

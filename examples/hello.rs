@@ -32,8 +32,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for w in futures::future::join_all(writes).await {
             w?;
         }
-        dev.flush().await?;
-        let back = dev.read_at(0, 8 * 4096).await?;
+        dev.sync_data().await?;
+        let back = dev.read_alloc_at(0, 8 * 4096).await?;
         for (i, page) in back.as_slice().chunks(4096).enumerate() {
             assert!(page.iter().all(|&b| b == b'a' + i as u8));
         }

@@ -289,7 +289,7 @@ async fn apply_batch(
     let touched: BTreeSet<u64> = batch.iter().map(|r| bucket_of(request_key(r))).collect();
     let reads = touched
         .iter()
-        .map(|&b| data.read_at(b * PAGE_BYTES as u64, PAGE_BYTES));
+        .map(|&b| data.read_alloc_at(b * PAGE_BYTES as u64, PAGE_BYTES));
     let mut pages: HashMap<u64, DmaBuf> = HashMap::new();
     for (&b, page) in touched.iter().zip(join_all(reads).await) {
         pages.insert(b, page?);
@@ -404,7 +404,7 @@ async fn recover(
     let mut from_log = HashMap::new();
     let mut at = 0u64;
     loop {
-        let head = log.read_at(at, PAGE_BYTES).await?;
+        let head = log.read_alloc_at(at, PAGE_BYTES).await?;
         let h = head.as_slice();
         if h.len() < 16 || h[0..4] != LOG_MAGIC.to_le_bytes() {
             break;
@@ -412,7 +412,7 @@ async fn recover(
         let word = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
         let (payload_len, count, sum) = (word(4) as usize, word(8), word(12));
         let total = (16 + payload_len).next_multiple_of(PAGE_BYTES);
-        let batch = log.read_at(at, total).await?;
+        let batch = log.read_alloc_at(at, total).await?;
         let payload = &batch.as_slice()[16..16 + payload_len];
         if fnv1a(payload) as u32 != sum {
             return Err(KvError::CorruptLog {
@@ -434,7 +434,7 @@ async fn recover(
         dir.join(format!("shard-{shard}.data")),
         DeviceOptions::default(),
     )?;
-    let file = data.read_at(0, BUCKETS as usize * PAGE_BYTES).await?;
+    let file = data.read_alloc_at(0, BUCKETS as usize * PAGE_BYTES).await?;
     let from_data = file
         .as_slice()
         .chunks(PAGE_BYTES)

@@ -139,7 +139,7 @@ async fn commit_loop(
         let result = match durability {
             Durability::Fua => dev.write_at_with(buf, tail_bytes, IoFlags::FUA).await.0,
             Durability::Fdatasync => match dev.write_at(buf, tail_bytes).await.0 {
-                Ok(n) => dev.flush().await.map(|()| n),
+                Ok(n) => dev.sync_data().await.map(|()| n),
                 Err(e) => Err(e),
             },
         };
@@ -212,7 +212,7 @@ async fn read_log(dev: &Device) -> Result<Vec<Vec<u8>>, WalError> {
     let mut records = Vec::new();
     let mut at_bytes = 0u64;
     loop {
-        let head = dev.read_at(at_bytes, BLOCK_BYTES as usize).await?;
+        let head = dev.read_alloc_at(at_bytes, BLOCK_BYTES as usize).await?;
         let h = head.as_slice();
         if h.len() < HEADER_BYTES || le_u32(h, 0) != MAGIC {
             return Ok(records);
@@ -232,7 +232,7 @@ async fn read_log(dev: &Device) -> Result<Vec<Vec<u8>>, WalError> {
         }
         let total = (HEADER_BYTES + payload_bytes).next_multiple_of(BLOCK_BYTES as usize);
         let batch = if total > h.len() {
-            dev.read_at(at_bytes, total).await?
+            dev.read_alloc_at(at_bytes, total).await?
         } else {
             head
         };

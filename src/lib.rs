@@ -12,8 +12,8 @@
 //!     page.as_mut_slice().fill(7);
 //!     let (written, page) = dev.write_at(page, 0).await;
 //!     written?;
-//!     dev.flush().await?;
-//!     let back = dev.read_at(0, 4096).await?;
+//!     dev.sync_data().await?;
+//!     let back = dev.read_alloc_at(0, 4096).await?;
 //!     assert_eq!(back.as_slice(), page.as_slice());
 //!     Ok::<_, plugio::Error>(())
 //! })?;
@@ -36,9 +36,10 @@ pub use plugio_engine as engine;
 pub use plugio_executor as executor;
 
 pub use plugio_device::{DmaBuf, Error, ErrorKind, InvalidInput, IoFlags, RingConfig};
-pub use plugio_engine::{Device, DeviceOptions, IoBuf, IoStats, Page, Region, TagSharing};
+pub use plugio_engine::{Device, DeviceOptions, IoBuf, IoBufMut, IoStats, Page, Region, TagSharing};
 pub use plugio_executor::{
-    sleep, spawn, spawn_local, timeout, yield_now, JoinHandle, LocalExecutor, Runtime, ShutdownMode,
+    sleep, spawn, spawn_blocking, spawn_local, timeout, yield_now, JoinHandle, LocalExecutor,
+    Runtime, ShutdownMode,
 };
 
 // `plugio replay`: IO traces replayed through the engine (docs inside).

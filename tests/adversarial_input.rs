@@ -44,7 +44,10 @@ fn offsets_near_u64_max_on_the_mem_device_are_range_errors() {
         ex.run(async {
             let (_mem, dev) = mem_dev(1 << 20);
             for off in [TOP, 1 << 63, (1 << 20) - 512, 1 << 20] {
-                let err = dev.read_at(off, 4096).await.expect_err("beyond the end");
+                let err = dev
+                    .read_alloc_at(off, 4096)
+                    .await
+                    .expect_err("beyond the end");
                 assert!(
                     matches!(
                         err.kind(),
@@ -62,7 +65,7 @@ fn offsets_near_u64_max_on_the_mem_device_are_range_errors() {
             }
             // Exactly at the end is fine.
             let b = dev
-                .read_at((1 << 20) - 4096, 4096)
+                .read_alloc_at((1 << 20) - 4096, 4096)
                 .await
                 .expect("last page");
             assert_eq!(b.len(), 4096);
@@ -82,7 +85,7 @@ fn a_read_at_an_offset_beyond_i64_max_on_a_file_is_a_typed_error() {
         let ex = local();
         ex.run(async {
             let dev = Device::open(&path, DeviceOptions::default()).expect("open");
-            let res = dev.read_at(TOP, 4096).await;
+            let res = dev.read_alloc_at(TOP, 4096).await;
             let err = res.expect_err("offset beyond i64::MAX cannot succeed");
             println!("read at {TOP:#x}: {err} ({:?})", err.kind());
             assert_eq!(dev.tags_in_use(), 0);
@@ -127,7 +130,8 @@ fn two_reads_at_the_top_of_the_offset_space_do_not_panic_the_core() {
         let ex = local();
         ex.run(async {
             let dev = Device::open(&path, DeviceOptions::default()).expect("open");
-            let (ra, rb) = futures::join!(dev.read_at(TOP, 4096), dev.read_at(TOP, 4096));
+            let (ra, rb) =
+                futures::join!(dev.read_alloc_at(TOP, 4096), dev.read_alloc_at(TOP, 4096));
             assert!(ra.is_err() && rb.is_err());
         });
     });
@@ -139,17 +143,17 @@ fn zero_length_and_empty_vectors_are_refused_and_empty_buffers_inside_readv_work
         let ex = local();
         ex.run(async {
             let (_mem, dev) = mem_dev(1 << 20);
-            let (r, _) = dev.read_into(DmaBuf::heap(0, 4096), 0).await;
+            let (r, _) = dev.read_at(DmaBuf::heap(0, 4096), 0).await;
             assert!(is_invalid(&r.expect_err("len 0 read")));
             let (r, _) = dev.write_at(DmaBuf::heap(0, 4096), 0).await;
             assert!(is_invalid(&r.expect_err("len 0 write")));
-            let (r, v) = dev.readv(Vec::new(), 0).await;
+            let (r, v) = dev.readv_at(Vec::<DmaBuf>::new(), 0).await;
             assert!(is_invalid(&r.expect_err("readv of nothing")));
             assert!(v.is_empty());
-            let (r, _) = dev.writev(Vec::new(), 0).await;
+            let (r, _) = dev.writev_at(Vec::<DmaBuf>::new(), 0).await;
             assert!(is_invalid(&r.expect_err("writev of nothing")));
             let (r, _) = dev
-                .readv(vec![DmaBuf::heap(0, 4096), DmaBuf::heap(0, 4096)], 0)
+                .readv_at(vec![DmaBuf::heap(0, 4096), DmaBuf::heap(0, 4096)], 0)
                 .await;
             assert!(is_invalid(&r.expect_err("readv of empty bufs")));
             let err = dev.write_zeroes(0, 0).await.expect_err("zeroes of 0");
@@ -165,7 +169,7 @@ fn zero_length_and_empty_vectors_are_refused_and_empty_buffers_inside_readv_work
             ];
             w[0].as_mut_slice().fill(1);
             w[2].as_mut_slice().fill(2);
-            let (r, _) = dev.writev(w, 4096).await;
+            let (r, _) = dev.writev_at(w, 4096).await;
             assert_eq!(r.expect("writev with an empty buffer inside"), 1536);
             let bufs = vec![
                 DmaBuf::heap(0, 512),
@@ -173,7 +177,7 @@ fn zero_length_and_empty_vectors_are_refused_and_empty_buffers_inside_readv_work
                 DmaBuf::heap(0, 512),
                 dev.alloc_buf(512),
             ];
-            let (r, bufs) = dev.readv(bufs, 4096).await;
+            let (r, bufs) = dev.readv_at(bufs, 4096).await;
             assert_eq!(r.expect("readv with empty buffers inside"), 1536);
             assert_eq!(
                 bufs.iter().map(DmaBuf::len).collect::<Vec<_>>(),
@@ -204,7 +208,7 @@ fn unaligned_lengths_offsets_and_buffers_in_vectors_are_refused_and_others_compl
             });
             // A segment whose length is not a multiple of the block.
             let (r, _) = dev
-                .readv(
+                .readv_at(
                     vec![dev.alloc_buf(512), dev.alloc_buf(100), dev.alloc_buf(412)],
                     0,
                 )
@@ -212,8 +216,12 @@ fn unaligned_lengths_offsets_and_buffers_in_vectors_are_refused_and_others_compl
             let err = r.expect_err("unaligned segment length");
             assert!(is_invalid(&err), "{err}");
             // Unaligned offset, length.
-            assert!(is_invalid(&dev.read_at(1, 512).await.expect_err("offset")));
-            assert!(is_invalid(&dev.read_at(0, 513).await.expect_err("length")));
+            assert!(is_invalid(
+                &dev.read_alloc_at(1, 512).await.expect_err("offset")
+            ));
+            assert!(is_invalid(
+                &dev.read_alloc_at(0, 513).await.expect_err("length")
+            ));
             // A buffer at an odd address.
             let odd = DmaBuf::heap(8192, 1);
             if odd.as_ptr() as usize % 512 != 0 {
@@ -222,7 +230,7 @@ fn unaligned_lengths_offsets_and_buffers_in_vectors_are_refused_and_others_compl
             }
             // Too many segments for one op.
             let many: Vec<DmaBuf> = (0..1100).map(|_| DmaBuf::heap(512, 4096)).collect();
-            let (r, back) = dev.readv(many, 0).await;
+            let (r, back) = dev.readv_at(many, 0).await;
             assert!(is_invalid(&r.expect_err("1100 segments")));
             assert_eq!(back.len(), 1100, "the buffers come back");
             good.await.expect("good task");
@@ -235,14 +243,14 @@ fn unaligned_lengths_offsets_and_buffers_in_vectors_are_refused_and_others_compl
 fn device_used_outside_a_runtime_is_a_typed_error_not_a_panic() {
     watchdog(10, || {
         let (_mem, dev) = mem_dev(1 << 20);
-        let err = futures::executor::block_on(dev.read_at(0, 4096)).expect_err("no runtime");
+        let err = futures::executor::block_on(dev.read_alloc_at(0, 4096)).expect_err("no runtime");
         assert!(matches!(err.kind(), ErrorKind::NoDriver), "{err}");
         let (r, _) = futures::executor::block_on(dev.write_at(dev.alloc_buf(4096), 0));
         assert!(matches!(
             r.expect_err("no runtime").kind(),
             ErrorKind::NoDriver
         ));
-        let err = futures::executor::block_on(dev.flush()).expect_err("no runtime");
+        let err = futures::executor::block_on(dev.sync_data()).expect_err("no runtime");
         assert!(matches!(err.kind(), ErrorKind::NoDriver), "{err}");
         let err = dev.plug(4).expect_err("no runtime");
         assert!(matches!(err.kind(), ErrorKind::NoDriver), "{err}");
@@ -258,9 +266,9 @@ fn flush_sync_and_nop_on_the_mem_device_succeed() {
             let (r, _) = dev.write_at(dev.alloc_buf(4096), 0).await;
             r.expect("write");
             assert!(mem.dirty_blocks() > 0);
-            dev.flush().await.expect("flush");
+            dev.sync_data().await.expect("flush");
             assert_eq!(mem.dirty_blocks(), 0);
-            dev.sync().await.expect("sync");
+            dev.sync_all().await.expect("sync");
             dev.nop().await.expect("nop");
         });
     });
@@ -311,7 +319,7 @@ fn write_to_a_read_only_file_is_an_error_and_reads_still_work() {
             .expect("open read-only");
             let (w, r) = futures::join!(
                 dev.write_at(dev.alloc_buf(4096), 0),
-                dev.read_at(4096, 4096)
+                dev.read_alloc_at(4096, 4096)
             );
             let err = w.0.expect_err("write to a read-only device");
             println!(
@@ -398,7 +406,7 @@ fn child_read_at_2_pow_50() {
     let ex = local();
     ex.run(async {
         let (_mem, dev) = mem_dev(1 << 20);
-        let err = dev.read_at(0, 1 << 50).await.expect_err("2^50 bytes");
+        let err = dev.read_alloc_at(0, 1 << 50).await.expect_err("2^50 bytes");
         assert!(
             matches!(
                 err.kind(),
@@ -419,7 +427,7 @@ fn child_read_at_usize_max() {
     ex.run(async {
         let (_mem, dev) = mem_dev(1 << 20);
         let err = dev
-            .read_at(0, usize::MAX)
+            .read_alloc_at(0, usize::MAX)
             .await
             .expect_err("usize::MAX bytes");
         assert!(
@@ -442,7 +450,10 @@ fn a_file_offset_above_i64_max_is_refused_before_submission() {
         let ex = local();
         ex.run(async {
             let dev = Device::open(&path, DeviceOptions::default()).expect("open");
-            let err = dev.read_at(TOP, 4096).await.expect_err("beyond i64::MAX");
+            let err = dev
+                .read_alloc_at(TOP, 4096)
+                .await
+                .expect_err("beyond i64::MAX");
             assert!(is_invalid(&err), "{err} ({:?})", err.kind());
             assert_eq!(dev.iostats().requests, 0, "it was submitted");
         });
@@ -470,11 +481,17 @@ fn a_split_read_across_end_of_file_returns_exactly_the_prefix() {
                 },
             )
             .expect("open");
-            let b = dev.read_at(0, 2 << 20).await.expect("read across EOF");
+            let b = dev
+                .read_alloc_at(0, 2 << 20)
+                .await
+                .expect("read across EOF");
             assert_eq!(b.len(), len);
             let want: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(7)).collect();
             assert!(b.as_slice() == &want[..]);
-            let b = dev.read_at(2 << 20, 65536).await.expect("read past EOF");
+            let b = dev
+                .read_alloc_at(2 << 20, 65536)
+                .await
+                .expect("read past EOF");
             assert_eq!(b.len(), 0);
             assert_eq!(dev.tags_in_use(), 0);
         });

@@ -87,7 +87,11 @@ pub enum ErrorKind {
     /// this crate's file backend).
     DirectIoRefused,
     /// A submission was attempted on a thread that has no plugio device
-    /// driver installed (see `DeviceDriver::install`).
+    /// driver installed: a `Device` future polled outside a plugio core
+    /// (a plain `block_on`, another runtime), or on an executor built
+    /// without the driver. Run the IO inside `plugio::runtime::local(..)`
+    /// or send it to a core with `Handle::spawn_on`; with this crate alone,
+    /// install a [`DeviceDriver`](crate::DeviceDriver) on the thread.
     NoDriver,
     /// An NVMe command completed with a non-zero status (passthrough only;
     /// the NVMe base specification's Completion Queue Entry status field).
@@ -103,6 +107,26 @@ pub enum ErrorKind {
         /// More: the controller has more status in the Error Information
         /// log page.
         more: bool,
+    },
+    /// An exact read (`read_exact_at`) reached the end of the file after
+    /// `done_bytes` of the `len_bytes` asked for at `offset_bytes`.
+    UnexpectedEof {
+        /// Where the read started.
+        offset_bytes: u64,
+        /// Bytes asked for.
+        len_bytes: u64,
+        /// Bytes read before the end of the file.
+        done_bytes: u64,
+    },
+    /// A full write (`write_all_at`) stopped after `done_bytes` of the
+    /// `len_bytes` at `offset_bytes`: the device took no more bytes.
+    WriteZero {
+        /// Where the write started.
+        offset_bytes: u64,
+        /// Bytes to write.
+        len_bytes: u64,
+        /// Bytes written.
+        done_bytes: u64,
     },
     /// Any other errno from the kernel.
     Io {
@@ -215,7 +239,9 @@ impl Error {
             ErrorKind::PermissionDenied => libc::EPERM,
             ErrorKind::NotFound => libc::ENOENT,
             ErrorKind::NoDriver => libc::ENXIO,
-            ErrorKind::Nvme { .. } => libc::EIO,
+            ErrorKind::Nvme { .. }
+            | ErrorKind::UnexpectedEof { .. }
+            | ErrorKind::WriteZero { .. } => libc::EIO,
             ErrorKind::Io { errno } => *errno,
         }
     }
@@ -292,7 +318,9 @@ impl fmt::Display for Error {
             )?,
             ErrorKind::NoDriver => write!(
                 f,
-                "no plugio device driver on this thread (install a DeviceDriver first)"
+                "no plugio device driver on this thread: run the IO on a plugio core \
+                 (plugio::runtime::local, or Handle::spawn_on onto a plugio::runtime::builder runtime), \
+                 or install a DeviceDriver on this thread"
             )?,
             ErrorKind::Nvme { sct, sc, dnr, more } => write!(
                 f,
@@ -300,6 +328,22 @@ impl fmt::Display for Error {
                 nvme_status_name(*sct, *sc),
                 if *dnr { " dnr" } else { "" },
                 if *more { " more" } else { "" }
+            )?,
+            ErrorKind::UnexpectedEof {
+                offset_bytes,
+                len_bytes,
+                done_bytes,
+            } => write!(
+                f,
+                "unexpected end of file: {done_bytes} of {len_bytes} bytes read at offset {offset_bytes}"
+            )?,
+            ErrorKind::WriteZero {
+                offset_bytes,
+                len_bytes,
+                done_bytes,
+            } => write!(
+                f,
+                "write made no progress: {done_bytes} of {len_bytes} bytes written at offset {offset_bytes}"
             )?,
             ErrorKind::Io { errno } => {
                 write!(f, "{}", io::Error::from_raw_os_error(*errno))?;
@@ -340,6 +384,8 @@ impl From<Error> for io::Error {
             ErrorKind::Unsupported => io::ErrorKind::Unsupported,
             ErrorKind::NotFound => io::ErrorKind::NotFound,
             ErrorKind::PermissionDenied => io::ErrorKind::PermissionDenied,
+            ErrorKind::UnexpectedEof { .. } => io::ErrorKind::UnexpectedEof,
+            ErrorKind::WriteZero { .. } => io::ErrorKind::WriteZero,
             _ => io::Error::from_raw_os_error(err.errno()).kind(),
         };
         io::Error::new(kind, err)

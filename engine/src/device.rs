@@ -21,7 +21,9 @@ use std::task::{Context, Poll};
 
 use plugio_device::{Backend, DmaBuf, Error, Geometry, InvalidInput, IoFlags, IoOp, OpKind};
 
-use crate::bio::{BioBuf, BioId, BioInfo, BioResult, IoBuf};
+use crate::bio::{forget_if_none, BioBuf, BioId, BioInfo, BioResult, Keep};
+use crate::buf::{IoBuf, IoBufMut};
+use crate::buf_io::{Many, One};
 use crate::core::EngineCore;
 use crate::options::DeviceOptions;
 use crate::shared::DeviceShared;
@@ -167,6 +169,16 @@ impl Device {
     /// `READ_FIXED`/`WRITE_FIXED`, as fio's `fixedbufs` does), else from
     /// the core's buffer cache; contents not zeroed (whatever the last user
     /// left). Otherwise a fresh zeroed allocation.
+    ///
+    /// ```
+    /// # plugio_engine::doc_example(|dev| async move {
+    /// let mut buf = dev.alloc_buf(4096);
+    /// assert_eq!(buf.len(), 4096);
+    /// buf.as_mut_slice().fill(1);
+    /// let (written, _buf) = dev.write_at(buf, 0).await;
+    /// assert_eq!(written?, 4096);
+    /// # Ok(()) });
+    /// ```
     pub fn alloc_buf(&self, len_bytes: usize) -> DmaBuf {
         let align = self.shared.geometry.mem_align_bytes() as usize;
         if self.shared.opts.buffer_cache && align <= plugio_device::buf::cache::CACHE_ALIGN_BYTES {
@@ -176,143 +188,219 @@ impl Device {
         }
     }
 
-    /// Reads `len_bytes` at `offset_bytes` into a new aligned buffer. The
-    /// returned buffer's length is the number of bytes read: shorter at end
-    /// of file, 0 at or past it.
+    /// Reads `len_bytes` at `offset_bytes` into a new buffer from
+    /// [`alloc_buf`](Self::alloc_buf) (so from the registered arena when it
+    /// has room: `READ_FIXED`). The returned buffer's length is the number
+    /// of bytes read: shorter at end of file, 0 at or past it.
     ///
     /// # Errors
     /// Invalid input (zero, unaligned, beyond the device, above
     /// [`MAX_IO_BYTES`]) before submission; the device's error otherwise.
-    pub async fn read_at(&self, offset_bytes: u64, len_bytes: usize) -> Result<DmaBuf, Error> {
+    pub async fn read_alloc_at(
+        &self,
+        offset_bytes: u64,
+        len_bytes: usize,
+    ) -> Result<DmaBuf, Error> {
         // Refuse absurd lengths before allocating the buffer for them.
         check_len(len_bytes as u64, true)?;
         let buf = self.alloc_buf(len_bytes);
-        let (res, buf) = self.read_into(buf, offset_bytes).await;
+        let (res, buf) = self.read_at(buf, offset_bytes).await;
         res.map(|_| buf)
     }
 
-    /// Reads `buf.io_len()` bytes at `offset_bytes` into `buf` (a
-    /// [`DmaBuf`] or a [`Page`](crate::Page)) and gives the buffer back; a
-    /// `DmaBuf`'s length is set to the bytes read (shorter at end of file:
-    /// set it back with `set_len` before reusing the buffer for a full
-    /// read). After an error the buffer keeps its length and its contents
-    /// are unspecified.
-    pub fn read_into<B: IoBuf>(
+    /// Reads at `offset_bytes` into `buf`, any [`IoBufMut`] (`Vec<u8>`,
+    /// `Box<[u8]>`, `BytesMut`, [`DmaBuf`], [`Page`](crate::Page), or your
+    /// own), and gives the buffer back with the bytes read: up to
+    /// `buf.bytes_total()` bytes (a `Vec`'s capacity, a `DmaBuf`'s length),
+    /// filled from the buffer's start; fewer only at end of file (0 at or
+    /// past it), and then `set_init(n)` shortens a `Vec`, `BytesMut` or
+    /// `DmaBuf` to `n` (set it back before reusing it for a full read).
+    /// After an error the buffer keeps its length and its contents are
+    /// unspecified.
+    ///
+    /// With `O_DIRECT`, a buffer whose address is not aligned to the
+    /// device's `mem_align_bytes` (a `Vec`'s heap memory, usually) is read
+    /// through an aligned buffer from [`alloc_buf`](Self::alloc_buf) and
+    /// copied (counted in [`IoStats::bounce_ios`](crate::IoStats) and
+    /// `bounce_bytes`), or refused when
+    /// [`DeviceOptions::bounce_unaligned`] is off. A [`DmaBuf`] from the
+    /// core's registered arena goes out as `READ_FIXED`.
+    ///
+    /// Idea: tokio-uring's and monoio's `read_at(buf, pos)`.
+    ///
+    /// ```
+    /// # plugio_engine::doc_example(|dev| async move {
+    /// let (n, _) = dev.write_at(vec![7u8; 4096], 0).await;
+    /// n?;
+    /// let (n, buf) = dev.read_at(Vec::with_capacity(4096), 0).await;
+    /// assert_eq!(n?, 4096);
+    /// assert_eq!(buf, vec![7u8; 4096]);
+    /// # Ok(()) });
+    /// ```
+    ///
+    /// # Errors
+    /// Invalid input (a zero or unaligned length, an unaligned offset, a
+    /// range beyond the device, an unaligned address with bouncing off)
+    /// before submission; the device's error otherwise.
+    pub fn read_at<B: IoBufMut>(
         &self,
         buf: B,
         offset_bytes: u64,
     ) -> impl Future<Output = (Result<usize, Error>, B)> + Send + '_ {
-        // The future of `read_into_with` itself: no extra state machine.
-        self.read_into_with(buf, offset_bytes, IoFlags::NONE)
+        self.read_at_with(buf, offset_bytes, IoFlags::NONE)
     }
 
-    /// [`read_into`](Self::read_into) with flags (priority, NOMERGE).
-    pub async fn read_into_with<B: IoBuf>(
+    /// [`read_at`](Self::read_at) with flags (priority, NOMERGE).
+    ///
+    /// ```
+    /// # plugio_engine::doc_example(|dev| async move {
+    /// use plugio_engine::IoFlags;
+    /// let (n, _) = dev.read_at_with(vec![0u8; 4096], 0, IoFlags::NOMERGE).await;
+    /// assert_eq!(n?, 0, "the example file is empty");
+    /// # Ok(()) });
+    /// ```
+    pub fn read_at_with<B: IoBufMut>(
         &self,
         buf: B,
         offset_bytes: u64,
         flags: IoFlags,
-    ) -> (Result<usize, Error>, B) {
-        let len = buf.io_len() as u64;
-        let r = self
-            .io(OpKind::Read, flags, offset_bytes, len, buf.into_bio())
-            .await;
-        let mut buf = B::from_bio(r.buf);
-        match r.result {
-            Ok(n) => {
-                buf.set_io_len(n as usize);
-                (Ok(n as usize), buf)
-            }
-            Err(e) => (Err(e), buf),
-        }
+    ) -> impl Future<Output = (Result<usize, Error>, B)> + Send + '_ {
+        crate::buf_io::read(self, One(buf), offset_bytes, flags)
     }
 
-    /// Writes `buf` (a [`DmaBuf`] or a [`Page`](crate::Page)) at
-    /// `offset_bytes`; gives the buffer back.
+    /// Writes the initialised bytes of `buf` (any [`IoBuf`]: `Vec<u8>`,
+    /// `Box<[u8]>`, `BytesMut`, `Bytes`, [`DmaBuf`], [`Page`](crate::Page),
+    /// or your own) at `offset_bytes` and gives the buffer back with the
+    /// bytes written (all of them unless the device ran out of space). An
+    /// address that does not meet `O_DIRECT` alignment is copied into an
+    /// aligned buffer first, as in [`read_at`](Self::read_at); a [`DmaBuf`]
+    /// from the registered arena goes out as `WRITE_FIXED`.
+    ///
+    /// ```
+    /// # plugio_engine::doc_example(|dev| async move {
+    /// let (n, buf) = dev.write_at(bytes::Bytes::from(vec![1u8; 8192]), 4096).await;
+    /// assert_eq!(n?, 8192);
+    /// assert_eq!(buf.len(), 8192);
+    /// # Ok(()) });
+    /// ```
+    ///
+    /// # Errors
+    /// As [`read_at`](Self::read_at).
     pub fn write_at<B: IoBuf>(
         &self,
         buf: B,
         offset_bytes: u64,
     ) -> impl Future<Output = (Result<usize, Error>, B)> + Send + '_ {
-        // The future of `write_at_with` itself: no extra state machine.
         self.write_at_with(buf, offset_bytes, IoFlags::NONE)
     }
 
     /// [`write_at`](Self::write_at) with flags: [`IoFlags::FUA`] makes the
     /// write durable when it completes; priority; NOMERGE.
-    pub async fn write_at_with<B: IoBuf>(
+    ///
+    /// ```
+    /// # plugio_engine::doc_example(|dev| async move {
+    /// use plugio_engine::IoFlags;
+    /// let (n, _) = dev.write_at_with(vec![2u8; 4096], 0, IoFlags::FUA).await;
+    /// assert_eq!(n?, 4096);
+    /// # Ok(()) });
+    /// ```
+    pub fn write_at_with<B: IoBuf>(
         &self,
         buf: B,
         offset_bytes: u64,
         flags: IoFlags,
-    ) -> (Result<usize, Error>, B) {
-        let len = buf.io_len() as u64;
-        let r = self
-            .io(OpKind::Write, flags, offset_bytes, len, buf.into_bio())
-            .await;
-        (r.result.map(|n| n as usize), B::from_bio(r.buf))
+    ) -> impl Future<Output = (Result<usize, Error>, B)> + Send + '_ {
+        crate::buf_io::write(self, One(buf), offset_bytes, flags)
     }
 
     /// Reads into several buffers in order (`preadv`), starting at
-    /// `offset_bytes`; each buffer's length is set to what it received.
-    pub async fn readv(
+    /// `offset_bytes`; each buffer receives up to its `bytes_total()` and
+    /// gets `set_init` with what it received. Unaligned buffers are
+    /// bounced as one, as in [`read_at`](Self::read_at).
+    ///
+    /// ```
+    /// # plugio_engine::doc_example(|dev| async move {
+    /// let (n, _) = dev.write_at(vec![3u8; 8192], 0).await;
+    /// n?;
+    /// let bufs = vec![Vec::with_capacity(4096), Vec::with_capacity(4096)];
+    /// let (n, bufs) = dev.readv_at(bufs, 0).await;
+    /// assert_eq!(n?, 8192);
+    /// assert!(bufs.iter().all(|b| b.len() == 4096));
+    /// # Ok(()) });
+    /// ```
+    ///
+    /// # Errors
+    /// As [`read_at`](Self::read_at).
+    pub fn readv_at<B: IoBufMut>(
         &self,
-        bufs: Vec<DmaBuf>,
+        bufs: Vec<B>,
         offset_bytes: u64,
-    ) -> (Result<usize, Error>, Vec<DmaBuf>) {
-        let len = bufs.iter().map(|b| b.len() as u64).sum();
-        let r = self
-            .io(
-                OpKind::Read,
-                IoFlags::NONE,
-                offset_bytes,
-                len,
-                BioBuf::Many(bufs),
-            )
-            .await;
-        let mut bufs = many(r.buf);
-        if let Ok(n) = r.result {
-            let mut left = n as usize;
-            for b in &mut bufs {
-                let got = left.min(b.len());
-                b.set_len(got);
-                left -= got;
-            }
-        }
-        (r.result.map(|n| n as usize), bufs)
+    ) -> impl Future<Output = (Result<usize, Error>, Vec<B>)> + Send + '_ {
+        crate::buf_io::read(self, Many(bufs), offset_bytes, IoFlags::NONE)
     }
 
-    /// Writes several buffers in order (`pwritev`) at `offset_bytes`.
-    pub async fn writev(
+    /// Writes the initialised bytes of several buffers back to back
+    /// (`pwritev`) at `offset_bytes`.
+    ///
+    /// ```
+    /// # plugio_engine::doc_example(|dev| async move {
+    /// let (n, _) = dev.writev_at(vec![vec![1u8; 4096], vec![2u8; 4096]], 0).await;
+    /// assert_eq!(n?, 8192);
+    /// # Ok(()) });
+    /// ```
+    ///
+    /// # Errors
+    /// As [`read_at`](Self::read_at).
+    pub fn writev_at<B: IoBuf>(
         &self,
-        bufs: Vec<DmaBuf>,
+        bufs: Vec<B>,
         offset_bytes: u64,
-    ) -> (Result<usize, Error>, Vec<DmaBuf>) {
-        let len = bufs.iter().map(|b| b.len() as u64).sum();
-        let r = self
-            .io(
-                OpKind::Write,
-                IoFlags::NONE,
-                offset_bytes,
-                len,
-                BioBuf::Many(bufs),
-            )
-            .await;
-        (r.result.map(|n| n as usize), many(r.buf))
+    ) -> impl Future<Output = (Result<usize, Error>, Vec<B>)> + Send + '_ {
+        crate::buf_io::write(self, Many(bufs), offset_bytes, IoFlags::NONE)
     }
 
-    /// Makes completed writes durable (`fdatasync`; NVMe Flush). Covers the
-    /// writes that completed before it was issued.
-    pub async fn flush(&self) -> Result<(), Error> {
-        self.io(OpKind::Flush, IoFlags::NONE, 0, 0, BioBuf::None)
+    /// Makes the file's completed writes and its metadata durable: `fsync`
+    /// (`IORING_OP_FSYNC`), as [`std::fs::File::sync_all`]. On a block
+    /// device or NVMe namespace it flushes the volatile write cache. Covers
+    /// the writes that completed before it was issued (with
+    /// [`DeviceOptions::overlap_order`], also those issued before it on
+    /// this core).
+    ///
+    /// ```
+    /// # plugio_engine::doc_example(|dev| async move {
+    /// let (n, _) = dev.write_at(vec![1u8; 4096], 0).await;
+    /// n?;
+    /// dev.sync_all().await?;
+    /// # Ok(()) });
+    /// ```
+    ///
+    /// # Errors
+    /// The kernel's error (`EIO` after a failed writeback, for one).
+    pub async fn sync_all(&self) -> Result<(), Error> {
+        self.io(OpKind::Fsync, IoFlags::NONE, 0, 0, BioBuf::None)
             .await
             .into_result()
             .map(|_| ())
     }
 
-    /// Makes completed writes and the file's metadata durable (`fsync`).
-    pub async fn sync(&self) -> Result<(), Error> {
-        self.io(OpKind::Fsync, IoFlags::NONE, 0, 0, BioBuf::None)
+    /// Makes the file's completed writes durable, and only the metadata
+    /// needed to read them back (its size, not its times): `fdatasync`
+    /// (`IORING_OP_FSYNC` with `DATASYNC`), as
+    /// [`std::fs::File::sync_data`]; an NVMe Flush on a passthrough
+    /// namespace. Covers what [`sync_all`](Self::sync_all) covers.
+    ///
+    /// ```
+    /// # plugio_engine::doc_example(|dev| async move {
+    /// let (n, _) = dev.write_at(vec![1u8; 4096], 0).await;
+    /// n?;
+    /// dev.sync_data().await?;
+    /// # Ok(()) });
+    /// ```
+    ///
+    /// # Errors
+    /// As [`sync_all`](Self::sync_all).
+    pub async fn sync_data(&self) -> Result<(), Error> {
+        self.io(OpKind::Flush, IoFlags::NONE, 0, 0, BioBuf::None)
             .await
             .into_result()
             .map(|_| ())
@@ -395,7 +483,7 @@ impl Device {
     }
 
     /// One IO of any kind through the whole path.
-    fn io(
+    pub(crate) fn io(
         &self,
         op: OpKind,
         flags: IoFlags,
@@ -411,8 +499,14 @@ impl Device {
                 offset_bytes,
                 len_bytes,
                 buf,
+                bounced: false,
             })),
         }
+    }
+
+    /// What all handles of this device share.
+    pub(crate) fn shared(&self) -> &Arc<DeviceShared> {
+        &self.shared
     }
 
     /// Checks an IO against the device before it gets a bio.
@@ -467,13 +561,6 @@ impl Device {
     }
 }
 
-fn many(buf: BioBuf) -> Vec<DmaBuf> {
-    match buf {
-        BioBuf::Many(v) => v,
-        _ => Vec::new(),
-    }
-}
-
 /// Refuses a zero length for a data op and a length above
 /// [`MAX_IO_BYTES`].
 fn check_len(len_bytes: u64, has_data: bool) -> Result<(), Error> {
@@ -522,12 +609,14 @@ impl Drop for PlugGuard {
     }
 }
 
-struct BioInit {
+pub(crate) struct BioInit {
     op: OpKind,
     flags: IoFlags,
     offset_bytes: u64,
     len_bytes: u64,
-    buf: BioBuf,
+    pub buf: BioBuf,
+    /// The memory is a bounce buffer (counted in iostats at issue).
+    pub bounced: bool,
 }
 
 enum State {
@@ -538,13 +627,59 @@ enum State {
 
 /// The future of one IO: checks and plugs it on first poll, then waits for
 /// its bio to complete. It borrows the device handle (no reference count
-/// touched per IO).
-struct BioFuture<'a> {
+/// touched per IO). It owns no memory: the futures of `buf_io` hold the
+/// buffers and hand them to [`BioFuture::release`] if dropped mid-IO.
+pub(crate) struct BioFuture<'a> {
     shared: &'a Arc<DeviceShared>,
     state: State,
 }
 
 impl BioFuture<'_> {
+    /// Whether the IO was issued and its result not yet taken.
+    pub(crate) fn is_issued(&self) -> bool {
+        matches!(self.state, State::Issued { .. })
+    }
+
+    /// The IO as it will be issued, before its first poll (`None` after).
+    pub(crate) fn init_mut(&mut self) -> Option<&mut BioInit> {
+        match &mut self.state {
+            State::Init(init) => init.as_mut(),
+            _ => None,
+        }
+    }
+
+    /// Lets go of the IO as its future is dropped: a finished bio is freed
+    /// (its result dropped); an unfinished one is orphaned and keeps
+    /// `keep`, the memory the kernel may still use, until it completes (on
+    /// another thread than the bio's core, through the device's remote
+    /// orphan list). Nothing happens before the first poll or after the
+    /// result was taken.
+    pub(crate) fn release(&mut self, keep: Option<Keep>) {
+        let State::Issued { uid, id } = self.state else {
+            return;
+        };
+        self.state = State::Done;
+        let Some(ec) = EngineCore::by_uid(uid) else {
+            // Not on the core's thread (or that thread is gone, and
+            // its bio table with it, after the driver drained the
+            // ring): the core frees the bio at this device's next
+            // completion batch or plug flush on it.
+            self.shared.orphan_remote(uid, id, keep);
+            return;
+        };
+        let mut bios = ec.bios.borrow_mut();
+        match bios.take_result(id) {
+            Some(r) => forget_if_none(r.buf),
+            None => {
+                if let Some(bio) = bios.get_mut(id) {
+                    bio.orphaned = true;
+                    bio.waker = None;
+                    bio.keep = keep;
+                }
+            }
+        }
+    }
+
     fn issue(&mut self, init: BioInit, cx: &mut Context<'_>) -> Poll<BioResult> {
         if let Err(e) = Device::check(self.shared, &init) {
             self.state = State::Done;
@@ -564,6 +699,9 @@ impl BioFuture<'_> {
             }
         };
         let dev = core.dev_index(self.shared);
+        if init.bounced {
+            core.count_bounce(dev, init.len_bytes);
+        }
         let info = BioInfo {
             op: init.op,
             flags: init.flags,
@@ -633,22 +771,6 @@ impl Future for BioFuture<'_> {
 
 impl Drop for BioFuture<'_> {
     fn drop(&mut self) {
-        if let State::Issued { uid, id } = self.state {
-            let Some(ec) = EngineCore::by_uid(uid) else {
-                // Not on the core's thread (or that thread is gone, and
-                // its bio table with it, after the driver drained the
-                // ring): the core frees the bio at this device's next
-                // completion batch or plug flush on it.
-                self.shared.orphan_remote(uid, id);
-                return;
-            };
-            let mut bios = ec.bios.borrow_mut();
-            if bios.take_result(id).is_none() {
-                if let Some(bio) = bios.get_mut(id) {
-                    bio.orphaned = true;
-                    bio.waker = None;
-                }
-            }
-        }
+        self.release(None);
     }
 }

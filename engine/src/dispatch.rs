@@ -201,8 +201,8 @@ fn build_iovecs(bios: &BioTable, rq: &mut Request) {
             let whole = bio.buf.first_iovec();
             if p.bio_offset == 0 && whole.iov_len as u64 == p.len_bytes && whole.iov_len > 0 {
                 rq.iovecs.push(whole);
-                if let BioBuf::One(b) = &bio.buf {
-                    rq.fixed_buf = b.fixed_index();
+                if let BioBuf::One { fixed, .. } = bio.buf {
+                    rq.fixed_buf = fixed;
                 }
                 return;
             }
@@ -214,8 +214,8 @@ fn build_iovecs(bios: &BioTable, rq: &mut Request) {
         }
     }
     if let [p] = rq.pieces.as_slice() {
-        if let Some(BioBuf::One(b)) = bios.get(p.bio).map(|b| &b.buf) {
-            rq.fixed_buf = b.fixed_index();
+        if let Some(BioBuf::One { fixed, .. }) = bios.get(p.bio).map(|b| &b.buf) {
+            rq.fixed_buf = *fixed;
         }
     }
 }

@@ -10,10 +10,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use plugio_device::{Backend, Error, Geometry};
 
-use crate::bio::BioId;
+use crate::bio::{BioId, Keep};
 use crate::options::{DeviceOptions, TagSharing};
 use crate::stats::{CoreCounters, IoStats};
 use crate::tag::{TagOptions, TagSet, TagStats};
+
+/// A bio whose future was dropped on another thread: its core's uid, its
+/// id, and the memory the kernel may still use.
+pub(crate) type RemoteOrphan = (u64, BioId, Option<Keep>);
 
 static NEXT_DEVICE_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -37,9 +41,10 @@ pub(crate) struct DeviceShared {
     /// The iostats counters of every core that used the device.
     pub counters: Mutex<Vec<Arc<CoreCounters>>>,
     /// Bios of this device whose futures were dropped on a thread other
-    /// than their core's: `(core uid, bio)`. Their core takes its own at
-    /// its next completion batch or plug flush on this device.
-    remote_orphans: Mutex<Vec<(u64, BioId)>>,
+    /// than their core's: `(core uid, bio, the memory it keeps)`. Their
+    /// core takes its own at its next completion batch or plug flush on
+    /// this device.
+    remote_orphans: Mutex<Vec<RemoteOrphan>>,
     /// `remote_orphans` is not empty (one load per batch to check).
     remote_orphans_pending: AtomicBool,
 }
@@ -103,19 +108,20 @@ impl DeviceShared {
     }
 
     /// Records that the future of bio `id` of core `uid` was dropped on
-    /// another thread (it cannot touch that core's bio table).
-    pub fn orphan_remote(&self, uid: u64, id: BioId) {
+    /// another thread (it cannot touch that core's bio table), with the
+    /// memory the bio must keep until it completes.
+    pub fn orphan_remote(&self, uid: u64, id: BioId, keep: Option<Keep>) {
         self.remote_orphans
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push((uid, id));
+            .push((uid, id, keep));
         // Release: the entry is visible to whoever sees the flag.
         self.remote_orphans_pending.store(true, Ordering::Release);
     }
 
     /// Moves the remote drops of core `uid` into `out`.
     #[inline]
-    pub fn take_remote_orphans(&self, uid: u64, out: &mut Vec<BioId>) {
+    pub fn take_remote_orphans(&self, uid: u64, out: &mut Vec<RemoteOrphan>) {
         // Acquire pairs with the Release store in `orphan_remote`.
         if !self.remote_orphans_pending.load(Ordering::Acquire) {
             return;
@@ -124,14 +130,14 @@ impl DeviceShared {
             .remote_orphans
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        q.retain(|&(u, id)| {
-            if u == uid {
-                out.push(id);
-                false
+        let mut i = 0;
+        while i < q.len() {
+            if q[i].0 == uid {
+                out.push(q.swap_remove(i));
             } else {
-                true
+                i += 1;
             }
-        });
+        }
         if q.is_empty() {
             // Relaxed: under the lock that guards the queue.
             self.remote_orphans_pending.store(false, Ordering::Relaxed);

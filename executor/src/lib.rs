@@ -79,6 +79,7 @@
 
 #![cfg_attr(not(test), warn(missing_docs))]
 
+pub mod blocking;
 pub mod channel;
 pub mod coop;
 mod core;
@@ -97,6 +98,7 @@ pub use crate::core::{
     core_id, core_uid, in_tick_hooks, register_tick_hook, spawn, spawn_local, tick_stats,
     unregister_tick_hook, yield_now, TickHook,
 };
+pub use blocking::spawn_blocking;
 pub use driver::{Driver, ThreadDriver, Unpark};
 pub use local::{LocalBuilder, LocalExecutor};
 pub use runtime::{

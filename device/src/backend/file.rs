@@ -254,6 +254,12 @@ impl FileBackend {
         let Some(entry) = self.build_sqe(target, op) else {
             return false;
         };
+        if op.fixed_buf.is_some() {
+            let code = entry.get_opcode() as u8;
+            if code == opcode::ReadFixed::CODE || code == opcode::WriteFixed::CODE {
+                ring.count_fixed_buf_sqe();
+            }
+        }
         let preflush_flag = op.flags.contains(IoFlags::PREFLUSH);
         if direct && !preflush_flag && ring::fits_direct(handler, token) {
             ring.push_direct(entry, handler, token);

@@ -262,6 +262,9 @@ pub struct RingStats {
     pub eagain_resubmits: u64,
     /// CQEs reaped (wake reads included).
     pub cqes: u64,
+    /// SQEs queued with a registered-buffer opcode (`READ_FIXED`,
+    /// `WRITE_FIXED`): IO on a buffer of the core's registered arena.
+    pub fixed_buf_sqes: u64,
 }
 
 /// The core's io_uring plus its in-flight bookkeeping.
@@ -395,6 +398,12 @@ impl Ring {
     /// The push-back counters.
     pub fn stats(&self) -> RingStats {
         *self.stats.borrow()
+    }
+
+    /// Counts one SQE with a registered-buffer opcode.
+    #[cold]
+    pub(crate) fn count_fixed_buf_sqe(&self) {
+        self.stats.borrow_mut().fixed_buf_sqes += 1;
     }
 
     /// Ops pushed and not yet completed (the armed wake read excluded),
@@ -1375,6 +1384,25 @@ pub(crate) fn set_current(ring: Option<&Rc<Ring>>) {
     // try_with: the core may be dropped during thread teardown, after this
     // slot (a const slot without destructor stays usable until then).
     let _ = CURRENT.try_with(|c| c.set(ptr));
+}
+
+/// The counters of the calling thread's ring; `None` on a thread without
+/// a driver or whose driver has no ring (the sync fallback).
+pub fn current_stats() -> Option<RingStats> {
+    with_current(Ring::stats)
+}
+
+/// What the calling thread's ring supports (its probed opcodes:
+/// [`RingInfo::supports`]); `None` without a ring.
+pub fn current_info() -> Option<RingInfo> {
+    with_current(|r| r.info().clone())
+}
+
+/// Whether the calling thread's ring supports opcode `code`
+/// (`IORING_OP_*`, e.g. `io_uring::opcode::Statx::CODE`); false without a
+/// ring. No allocation: one bit test.
+pub fn current_supports(code: u8) -> bool {
+    with_current(|r| r.info().supports(code)).unwrap_or(false)
 }
 
 /// The ring of the current thread, if a driver with a ring is installed.
