@@ -1,19 +1,23 @@
 #!/usr/bin/env python3
 """Checks one fio run of a job file on the plugio engine, from fio's JSON.
 
-    check.py [--expect-error ERRNO] [--expect-text TEXT]... RESULT.json STDERR
+    check.py [--expect-error ERRNO] [--expect-text TEXT]... [--expect-regex RE]...
+             RESULT.json STDERR
 
 Without --expect-error every job must end with error 0, have moved data
 (read or write bytes > 0) through the external plugio engine, and, for a
 job with verify set and do_verify on, have read data back (the verify
 pass); STDERR must have no verify or io_u error line. With --expect-error
 ERRNO every job must end with exactly that error (the run failed
-cleanly: fio wrote its JSON, no crash, no hang) and STDERR must contain
-each --expect-text. Exit status 0 when all holds, 1 with the reasons.
+cleanly: fio wrote its JSON, no crash, no hang). Either way STDERR must
+contain each --expect-text and match each --expect-regex (plugio's
+iostats line, printed there with plugio_stats=1, shows fixed-buffer IO,
+merges and bounces). Exit status 0 when all holds, 1 with the reasons.
 """
 
 import argparse
 import json
+import re
 import sys
 
 
@@ -47,6 +51,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--expect-error", type=int, default=0)
     ap.add_argument("--expect-text", action="append", default=[])
+    ap.add_argument("--expect-regex", action="append", default=[])
     ap.add_argument("result")
     ap.add_argument("stderr")
     args = ap.parse_args()
@@ -76,6 +81,9 @@ def main():
     for text in args.expect_text:
         if text not in err:
             problems.append(f"stderr lacks {text!r}")
+    for pattern in args.expect_regex:
+        if not re.search(pattern, err):
+            problems.append(f"stderr does not match {pattern!r}")
     names = ", ".join(sorted({j["jobname"] for j in jobs}))
     if problems:
         print(f"FAIL {args.result} ({names}):")

@@ -51,7 +51,7 @@ run() {
   name="$(basename "$job" .fio)"
   local res="$out/$label-$name.json" err="$out/$label-$name.stderr"
   local rc=0
-  timeout 600 "$FIO" --output-format=json --output="$res" "$job" 2>"$err" || rc=$?
+  timeout 600 "$FIO" --aux-path="$out" --output-format=json --output="$res" "$job" 2>"$err" || rc=$?
   if [ "$rc" -ge 124 ]; then
     echo "FAIL $label/$name: fio exit status $rc (timeout or crash)"; cat "$err"
     failures=$((failures + 1)); return
@@ -68,6 +68,13 @@ run_all() {
   for job in "$here"/jobs/*.fio; do
     case "$(basename "$job")" in
       fail-*) run "$1" "$job" --expect-error 22 ;;
+      # plugio's iostats (plugio_stats=1 in these jobs) show what happened:
+      rand-write-verify.fio) # io_u memory used in place, as fixed buffers
+        run "$1" "$job" --expect-regex 'fixed-buffer requests [1-9]' --expect-regex 'bounced IOs 0,' ;;
+      seq-write-verify.fio) # adjacent writes of a batch merged
+        run "$1" "$job" --expect-regex 'merges read [0-9]+ write [1-9]' ;;
+      unaligned-memory.fio) # misaligned io_u memory bounced, data verified
+        run "$1" "$job" --expect-regex 'bounced IOs [1-9]' ;;
       *) run "$1" "$job" ;;
     esac
   done
@@ -103,14 +110,14 @@ if [ "$(id -u)" -eq 0 ]; then
   # Write with verify headers, overwrite one block behind fio's back, then
   # the verify-only job must report it (EILSEQ, 84).
   PLUGIO_FIO_TARGET="$file" PLUGIO_FIO_SIZE=4M \
-    "$FIO" --output-format=json --output="$out/corrupt-write.json" \
+    "$FIO" --aux-path="$out" --output-format=json --output="$out/corrupt-write.json" \
     --name=corrupt --ioengine="external:$PLUGIO_FIO_ENGINE" --filename="$file" \
     --size=4M --direct=1 --rw=write --bs=4k --verify=crc32c --do_verify=0 2>"$out/corrupt-write.stderr"
   dd if=/dev/urandom of="$file" bs=4096 seek=100 count=1 conv=notrunc status=none
   sync
   echo 1 > /proc/sys/vm/drop_caches
   rc=0
-  "$FIO" --output-format=json --output="$out/corrupt-verify.json" \
+  "$FIO" --aux-path="$out" --output-format=json --output="$out/corrupt-verify.json" \
     --name=corrupt --ioengine="external:$PLUGIO_FIO_ENGINE" --filename="$file" \
     --size=4M --direct=1 --rw=write --bs=4k --verify=crc32c --verify_only=1 \
     2>"$out/corrupt-verify.stderr" || rc=$?

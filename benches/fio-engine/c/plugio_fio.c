@@ -43,6 +43,7 @@ struct plugio_options {
 	unsigned int defer_taskrun;
 	unsigned int sq_entries;
 	unsigned int stats;
+	unsigned int bounce_unaligned;
 };
 
 static struct fio_option options[] = {
@@ -167,11 +168,21 @@ static struct fio_option options[] = {
 		.group	= FIO_OPT_G_INVALID,
 	},
 	{
+		.name	= "plugio_bounce_unaligned",
+		.lname	= "plugio bounce unaligned io_u memory",
+		.type	= FIO_OPT_BOOL,
+		.off1	= offsetof(struct plugio_options, bounce_unaligned),
+		.help	= "IO on io_u memory not aligned for direct IO (iomem_align) goes through an aligned buffer and a copy; 0 refuses it (EINVAL)",
+		.def	= "1",
+		.category = FIO_OPT_C_ENGINE,
+		.group	= FIO_OPT_G_INVALID,
+	},
+	{
 		.name	= "plugio_stats",
 		.lname	= "plugio iostats",
 		.type	= FIO_OPT_BOOL,
 		.off1	= offsetof(struct plugio_options, stats),
-		.help	= "Print each file's plugio iostats (bios, requests, merges, fixed-buffer requests) when it is closed",
+		.help	= "Print each file's plugio iostats (bios, requests, merges, fixed-buffer requests) on stderr when it is closed",
 		.def	= "0",
 		.category = FIO_OPT_C_ENGINE,
 		.group	= FIO_OPT_G_INVALID,
@@ -226,6 +237,7 @@ static int plugio_init(struct thread_data *td)
 	cfg.defer_taskrun = o->defer_taskrun;
 	cfg.sq_entries = o->sq_entries;
 	cfg.iomem_bytes = plugio_iomem_bytes(td);
+	cfg.bounce_unaligned = o->bounce_unaligned;
 
 	d = calloc(1, sizeof(*d));
 	if (!d)
@@ -334,7 +346,10 @@ static int plugio_close_file(struct thread_data *td, struct fio_file *f)
 		if (o->stats) {
 			line[0] = 0;
 			plugio_fio_stats(d->core, dev, line, sizeof(line));
-			log_info("%s\n", line);
+			/* On stderr: a forked job's log_info() output is lost
+			 * with --output, and stdout may carry the JSON. */
+			fprintf(stderr, "%s\n", line);
+			fflush(stderr);
 		}
 		plugio_fio_close(d->core, dev);
 	}

@@ -25,10 +25,12 @@ struct plugio_fio_config {
 	uint32_t defer_taskrun;
 	uint32_t sq_entries;
 	uint64_t iomem_bytes;
+	uint32_t bounce_unaligned;
+	uint32_t reserved;
 };
 
 /* `CONFIG_BYTES` in src/config.rs. */
-#define PLUGIO_FIO_CONFIG_BYTES 64
+#define PLUGIO_FIO_CONFIG_BYTES 72
 
 /* `Op` in src/core.rs. */
 enum plugio_fio_op {

@@ -13,7 +13,7 @@ use plugio_device::RingConfig;
 use plugio_engine::DeviceOptions;
 
 /// The size of [`EngineConfig`] in bytes, checked by the shim.
-pub const CONFIG_BYTES: usize = 64;
+pub const CONFIG_BYTES: usize = 72;
 
 /// The engine's settings for one fio job thread.
 ///
@@ -58,6 +58,13 @@ pub struct EngineConfig {
     /// The io_u memory fio will ask `iomem_alloc` for, in bytes (0 when the
     /// job moves no data): the registered arena is sized to hold it.
     pub iomem_bytes: u64,
+    /// `plugio_bounce_unaligned`: IO on io_u memory that is not aligned
+    /// for direct IO (fio's `iomem_align`) goes through an aligned buffer
+    /// and a copy (`DeviceOptions::bounce_unaligned`) when nonzero, and is
+    /// refused with `EINVAL` when 0.
+    pub bounce_unaligned: u32,
+    /// Padding (keeps the size a multiple of 8); 0.
+    pub reserved: u32,
 }
 
 impl Default for EngineConfig {
@@ -78,6 +85,8 @@ impl Default for EngineConfig {
             defer_taskrun: u32::from(ring.taskrun_flags),
             sq_entries: 0,
             iomem_bytes: 0,
+            bounce_unaligned: u32::from(dev.bounce_unaligned),
+            reserved: 0,
         }
     }
 }
@@ -98,6 +107,7 @@ impl EngineConfig {
             plug_flush_bytes: self.plug_flush_bytes,
             max_merge_bytes: (self.max_merge_bytes != 0).then_some(self.max_merge_bytes),
             overlap_order: self.overlap_order != 0,
+            bounce_unaligned: self.bounce_unaligned != 0,
             direct,
             read_only,
             ..DeviceOptions::default()
@@ -145,6 +155,7 @@ mod tests {
         assert_eq!(dev.plug_flush_bytes, plain.plug_flush_bytes);
         assert_eq!(dev.overlap_order, plain.overlap_order);
         assert_eq!(dev.max_merge_bytes, None);
+        assert_eq!(dev.bounce_unaligned, plain.bounce_unaligned);
         let ring = cfg.ring_config();
         assert_eq!(ring.sq_entries, 256);
         assert_eq!(ring.batch_wait, RingConfig::default().batch_wait);
@@ -164,9 +175,11 @@ mod tests {
             overlap_order: 0,
             registerfiles: 0,
             defer_taskrun: 0,
+            bounce_unaligned: 0,
             ..EngineConfig::default()
         };
         let dev = cfg.device_options(false, true);
+        assert!(!dev.bounce_unaligned);
         assert_eq!(dev.queue_depth, 64);
         assert_eq!(dev.nomerges, 2, "values above 2 act as 2");
         assert_eq!(dev.plug_max_count, 1);

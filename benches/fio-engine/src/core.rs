@@ -363,31 +363,21 @@ async fn serve(shared: Rc<Shared>, iodepth: usize) {
     .await;
 }
 
-/// One IO through the plugio device: its bytes, or `-errno`.
+/// One IO through the plugio device: its bytes, or `-errno`. Reads and
+/// writes go straight to and from the io_u's memory ([`IoUBuf`]): no copy
+/// (unless the memory is not aligned for direct IO and the device bounces
+/// it, `plugio_bounce_unaligned`).
 fn run_io(s: Submission) -> impl Future<Output = i64> {
     async move {
+        let buf = IoUBuf {
+            ptr: s.buf,
+            len: s.len_bytes,
+        };
         let result = match s.op {
-            Op::Read => {
-                let buf = s.dev.alloc_buf(s.len_bytes);
-                let (res, buf) = s.dev.read_into(buf, s.offset_bytes).await;
-                res.map(|n| {
-                    // SAFETY: `queue`'s contract: `s.buf` is valid for
-                    // `len_bytes` writes and `n <= len_bytes`.
-                    unsafe { std::ptr::copy_nonoverlapping(buf.as_slice().as_ptr(), s.buf, n) };
-                    n as i64
-                })
-            }
-            Op::Write => {
-                let mut buf = s.dev.alloc_buf(s.len_bytes);
-                // SAFETY: `queue`'s contract: `s.buf` is valid for
-                // `len_bytes` reads.
-                let src = unsafe { std::slice::from_raw_parts(s.buf, s.len_bytes) };
-                buf.as_mut_slice().copy_from_slice(src);
-                let (res, _buf) = s.dev.write_at(buf, s.offset_bytes).await;
-                res.map(|n| n as i64)
-            }
-            Op::Sync => s.dev.sync().await.map(|()| 0),
-            Op::DataSync => s.dev.flush().await.map(|()| 0),
+            Op::Read => s.dev.read_at(buf, s.offset_bytes).await.0.map(|n| n as i64),
+            Op::Write => s.dev.write_at(buf, s.offset_bytes).await.0.map(|n| n as i64),
+            Op::Sync => s.dev.sync_all().await.map(|()| 0),
+            Op::DataSync => s.dev.sync_data().await.map(|()| 0),
             Op::Trim => s
                 .dev
                 .discard(s.offset_bytes, s.len_bytes as u64)
@@ -396,4 +386,49 @@ fn run_io(s: Submission) -> impl Future<Output = i64> {
         };
         result.unwrap_or_else(|e| -i64::from(e.errno()))
     }
+}
+
+/// The memory of one io_u: `len` bytes at `ptr`, inside the region fio
+/// carved its io_u buffers from (the core's registered arena when
+/// `fixedbufs` is on, so the engine sends IO on it as
+/// `READ_FIXED`/`WRITE_FIXED`). It does not own the memory: fio does, and
+/// lends it to the IO from `queue` until `getevents` returns it.
+struct IoUBuf {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the buffer is a pointer to memory the io_u lends to this IO
+// alone (`FioCore::queue`'s contract); it is only used on the core's
+// thread, and moving the handle to another thread would not touch the
+// memory.
+unsafe impl Send for IoUBuf {}
+
+// SAFETY: (1) `FioCore::queue`'s contract: `ptr` is valid for reads of
+// `len` bytes, initialised (fio fills its buffers), until the IO
+// completes, which is before `getevents` gives the io_u back; (2) the
+// address is the io_u's memory, not inside this handle, so moves do not
+// change it; (3) `bytes_init == bytes_total`.
+unsafe impl plugio_engine::IoBuf for IoUBuf {
+    fn stable_ptr(&self) -> *const u8 {
+        self.ptr
+    }
+    fn bytes_init(&self) -> usize {
+        self.len
+    }
+    fn bytes_total(&self) -> usize {
+        self.len
+    }
+}
+
+// SAFETY: (1) the same address, valid for writes of `len` bytes
+// (`queue`'s contract); (2) fio does not touch an io_u's memory while the
+// io_u is queued, and no other IO is given the same memory at once (an
+// io_u is in flight at most once); (3) fixed-size: the read's byte count
+// reaches fio as the completion's result, which becomes `resid`.
+unsafe impl plugio_engine::IoBufMut for IoUBuf {
+    fn stable_mut_ptr(&mut self) -> *mut u8 {
+        self.ptr
+    }
+    unsafe fn set_init(&mut self, _len_bytes: usize) {}
 }

@@ -320,7 +320,7 @@ pub unsafe extern "C" fn plugio_fio_stats(
     let s = d.iostats();
     let msg = format!(
         "plugio: {}: bios {} requests {} ({:.2} bios/request), plug flushes {}, \
-         merges read {} write {}, fixed-buffer requests {}, requeues {}",
+         merges read {} write {}, fixed-buffer requests {}, bounced IOs {}, requeues {}",
         d.path().map_or_else(|| "?".into(), |p| p.display().to_string()),
         s.bios,
         s.requests,
@@ -329,6 +329,7 @@ pub unsafe extern "C" fn plugio_fio_stats(
         s.read.merges,
         s.write.merges,
         s.fixed_buf_requests,
+        s.bounce_ios,
         s.requeues,
     );
     // SAFETY: the caller's contract.
