@@ -458,7 +458,8 @@ impl Core {
         let hook_pending = self.tick();
         self.park_and_count(hook_pending, Some(Duration::ZERO));
         // SAFETY: core thread.
-        hook_pending || unsafe { self.shared.run_queue.len() } != 0 || !self.shared.remote.is_empty()
+        let queued = unsafe { self.shared.run_queue.len() };
+        hook_pending || queued != 0 || !self.shared.remote.is_empty()
     }
 
     /// One tick up to the park: remote wakes, timers, the ready batch,

@@ -105,7 +105,9 @@ fn run_once_on_an_idle_executor_returns_false_at_once() {
     }
     let parks = log.borrow();
     assert_eq!(parks.len(), 6);
-    assert!(parks.iter().all(|e| *e == Event::Park(Some(Duration::ZERO))));
+    assert!(parks
+        .iter()
+        .all(|e| *e == Event::Park(Some(Duration::ZERO))));
 }
 
 #[test]

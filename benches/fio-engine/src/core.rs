@@ -20,7 +20,6 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
-use std::future::Future;
 use std::path::Path;
 use std::rc::Rc;
 use std::task::{Poll, Waker};
@@ -206,7 +205,11 @@ impl FioCore {
     /// fio's `close_file`: lets go of the device (fio closes a file only
     /// when no IO of it is in flight); one tick lets the core drop it.
     pub fn close(&self, id: DevId) {
-        let dev = self.devices.borrow_mut().get_mut(id.0).and_then(Option::take);
+        let dev = self
+            .devices
+            .borrow_mut()
+            .get_mut(id.0)
+            .and_then(Option::take);
         drop(dev);
         self.ex.run_once();
     }
@@ -367,25 +370,28 @@ async fn serve(shared: Rc<Shared>, iodepth: usize) {
 /// writes go straight to and from the io_u's memory ([`IoUBuf`]): no copy
 /// (unless the memory is not aligned for direct IO and the device bounces
 /// it, `plugio_bounce_unaligned`).
-fn run_io(s: Submission) -> impl Future<Output = i64> {
-    async move {
-        let buf = IoUBuf {
-            ptr: s.buf,
-            len: s.len_bytes,
-        };
-        let result = match s.op {
-            Op::Read => s.dev.read_at(buf, s.offset_bytes).await.0.map(|n| n as i64),
-            Op::Write => s.dev.write_at(buf, s.offset_bytes).await.0.map(|n| n as i64),
-            Op::Sync => s.dev.sync_all().await.map(|()| 0),
-            Op::DataSync => s.dev.sync_data().await.map(|()| 0),
-            Op::Trim => s
-                .dev
-                .discard(s.offset_bytes, s.len_bytes as u64)
-                .await
-                .map(|()| 0),
-        };
-        result.unwrap_or_else(|e| -i64::from(e.errno()))
-    }
+async fn run_io(s: Submission) -> i64 {
+    let buf = IoUBuf {
+        ptr: s.buf,
+        len: s.len_bytes,
+    };
+    let result = match s.op {
+        Op::Read => s.dev.read_at(buf, s.offset_bytes).await.0.map(|n| n as i64),
+        Op::Write => s
+            .dev
+            .write_at(buf, s.offset_bytes)
+            .await
+            .0
+            .map(|n| n as i64),
+        Op::Sync => s.dev.sync_all().await.map(|()| 0),
+        Op::DataSync => s.dev.sync_data().await.map(|()| 0),
+        Op::Trim => s
+            .dev
+            .discard(s.offset_bytes, s.len_bytes as u64)
+            .await
+            .map(|()| 0),
+    };
+    result.unwrap_or_else(|e| -i64::from(e.errno()))
 }
 
 /// The memory of one io_u: `len` bytes at `ptr`, inside the region fio

@@ -321,7 +321,8 @@ pub unsafe extern "C" fn plugio_fio_stats(
     let msg = format!(
         "plugio: {}: bios {} requests {} ({:.2} bios/request), plug flushes {}, \
          merges read {} write {}, fixed-buffer requests {}, bounced IOs {}, requeues {}",
-        d.path().map_or_else(|| "?".into(), |p| p.display().to_string()),
+        d.path()
+            .map_or_else(|| "?".into(), |p| p.display().to_string()),
         s.bios,
         s.requests,
         s.bios_per_request(),

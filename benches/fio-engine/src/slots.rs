@@ -66,7 +66,9 @@ impl<F: Future<Output = i64>> IoSlots<F> {
     pub fn new(capacity: usize) -> Self {
         let capacity = capacity.max(1);
         let ready = Arc::new(Ready {
-            bits: (0..capacity.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+            bits: (0..capacity.div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
             task: AtomicWaker::new(),
         });
         let wakers = (0..capacity)

@@ -215,7 +215,11 @@ impl Arena {
             .fixed_index
             .store(index.map_or(NOT_FIXED, u32::from), Ordering::Relaxed);
         let range = match index {
-            Some(i) => (self.shared.base.as_ptr() as usize, self.shared.layout.size(), i),
+            Some(i) => (
+                self.shared.base.as_ptr() as usize,
+                self.shared.layout.size(),
+                i,
+            ),
             None => (0, 0, 0),
         };
         let _ = REGISTERED.try_with(|r| r.set(range));
@@ -320,10 +324,18 @@ mod tests {
         // SAFETY: offsets inside (or one past) the 16 KiB allocation.
         let (mid, end) = unsafe { (base.add(4096), base.add(16384)) };
         assert_eq!(registered_index_of(base, 16384), Some(3), "all of it");
-        assert_eq!(registered_index_of(mid, 4096), Some(3), "a piece of a chunk");
+        assert_eq!(
+            registered_index_of(mid, 4096),
+            Some(3),
+            "a piece of a chunk"
+        );
         assert_eq!(registered_index_of(mid, 16384), None, "runs past the end");
         assert_eq!(registered_index_of(end, 1), None, "after it");
-        assert_eq!(registered_index_of(base.wrapping_sub(1), 2), None, "before it");
+        assert_eq!(
+            registered_index_of(base.wrapping_sub(1), 2),
+            None,
+            "before it"
+        );
         let mid_addr = mid as usize;
         let other = std::thread::spawn(move || registered_index_of(mid_addr as *const u8, 1));
         assert_eq!(other.join().expect("thread"), None, "another thread's ring");
