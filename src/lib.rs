@@ -36,7 +36,9 @@ pub use plugio_engine as engine;
 pub use plugio_executor as executor;
 
 pub use plugio_device::{DmaBuf, Error, ErrorKind, InvalidInput, IoFlags, RingConfig};
-pub use plugio_engine::{Device, DeviceOptions, IoBuf, IoBufMut, IoStats, Page, Region, TagSharing};
+pub use plugio_engine::{
+    Device, DeviceOptions, IoBuf, IoBufMut, IoStats, Page, Region, TagSharing,
+};
 pub use plugio_executor::{
     sleep, spawn, spawn_blocking, spawn_local, timeout, yield_now, JoinHandle, LocalExecutor,
     Runtime, ShutdownMode,
