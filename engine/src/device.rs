@@ -113,6 +113,34 @@ impl Device {
         Ok(device)
     }
 
+    /// A device over `fd`, just opened from `path` with `options` (see
+    /// [`OpenOptions::open`](crate::OpenOptions::open)): shares the state of
+    /// the same file already open with equal options (the new descriptor is
+    /// closed then), as [`Device::open`] does.
+    pub(crate) fn from_fd(
+        fd: std::os::fd::OwnedFd,
+        path: &Path,
+        options: DeviceOptions,
+    ) -> Result<Device, Error> {
+        let file = std::fs::File::from(fd);
+        let key = crate::open_files::FileKey::of_file(&file);
+        let mut registry = crate::open_files::Registry::lock();
+        if let Some(shared) = key.and_then(|k| registry.find(k, &options)) {
+            return Ok(Device { shared });
+        }
+        let backend = plugio_device::FileBackend::from_fd(
+            file.into(),
+            path,
+            options.direct,
+            options.backend,
+        )?;
+        let device = Self::with_backend(Arc::new(backend), Some(path.to_path_buf()), options)?;
+        if let Some(k) = key {
+            registry.insert(k, &device.shared);
+        }
+        Ok(device)
+    }
+
     /// Wraps an already opened backend (a `MemDevice`, a `SyncBackend`, a
     /// passthrough namespace).
     ///
