@@ -19,7 +19,7 @@
 
 use std::task::Waker;
 
-use plugio_device::{Error, IoFlags, OpKind};
+use plugio_device::{DmaBuf, Error, IoFlags, OpKind};
 
 /// Names a bio in its core's [`BioTable`]: slot index and generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,14 +50,26 @@ pub(crate) enum BioBuf {
     One { seg: Seg, fixed: Option<u16> },
     /// Several buffers in order (readv/writev).
     Many(Vec<Seg>),
+    /// An aligned copy of the caller's memory (a bounce buffer), owned by
+    /// the bio; `fixed` as for `One`.
+    Bounce { buf: DmaBuf, fixed: Option<u16> },
 }
 
 impl BioBuf {
+    /// The registered buffer the memory lies in (one buffer only).
+    #[inline]
+    pub fn fixed(&self) -> Option<u16> {
+        match self {
+            BioBuf::One { fixed, .. } | BioBuf::Bounce { fixed, .. } => *fixed,
+            _ => None,
+        }
+    }
+
     /// Number of segments (buffers) the data is in.
     pub fn nr_segs(&self) -> usize {
         match self {
             BioBuf::None => 0,
-            BioBuf::One { .. } => 1,
+            BioBuf::One { .. } | BioBuf::Bounce { .. } => 1,
             BioBuf::Many(v) => v.len(),
         }
     }
@@ -67,6 +79,7 @@ impl BioBuf {
     pub(crate) fn first_iovec(&self) -> libc::iovec {
         let (addr, len) = match self {
             BioBuf::One { seg, .. } => (seg.addr, seg.len),
+            BioBuf::Bounce { buf, .. } => (buf.as_ptr() as usize, buf.len()),
             _ => (0, 0),
         };
         libc::iovec {
@@ -78,10 +91,18 @@ impl BioBuf {
     /// Appends `(address, len)` of the byte range `[from, from + len)` of
     /// this buffer list, as iovecs, to `out`.
     pub(crate) fn push_iovecs(&self, from: u64, len: u64, out: &mut Vec<libc::iovec>) {
+        let bounce;
         let segs: &[Seg] = match self {
             BioBuf::None => &[],
             BioBuf::One { seg, .. } => std::slice::from_ref(seg),
             BioBuf::Many(v) => v,
+            BioBuf::Bounce { buf, .. } => {
+                bounce = Seg {
+                    addr: buf.as_ptr() as usize,
+                    len: buf.len(),
+                };
+                std::slice::from_ref(&bounce)
+            }
         };
         let (mut skip, mut left) = (from, len);
         for s in segs {

@@ -25,14 +25,17 @@
 
 use std::any::Any;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
-use plugio_device::{DmaBuf, Error, ErrorKind, Geometry, IoFlags, OpKind};
+use plugio_device::{DmaBuf, Error, ErrorKind, IoFlags, OpKind};
 
-use crate::bio::{forget_if_none, BioBuf, Keep, Seg};
+use crate::bio::{forget_if_none, BioBuf, BioResult, Keep, Seg};
 use crate::buf::{IoBuf, IoBufMut};
-use crate::device::{BioFuture, Device, MAX_IO_BYTES};
+use crate::device::{issue, BioInit, Device, Issued, MAX_IO_BYTES};
+use crate::shared::DeviceShared;
 
 /// One caller buffer.
 pub(crate) struct One<B>(pub B);
@@ -202,6 +205,7 @@ fn total_len(buf: &BioBuf) -> u64 {
         BioBuf::None => 0,
         BioBuf::One { seg, .. } => seg.len as u64,
         BioBuf::Many(v) => v.iter().map(|s| s.len as u64).sum(),
+        BioBuf::Bounce { buf, .. } => buf.len() as u64,
     }
 }
 
@@ -216,188 +220,191 @@ fn misaligned(value: usize, align: usize) -> bool {
     }
 }
 
-/// Whether the memory of `buf` must go through an aligned copy for
-/// `geometry`: an address off the direct-IO memory alignment, or (several
-/// segments) a segment length off the block alignment. One segment's
-/// length is the IO's length, which a copy cannot fix.
+/// Whether `buf` must go through an aligned copy for the `(memory,
+/// block)` alignments of [`DeviceShared::bounce_align`]: an address off the
+/// memory alignment, or (several segments) a segment length off the block
+/// alignment. One segment's length is the IO's length, which a copy
+/// cannot fix.
 #[inline]
-fn needs_bounce(geometry: &Geometry, buf: &BioBuf) -> bool {
-    let mem = geometry.mem_align_bytes() as usize;
-    let block = geometry.offset_align_bytes() as usize;
-    if mem <= 1 && block <= 1 {
-        return false;
-    }
+fn needs_bounce((mem, block): (usize, usize), buf: &BioBuf) -> bool {
     match buf {
-        BioBuf::None => false,
         BioBuf::One { seg, .. } => misaligned(seg.addr, mem),
         BioBuf::Many(v) => v
             .iter()
             .any(|s| misaligned(s.addr, mem) || misaligned(s.len, block)),
+        BioBuf::None | BioBuf::Bounce { .. } => false,
     }
 }
 
-/// A bounce buffer for an IO of `len_bytes` on `dev` when `buf` needs one
-/// (and bouncing is on, and the length is one the device may take).
-fn bounce_for(dev: &Device, buf: &BioBuf) -> Option<DmaBuf> {
-    let shared = dev.shared();
-    if !shared.opts.bounce_unaligned || !needs_bounce(&shared.geometry, buf) {
-        return None;
-    }
-    let len = total_len(buf);
-    // Zero and oversized lengths are refused by the check, unbounced.
-    (len > 0 && len <= MAX_IO_BYTES).then(|| dev.alloc_buf(len as usize))
+/// A read or a write: what the IO does with the caller's buffers.
+pub(crate) trait Direction<S: BufSet> {
+    /// The op.
+    const OP: OpKind;
+    /// The segments the IO covers.
+    fn segs(bufs: &mut S) -> BioBuf;
+    /// Fills a bounce buffer before the IO (writes: with the data).
+    fn fill_bounce(bufs: &S, bounce: &mut DmaBuf);
+    /// After a successful IO of `n` bytes on `buf` (the bio's memory).
+    fn finish(bufs: &mut S, buf: &BioBuf, n: usize);
 }
 
-/// The whole of `b` as the one segment of a bio.
-fn bounce_segs(b: &mut DmaBuf) -> BioBuf {
-    let len = b.len();
-    BioBuf::One {
-        seg: seg(b.as_mut_ptr(), len),
-        fixed: None,
-    }
-}
+/// Reads into the caller's buffers.
+pub(crate) struct Read;
+/// Writes from the caller's buffers.
+pub(crate) struct Write;
 
-/// A read into `bufs` at `offset_bytes`.
-pub(crate) fn read<S: BufSetMut>(
-    dev: &Device,
-    mut bufs: S,
-    offset_bytes: u64,
-    flags: IoFlags,
-) -> BufIo<'_, S> {
-    let mut segs = bufs.read_segs();
-    let mut bounce = bounce_for(dev, &segs);
-    if let Some(b) = &mut bounce {
-        forget_if_none(std::mem::replace(&mut segs, bounce_segs(b)));
+impl<S: BufSetMut> Direction<S> for Read {
+    const OP: OpKind = OpKind::Read;
+    #[inline]
+    fn segs(bufs: &mut S) -> BioBuf {
+        bufs.read_segs()
     }
-    let io = bio_io(
-        dev,
-        OpKind::Read,
-        flags,
-        offset_bytes,
-        segs,
-        bounce.is_some(),
-    );
-    BufIo::new(io, bufs, bounce, finish_read::<S>)
-}
-
-/// A write of `bufs` at `offset_bytes`.
-pub(crate) fn write<S: BufSet>(
-    dev: &Device,
-    bufs: S,
-    offset_bytes: u64,
-    flags: IoFlags,
-) -> BufIo<'_, S> {
-    let mut segs = bufs.write_segs();
-    let mut bounce = bounce_for(dev, &segs);
-    if let Some(b) = &mut bounce {
-        bufs.gather(b.as_mut_slice());
-        forget_if_none(std::mem::replace(&mut segs, bounce_segs(b)));
-    }
-    let io = bio_io(
-        dev,
-        OpKind::Write,
-        flags,
-        offset_bytes,
-        segs,
-        bounce.is_some(),
-    );
-    BufIo::new(io, bufs, bounce, |_, _, _| {})
-}
-
-/// After a successful read: hands a bounced read's bytes to the caller's
-/// buffers, or marks the bytes the kernel read into them.
-fn finish_read<S: BufSetMut>(bufs: &mut S, bounce: Option<&DmaBuf>, n: usize) {
-    match bounce {
-        Some(b) => bufs.scatter(&b.as_slice()[..n]),
-        None => bufs.set_read(n),
+    fn fill_bounce(_: &S, _: &mut DmaBuf) {}
+    #[inline]
+    fn finish(bufs: &mut S, buf: &BioBuf, n: usize) {
+        match buf {
+            BioBuf::Bounce { buf, .. } => bufs.scatter(&buf.as_slice()[..n]),
+            _ => bufs.set_read(n),
+        }
     }
 }
 
-/// What a finished IO does to its buffers with the bytes it moved.
-type Finish<S> = fn(&mut S, Option<&DmaBuf>, usize);
+impl<S: BufSet> Direction<S> for Write {
+    const OP: OpKind = OpKind::Write;
+    #[inline]
+    fn segs(bufs: &mut S) -> BioBuf {
+        bufs.write_segs()
+    }
+    fn fill_bounce(bufs: &S, bounce: &mut DmaBuf) {
+        bufs.gather(bounce.as_mut_slice());
+    }
+    #[inline]
+    fn finish(_: &mut S, _: &BioBuf, _: usize) {}
+}
 
 /// The future of a read or write on caller-owned buffers; resolves to the
-/// bytes moved and the buffers.
-pub(crate) struct BufIo<'a, S: BufSet> {
-    io: BioFuture<'a>,
+/// bytes moved and the buffers. Small (the buffers, the offset and the
+/// issued bio's id): the segments and any bounce buffer are worked out at
+/// the first poll, on the core that issues the IO, and live in the bio.
+pub(crate) struct BufIo<'a, S: BufSet, D> {
+    shared: &'a Arc<DeviceShared>,
+    offset_bytes: u64,
+    flags: IoFlags,
+    /// The memory in flight is a bounce buffer the bio owns (the caller's
+    /// buffers need not outlive a drop).
+    bounced: bool,
+    issued: Option<Issued>,
+    /// `None` once the result was handed out.
     bufs: Option<S>,
-    bounce: Option<DmaBuf>,
-    finish: Finish<S>,
+    dir: PhantomData<fn() -> D>,
 }
 
 // The buffers are never pinned (only their heap memory is used, by
 // address), so the future may move freely.
-impl<S: BufSet> Unpin for BufIo<'_, S> {}
+impl<S: BufSet, D> Unpin for BufIo<'_, S, D> {}
 
-/// The bio future of a data IO over `segs`.
-fn bio_io(
-    dev: &Device,
-    op: OpKind,
-    flags: IoFlags,
-    offset_bytes: u64,
-    segs: BioBuf,
-    bounced: bool,
-) -> BioFuture<'_> {
-    let len = total_len(&segs);
-    let mut io = dev.io(op, flags, offset_bytes, len, segs);
-    if let Some(init) = io.init_mut() {
-        init.bounced = bounced;
-    }
-    io
-}
-
-impl<'a, S: BufSet> BufIo<'a, S> {
-    fn new(io: BioFuture<'a>, bufs: S, bounce: Option<DmaBuf>, finish: Finish<S>) -> Self {
+impl<'a, S: BufSet, D: Direction<S>> BufIo<'a, S, D> {
+    /// The IO of `bufs` at `offset_bytes` on `dev`.
+    pub(crate) fn new(dev: &'a Device, bufs: S, offset_bytes: u64, flags: IoFlags) -> Self {
         BufIo {
-            io,
+            shared: dev.shared(),
+            offset_bytes,
+            flags,
+            bounced: false,
+            issued: None,
             bufs: Some(bufs),
-            bounce,
-            finish,
+            dir: PhantomData,
         }
     }
+
+    /// First poll: the bio's memory (the caller's, or a bounce copy) and
+    /// its registered-buffer index on this core's ring, then the bio.
+    fn start(&mut self, cx: &Context<'_>) -> Poll<(Result<usize, Error>, S::Out)> {
+        let Some(bufs) = self.bufs.as_mut() else {
+            panic!("a plugio IO future was polled after it completed")
+        };
+        let mut buf = D::segs(bufs);
+        let len_bytes = total_len(&buf);
+        match self.shared.bounce_align {
+            Some(align)
+                if needs_bounce(align, &buf) && len_bytes > 0 && len_bytes <= MAX_IO_BYTES =>
+            {
+                let mut bounce = self.shared.alloc_buf(len_bytes as usize);
+                D::fill_bounce(bufs, &mut bounce);
+                forget_if_none(std::mem::replace(
+                    &mut buf,
+                    BioBuf::Bounce {
+                        fixed: bounce.fixed_index(),
+                        buf: bounce,
+                    },
+                ));
+                self.bounced = true;
+            }
+            _ => {
+                if let BioBuf::One { fixed, .. } = &mut buf {
+                    *fixed = bufs.fixed_index();
+                }
+            }
+        }
+        let init = BioInit {
+            op: D::OP,
+            flags: self.flags,
+            offset_bytes: self.offset_bytes,
+            len_bytes,
+            buf,
+            bounced: self.bounced,
+        };
+        match issue(self.shared, init, cx) {
+            Ok(issued) => {
+                self.issued = Some(issued);
+                Poll::Pending
+            }
+            Err(r) => Poll::Ready(self.finish(r)),
+        }
+    }
+
+    /// Hands the buffers back with the result.
+    fn finish(&mut self, r: BioResult) -> (Result<usize, Error>, S::Out) {
+        self.issued = None;
+        let Some(mut bufs) = self.bufs.take() else {
+            panic!("a plugio IO future was polled after it completed")
+        };
+        let result = r.result.map(|n| n as usize);
+        if let Ok(n) = result {
+            D::finish(&mut bufs, &r.buf, n);
+        }
+        forget_if_none(r.buf);
+        (result, bufs.into_out())
+    }
 }
 
-impl<S: BufSet> Future for BufIo<'_, S> {
+impl<S: BufSet, D: Direction<S>> Future for BufIo<'_, S, D> {
     type Output = (Result<usize, Error>, S::Out);
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        if let Some(init) = this.io.init_mut() {
-            // First poll, on the core that issues the IO: name the
-            // registered buffer on its ring, if the memory is one.
-            if let BioBuf::One { fixed, .. } = &mut init.buf {
-                *fixed = match &this.bounce {
-                    Some(b) => b.fixed_index(),
-                    None => this.bufs.as_ref().and_then(BufSet::fixed_index),
-                };
+        match this.issued {
+            None => this.start(cx),
+            Some(issued) => {
+                let r = ready!(issued.poll(cx));
+                Poll::Ready(this.finish(r))
             }
         }
-        let r = ready!(Pin::new(&mut this.io).poll(cx));
-        let Some(mut bufs) = this.bufs.take() else {
-            panic!("a plugio IO future was polled after it completed")
-        };
-        forget_if_none(r.buf);
-        let result = r.result.map(|n| n as usize);
-        if let Ok(n) = result {
-            (this.finish)(&mut bufs, this.bounce.as_ref(), n);
-        }
-        this.bounce = None;
-        Poll::Ready((result, bufs.into_out()))
     }
 }
 
-impl<S: BufSet> Drop for BufIo<'_, S> {
+impl<S: BufSet, D> Drop for BufIo<'_, S, D> {
     fn drop(&mut self) {
-        if !self.io.is_issued() {
+        let Some(issued) = self.issued.take() else {
             return;
-        }
-        // The kernel may still use the memory: the bounce buffer when
-        // there is one, else the caller's buffers.
-        let keep: Option<Keep> = match self.bounce.take() {
-            Some(b) => Some(Box::new(b)),
-            None => self.bufs.take().map(|b| Box::new(b) as Keep),
         };
-        self.io.release(keep);
+        // The kernel may still use the caller's buffers (a bounce buffer
+        // belongs to the bio already).
+        let keep = match self.bufs.take() {
+            Some(b) if !self.bounced => Some(Box::new(b) as Keep),
+            _ => None,
+        };
+        issued.release(self.shared, keep);
     }
 }
 

@@ -23,7 +23,7 @@ use plugio_device::{Backend, DmaBuf, Error, Geometry, InvalidInput, IoFlags, IoO
 
 use crate::bio::{forget_if_none, BioBuf, BioId, BioInfo, BioResult, Keep};
 use crate::buf::{IoBuf, IoBufMut};
-use crate::buf_io::{Many, One};
+use crate::buf_io::{BufIo, Many, One, Read, Write};
 use crate::core::EngineCore;
 use crate::options::DeviceOptions;
 use crate::shared::DeviceShared;
@@ -113,6 +113,34 @@ impl Device {
         Ok(device)
     }
 
+    /// A device over `fd`, just opened from `path` with `options` (see
+    /// [`OpenOptions::open`](crate::OpenOptions::open)): shares the state of
+    /// the same file already open with equal options (the new descriptor is
+    /// closed then), as [`Device::open`] does.
+    pub(crate) fn from_fd(
+        fd: std::os::fd::OwnedFd,
+        path: &Path,
+        options: DeviceOptions,
+    ) -> Result<Device, Error> {
+        let file = std::fs::File::from(fd);
+        let key = crate::open_files::FileKey::of_file(&file);
+        let mut registry = crate::open_files::Registry::lock();
+        if let Some(shared) = key.and_then(|k| registry.find(k, &options)) {
+            return Ok(Device { shared });
+        }
+        let backend = plugio_device::FileBackend::from_fd(
+            file.into(),
+            path,
+            options.direct,
+            options.backend,
+        )?;
+        let device = Self::with_backend(Arc::new(backend), Some(path.to_path_buf()), options)?;
+        if let Some(k) = key {
+            registry.insert(k, &device.shared);
+        }
+        Ok(device)
+    }
+
     /// Wraps an already opened backend (a `MemDevice`, a `SyncBackend`, a
     /// passthrough namespace).
     ///
@@ -180,12 +208,7 @@ impl Device {
     /// # Ok(()) });
     /// ```
     pub fn alloc_buf(&self, len_bytes: usize) -> DmaBuf {
-        let align = self.shared.geometry.mem_align_bytes() as usize;
-        if self.shared.opts.buffer_cache && align <= plugio_device::buf::cache::CACHE_ALIGN_BYTES {
-            DmaBuf::registered(len_bytes, align).unwrap_or_else(|| DmaBuf::cached(len_bytes))
-        } else {
-            DmaBuf::heap(len_bytes, align)
-        }
+        self.shared.alloc_buf(len_bytes)
     }
 
     /// Reads `len_bytes` at `offset_bytes` into a new buffer from
@@ -265,7 +288,7 @@ impl Device {
         offset_bytes: u64,
         flags: IoFlags,
     ) -> impl Future<Output = (Result<usize, Error>, B)> + Send + '_ {
-        crate::buf_io::read(self, One(buf), offset_bytes, flags)
+        BufIo::<_, Read>::new(self, One(buf), offset_bytes, flags)
     }
 
     /// Writes the initialised bytes of `buf` (any [`IoBuf`]: `Vec<u8>`,
@@ -310,7 +333,7 @@ impl Device {
         offset_bytes: u64,
         flags: IoFlags,
     ) -> impl Future<Output = (Result<usize, Error>, B)> + Send + '_ {
-        crate::buf_io::write(self, One(buf), offset_bytes, flags)
+        BufIo::<_, Write>::new(self, One(buf), offset_bytes, flags)
     }
 
     /// Reads into several buffers in order (`preadv`), starting at
@@ -336,7 +359,7 @@ impl Device {
         bufs: Vec<B>,
         offset_bytes: u64,
     ) -> impl Future<Output = (Result<usize, Error>, Vec<B>)> + Send + '_ {
-        crate::buf_io::read(self, Many(bufs), offset_bytes, IoFlags::NONE)
+        BufIo::<_, Read>::new(self, Many(bufs), offset_bytes, IoFlags::NONE)
     }
 
     /// Writes the initialised bytes of several buffers back to back
@@ -356,7 +379,7 @@ impl Device {
         bufs: Vec<B>,
         offset_bytes: u64,
     ) -> impl Future<Output = (Result<usize, Error>, Vec<B>)> + Send + '_ {
-        crate::buf_io::write(self, Many(bufs), offset_bytes, IoFlags::NONE)
+        BufIo::<_, Write>::new(self, Many(bufs), offset_bytes, IoFlags::NONE)
     }
 
     /// Makes the file's completed writes and its metadata durable: `fsync`
@@ -610,61 +633,117 @@ impl Drop for PlugGuard {
 }
 
 pub(crate) struct BioInit {
-    op: OpKind,
-    flags: IoFlags,
-    offset_bytes: u64,
-    len_bytes: u64,
+    pub op: OpKind,
+    pub flags: IoFlags,
+    pub offset_bytes: u64,
+    pub len_bytes: u64,
     pub buf: BioBuf,
     /// The memory is a bounce buffer (counted in iostats at issue).
     pub bounced: bool,
 }
 
-enum State {
-    Init(Option<BioInit>),
-    Issued { uid: u64, id: BioId },
-    Done,
+/// An issued bio: its core and its id in that core's bio table.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Issued {
+    uid: u64,
+    id: BioId,
 }
 
-/// The future of one IO: checks and plugs it on first poll, then waits for
-/// its bio to complete. It borrows the device handle (no reference count
-/// touched per IO). It owns no memory: the futures of `buf_io` hold the
-/// buffers and hand them to [`BioFuture::release`] if dropped mid-IO.
-pub(crate) struct BioFuture<'a> {
-    shared: &'a Arc<DeviceShared>,
-    state: State,
-}
-
-impl BioFuture<'_> {
-    /// Whether the IO was issued and its result not yet taken.
-    pub(crate) fn is_issued(&self) -> bool {
-        matches!(self.state, State::Issued { .. })
+/// Checks `init` and plugs it as a bio on the calling core; the bio's
+/// waker is `cx`'s. The bio's result (an error, with the memory handed
+/// back) when it is refused or there is no core here.
+pub(crate) fn issue(
+    shared: &Arc<DeviceShared>,
+    init: BioInit,
+    cx: &Context<'_>,
+) -> Result<Issued, BioResult> {
+    if let Err(e) = Device::check(shared, &init) {
+        return Err(BioResult {
+            result: Err(e),
+            buf: init.buf,
+        });
     }
-
-    /// The IO as it will be issued, before its first poll (`None` after).
-    pub(crate) fn init_mut(&mut self) -> Option<&mut BioInit> {
-        match &mut self.state {
-            State::Init(init) => init.as_mut(),
-            _ => None,
+    let core = match EngineCore::current() {
+        Ok(c) => c,
+        Err(e) => {
+            return Err(BioResult {
+                result: Err(e),
+                buf: init.buf,
+            })
         }
+    };
+    let dev = core.dev_index(shared);
+    if init.bounced {
+        core.count_bounce(dev, init.len_bytes);
+    }
+    let info = BioInfo {
+        op: init.op,
+        flags: init.flags,
+        offset_bytes: init.offset_bytes,
+        len_bytes: init.len_bytes,
+    };
+    let (id, hit) = {
+        let mut bios = core.bios.borrow_mut();
+        let (id, hit, bio) = bios.alloc(shared.opts.bio_cache);
+        bio.dev = dev;
+        bio.op = info.op;
+        bio.flags = info.flags;
+        bio.offset_bytes = info.offset_bytes;
+        bio.len_bytes = info.len_bytes;
+        bio.set_buf(init.buf);
+        bio.waker = Some(cx.waker().clone());
+        (id, hit)
+    };
+    core.plug_bio(dev, id, &info, hit);
+    Ok(Issued { uid: core.uid, id })
+}
+
+impl Issued {
+    /// The bio's result once it completed (its slot is freed then), else
+    /// records `cx`'s waker.
+    ///
+    /// # Panics
+    /// When polled on another core than the one that issued it.
+    pub(crate) fn poll(self, cx: &Context<'_>) -> Poll<BioResult> {
+        let Issued { uid, id } = self;
+        let ready = EngineCore::with_uid(uid, |ec| ec.bios.borrow_mut().take_result(id))
+            .expect("a plugio IO future was moved to another core after its first poll");
+        if let Some(r) = ready {
+            return Poll::Ready(r);
+        }
+        // Not done yet: only this IO's own core can finish it. A future
+        // moved to another executor on this thread would otherwise find its
+        // old core's state (kept while busy) and wait forever: its plug is
+        // never flushed and its completions never come. (Checked only
+        // here, not on the ready path.)
+        assert!(
+            plugio_executor::core_uid() == Some(uid),
+            "a plugio IO future was moved to another core after its first poll"
+        );
+        EngineCore::with_uid(uid, |ec| {
+            if let Some(bio) = ec.bios.borrow_mut().get_mut(id) {
+                match &bio.waker {
+                    Some(w) if w.will_wake(cx.waker()) => {}
+                    _ => bio.waker = Some(cx.waker().clone()),
+                }
+            }
+        });
+        Poll::Pending
     }
 
-    /// Lets go of the IO as its future is dropped: a finished bio is freed
-    /// (its result dropped); an unfinished one is orphaned and keeps
-    /// `keep`, the memory the kernel may still use, until it completes (on
-    /// another thread than the bio's core, through the device's remote
-    /// orphan list). Nothing happens before the first poll or after the
-    /// result was taken.
-    pub(crate) fn release(&mut self, keep: Option<Keep>) {
-        let State::Issued { uid, id } = self.state else {
-            return;
-        };
-        self.state = State::Done;
+    /// Lets go of the bio as its future is dropped before taking the
+    /// result: a finished bio is freed (its result dropped); an unfinished
+    /// one is orphaned and keeps `keep`, the memory the kernel may still
+    /// use, until it completes (on another thread than the bio's core,
+    /// through the device's remote orphan list).
+    pub(crate) fn release(self, shared: &DeviceShared, keep: Option<Keep>) {
+        let Issued { uid, id } = self;
         let Some(ec) = EngineCore::by_uid(uid) else {
-            // Not on the core's thread (or that thread is gone, and
-            // its bio table with it, after the driver drained the
-            // ring): the core frees the bio at this device's next
-            // completion batch or plug flush on it.
-            self.shared.orphan_remote(uid, id, keep);
+            // Not on the core's thread (or that thread is gone, and its bio
+            // table with it, after the driver drained the ring): the core
+            // frees the bio at this device's next completion batch or plug
+            // flush on it.
+            shared.orphan_remote(uid, id, keep);
             return;
         };
         let mut bios = ec.bios.borrow_mut();
@@ -679,51 +758,21 @@ impl BioFuture<'_> {
             }
         }
     }
+}
 
-    fn issue(&mut self, init: BioInit, cx: &mut Context<'_>) -> Poll<BioResult> {
-        if let Err(e) = Device::check(self.shared, &init) {
-            self.state = State::Done;
-            return Poll::Ready(BioResult {
-                result: Err(e),
-                buf: init.buf,
-            });
-        }
-        let core = match EngineCore::current() {
-            Ok(c) => c,
-            Err(e) => {
-                self.state = State::Done;
-                return Poll::Ready(BioResult {
-                    result: Err(e),
-                    buf: init.buf,
-                });
-            }
-        };
-        let dev = core.dev_index(self.shared);
-        if init.bounced {
-            core.count_bounce(dev, init.len_bytes);
-        }
-        let info = BioInfo {
-            op: init.op,
-            flags: init.flags,
-            offset_bytes: init.offset_bytes,
-            len_bytes: init.len_bytes,
-        };
-        let (id, hit) = {
-            let mut bios = core.bios.borrow_mut();
-            let (id, hit, bio) = bios.alloc(self.shared.opts.bio_cache);
-            bio.dev = dev;
-            bio.op = info.op;
-            bio.flags = info.flags;
-            bio.offset_bytes = info.offset_bytes;
-            bio.len_bytes = info.len_bytes;
-            bio.set_buf(init.buf);
-            bio.waker = Some(cx.waker().clone());
-            (id, hit)
-        };
-        self.state = State::Issued { uid: core.uid, id };
-        core.plug_bio(dev, id, &info, hit);
-        Poll::Pending
-    }
+enum State {
+    Init(Option<BioInit>),
+    Issued(Issued),
+    Done,
+}
+
+/// The future of one IO without caller memory (flush, fsync, discard,
+/// zeroing, no-op): checks and plugs it on first poll, then waits for its
+/// bio to complete. It borrows the device handle (no reference count
+/// touched per IO). IO on caller buffers has its own future (`buf_io`).
+pub(crate) struct BioFuture<'a> {
+    shared: &'a Arc<DeviceShared>,
+    state: State,
 }
 
 impl Future for BioFuture<'_> {
@@ -731,46 +780,33 @@ impl Future for BioFuture<'_> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<BioResult> {
         let this = &mut *self;
-        match &mut this.state {
+        let issued = match &mut this.state {
             State::Init(init) => {
                 let init = init.take().expect("an Init state always holds its bio");
-                this.issue(init, cx)
-            }
-            State::Issued { uid, id } => {
-                let (uid, id) = (*uid, *id);
-                let ready = EngineCore::with_uid(uid, |ec| ec.bios.borrow_mut().take_result(id))
-                    .expect("a plugio IO future was moved to another core after its first poll");
-                if let Some(r) = ready {
-                    this.state = State::Done;
-                    return Poll::Ready(r);
-                }
-                // Not done yet: only this IO's own core can finish it. A
-                // future moved to another executor on this thread would
-                // otherwise find its old core's state (kept while busy)
-                // and wait forever: its plug is never flushed and its
-                // completions never come. (Checked only here, not on the
-                // ready path.)
-                assert!(
-                    plugio_executor::core_uid() == Some(uid),
-                    "a plugio IO future was moved to another core after its first poll"
-                );
-                EngineCore::with_uid(uid, |ec| {
-                    if let Some(bio) = ec.bios.borrow_mut().get_mut(id) {
-                        match &bio.waker {
-                            Some(w) if w.will_wake(cx.waker()) => {}
-                            _ => bio.waker = Some(cx.waker().clone()),
-                        }
+                match issue(this.shared, init, cx) {
+                    Ok(issued) => {
+                        this.state = State::Issued(issued);
+                        return Poll::Pending;
                     }
-                });
-                Poll::Pending
+                    Err(r) => {
+                        this.state = State::Done;
+                        return Poll::Ready(r);
+                    }
+                }
             }
+            State::Issued(issued) => *issued,
             State::Done => panic!("a plugio IO future was polled after it completed"),
-        }
+        };
+        let r = std::task::ready!(issued.poll(cx));
+        this.state = State::Done;
+        Poll::Ready(r)
     }
 }
 
 impl Drop for BioFuture<'_> {
     fn drop(&mut self) {
-        self.release(None);
+        if let State::Issued(issued) = self.state {
+            issued.release(self.shared, None);
+        }
     }
 }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use plugio_device::{Backend, Error, Geometry};
+use plugio_device::{Backend, DmaBuf, Error, Geometry};
 
 use crate::bio::{BioId, Keep};
 use crate::options::{DeviceOptions, TagSharing};
@@ -47,6 +47,10 @@ pub(crate) struct DeviceShared {
     remote_orphans: Mutex<Vec<RemoteOrphan>>,
     /// `remote_orphans` is not empty (one load per batch to check).
     remote_orphans_pending: AtomicBool,
+    /// `(memory, block)` alignments a caller's buffer must meet to be used
+    /// as is; `None` when any memory goes (buffered IO) or bouncing is off
+    /// (`DeviceOptions::bounce_unaligned`: the check then refuses it).
+    pub bounce_align: Option<(usize, usize)>,
 }
 
 impl DeviceShared {
@@ -90,6 +94,7 @@ impl DeviceShared {
             .max_merge_bytes
             .unwrap_or(max_request_bytes)
             .min(max_request_bytes);
+        let bounce_align = bounce_align(&geometry, &opts);
         Ok(Self {
             // Relaxed: a unique counter; no other memory depends on it.
             id: NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed),
@@ -104,7 +109,19 @@ impl DeviceShared {
             handles: AtomicUsize::new(1),
             remote_orphans: Mutex::new(Vec::new()),
             remote_orphans_pending: AtomicBool::new(false),
+            bounce_align,
         })
+    }
+
+    /// A buffer aligned for the device's direct IO (see
+    /// [`Device::alloc_buf`](crate::Device::alloc_buf)).
+    pub fn alloc_buf(&self, len_bytes: usize) -> DmaBuf {
+        let align = self.geometry.mem_align_bytes() as usize;
+        if self.opts.buffer_cache && align <= plugio_device::buf::cache::CACHE_ALIGN_BYTES {
+            DmaBuf::registered(len_bytes, align).unwrap_or_else(|| DmaBuf::cached(len_bytes))
+        } else {
+            DmaBuf::heap(len_bytes, align)
+        }
     }
 
     /// Records that the future of bio `id` of core `uid` was dropped on
@@ -181,6 +198,13 @@ impl DeviceShared {
     pub fn tags_for(&self, core: usize) -> &TagSet {
         &self.tag_sets[core.min(self.tag_sets.len() - 1)]
     }
+}
+
+/// See [`DeviceShared::bounce_align`].
+fn bounce_align(geometry: &Geometry, opts: &DeviceOptions) -> Option<(usize, usize)> {
+    let mem = geometry.mem_align_bytes() as usize;
+    let block = geometry.offset_align_bytes() as usize;
+    (opts.bounce_unaligned && (mem > 1 || block > 1)).then_some((mem, block))
 }
 
 fn add_tag_stats(a: &mut TagStats, b: &TagStats) {
