@@ -301,6 +301,11 @@ impl FioCore {
         n
     }
 
+    /// The executor's tick statistics (ticks run, blocking parks).
+    pub fn tick_stats(&self) -> plugio_executor::TickStats {
+        self.ex.tick_stats()
+    }
+
     /// IOs queued and not yet returned by `getevents`.
     pub fn outstanding(&self) -> usize {
         self.outstanding.get()

@@ -301,7 +301,8 @@ pub unsafe extern "C" fn plugio_fio_event(
     }
 }
 
-/// The iostats of device `dev`, one line, into `buf` (for `plugio_stats`).
+/// The iostats of device `dev` and the core's tick counts, one line, into
+/// `buf` (for `plugio_stats`).
 ///
 /// # Safety
 /// `h` is a live core; `buf` is valid for `len` bytes.
@@ -318,9 +319,11 @@ pub unsafe extern "C" fn plugio_fio_stats(
         return;
     };
     let s = d.iostats();
+    let t = h.core.tick_stats();
     let msg = format!(
         "plugio: {}: bios {} requests {} ({:.2} bios/request), plug flushes {}, \
-         merges read {} write {}, fixed-buffer requests {}, bounced IOs {}, requeues {}",
+         merges read {} write {}, fixed-buffer requests {}, bounced IOs {}, requeues {}; \
+         this job's core: {} ticks, {} blocking parks",
         d.path()
             .map_or_else(|| "?".into(), |p| p.display().to_string()),
         s.bios,
@@ -332,6 +335,8 @@ pub unsafe extern "C" fn plugio_fio_stats(
         s.fixed_buf_requests,
         s.bounce_ios,
         s.requeues,
+        t.ticks,
+        t.parks,
     );
     // SAFETY: the caller's contract.
     unsafe { write_msg(buf, len, &msg) };
