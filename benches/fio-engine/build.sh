@@ -41,14 +41,24 @@ SRC
   (cd target/fio-src && apt-get source -qq fio 2>&1 | grep -v '^W: Download is performed unsandboxed' || true)
 }
 
+# The newest fio source tree under target/fio-src (empty when none).
+newest_tree() {
+  local d best=""
+  for d in "$root"/target/fio-src/fio-*/; do
+    [ -d "$d" ] || continue
+    best="$(printf '%s\n%s\n' "$best" "${d%/}" | sed '/^$/d' | sort -V | tail -n 1)"
+  done
+  printf '%s' "$best"
+}
+
 if [ -z "${FIO_SRC:-}" ]; then
-  FIO_SRC="$(ls -d "$root"/target/fio-src/fio-*/ 2>/dev/null | sort -V | tail -n 1)"
-  FIO_SRC="${FIO_SRC%/}"
+  FIO_SRC="$(newest_tree)"
   if [ -z "$FIO_SRC" ] || [ ! -x "$FIO_SRC/fio" ]; then
     if [ -z "$FIO_SRC" ]; then
+      echo "fetching fio's Debian source into target/fio-src"
       fetch_fio_source
-      FIO_SRC="$(ls -d "$root"/target/fio-src/fio-*/ | sort -V | tail -n 1)"
-      FIO_SRC="${FIO_SRC%/}"
+      FIO_SRC="$(newest_tree)"
+      [ -n "$FIO_SRC" ] || { echo "apt-get source fio left no target/fio-src/fio-*" >&2; exit 1; }
     fi
     echo "building fio in $FIO_SRC"
     (cd "$FIO_SRC" && ./configure >configure.log 2>&1 && make -j"$(nproc)" fio >make.log 2>&1) || {

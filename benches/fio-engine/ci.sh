@@ -21,7 +21,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 
+build_start=$(date +%s)
 "$here/build.sh"
+echo "fio and the engine built in $(( $(date +%s) - build_start )) s"
 # shellcheck disable=SC1091
 . target/fio-engine.env
 export PLUGIO_FIO_ENGINE
