@@ -79,6 +79,22 @@ pub struct Completion {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DevId(pub usize);
 
+/// [`FioCore::queue`] on a device id that names no open device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NoSuchDevice(pub DevId);
+
+impl std::fmt::Display for NoSuchDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "plugio fio engine: IO queued on device {}, which is not open (open_file first)",
+            self.0 .0
+        )
+    }
+}
+
+impl std::error::Error for NoSuchDevice {}
+
 /// One IO handed from `queue` to the engine task.
 struct Submission {
     dev: Rc<Device>,
@@ -93,7 +109,8 @@ struct Submission {
 #[derive(Default)]
 struct Shared {
     submitted: RefCell<VecDeque<Submission>>,
-    done: RefCell<VecDeque<Completion>>,
+    /// Completions not yet returned by `getevents`, oldest first.
+    done: RefCell<Vec<Completion>>,
     /// The engine task's waker, stored at its last poll.
     task_waker: RefCell<Option<Waker>>,
 }
@@ -223,14 +240,14 @@ impl FioCore {
     /// next [`FioCore::commit`] (or `getevents`), and completes through
     /// [`FioCore::getevents`] with `cookie`.
     ///
+    /// # Errors
+    /// [`NoSuchDevice`] when `id` names no open device (fio never queues
+    /// IO on a closed file); nothing is queued then.
+    ///
     /// # Safety
     /// For `Read` and `Write`, `buf` must be valid for `len_bytes` bytes of
     /// reads and writes until `getevents` returns this IO's completion, and
-    /// nothing else may touch it meanwhile. `id` must name an open device.
-    ///
-    /// # Panics
-    /// When `id` names no open device (fio never queues IO on a closed
-    /// file).
+    /// nothing else may touch it meanwhile.
     pub unsafe fn queue(
         &self,
         id: DevId,
@@ -239,10 +256,8 @@ impl FioCore {
         buf: *mut u8,
         len_bytes: usize,
         cookie: usize,
-    ) {
-        let dev = self
-            .device(id)
-            .unwrap_or_else(|| panic!("plugio fio engine: IO queued on closed file {}", id.0));
+    ) -> Result<(), NoSuchDevice> {
+        let dev = self.device(id).ok_or(NoSuchDevice(id))?;
         self.shared.submitted.borrow_mut().push_back(Submission {
             dev,
             op,
@@ -252,6 +267,7 @@ impl FioCore {
             cookie,
         });
         self.outstanding.set(self.outstanding.get() + 1);
+        Ok(())
     }
 
     /// fio's `commit`: one executor tick (`LocalExecutor::run_once`): the
@@ -296,7 +312,13 @@ impl FioCore {
         out.clear();
         let mut done = self.shared.done.borrow_mut();
         let n = done.len().min(max);
-        out.extend(done.drain(..n));
+        if n == done.len() {
+            // The common case (max is fio's iodepth_batch_complete_max):
+            // hand the whole queue over, keep the other vector's capacity.
+            std::mem::swap(out, &mut *done);
+        } else {
+            out.extend(done.drain(..n));
+        }
         self.outstanding.set(self.outstanding.get() - n);
         n
     }
@@ -352,14 +374,14 @@ async fn serve(shared: Rc<Shared>, iodepth: usize) {
     std::future::poll_fn(move |cx| {
         slots.register(cx.waker());
         let mut done = shared.done.borrow_mut();
-        slots.poll_ready(&mut *done);
+        slots.poll_ready(&mut done);
         while slots.has_free() {
             let Some(s) = shared.submitted.borrow_mut().pop_front() else {
                 break;
             };
             let cookie = s.cookie;
             if let Some(c) = slots.start(run_io(s), cookie) {
-                done.push_back(c);
+                done.push(c);
             }
         }
         let mut stored = shared.task_waker.borrow_mut();
