@@ -122,8 +122,8 @@ def main():
     for (workload, engine), obs in rows.items():
         total = sum(obs.values())
         other = total - sum(obs.get(c, 0) for c in cols)
-        cells = [f"{obs.get(c, 0):,.0f}" for c in cols]
-        print(f"| {workload} | {engine} | {total:,.0f} | " + " | ".join(cells) + f" | {other:,.0f} |")
+        cells = [f"{round(obs.get(c, 0)):,}" for c in cols]
+        print(f"| {workload} | {engine} | {round(total):,} | " + " | ".join(cells) + f" | {round(other):,} |")
     for workload, fns in plugio_fns.items():
         groups = collections.Counter()
         for fn, c in fns.items():
