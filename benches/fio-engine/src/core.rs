@@ -65,13 +65,14 @@ impl Op {
 }
 
 /// A finished IO: its cookie (the shim's io_u pointer) and its result,
-/// the bytes moved (`>= 0`, short at end of file) or a negative errno.
+/// the bytes moved (`>= 0`, short at end of file; a trim's whole length)
+/// or a negative errno.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(C)]
 pub struct Completion {
     /// The `cookie` given to [`FioCore::queue`].
     pub cookie: usize,
-    /// Bytes moved (0 for sync and trim), or `-errno`.
+    /// Bytes moved (0 for a sync, the length for a trim), or `-errno`.
     pub result: i64,
 }
 
@@ -412,11 +413,13 @@ async fn run_io(s: Submission) -> i64 {
             .map(|n| n as i64),
         Op::Sync => s.dev.sync_all().await.map(|()| 0),
         Op::DataSync => s.dev.sync_data().await.map(|()| 0),
+        // The bytes discarded: fio counts a trim's length as its
+        // transfer (`xfer_buflen - resid`).
         Op::Trim => s
             .dev
             .discard(s.offset_bytes, s.len_bytes as u64)
             .await
-            .map(|()| 0),
+            .map(|()| s.len_bytes as i64),
     };
     result.unwrap_or_else(|e| -i64::from(e.errno()))
 }
