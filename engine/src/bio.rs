@@ -273,11 +273,12 @@ fn transferred_prefix(parts: &mut [(u64, u64, u64)]) -> u64 {
     total
 }
 
-/// Drops `buf`, skipping the drop call when it holds nothing (the common
-/// case on the hot path: no-data ops and freshly reset bios).
+/// Drops `buf`, skipping the drop call when it owns nothing (the common
+/// case on the hot path: no-data ops, freshly reset bios, and one caller
+/// buffer, which the bio only names by address).
 #[inline]
 pub(crate) fn forget_if_none(buf: BioBuf) {
-    if matches!(buf, BioBuf::None) {
+    if matches!(buf, BioBuf::None | BioBuf::One { .. }) {
         std::mem::forget(buf);
     } else {
         drop(buf);
@@ -396,7 +397,7 @@ impl BioTable {
         };
         bio.state = BioState::Free;
         if !matches!(bio.buf, BioBuf::None) {
-            bio.buf = BioBuf::None;
+            forget_if_none(std::mem::take(&mut bio.buf));
         }
         bio.parts.clear();
         bio.error = None;

@@ -196,6 +196,7 @@ fn fill<B: IoBufMut>(b: &mut B, src: &[u8]) {
 }
 
 /// Total bytes of a bio's segments.
+#[inline]
 fn total_len(buf: &BioBuf) -> u64 {
     match buf {
         BioBuf::None => 0,
@@ -360,6 +361,7 @@ impl<'a, S: BufSet, D: Direction<S>> BufIo<'a, S, D> {
     }
 
     /// Hands the buffers back with the result.
+    #[inline]
     fn finish(&mut self, r: BioResult) -> (Result<usize, Error>, S::Out) {
         self.issued = None;
         let Some(mut bufs) = self.bufs.take() else {

@@ -652,6 +652,7 @@ pub(crate) struct Issued {
 /// Checks `init` and plugs it as a bio on the calling core; the bio's
 /// waker is `cx`'s. The bio's result (an error, with the memory handed
 /// back) when it is refused or there is no core here.
+#[inline]
 pub(crate) fn issue(
     shared: &Arc<DeviceShared>,
     init: BioInit,
@@ -704,6 +705,7 @@ impl Issued {
     ///
     /// # Panics
     /// When polled on another core than the one that issued it.
+    #[inline]
     pub(crate) fn poll(self, cx: &Context<'_>) -> Poll<BioResult> {
         let Issued { uid, id } = self;
         let ready = EngineCore::with_uid(uid, |ec| ec.bios.borrow_mut().take_result(id))
