@@ -652,7 +652,6 @@ pub(crate) struct Issued {
 /// Checks `init` and plugs it as a bio on the calling core; the bio's
 /// waker is `cx`'s. The bio's result (an error, with the memory handed
 /// back) when it is refused or there is no core here.
-#[inline]
 pub(crate) fn issue(
     shared: &Arc<DeviceShared>,
     init: BioInit,
