@@ -21,7 +21,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use nix::sys::signal::Signal;
-use plugio::replay::ReplayError;
+use plugio_cli::replay::ReplayError;
 use plugio_device::ErrorKind;
 
 /// plugio: a thread-per-core async storage IO runtime with a userspace
@@ -52,7 +52,7 @@ enum Command {
     /// Replay an IO trace (CSV, fio iolog, blkparse text; zstd or plain)
     /// onto a file or block device, with optional verification.
     #[command(allow_negative_numbers = true)]
-    Replay(plugio::replay::cli::ReplayArgs),
+    Replay(plugio_cli::replay::cli::ReplayArgs),
 }
 
 /// How a failed command ends: an exit code and its message, or the signal
@@ -93,7 +93,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::main(args).map(drop).map_err(Failure::from),
         Command::Info { path } => info(&path),
         Command::CompareReport(args) => bench::compare::main(&args).map_err(Failure::from),
-        Command::Replay(args) => plugio::replay::cli::main(args).map_err(Failure::from),
+        Command::Replay(args) => plugio_cli::replay::cli::main(args).map_err(Failure::from),
     };
     // Everything the command created (the bench's temporary file) was
     // dropped, so removed, by now.
