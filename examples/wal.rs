@@ -269,7 +269,11 @@ fn record(w: usize, seq: usize) -> Vec<u8> {
 /// disk.
 async fn run(path: &Path, durability: Durability) -> Result<(), Box<dyn StdError>> {
     // Start from an empty log (an async open: no blocking call on the core).
-    let dev = OpenOptions::new().create(true).truncate(true).open(path).await?;
+    let dev = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .await?;
     let (queue, incoming) = bounded::<Append>(4 * WRITERS);
     let committer = plugio::spawn_local(commit_loop(dev.clone(), incoming, durability));
     let wal = Rc::new(Wal { queue });

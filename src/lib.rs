@@ -322,9 +322,6 @@ pub use plugio_executor::Runtime;
 /// ```
 pub use plugio_executor::ShutdownMode;
 
-// `plugio replay`: IO traces replayed through the engine (docs inside).
-pub mod replay;
-
 /// `Result` with plugio's [`Error`].
 ///
 /// ```

@@ -33,7 +33,9 @@ use std::io;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
-use futures::io::{AsyncBufRead, AsyncRead, AsyncSeek, AsyncWrite, SeekFrom};
+use std::io::SeekFrom;
+
+use futures_io::{AsyncBufRead, AsyncRead, AsyncSeek, AsyncWrite};
 use plugio_device::{DmaBuf, Error};
 
 use crate::device::Device;
