@@ -42,6 +42,12 @@ pub use plugio_executor::{
     Runtime, ShutdownMode,
 };
 
+pub use plugio_macros::{main, test};
+
+#[doc(hidden)]
+#[path = "macro_support.rs"]
+pub mod __macro_support;
+
 // `plugio replay`: IO traces replayed through the engine (docs inside).
 pub mod replay;
 
