@@ -40,9 +40,9 @@
 #
 # Usage: benches/instructions.sh [--quick] [--out DIR] [--features LIST]
 #   --quick   smaller IO counts (CI); default N1=20000, N2=60000
-#   --features LIST  cargo features of the plugio build (for example
-#             trace-io: the cost of the per-IO tracing events compiled in,
-#             with no subscriber)
+#   --features LIST  cargo features of the build (for example
+#             plugio/trace-io: the cost of the per-IO tracing events
+#             compiled in, with no subscriber)
 #   --out DIR where the callgrind files and table.md go
 #             (default target/instructions, or target/instructions-quick)
 set -euo pipefail

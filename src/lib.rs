@@ -48,9 +48,6 @@ pub use plugio_macros::{main, test};
 #[path = "macro_support.rs"]
 pub mod __macro_support;
 
-// `plugio replay`: IO traces replayed through the engine (docs inside).
-pub mod replay;
-
 /// `Result` with plugio's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
