@@ -322,6 +322,12 @@ pub use plugio_executor::Runtime;
 /// ```
 pub use plugio_executor::ShutdownMode;
 
+pub use plugio_macros::{main, test};
+
+#[doc(hidden)]
+#[path = "macro_support.rs"]
+pub mod __macro_support;
+
 /// `Result` with plugio's [`Error`].
 ///
 /// ```

@@ -382,6 +382,8 @@ impl<S: BufSet, D: Direction<S>> Future for BufIo<'_, S, D> {
             None => this.start(cx),
             Some(issued) => {
                 let r = ready!(issued.poll(cx));
+                #[cfg(feature = "trace-io")]
+                crate::device::trace_done(this.shared, issued, &r.result);
                 Poll::Ready(this.finish(r))
             }
         }

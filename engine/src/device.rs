@@ -157,6 +157,28 @@ impl Device {
         })
     }
 
+    /// The device's `tracing` span, `plugio_device` with the fields `dev`
+    /// (a process-unique id), `path` and `backend`. The engine's events
+    /// about the device (and, with the crate feature `trace-io`, one
+    /// `trace` event per IO issued and completed, target `plugio::io`)
+    /// have it as their parent; enter it, or name it as `parent:`, to put
+    /// your own events in it.
+    ///
+    /// ```
+    /// use plugio_device::backend::mem::{MemConfig, MemDevice};
+    /// use plugio_engine::{Device, DeviceOptions};
+    /// use std::sync::Arc;
+    ///
+    /// let mem = MemDevice::new(MemConfig::default());
+    /// let dev = Device::with_backend(Arc::new(mem), None, DeviceOptions::default())?;
+    /// let _in_device = dev.span().enter();
+    /// tracing::info!("checkpoint started"); // reported inside plugio_device{dev=..}
+    /// # Ok::<_, Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn span(&self) -> &tracing::Span {
+        &self.shared.span
+    }
+
     /// The path the device was opened from (`None` for a backend passed to
     /// [`Device::with_backend`] without one).
     pub fn path(&self) -> Option<&Path> {
@@ -647,6 +669,10 @@ pub(crate) struct BioInit {
 pub(crate) struct Issued {
     uid: u64,
     id: BioId,
+    /// When it was issued, if a subscriber wanted its `plugio::io` events
+    /// then (feature `trace-io`).
+    #[cfg(feature = "trace-io")]
+    at: Option<std::time::Instant>,
 }
 
 /// Checks `init` and plugs it as a bio on the calling core; the bio's
@@ -695,7 +721,12 @@ pub(crate) fn issue(
         (id, hit)
     };
     core.plug_bio(dev, id, &info, hit);
-    Ok(Issued { uid: core.uid, id })
+    Ok(Issued {
+        uid: core.uid,
+        id,
+        #[cfg(feature = "trace-io")]
+        at: trace_issued(shared, &info, id),
+    })
 }
 
 impl Issued {
@@ -706,7 +737,7 @@ impl Issued {
     /// When polled on another core than the one that issued it.
     #[inline]
     pub(crate) fn poll(self, cx: &Context<'_>) -> Poll<BioResult> {
-        let Issued { uid, id } = self;
+        let Issued { uid, id, .. } = self;
         let ready = EngineCore::with_uid(uid, |ec| ec.bios.borrow_mut().take_result(id))
             .expect("a plugio IO future was moved to another core after its first poll");
         if let Some(r) = ready {
@@ -738,7 +769,7 @@ impl Issued {
     /// use, until it completes (on another thread than the bio's core,
     /// through the device's remote orphan list).
     pub(crate) fn release(self, shared: &DeviceShared, keep: Option<Keep>) {
-        let Issued { uid, id } = self;
+        let Issued { uid, id, .. } = self;
         let Some(ec) = EngineCore::by_uid(uid) else {
             // Not on the core's thread (or that thread is gone, and its bio
             // table with it, after the driver drained the ring): the core
@@ -776,6 +807,51 @@ pub(crate) struct BioFuture<'a> {
     state: State,
 }
 
+/// The per-IO events (feature `trace-io`): `trace` level, target
+/// `plugio::io`, in the device's span. Only the IO futures call them, at
+/// issue and when they return `Ready`: nothing is added to the engine's
+/// dispatch or completion loops. The issue event gives the time to
+/// measure the latency from, when a subscriber wants the events.
+#[cfg(feature = "trace-io")]
+fn trace_issued(shared: &DeviceShared, info: &BioInfo, id: BioId) -> Option<std::time::Instant> {
+    if !tracing::enabled!(target: "plugio::io", tracing::Level::TRACE) {
+        return None;
+    }
+    tracing::trace!(
+        target: "plugio::io",
+        parent: &shared.span,
+        op = ?info.op,
+        offset_bytes = info.offset_bytes,
+        len_bytes = info.len_bytes,
+        bio = ?id,
+        "io issued"
+    );
+    Some(std::time::Instant::now())
+}
+
+/// The completion event of an IO issued at `at` (see [`trace_issued`]).
+#[cfg(feature = "trace-io")]
+pub(crate) fn trace_done(shared: &DeviceShared, issued: Issued, result: &Result<u64, Error>) {
+    let Some(at) = issued.at else { return };
+    let latency_ns = u64::try_from(at.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    match result {
+        Ok(bytes) => tracing::trace!(
+            target: "plugio::io",
+            parent: &shared.span,
+            bytes,
+            latency_ns,
+            "io completed"
+        ),
+        Err(error) => tracing::trace!(
+            target: "plugio::io",
+            parent: &shared.span,
+            %error,
+            latency_ns,
+            "io failed"
+        ),
+    }
+}
+
 impl Future for BioFuture<'_> {
     type Output = BioResult;
 
@@ -800,6 +876,8 @@ impl Future for BioFuture<'_> {
         };
         let r = std::task::ready!(issued.poll(cx));
         this.state = State::Done;
+        #[cfg(feature = "trace-io")]
+        trace_done(this.shared, issued, &r.result);
         Poll::Ready(r)
     }
 }
