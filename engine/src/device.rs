@@ -675,10 +675,23 @@ pub(crate) struct Issued {
     at: Option<std::time::Instant>,
 }
 
+/// [`issue_inline`] as one function, for the generic owned-buffer futures
+/// (one copy of the path for all their buffer types).
+#[inline(never)]
+pub(crate) fn issue(
+    shared: &Arc<DeviceShared>,
+    init: BioInit,
+    cx: &Context<'_>,
+) -> Result<Issued, BioResult> {
+    issue_inline(shared, init, cx)
+}
+
 /// Checks `init` and plugs it as a bio on the calling core; the bio's
 /// waker is `cx`'s. The bio's result (an error, with the memory handed
-/// back) when it is refused or there is no core here.
-pub(crate) fn issue(
+/// back) when it is refused or there is no core here. Inlined into the
+/// no-data future's poll (the NOP and flush path).
+#[inline(always)]
+fn issue_inline(
     shared: &Arc<DeviceShared>,
     init: BioInit,
     cx: &Context<'_>,
@@ -860,7 +873,7 @@ impl Future for BioFuture<'_> {
         let issued = match &mut this.state {
             State::Init(init) => {
                 let init = init.take().expect("an Init state always holds its bio");
-                match issue(this.shared, init, cx) {
+                match issue_inline(this.shared, init, cx) {
                     Ok(issued) => {
                         this.state = State::Issued(issued);
                         return Poll::Pending;
