@@ -555,6 +555,7 @@ impl Device {
     }
 
     /// Checks an IO against the device before it gets a bio.
+    #[inline]
     fn check(shared: &DeviceShared, init: &BioInit) -> Result<(), Error> {
         check_len(init.len_bytes, init.op.has_data())?;
         if init.op.has_range() {
