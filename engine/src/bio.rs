@@ -19,7 +19,7 @@
 
 use std::task::Waker;
 
-use plugio_device::{DmaBuf, Error, IoFlags, OpKind};
+use plugio_device::{Error, IoFlags, OpKind};
 
 /// Names a bio in its core's [`BioTable`]: slot index and generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,8 +38,9 @@ pub(crate) struct Seg {
 }
 
 /// The memory a bio reads into or writes from, as addresses: the buffers
-/// themselves are owned by the IO's future (see [`crate::buf`]), or by
-/// [`Bio::keep`] after the future was dropped mid-IO.
+/// themselves (the caller's, or a bounce buffer) are owned by the IO's
+/// future (see [`crate::buf`]), or by [`Bio::keep`] after the future was
+/// dropped mid-IO. Plain numbers except `Many`'s vector.
 #[derive(Debug, Default)]
 pub(crate) enum BioBuf {
     /// No data (flush, discard, write zeroes).
@@ -50,9 +51,6 @@ pub(crate) enum BioBuf {
     One { seg: Seg, fixed: Option<u16> },
     /// Several buffers in order (readv/writev).
     Many(Vec<Seg>),
-    /// An aligned copy of the caller's memory (a bounce buffer), owned by
-    /// the bio; `fixed` as for `One`.
-    Bounce { buf: DmaBuf, fixed: Option<u16> },
 }
 
 impl BioBuf {
@@ -60,7 +58,7 @@ impl BioBuf {
     #[inline]
     pub fn fixed(&self) -> Option<u16> {
         match self {
-            BioBuf::One { fixed, .. } | BioBuf::Bounce { fixed, .. } => *fixed,
+            BioBuf::One { fixed, .. } => *fixed,
             _ => None,
         }
     }
@@ -69,7 +67,7 @@ impl BioBuf {
     pub fn nr_segs(&self) -> usize {
         match self {
             BioBuf::None => 0,
-            BioBuf::One { .. } | BioBuf::Bounce { .. } => 1,
+            BioBuf::One { .. } => 1,
             BioBuf::Many(v) => v.len(),
         }
     }
@@ -79,7 +77,6 @@ impl BioBuf {
     pub(crate) fn first_iovec(&self) -> libc::iovec {
         let (addr, len) = match self {
             BioBuf::One { seg, .. } => (seg.addr, seg.len),
-            BioBuf::Bounce { buf, .. } => (buf.as_ptr() as usize, buf.len()),
             _ => (0, 0),
         };
         libc::iovec {
@@ -91,18 +88,10 @@ impl BioBuf {
     /// Appends `(address, len)` of the byte range `[from, from + len)` of
     /// this buffer list, as iovecs, to `out`.
     pub(crate) fn push_iovecs(&self, from: u64, len: u64, out: &mut Vec<libc::iovec>) {
-        let bounce;
         let segs: &[Seg] = match self {
             BioBuf::None => &[],
             BioBuf::One { seg, .. } => std::slice::from_ref(seg),
             BioBuf::Many(v) => v,
-            BioBuf::Bounce { buf, .. } => {
-                bounce = Seg {
-                    addr: buf.as_ptr() as usize,
-                    len: buf.len(),
-                };
-                std::slice::from_ref(&bounce)
-            }
         };
         let (mut skip, mut left) = (from, len);
         for s in segs {
@@ -273,11 +262,12 @@ fn transferred_prefix(parts: &mut [(u64, u64, u64)]) -> u64 {
     total
 }
 
-/// Drops `buf`, skipping the drop call when it holds nothing (the common
-/// case on the hot path: no-data ops and freshly reset bios).
+/// Drops `buf`, skipping the drop call when it owns nothing (the common
+/// case on the hot path: no-data ops, freshly reset bios, and one caller
+/// buffer, which the bio only names by address).
 #[inline]
 pub(crate) fn forget_if_none(buf: BioBuf) {
-    if matches!(buf, BioBuf::None) {
+    if matches!(buf, BioBuf::None | BioBuf::One { .. }) {
         std::mem::forget(buf);
     } else {
         drop(buf);
@@ -396,7 +386,7 @@ impl BioTable {
         };
         bio.state = BioState::Free;
         if !matches!(bio.buf, BioBuf::None) {
-            bio.buf = BioBuf::None;
+            forget_if_none(std::mem::take(&mut bio.buf));
         }
         bio.parts.clear();
         bio.error = None;
@@ -418,6 +408,7 @@ impl BioTable {
     }
 
     /// Takes the result of a completed bio and frees its slot.
+    #[inline]
     pub fn take_result(&mut self, id: BioId) -> Option<BioResult> {
         let bio = self.get_mut(id)?;
         if bio.state != BioState::Done {

@@ -200,12 +200,12 @@ fn fill<B: IoBufMut>(b: &mut B, src: &[u8]) {
 }
 
 /// Total bytes of a bio's segments.
+#[inline]
 fn total_len(buf: &BioBuf) -> u64 {
     match buf {
         BioBuf::None => 0,
         BioBuf::One { seg, .. } => seg.len as u64,
         BioBuf::Many(v) => v.iter().map(|s| s.len as u64).sum(),
-        BioBuf::Bounce { buf, .. } => buf.len() as u64,
     }
 }
 
@@ -232,7 +232,7 @@ fn needs_bounce((mem, block): (usize, usize), buf: &BioBuf) -> bool {
         BioBuf::Many(v) => v
             .iter()
             .any(|s| misaligned(s.addr, mem) || misaligned(s.len, block)),
-        BioBuf::None | BioBuf::Bounce { .. } => false,
+        BioBuf::None => false,
     }
 }
 
@@ -244,8 +244,8 @@ pub(crate) trait Direction<S: BufSet> {
     fn segs(bufs: &mut S) -> BioBuf;
     /// Fills a bounce buffer before the IO (writes: with the data).
     fn fill_bounce(bufs: &S, bounce: &mut DmaBuf);
-    /// After a successful IO of `n` bytes on `buf` (the bio's memory).
-    fn finish(bufs: &mut S, buf: &BioBuf, n: usize);
+    /// After a successful IO of `n` bytes (through `bounce`, if any).
+    fn finish(bufs: &mut S, bounce: Option<&DmaBuf>, n: usize);
 }
 
 /// Reads into the caller's buffers.
@@ -261,10 +261,10 @@ impl<S: BufSetMut> Direction<S> for Read {
     }
     fn fill_bounce(_: &S, _: &mut DmaBuf) {}
     #[inline]
-    fn finish(bufs: &mut S, buf: &BioBuf, n: usize) {
-        match buf {
-            BioBuf::Bounce { buf, .. } => bufs.scatter(&buf.as_slice()[..n]),
-            _ => bufs.set_read(n),
+    fn finish(bufs: &mut S, bounce: Option<&DmaBuf>, n: usize) {
+        match bounce {
+            Some(b) => bufs.scatter(&b.as_slice()[..n]),
+            None => bufs.set_read(n),
         }
     }
 }
@@ -279,21 +279,20 @@ impl<S: BufSet> Direction<S> for Write {
         bufs.gather(bounce.as_mut_slice());
     }
     #[inline]
-    fn finish(_: &mut S, _: &BioBuf, _: usize) {}
+    fn finish(_: &mut S, _: Option<&DmaBuf>, _: usize) {}
 }
 
 /// The future of a read or write on caller-owned buffers; resolves to the
-/// bytes moved and the buffers. Small (the buffers, the offset and the
-/// issued bio's id): the segments and any bounce buffer are worked out at
-/// the first poll, on the core that issues the IO, and live in the bio.
+/// bytes moved and the buffers. The segments and any bounce buffer are
+/// worked out at the first poll, on the core that issues the IO; the bio
+/// holds only their addresses.
 pub(crate) struct BufIo<'a, S: BufSet, D> {
     shared: &'a Arc<DeviceShared>,
     offset_bytes: u64,
     flags: IoFlags,
-    /// The memory in flight is a bounce buffer the bio owns (the caller's
-    /// buffers need not outlive a drop).
-    bounced: bool,
     issued: Option<Issued>,
+    /// The aligned copy the IO uses instead of the caller's memory.
+    bounce: Option<DmaBuf>,
     /// `None` once the result was handed out.
     bufs: Option<S>,
     dir: PhantomData<fn() -> D>,
@@ -310,8 +309,8 @@ impl<'a, S: BufSet, D: Direction<S>> BufIo<'a, S, D> {
             shared: dev.shared(),
             offset_bytes,
             flags,
-            bounced: false,
             issued: None,
+            bounce: None,
             bufs: Some(bufs),
             dir: PhantomData,
         }
@@ -331,14 +330,12 @@ impl<'a, S: BufSet, D: Direction<S>> BufIo<'a, S, D> {
             {
                 let mut bounce = self.shared.alloc_buf(len_bytes as usize);
                 D::fill_bounce(bufs, &mut bounce);
-                forget_if_none(std::mem::replace(
-                    &mut buf,
-                    BioBuf::Bounce {
-                        fixed: bounce.fixed_index(),
-                        buf: bounce,
-                    },
-                ));
-                self.bounced = true;
+                let one = BioBuf::One {
+                    seg: seg(bounce.as_mut_ptr(), bounce.len()),
+                    fixed: bounce.fixed_index(),
+                };
+                drop(std::mem::replace(&mut buf, one));
+                self.bounce = Some(bounce);
             }
             _ => {
                 if let BioBuf::One { fixed, .. } = &mut buf {
@@ -352,7 +349,7 @@ impl<'a, S: BufSet, D: Direction<S>> BufIo<'a, S, D> {
             offset_bytes: self.offset_bytes,
             len_bytes,
             buf,
-            bounced: self.bounced,
+            bounced: self.bounce.is_some(),
         };
         match issue(self.shared, init, cx) {
             Ok(issued) => {
@@ -364,16 +361,18 @@ impl<'a, S: BufSet, D: Direction<S>> BufIo<'a, S, D> {
     }
 
     /// Hands the buffers back with the result.
+    #[inline]
     fn finish(&mut self, r: BioResult) -> (Result<usize, Error>, S::Out) {
         self.issued = None;
         let Some(mut bufs) = self.bufs.take() else {
             panic!("a plugio IO future was polled after it completed")
         };
+        forget_if_none(r.buf);
         let result = r.result.map(|n| n as usize);
         if let Ok(n) = result {
-            D::finish(&mut bufs, &r.buf, n);
+            D::finish(&mut bufs, self.bounce.as_ref(), n);
         }
-        forget_if_none(r.buf);
+        self.bounce = None;
         (result, bufs.into_out())
     }
 }
@@ -387,6 +386,8 @@ impl<S: BufSet, D: Direction<S>> Future for BufIo<'_, S, D> {
             None => this.start(cx),
             Some(issued) => {
                 let r = ready!(issued.poll(cx));
+                #[cfg(feature = "trace-io")]
+                crate::device::trace_done(this.shared, issued, &r.result);
                 Poll::Ready(this.finish(r))
             }
         }
@@ -398,11 +399,11 @@ impl<S: BufSet, D> Drop for BufIo<'_, S, D> {
         let Some(issued) = self.issued.take() else {
             return;
         };
-        // The kernel may still use the caller's buffers (a bounce buffer
-        // belongs to the bio already).
-        let keep = match self.bufs.take() {
-            Some(b) if !self.bounced => Some(Box::new(b) as Keep),
-            _ => None,
+        // The kernel may still use the memory: the bounce buffer when
+        // there is one, else the caller's buffers.
+        let keep: Option<Keep> = match self.bounce.take() {
+            Some(b) => Some(Box::new(b)),
+            None => self.bufs.take().map(|b| Box::new(b) as Keep),
         };
         issued.release(self.shared, keep);
     }

@@ -157,6 +157,28 @@ impl Device {
         })
     }
 
+    /// The device's `tracing` span, `plugio_device` with the fields `dev`
+    /// (a process-unique id), `path` and `backend`. The engine's events
+    /// about the device (and, with the crate feature `trace-io`, one
+    /// `trace` event per IO issued and completed, target `plugio::io`)
+    /// have it as their parent; enter it, or name it as `parent:`, to put
+    /// your own events in it.
+    ///
+    /// ```
+    /// use plugio_device::backend::mem::{MemConfig, MemDevice};
+    /// use plugio_engine::{Device, DeviceOptions};
+    /// use std::sync::Arc;
+    ///
+    /// let mem = MemDevice::new(MemConfig::default());
+    /// let dev = Device::with_backend(Arc::new(mem), None, DeviceOptions::default())?;
+    /// let _in_device = dev.span().enter();
+    /// tracing::info!("checkpoint started"); // reported inside plugio_device{dev=..}
+    /// # Ok::<_, Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn span(&self) -> &tracing::Span {
+        &self.shared.span
+    }
+
     /// The path the device was opened from (`None` for a backend passed to
     /// [`Device::with_backend`] without one).
     pub fn path(&self) -> Option<&Path> {
@@ -533,6 +555,7 @@ impl Device {
     }
 
     /// Checks an IO against the device before it gets a bio.
+    #[inline]
     fn check(shared: &DeviceShared, init: &BioInit) -> Result<(), Error> {
         check_len(init.len_bytes, init.op.has_data())?;
         if init.op.has_range() {
@@ -647,12 +670,29 @@ pub(crate) struct BioInit {
 pub(crate) struct Issued {
     uid: u64,
     id: BioId,
+    /// When it was issued, if a subscriber wanted its `plugio::io` events
+    /// then (feature `trace-io`).
+    #[cfg(feature = "trace-io")]
+    at: Option<std::time::Instant>,
+}
+
+/// [`issue_inline`] as one function, for the generic owned-buffer futures
+/// (one copy of the path for all their buffer types).
+#[inline(never)]
+pub(crate) fn issue(
+    shared: &Arc<DeviceShared>,
+    init: BioInit,
+    cx: &Context<'_>,
+) -> Result<Issued, BioResult> {
+    issue_inline(shared, init, cx)
 }
 
 /// Checks `init` and plugs it as a bio on the calling core; the bio's
 /// waker is `cx`'s. The bio's result (an error, with the memory handed
-/// back) when it is refused or there is no core here.
-pub(crate) fn issue(
+/// back) when it is refused or there is no core here. Inlined into the
+/// no-data future's poll (the NOP and flush path).
+#[inline(always)]
+fn issue_inline(
     shared: &Arc<DeviceShared>,
     init: BioInit,
     cx: &Context<'_>,
@@ -695,7 +735,12 @@ pub(crate) fn issue(
         (id, hit)
     };
     core.plug_bio(dev, id, &info, hit);
-    Ok(Issued { uid: core.uid, id })
+    Ok(Issued {
+        uid: core.uid,
+        id,
+        #[cfg(feature = "trace-io")]
+        at: trace_issued(shared, &info, id),
+    })
 }
 
 impl Issued {
@@ -704,8 +749,9 @@ impl Issued {
     ///
     /// # Panics
     /// When polled on another core than the one that issued it.
+    #[inline]
     pub(crate) fn poll(self, cx: &Context<'_>) -> Poll<BioResult> {
-        let Issued { uid, id } = self;
+        let Issued { uid, id, .. } = self;
         let ready = EngineCore::with_uid(uid, |ec| ec.bios.borrow_mut().take_result(id))
             .expect("a plugio IO future was moved to another core after its first poll");
         if let Some(r) = ready {
@@ -737,7 +783,7 @@ impl Issued {
     /// use, until it completes (on another thread than the bio's core,
     /// through the device's remote orphan list).
     pub(crate) fn release(self, shared: &DeviceShared, keep: Option<Keep>) {
-        let Issued { uid, id } = self;
+        let Issued { uid, id, .. } = self;
         let Some(ec) = EngineCore::by_uid(uid) else {
             // Not on the core's thread (or that thread is gone, and its bio
             // table with it, after the driver drained the ring): the core
@@ -775,6 +821,51 @@ pub(crate) struct BioFuture<'a> {
     state: State,
 }
 
+/// The per-IO events (feature `trace-io`): `trace` level, target
+/// `plugio::io`, in the device's span. Only the IO futures call them, at
+/// issue and when they return `Ready`: nothing is added to the engine's
+/// dispatch or completion loops. The issue event gives the time to
+/// measure the latency from, when a subscriber wants the events.
+#[cfg(feature = "trace-io")]
+fn trace_issued(shared: &DeviceShared, info: &BioInfo, id: BioId) -> Option<std::time::Instant> {
+    if !tracing::enabled!(target: "plugio::io", tracing::Level::TRACE) {
+        return None;
+    }
+    tracing::trace!(
+        target: "plugio::io",
+        parent: &shared.span,
+        op = ?info.op,
+        offset_bytes = info.offset_bytes,
+        len_bytes = info.len_bytes,
+        bio = ?id,
+        "io issued"
+    );
+    Some(std::time::Instant::now())
+}
+
+/// The completion event of an IO issued at `at` (see [`trace_issued`]).
+#[cfg(feature = "trace-io")]
+pub(crate) fn trace_done(shared: &DeviceShared, issued: Issued, result: &Result<u64, Error>) {
+    let Some(at) = issued.at else { return };
+    let latency_ns = u64::try_from(at.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    match result {
+        Ok(bytes) => tracing::trace!(
+            target: "plugio::io",
+            parent: &shared.span,
+            bytes,
+            latency_ns,
+            "io completed"
+        ),
+        Err(error) => tracing::trace!(
+            target: "plugio::io",
+            parent: &shared.span,
+            %error,
+            latency_ns,
+            "io failed"
+        ),
+    }
+}
+
 impl Future for BioFuture<'_> {
     type Output = BioResult;
 
@@ -783,7 +874,7 @@ impl Future for BioFuture<'_> {
         let issued = match &mut this.state {
             State::Init(init) => {
                 let init = init.take().expect("an Init state always holds its bio");
-                match issue(this.shared, init, cx) {
+                match issue_inline(this.shared, init, cx) {
                     Ok(issued) => {
                         this.state = State::Issued(issued);
                         return Poll::Pending;
@@ -799,6 +890,8 @@ impl Future for BioFuture<'_> {
         };
         let r = std::task::ready!(issued.poll(cx));
         this.state = State::Done;
+        #[cfg(feature = "trace-io")]
+        trace_done(this.shared, issued, &r.result);
         Poll::Ready(r)
     }
 }

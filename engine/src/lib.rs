@@ -42,6 +42,7 @@ mod buf_io;
 pub mod clock;
 mod complete;
 mod core;
+pub mod cursor;
 pub mod device;
 mod dispatch;
 mod file_ops;
@@ -63,6 +64,7 @@ pub mod tag;
 mod zeroes;
 
 pub use buf::{IoBuf, IoBufMut};
+pub use cursor::DeviceCursor;
 pub use device::{Device, PlugGuard, MAX_IO_BYTES};
 pub use file_ops::{fs, FallocateMode, OpenOptions};
 pub use options::{DeviceOptions, TagSharing};

@@ -51,6 +51,11 @@ pub(crate) struct DeviceShared {
     /// as is; `None` when any memory goes (buffered IO) or bouncing is off
     /// (`DeviceOptions::bounce_unaligned`: the check then refuses it).
     pub bounce_align: Option<(usize, usize)>,
+    /// The device's `tracing` span (`plugio_device`, with `dev`, `path`,
+    /// `backend`): the parent of the engine's events about this device.
+    /// Disabled (a few words, nothing recorded) when no subscriber is
+    /// interested at `info` when the device opens.
+    pub span: tracing::Span,
 }
 
 impl DeviceShared {
@@ -95,9 +100,24 @@ impl DeviceShared {
             .unwrap_or(max_request_bytes)
             .min(max_request_bytes);
         let bounce_align = bounce_align(&geometry, &opts);
+        // Relaxed: a unique counter; no other memory depends on it.
+        let id = NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed);
+        let span = tracing::info_span!(
+            "plugio_device",
+            dev = id,
+            path = ?path,
+            backend = ?backend.kind()
+        );
+        tracing::debug!(
+            parent: &span,
+            queue_depth = opts.queue_depth,
+            max_request_bytes,
+            logical_block_bytes = geometry.logical_block_bytes,
+            "device opened"
+        );
         Ok(Self {
-            // Relaxed: a unique counter; no other memory depends on it.
-            id: NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed),
+            id,
+            span,
             path,
             backend,
             geometry,

@@ -52,10 +52,30 @@ use std::time::Duration;
 use crate::task::JoinHandle;
 
 /// Default bound of a runtime's blocking pool (threads), as tokio's.
+///
+/// ```
+/// use plugio_executor::blocking::{BlockingPool, DEFAULT_MAX_BLOCKING_THREADS};
+///
+/// let max = plugio_executor::LocalExecutor::new()
+///     .run(async { BlockingPool::current().unwrap().max_threads() });
+/// assert_eq!(max, DEFAULT_MAX_BLOCKING_THREADS);
+/// ```
 pub const DEFAULT_MAX_BLOCKING_THREADS: usize = 512;
 /// Default size of a runtime's sync IO pool (threads).
+///
+/// ```
+/// use plugio_executor::blocking::{BlockingPool, DEFAULT_SYNC_IO_THREADS};
+///
+/// let max = plugio_executor::LocalExecutor::new()
+///     .run(async { BlockingPool::current_sync_io().unwrap().max_threads() });
+/// assert_eq!(max, DEFAULT_SYNC_IO_THREADS);
+/// ```
 pub const DEFAULT_SYNC_IO_THREADS: usize = 4;
 /// Default time an idle pool thread waits for a job before it exits.
+///
+/// ```
+/// assert_eq!(plugio_executor::blocking::DEFAULT_BLOCKING_KEEP_ALIVE.as_secs(), 10);
+/// ```
 pub const DEFAULT_BLOCKING_KEEP_ALIVE: Duration = Duration::from_secs(10);
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
@@ -178,6 +198,21 @@ impl BlockingPool {
     /// (the job waits in the FIFO queue). Never blocks the caller. A panic
     /// in `job` is caught and logged; the thread keeps serving.
     ///
+    /// ```
+    /// use plugio_executor::blocking::BlockingPool;
+    /// use std::sync::mpsc;
+    ///
+    /// let pool = BlockingPool::new("doc-execute", 1);
+    /// let (tx, rx) = mpsc::channel();
+    /// for i in 0..3 {
+    ///     let tx = tx.clone();
+    ///     pool.execute(move || tx.send(i).unwrap())?; // one thread, run in turn
+    /// }
+    /// let got: Vec<i32> = (0..3).map(|_| rx.recv().unwrap()).collect();
+    /// assert_eq!(got, [0, 1, 2]);
+    /// # Ok::<_, std::io::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// `Other` when the pool was shut down (the job is dropped), or when the
     /// pool has no thread and the OS refused to start one (the job is
@@ -235,17 +270,52 @@ impl BlockingPool {
         }
     }
 
-    /// The pool's bound on threads.
+    /// The pool's bound on threads (at least 1).
+    ///
+    /// ```
+    /// use plugio_executor::blocking::BlockingPool;
+    ///
+    /// assert_eq!(BlockingPool::new("doc-max", 0).max_threads(), 1);
+    /// ```
     pub fn max_threads(&self) -> usize {
         self.inner.max_threads
     }
 
     /// Threads alive now (busy or idle).
+    ///
+    /// ```
+    /// use plugio_executor::blocking::BlockingPool;
+    /// use std::sync::mpsc;
+    /// use std::time::Duration;
+    ///
+    /// let pool = BlockingPool::with_keep_alive("doc-threads", 2, Duration::from_secs(3600));
+    /// assert_eq!(pool.threads(), 0);
+    /// let (tx, rx) = mpsc::channel();
+    /// pool.execute(move || tx.send(()).unwrap())?;
+    /// rx.recv().unwrap();
+    /// assert_eq!(pool.threads(), 1, "idle, kept alive for the next job");
+    /// # Ok::<_, std::io::Error>(())
+    /// ```
     pub fn threads(&self) -> usize {
         self.lock().threads
     }
 
     /// Jobs waiting for a thread now.
+    ///
+    /// ```
+    /// use plugio_executor::blocking::BlockingPool;
+    /// use std::sync::mpsc;
+    ///
+    /// let pool = BlockingPool::new("doc-queued", 1);
+    /// let (release, wait) = mpsc::channel::<()>();
+    /// let (started_tx, started) = mpsc::channel();
+    /// pool.execute(move || { started_tx.send(()).unwrap(); wait.recv().unwrap() })?;
+    /// started.recv().unwrap(); // the one thread is busy
+    /// pool.execute(|| ())?;
+    /// assert_eq!(pool.queued(), 1, "the second job waits for the thread");
+    /// release.send(()).unwrap();
+    /// # Ok::<_, std::io::Error>(())
+    /// ```
     pub fn queued(&self) -> usize {
         self.lock().queue.len()
     }
@@ -255,6 +325,14 @@ impl BlockingPool {
     /// not joined: a blocking call may never return), and later
     /// [`BlockingPool::execute`] calls fail. A runtime does this to its
     /// pools after its cores stopped.
+    ///
+    /// ```
+    /// use plugio_executor::blocking::BlockingPool;
+    ///
+    /// let pool = BlockingPool::new("doc-shutdown", 1);
+    /// pool.shutdown();
+    /// assert!(pool.execute(|| ()).is_err());
+    /// ```
     pub fn shutdown(&self) {
         let queued = {
             let mut state = self.lock();

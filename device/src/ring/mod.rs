@@ -300,6 +300,8 @@ pub struct Ring {
     /// after the CQ pass (kept for its capacity).
     eagain: RefCell<Vec<u32>>,
     stats: RefCell<RingStats>,
+    /// [`RingStats::fixed_buf_sqes`], counted per SQE (a plain cell).
+    fixed_buf_sqes: Cell<u64>,
     /// The passthrough rings (interrupt-driven, polled), built on first use.
     cmd_rings: RefCell<[Option<Rc<CmdRing>>; 2]>,
     cmd_wake_buf: Box<Cell<u64>>,
@@ -369,6 +371,7 @@ impl Ring {
             reaped: RefCell::new(Reaped::default()),
             eagain: RefCell::new(Vec::new()),
             stats: RefCell::new(RingStats::default()),
+            fixed_buf_sqes: Cell::new(0),
             cmd_rings: RefCell::new([None, None]),
             cmd_wake_buf: Box::new(Cell::new(0)),
             cmd_wake_armed: Cell::new(false),
@@ -397,13 +400,16 @@ impl Ring {
 
     /// The push-back counters.
     pub fn stats(&self) -> RingStats {
-        *self.stats.borrow()
+        RingStats {
+            fixed_buf_sqes: self.fixed_buf_sqes.get(),
+            ..*self.stats.borrow()
+        }
     }
 
     /// Counts one SQE with a registered-buffer opcode.
-    #[cold]
+    #[inline]
     pub(crate) fn count_fixed_buf_sqe(&self) {
-        self.stats.borrow_mut().fixed_buf_sqes += 1;
+        self.fixed_buf_sqes.set(self.fixed_buf_sqes.get() + 1);
     }
 
     /// Ops pushed and not yet completed (the armed wake read excluded),

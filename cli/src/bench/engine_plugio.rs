@@ -1,0 +1,408 @@
+//! The plugio engines: `iodepth` tasks per core, each looping
+//! `read_into`/`write_at` on one preallocated buffer (`--engine plugio`) or
+//! `Device::nop()` (`--engine nop`), so what is measured is the runtime's
+//! path: executor, plug, tags, dispatch, io_uring, completion.
+//!
+//! Invariants: every task reuses its buffer for its whole life (no
+//! allocation per IO); a core's counters are written only by that core's
+//! thread (tasks and its [`StatsDriver`]); the device is opened before the
+//! tasks start and closed after every task has ended.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use plugio_device::{DeviceDriver, DmaBuf, RingConfig};
+use plugio_engine::{Device, DeviceOptions};
+use plugio_executor::{Driver, JoinHandle, Placement, ShutdownMode, Unpark};
+use rand::RngCore;
+
+use super::error::BenchError;
+use super::options::{Ablation, IdleWait, Job};
+use super::stats::{self, Counters, Dir, IoBudget, IoPattern, Latencies, Sampler};
+use super::target::Target;
+use super::EngineOutput;
+
+const NAME: &str = "plugio";
+
+/// Alignment of the buffers the bench allocates itself (`--fixedbufs 0`).
+const PAGE_BYTES: usize = 4096;
+
+/// A core's [`DeviceDriver`] that copies the ring's call counters into the
+/// core's [`WorkerCounters`](super::stats::WorkerCounters) after each park,
+/// so the reporter can print IOS/call.
+///
+/// With `--idle-wait futex` a blocking park with nothing in flight on the
+/// ring waits in a futex (`std::thread::park_timeout`) instead of in
+/// `io_uring_enter`, and its unparker wakes both. Why: valgrind runs one
+/// thread at a time under a lock that it drops only around syscalls it
+/// knows may block; its 3.19 wrapper of `io_uring_enter` is not marked so,
+/// so a core idling in `io_uring_enter(min_complete = 1)` keeps the lock
+/// and the thread that would wake it (spawning the job's tasks, or asking
+/// for shutdown) never runs. A futex wait releases the lock. (`--idle-wait
+/// auto`, the default, resolves to futex under valgrind.)
+struct StatsDriver {
+    inner: DeviceDriver,
+    counters: Arc<Counters>,
+    core: usize,
+    /// `Some` with `--idle-wait futex`: the unparker that also wakes the
+    /// futex wait.
+    futex_unpark: Option<Arc<FutexUnpark>>,
+}
+
+/// The longest a futex idle wait lasts before it polls the ring anyway (a
+/// safety net for a wake source that does not go through the unparker).
+const FUTEX_IDLE_MAX: Duration = Duration::from_millis(100);
+
+/// Wakes a core parked by [`StatsDriver`] in either wait.
+struct FutexUnpark {
+    ring: Arc<dyn Unpark>,
+    thread: std::thread::Thread,
+}
+
+impl Unpark for FutexUnpark {
+    fn unpark(&self) {
+        // The ring first: its eventfd read is reaped by the poll that
+        // follows the futex wait, or ends a wait in the ring.
+        self.ring.unpark();
+        self.thread.unpark();
+    }
+}
+
+impl StatsDriver {
+    /// Wraps `inner`, made on the core's thread (`idle` decides how an idle
+    /// park waits).
+    fn new(inner: DeviceDriver, counters: Arc<Counters>, core: usize, idle: IdleWait) -> Self {
+        let futex_unpark = (idle == IdleWait::Futex).then(|| {
+            Arc::new(FutexUnpark {
+                ring: inner.unparker(),
+                thread: std::thread::current(),
+            })
+        });
+        StatsDriver {
+            inner,
+            counters,
+            core,
+            futex_unpark,
+        }
+    }
+
+    fn park_inner(&self, timeout: Option<Duration>) -> std::io::Result<()> {
+        let idle_in_futex = self.futex_unpark.is_some()
+            && timeout != Some(Duration::ZERO)
+            && self.inner.in_flight() == 0;
+        if !idle_in_futex {
+            return self.inner.park(timeout);
+        }
+        // Nothing in flight: only the unparker or the timeout can end this
+        // wait. The token semantics of `park_timeout` keep an unpark that
+        // came before this point.
+        std::thread::park_timeout(timeout.map_or(FUTEX_IDLE_MAX, |t| t.min(FUTEX_IDLE_MAX)));
+        self.inner.park(Some(Duration::ZERO))
+    }
+}
+
+impl Driver for StatsDriver {
+    fn park(&self, timeout: Option<Duration>) -> std::io::Result<()> {
+        let r = self.park_inner(timeout);
+        if let Some(s) = self.inner.ring_stats() {
+            let w = self.counters.worker(self.core);
+            // The ring does not count SQEs: the reporter takes the engine's
+            // request count (one SQE per request) from its iostats.
+            w.set_calls(s.enters, 0, s.cqes);
+        }
+        r
+    }
+
+    fn unparker(&self) -> Arc<dyn Unpark> {
+        match &self.futex_unpark {
+            Some(u) => u.clone(),
+            None => self.inner.unparker(),
+        }
+    }
+}
+
+/// The device options `job` asks for, with its ablations applied; notes
+/// name what could not be applied.
+pub fn device_options(job: &Job, notes: &mut Vec<String>) -> DeviceOptions {
+    let mut opts = DeviceOptions {
+        queue_depth: (u64::from(job.iodepth) * job.cores as u64).clamp(1, 65536) as u32,
+        direct: job.direct,
+        read_only: !job.rw.writes(),
+        ..DeviceOptions::default()
+    };
+    for a in &job.ablate {
+        match a {
+            Ablation::TagBatch => opts.tag_batch = false,
+            Ablation::TagBatchRetry => opts.tag_batch_retry = false,
+            Ablation::Plug => opts.plug_max_count = 1,
+            Ablation::Merge => opts.nomerges = 2,
+            Ablation::CachedClock => opts.cached_clock = false,
+            Ablation::Iostats => opts.iostats = false,
+            Ablation::BioCache => opts.bio_cache = false,
+            Ablation::BufCache => opts.buffer_cache = false,
+        }
+    }
+    if let Some(n) = job.nomerges {
+        if job.ablate.contains(&Ablation::Merge) && n != 2 {
+            notes.push(format!(
+                "--nomerges {n} overridden by --ablate merge (nomerges 2)"
+            ));
+        } else {
+            opts.nomerges = n;
+        }
+    }
+    opts
+}
+
+/// Most bytes of registered buffers a core asks for (the memlock limit of
+/// an unprivileged user is often 8 MiB).
+const ARENA_MAX_BYTES: usize = 4 << 20;
+
+/// With `--fixedbufs 1`, a registered arena of one `bs`-sized chunk per IO
+/// task of the core (as fio registers one buffer per `io_u`), capped at
+/// [`ARENA_MAX_BYTES`]; tasks beyond the cap use cached buffers.
+fn arena_config(job: &Job) -> Option<plugio_device::buf::ArenaConfig> {
+    if !job.fixed_bufs || job.nop {
+        return None;
+    }
+    let chunk_bytes = (job.bs_bytes as usize).next_multiple_of(4096).max(4096);
+    let nr_chunks = (job.iodepth as usize)
+        .min(ARENA_MAX_BYTES / chunk_bytes)
+        .max(1);
+    Some(plugio_device::buf::ArenaConfig {
+        chunk_bytes,
+        nr_chunks: nr_chunks as u32,
+    })
+}
+
+/// The ring each core gets.
+fn ring_config(job: &Job) -> RingConfig {
+    RingConfig {
+        sq_entries: job.iodepth.clamp(32, 4096).next_power_of_two(),
+        registered_files: if job.register_files { 64 } else { 0 },
+        ..RingConfig::default()
+    }
+}
+
+/// Runs the plugio (or plugio NOP) engine until `counters` says stop.
+///
+/// # Errors
+/// Runtime or device setup failed, or an IO failed.
+pub fn run(
+    job: &Job,
+    target: &Target,
+    counters: &Arc<Counters>,
+) -> Result<EngineOutput, BenchError> {
+    let mut notes = Vec::new();
+    let opts = device_options(job, &mut notes);
+    let ring = ring_config(job);
+    let arena = arena_config(job);
+    let driver_counters = counters.clone();
+    let idle_wait = job.idle_wait;
+    // Set by a core whose driver came up without io_uring (refused by the
+    // kernel, a seccomp filter or `io_uring_disabled`): the sync pool
+    // served its IO, and the report says so.
+    let fell_back = Arc::new(AtomicBool::new(false));
+    let core_fell_back = fell_back.clone();
+    let rt = plugio_executor::Builder::new()
+        .cores(job.cores)
+        .placement(Placement::Pinned)
+        .thread_name("plugio-bench")
+        .driver(move |core| {
+            if let Some(arena) = arena {
+                // Before the core's first buffer: the arena the driver
+                // registers holds one chunk per IO task.
+                plugio_device::buf::configure_arena(arena);
+            }
+            let inner = DeviceDriver::new(&ring)?;
+            if inner.ring_info().is_none() {
+                // Relaxed: read after the runtime's shutdown joined the
+                // core threads, which orders it.
+                core_fell_back.store(true, Ordering::Relaxed);
+            }
+            Ok(Box::new(StatsDriver::new(
+                inner,
+                driver_counters.clone(),
+                core,
+                idle_wait,
+            )) as Box<dyn Driver>)
+        })
+        .build()
+        .map_err(|e| BenchError::engine(NAME, format!("starting the runtime: {e}")))?;
+    let dev = Device::open(&target.path, opts)
+        .map_err(|e| BenchError::engine(NAME, format!("opening {}: {e}", target.path.display())))?;
+    let probe_dev = dev.clone();
+    counters.set_stats_probe(Box::new(move || probe_dev.iostats()));
+    let handles: Vec<_> = (0..job.cores)
+        .map(|core| {
+            let cj = CoreJob {
+                dev: dev.clone(),
+                job: job.clone(),
+                size_bytes: target.size_bytes,
+                counters: counters.clone(),
+                core,
+            };
+            rt.spawn_on(core, cj.run())
+        })
+        .collect();
+    counters.mark_started();
+    let mut latency = Latencies::default();
+    let mut first_err = None;
+    for h in handles {
+        match futures::executor::block_on(h) {
+            Ok(Ok(hist)) => latency.merge(&hist),
+            Ok(Err(e)) => {
+                first_err.get_or_insert(e);
+            }
+            Err(e) => {
+                first_err.get_or_insert(format!("core task ended: {e}"));
+            }
+        }
+    }
+    let iostats = dev.iostats();
+    // The probe holds a device handle: drop it with ours before shutdown.
+    counters.set_stats_probe(Box::new(move || iostats));
+    drop(dev);
+    if let Err(e) = rt.shutdown(ShutdownMode::Wait) {
+        first_err.get_or_insert(format!("runtime shutdown: {e}"));
+    }
+    if let Some(e) = first_err {
+        return Err(BenchError::engine(NAME, e));
+    }
+    // Relaxed: see the store; the shutdown above joined the cores.
+    if fell_back.load(Ordering::Relaxed) {
+        notes.push(plugio_cli::FALLBACK_NOTE.to_owned());
+    }
+    Ok(EngineOutput {
+        latency,
+        notes,
+        iostats: Some(iostats),
+    })
+}
+
+/// What one core runs: spawns the IO tasks, waits for them, returns the
+/// core's latency histogram.
+struct CoreJob {
+    dev: Device,
+    job: Job,
+    size_bytes: u64,
+    counters: Arc<Counters>,
+    core: usize,
+}
+
+impl CoreJob {
+    async fn run(self) -> Result<Latencies, String> {
+        let cursor = Arc::new(AtomicU64::new(IoPattern::start_block(
+            &self.job,
+            self.size_bytes,
+            self.core,
+        )));
+        // The core's tasks all run on this core's thread.
+        let budget = Arc::new(IoBudget::new(self.job.number_ios));
+        let handles: Vec<JoinHandle<Result<(), String>>> = (0..self.job.iodepth)
+            .map(|i| {
+                let seed = (self.core as u64) << 32 | u64::from(i);
+                let task = IoTask {
+                    dev: self.dev.clone(),
+                    budget: budget.clone(),
+                    pattern: IoPattern::new(&self.job, self.size_bytes, seed, cursor.clone()),
+                    sampler: Sampler::new(self.job.clat_sample),
+                    counters: self.counters.clone(),
+                    core: self.core,
+                    nop: self.job.nop,
+                    fixed_bufs: self.job.fixed_bufs,
+                    buf_per_io: self.job.buf_per_io,
+                    bs_bytes: self.job.bs_bytes as usize,
+                };
+                plugio_executor::spawn_local(task.run())
+            })
+            .collect();
+        let mut first_err = None;
+        for h in handles {
+            match h.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    first_err.get_or_insert(e);
+                }
+                Err(e) => {
+                    first_err.get_or_insert(format!("IO task ended: {e}"));
+                }
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(stats::take_latency()),
+        }
+    }
+}
+
+/// One of the `iodepth` tasks of a core.
+struct IoTask {
+    dev: Device,
+    /// The core's `--number_ios` budget (taken on this core's thread only).
+    budget: Arc<IoBudget>,
+    pattern: IoPattern,
+    sampler: Sampler,
+    counters: Arc<Counters>,
+    core: usize,
+    nop: bool,
+    fixed_bufs: bool,
+    buf_per_io: bool,
+    bs_bytes: usize,
+}
+
+impl IoTask {
+    async fn run(mut self) -> Result<(), String> {
+        if self.nop {
+            return self.run_nop().await;
+        }
+        let mut buf = if self.fixed_bufs {
+            self.dev.alloc_buf(self.bs_bytes)
+        } else {
+            // Page-aligned even where the device allows less: Linux 6.18's
+            // zram advertises dma_alignment 511 but an O_DIRECT read into a
+            // buffer that is not page-aligned writes the whole pages it
+            // touches, outside the buffer (heap corruption).
+            let align = self.dev.geometry().mem_align_bytes() as usize;
+            DmaBuf::heap(self.bs_bytes, align.max(PAGE_BYTES))
+        };
+        rand::thread_rng().fill_bytes(buf.as_mut_slice());
+        let worker = self.counters.worker(self.core);
+        while !self.counters.stopped() && self.budget.take_local() {
+            let (dir, offset) = self.pattern.next_io();
+            let t0 = self.sampler.start();
+            if self.buf_per_io {
+                // A fresh buffer per IO, as `Device::read_at` takes one:
+                // from the core's buffer cache unless it is ablated.
+                buf = self.dev.alloc_buf(self.bs_bytes);
+            }
+            buf.set_len(self.bs_bytes);
+            let (res, b) = match dir {
+                Dir::Read => self.dev.read_at(buf, offset).await,
+                Dir::Write => self.dev.write_at(buf, offset).await,
+            };
+            buf = b;
+            let n =
+                res.map_err(|e| format!("{dir:?} of {} bytes at {offset}: {e}", self.bs_bytes))?;
+            worker.add_io(dir, n as u64);
+            if let Some(t0) = t0 {
+                stats::record_latency(dir, t0.elapsed());
+            }
+        }
+        Ok(())
+    }
+
+    async fn run_nop(mut self) -> Result<(), String> {
+        let worker = self.counters.worker(self.core);
+        while !self.counters.stopped() && self.budget.take_local() {
+            let t0 = self.sampler.start();
+            self.dev.nop().await.map_err(|e| format!("nop: {e}"))?;
+            worker.add_io(Dir::Read, 0);
+            if let Some(t0) = t0 {
+                stats::record_latency(Dir::Read, t0.elapsed());
+            }
+        }
+        Ok(())
+    }
+}

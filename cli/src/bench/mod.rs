@@ -1,0 +1,251 @@
+//! `plugio bench`: runs one IO job on one engine (plugio or a baseline)
+//! and reports IOPS, bandwidth, ring-call and plug figures each second,
+//! then a summary with latency percentiles (text or JSON).
+//!
+//! Files: [`options`] (command line, [`Job`]), [`error`] ([`BenchError`],
+//! exit codes), [`target`] (file or device, temporary file), [`stats`]
+//! (counters, IO pattern, latency), [`report`] (lines, summary, JSON),
+//! one file per engine, and [`compare`] (the peer-comparison report and
+//! plots that `benches/compare.sh` drives).
+//!
+//! Invariants:
+//! - Bad input is refused before any IO with a [`BenchError`] of exit code
+//!   2; nothing panics on user input.
+//! - The engine runs on its own threads; this thread only prints and
+//!   decides when to stop, so the figures cost the engine two relaxed
+//!   stores per IO.
+//! - `bytes == ios * bs` for data engines (the target is a multiple of
+//!   `bs` and every IO is full); NOP engines move no bytes.
+//! - The temporary file is removed when the run ends, failed or not,
+//!   interrupted (SIGINT, SIGTERM) or cut off by a closed standard output;
+//!   these stop the IO and end the command by the signal (see
+//!   `crate::signals`), after the summary so far is printed for SIGINT and
+//!   SIGTERM.
+//! - The summary's rates are its IO and byte counts over its elapsed time,
+//!   all three as printed (`iops == ios / runtime_s`).
+
+pub mod alloc_count;
+pub mod compare;
+pub mod engine_compio;
+pub mod engine_glommio;
+pub mod engine_monoio;
+pub mod engine_plugio;
+pub mod engine_psync;
+pub mod engine_raw;
+pub mod engine_tokio;
+pub mod engine_tokio_uring;
+pub mod error;
+pub mod limits;
+pub mod options;
+pub mod peers;
+mod plots;
+pub mod report;
+pub mod stats;
+pub mod target;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub use error::BenchError;
+pub use options::{BenchArgs, EngineKind, Job};
+pub use report::BenchResult;
+
+use stats::Counters;
+use target::Target;
+
+/// What an engine hands back when its workers have stopped.
+#[derive(Debug)]
+pub struct EngineOutput {
+    /// Sampled IO latencies in ns by direction, all workers merged.
+    pub latency: stats::Latencies,
+    /// Things the run could not do as asked (printed and put in the JSON).
+    pub notes: Vec<String>,
+    /// Final iostats (plugio engines).
+    pub iostats: Option<plugio_engine::IoStats>,
+}
+
+/// Runs the job the command line describes and prints its report.
+///
+/// # Errors
+/// See [`BenchError`]; its exit code says whether the input was bad (2)
+/// or the run failed (1).
+pub fn main(args: BenchArgs) -> Result<BenchResult, BenchError> {
+    let job = args.into_job()?;
+    for warning in limits::check(&job)? {
+        eprintln!("plugio: warning: {warning}");
+    }
+    crate::signals::catch_interrupts()
+        .map_err(|e| BenchError::io("catching SIGINT and SIGTERM", e))?;
+    let target = if job.engine == EngineKind::Raw && job.nop && job.filename.is_none() {
+        None
+    } else {
+        Some(target::prepare(&job)?)
+    };
+    let result = run(&job, target.as_ref())?;
+    if result.stopped_by == Some(StopReason::StdoutClosed) {
+        return Err(BenchError::StdoutClosed);
+    }
+    report::print_result(&job, &result)?;
+    if let Some(StopReason::Signal(sig)) = result.stopped_by {
+        return Err(BenchError::Interrupted(sig));
+    }
+    Ok(result)
+}
+
+/// Why a run stopped before its runtime or IO count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// SIGINT or SIGTERM.
+    Signal(nix::sys::signal::Signal),
+    /// A write to standard output failed: it was closed.
+    StdoutClosed,
+}
+
+/// Workers (counter slots) an engine uses.
+fn workers(job: &Job) -> usize {
+    match job.engine {
+        EngineKind::Psync => job.cores * job.iodepth as usize,
+        _ => job.cores,
+    }
+}
+
+/// Runs `job` on `target` (`None` only for `raw --nop` without a file),
+/// printing per-second lines unless quiet.
+///
+/// # Errors
+/// The engine's setup or IO failed.
+pub fn run(job: &Job, target: Option<&Target>) -> Result<BenchResult, BenchError> {
+    let counters = Counters::new(workers(job));
+    let cpu_before = stats::cpu_time();
+    let allocs_before = alloc_count::allocations();
+    let mut printer = report::Printer::new(job);
+    printer.header(job, target);
+    if printer.stdout_closed() {
+        return Err(BenchError::StdoutClosed);
+    }
+    let (output, timeline) = std::thread::scope(|s| {
+        let engine_counters = counters.clone();
+        let engine = std::thread::Builder::new()
+            .name("plugio-bench-engine".into())
+            .spawn_scoped(s, move || {
+                let out = run_engine(job, target, &engine_counters);
+                // When the last IO had completed: the end of the summary's
+                // window.
+                let ended = Instant::now();
+                // Unblocks the clock below if the engine failed before
+                // starting.
+                engine_counters.mark_started();
+                engine_counters.request_stop();
+                (out, ended)
+            })
+            .map_err(|e| BenchError::io("starting the engine thread", e))?;
+        let mut timeline = clock(job, &counters, &mut printer, &engine);
+        let (output, ended) = engine
+            .join()
+            .map_err(|_| BenchError::engine("bench", "the engine thread panicked"))?;
+        let output = output?;
+        if let Some(start) = counters.started_at() {
+            timeline.elapsed = ended.saturating_duration_since(start);
+        }
+        Ok::<_, BenchError>((output, timeline))
+    })?;
+    let cpu = stats::cpu_time().saturating_sub(cpu_before);
+    let allocs = alloc_count::allocations() - allocs_before;
+    let stopped_by = timeline.stopped_by;
+    let mut result = report::BenchResult::new(job, target, &counters, output, timeline, cpu);
+    result.allocs_per_io = (result.ios > 0).then(|| allocs as f64 / result.ios as f64);
+    result.stopped_by = stopped_by;
+    Ok(result)
+}
+
+fn run_engine(
+    job: &Job,
+    target: Option<&Target>,
+    counters: &Arc<Counters>,
+) -> Result<EngineOutput, BenchError> {
+    match job.engine {
+        EngineKind::Plugio | EngineKind::Nop => engine_plugio::run(job, need(target)?, counters),
+        EngineKind::Raw => engine_raw::run(job, target, counters),
+        EngineKind::Glommio => engine_glommio::run(job, need(target)?, counters),
+        EngineKind::Tokio => engine_tokio::run(job, need(target)?, counters),
+        EngineKind::Monoio => engine_monoio::run(job, need(target)?, counters),
+        EngineKind::TokioUring => engine_tokio_uring::run(job, need(target)?, counters),
+        EngineKind::Compio => engine_compio::run(job, need(target)?, counters),
+        EngineKind::Psync => engine_psync::run(job, need(target)?, counters),
+    }
+}
+
+/// The target, for engines that need one.
+fn need(t: Option<&Target>) -> Result<&Target, BenchError> {
+    t.ok_or_else(|| BenchError::usage("this engine needs a target file: pass --filename"))
+}
+
+/// The run's timeline: when IO started and stopped, and the per-second
+/// samples.
+#[derive(Debug, Clone, Default)]
+pub struct Timeline {
+    /// From the start of IO until the engine stopped, its last IO
+    /// completed (the summary's window).
+    pub elapsed: Duration,
+    /// One entry per whole second: the counters' delta over it.
+    pub seconds: Vec<report::Second>,
+    /// Set when a signal or a closed standard output stopped the run.
+    pub stopped_by: Option<StopReason>,
+}
+
+/// Waits for the engine to start, prints a line each second, and stops the
+/// engine after the runtime (or returns early if the engine ended, a
+/// SIGINT or SIGTERM came, or standard output was closed).
+fn clock<T>(
+    job: &Job,
+    counters: &Arc<Counters>,
+    printer: &mut report::Printer,
+    engine: &std::thread::ScopedJoinHandle<'_, T>,
+) -> Timeline {
+    let mut timeline = Timeline::default();
+    let start = loop {
+        if let Some(t) = counters.started_at() {
+            break t;
+        }
+        if let Some(sig) = crate::signals::interrupted() {
+            // Setting up takes long with many jobs: stop it too.
+            timeline.stopped_by = Some(StopReason::Signal(sig));
+            counters.request_stop();
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let mut last = counters.total();
+    let mut last_stats = counters.iostats();
+    let mut next = start + Duration::from_secs(1);
+    let end = start + job.runtime;
+    while !engine.is_finished() && timeline.stopped_by.is_none() {
+        if let Some(sig) = crate::signals::interrupted() {
+            timeline.stopped_by = Some(StopReason::Signal(sig));
+            break;
+        }
+        if printer.stdout_closed() {
+            timeline.stopped_by = Some(StopReason::StdoutClosed);
+            break;
+        }
+        let now = Instant::now();
+        if now >= next && next <= end {
+            let snap = counters.total();
+            let stats = counters.iostats();
+            let second =
+                report::Second::new(&snap.since(&last), stats.as_ref(), last_stats.as_ref());
+            printer.second(timeline.seconds.len() + 1, &second);
+            timeline.seconds.push(second);
+            last = snap;
+            last_stats = stats;
+            next += Duration::from_secs(1);
+            continue;
+        }
+        if now >= end {
+            break;
+        }
+        std::thread::sleep((next.min(end) - now).min(Duration::from_millis(50)));
+    }
+    counters.request_stop();
+    timeline.elapsed = start.elapsed();
+    timeline
+}

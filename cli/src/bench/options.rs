@@ -1,0 +1,414 @@
+//! Command-line options of `plugio bench` (fio's names) and their
+//! validation into a [`Job`].
+//!
+//! Invariants: every check that depends only on the command line happens in
+//! [`BenchArgs::into_job`]; checks that need the target (size, block size,
+//! O_DIRECT) happen in [`super::target`]. Both return a typed
+//! [`BenchError`] with exit code 2, never a panic.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+use plugio_cli::replay::cli::parse_whole;
+
+use super::error::BenchError;
+
+/// The default size of the temporary file: 1 GiB.
+pub const DEFAULT_TEMP_SIZE_BYTES: u64 = 1 << 30;
+
+/// The largest queue depth accepted (the engine's tag limit).
+pub const MAX_IODEPTH: u32 = 65536;
+
+/// Which implementation issues the IO.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineKind {
+    /// plugio's full path: executor, plug, tags, dispatch, io_uring.
+    Plugio,
+    /// A plain io_uring loop (no executor), like fio's t/io_uring.
+    Raw,
+    /// plugio's full path issuing `Device::nop()` (IORING_OP_NOP).
+    Nop,
+    /// glommio 0.9 `DmaFile` (`BufferedFile` with `--direct 0`).
+    Glommio,
+    /// tokio: `spawn_blocking` positional reads/writes on its thread pool.
+    Tokio,
+    /// `pread`/`pwrite` on `iodepth` threads per job.
+    Psync,
+    /// monoio 0.2 `fs::File` positional IO on its io_uring driver.
+    Monoio,
+    /// tokio-uring 0.5 `fs::File` positional IO (fixed buffers with
+    /// `--fixedbufs 1`).
+    #[serde(rename = "tokio-uring")]
+    TokioUring,
+    /// compio 0.19 `fs::File` positional IO on its io_uring driver.
+    Compio,
+}
+
+/// How a plugio core waits while nothing is in flight on its ring
+/// (`--idle-wait`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IdleWait {
+    /// `futex` when the process runs under valgrind (its `LD_PRELOAD`
+    /// names valgrind's `vgpreload` library), else `ring`.
+    Auto,
+    /// Block in `io_uring_enter`, woken by the ring's eventfd read (what
+    /// plugio does).
+    Ring,
+    /// Block in a futex wait (`std::thread::park`), woken by the runtime's
+    /// unparker, then poll the ring. For tools that run one thread at a
+    /// time and do not treat `io_uring_enter` as blocking, such as
+    /// valgrind 3.19; parks with IO in flight still enter the ring.
+    Futex,
+}
+
+/// The IO pattern, as fio's `rw`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RwMode {
+    /// Sequential reads.
+    Read,
+    /// Sequential writes.
+    Write,
+    /// Uniform random reads.
+    Randread,
+    /// Uniform random writes.
+    Randwrite,
+    /// Uniform random mix; `--rwmixread` percent are reads.
+    Randrw,
+}
+
+impl RwMode {
+    /// True for the sequential patterns.
+    pub fn is_sequential(self) -> bool {
+        matches!(self, RwMode::Read | RwMode::Write)
+    }
+
+    /// True when the pattern writes at all.
+    pub fn writes(self) -> bool {
+        !matches!(self, RwMode::Read | RwMode::Randread)
+    }
+
+    /// The name `--rw` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            RwMode::Read => "read",
+            RwMode::Write => "write",
+            RwMode::Randread => "randread",
+            RwMode::Randwrite => "randwrite",
+            RwMode::Randrw => "randrw",
+        }
+    }
+}
+
+/// Mechanisms `--ablate` can switch off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Ablation {
+    /// One tag get per request instead of a batch (`tag_batch = false`).
+    TagBatch,
+    /// One batch try per flush, no retry loop (`tag_batch_retry = false`).
+    TagBatchRetry,
+    /// Flush the plug after every bio (`plug_max_count = 1`).
+    Plug,
+    /// Bio merging (`nomerges = 2`).
+    Merge,
+    /// The once-per-batch cached clock (`cached_clock = false`).
+    CachedClock,
+    /// iostats accounting (`iostats = false`; the plug figures then read 0).
+    Iostats,
+    /// The per-core bio cache (`bio_cache = false`: a bio is allocated
+    /// and freed per IO).
+    BioCache,
+    /// The per-core buffer cache (`buffer_cache = false`); it matters with
+    /// `--buf-per-io`, where each IO takes a fresh buffer.
+    BufCache,
+}
+
+/// `plugio bench` options. Sizes take fio's suffixes (`k`, `m`, `g`, `t`,
+/// powers of 1024; `KiB`, `MiB` also accepted).
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// File or block device to use; write jobs (`--rw write`, `randwrite`,
+    /// `randrw`) overwrite its data. Default: a temporary file of `--size`
+    /// (1 GiB) filled with random data, removed afterwards (also on Ctrl-C).
+    #[arg(long)]
+    pub filename: Option<PathBuf>,
+    /// IO pattern.
+    #[arg(long, value_enum, default_value_t = RwMode::Randread)]
+    pub rw: RwMode,
+    /// Percent of reads in `--rw randrw` (0..=100).
+    #[arg(long, default_value_t = 50, value_parser = parse_whole::<u32>)]
+    pub rwmixread: u32,
+    /// Block size of each IO (bytes; `4k`, `1m`...).
+    #[arg(long, default_value = "4k", value_parser = parse_size, allow_hyphen_values = true)]
+    pub bs: u64,
+    /// IOs in flight per job (core).
+    #[arg(long, default_value_t = 128, value_parser = parse_whole::<u32>)]
+    pub iodepth: u32,
+    /// Jobs: one core (thread) each.
+    #[arg(long, visible_alias = "cpus", default_value_t = 1, value_parser = parse_whole::<usize>)]
+    pub numjobs: usize,
+    /// Seconds to run.
+    #[arg(long, default_value_t = 10.0)]
+    pub runtime: f64,
+    /// Stop each job after this many IOs (fio's `number_ios`): the run ends
+    /// at `--runtime` or when every job has done N IOs, whichever comes
+    /// first. The IOs are counted when issued, so a job completes exactly N.
+    #[arg(long = "number_ios", visible_alias = "number-ios", value_parser = parse_whole::<u64>)]
+    pub number_ios: Option<u64>,
+    /// Bytes of the target to use (default: the whole file or device; 1 GiB
+    /// for the temporary file).
+    #[arg(long, value_parser = parse_size, allow_hyphen_values = true)]
+    pub size: Option<u64>,
+    /// 1: O_DIRECT (bypass the page cache); 0: buffered IO.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub direct: u8,
+    /// Merging as in sysfs `queue/nomerges`: 0 all merges, 1 only the
+    /// one-hit merge with the newest request, 2 none (plugio engines;
+    /// default 0).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=2))]
+    pub nomerges: Option<u8>,
+    /// 1: registered (fixed) buffers where the engine supports them.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub fixedbufs: u8,
+    /// 1: registered files where the engine supports them.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub registerfiles: u8,
+    /// Which implementation issues the IO.
+    #[arg(long, value_enum, default_value_t = EngineKind::Plugio)]
+    pub engine: EngineKind,
+    /// With `--engine raw`: issue IORING_OP_NOP instead of reads/writes.
+    #[arg(long)]
+    pub nop: bool,
+    /// Print the result as one JSON object on stdout (progress lines go to
+    /// stderr).
+    #[arg(long)]
+    pub json: bool,
+    /// Switch a mechanism off (repeatable).
+    #[arg(long, value_enum)]
+    pub ablate: Vec<Ablation>,
+    /// No progress bar and no per-second lines.
+    #[arg(long, short)]
+    pub quiet: bool,
+    /// Engine plugio: take a fresh buffer per IO (`Device::alloc_buf`, from
+    /// the core's buffer cache) instead of reusing one per task, as code
+    /// using `Device::read_at` does.
+    #[arg(long)]
+    pub buf_per_io: bool,
+    /// Record the latency of one IO in N (0: none). Default: 1, or 64 for
+    /// NOP engines (two clock reads per IO would dominate a NOP).
+    #[arg(long, value_parser = parse_whole::<u32>)]
+    pub clat_sample: Option<u32>,
+    /// Engines plugio and nop: how a core waits while nothing is in flight
+    /// on its ring (at start and end of the run): `ring` blocks in
+    /// `io_uring_enter`; `futex` blocks in a futex wait, which valgrind can
+    /// follow (benches/instructions.sh uses it); `auto` (default) is
+    /// `futex` under valgrind and `ring` otherwise. Waits with IO in
+    /// flight are the same either way.
+    #[arg(long, value_enum, default_value_t = IdleWait::Auto)]
+    pub idle_wait: IdleWait,
+    /// A label copied into the JSON result (used by benches/compare.sh).
+    #[arg(long, hide = true)]
+    pub tag: Option<String>,
+}
+
+/// A validated benchmark job.
+#[derive(Debug, Clone)]
+pub struct Job {
+    /// The engine.
+    pub engine: EngineKind,
+    /// The pattern.
+    pub rw: RwMode,
+    /// Percent reads for `randrw`; 100 for read-only patterns, 0 for
+    /// write-only ones.
+    pub read_pct: u32,
+    /// Bytes per IO.
+    pub bs_bytes: u64,
+    /// IOs in flight per core.
+    pub iodepth: u32,
+    /// Cores (threads) issuing IO.
+    pub cores: usize,
+    /// How long to run.
+    pub runtime: Duration,
+    /// IOs per job after which the job stops (`None`: until `runtime`).
+    pub number_ios: Option<u64>,
+    /// Requested bytes of the target (`None`: whole target).
+    pub size_bytes: Option<u64>,
+    /// O_DIRECT.
+    pub direct: bool,
+    /// sysfs-style nomerges value asked for.
+    pub nomerges: Option<u8>,
+    /// Registered buffers.
+    pub fixed_bufs: bool,
+    /// Registered files.
+    pub register_files: bool,
+    /// The IO is IORING_OP_NOP (engines `nop` and `raw --nop`).
+    pub nop: bool,
+    /// Engine plugio: a fresh buffer per IO (`Device::alloc_buf`) instead
+    /// of one reused buffer per task.
+    pub buf_per_io: bool,
+    /// Mechanisms switched off.
+    pub ablate: Vec<Ablation>,
+    /// Explicit target path.
+    pub filename: Option<PathBuf>,
+    /// Record one IO's latency in this many (0: none).
+    pub clat_sample: u32,
+    /// How an idle plugio core waits (`Ring` or `Futex`, never `Auto`).
+    pub idle_wait: IdleWait,
+    /// No progress output.
+    pub quiet: bool,
+    /// JSON output.
+    pub json: bool,
+    /// Free-form label for the JSON result.
+    pub tag: Option<String>,
+}
+
+impl BenchArgs {
+    /// Checks what the command line alone decides.
+    ///
+    /// # Errors
+    /// [`BenchError::Usage`] naming the option and what to change.
+    pub fn into_job(self) -> Result<Job, BenchError> {
+        if self.iodepth == 0 || self.iodepth > MAX_IODEPTH {
+            return Err(BenchError::usage(format!(
+                "--iodepth {} is out of range: use 1..={MAX_IODEPTH}",
+                self.iodepth
+            )));
+        }
+        if self.numjobs == 0 {
+            return Err(BenchError::usage("--numjobs 0: use at least 1"));
+        }
+        if self.bs == 0 || self.bs > plugio_engine::MAX_IO_BYTES {
+            return Err(BenchError::usage(format!(
+                "--bs {} is out of range: use 1 up to {} bytes (2 GiB - 4 KiB, the most one \
+                 IO moves; a multiple of 512 with O_DIRECT), e.g. --bs 4k or --bs 1g",
+                self.bs,
+                plugio_engine::MAX_IO_BYTES
+            )));
+        }
+        if !(self.runtime > 0.0 && self.runtime <= 86_400.0) {
+            return Err(BenchError::usage(format!(
+                "--runtime {} is out of range: use seconds in (0, 86400]",
+                self.runtime
+            )));
+        }
+        if self.rwmixread > 100 {
+            return Err(BenchError::usage(format!(
+                "--rwmixread {} is out of range: use 0..=100",
+                self.rwmixread
+            )));
+        }
+        if self.nop && self.engine != EngineKind::Raw {
+            return Err(BenchError::usage(
+                "--nop only applies to --engine raw; use --engine nop for plugio's NOP path",
+            ));
+        }
+        if self.number_ios == Some(0) {
+            return Err(BenchError::usage(
+                "--number_ios 0: give at least 1 (or leave it out to run for --runtime)",
+            ));
+        }
+        if self.size == Some(0) {
+            return Err(BenchError::usage("--size 0: give a size such as 16M"));
+        }
+        let nop = self.nop || self.engine == EngineKind::Nop;
+        let read_pct = match self.rw {
+            RwMode::Read | RwMode::Randread => 100,
+            RwMode::Write | RwMode::Randwrite => 0,
+            RwMode::Randrw => self.rwmixread,
+        };
+        let mut ablate = self.ablate;
+        ablate.dedup();
+        Ok(Job {
+            engine: self.engine,
+            rw: self.rw,
+            read_pct,
+            bs_bytes: self.bs,
+            iodepth: self.iodepth,
+            cores: self.numjobs,
+            runtime: Duration::from_secs_f64(self.runtime),
+            number_ios: self.number_ios,
+            size_bytes: self.size,
+            direct: self.direct == 1,
+            nomerges: self.nomerges,
+            fixed_bufs: self.fixedbufs == 1,
+            buf_per_io: self.buf_per_io,
+            register_files: self.registerfiles == 1,
+            nop,
+            ablate,
+            filename: self.filename,
+            clat_sample: self.clat_sample.unwrap_or(if nop { 64 } else { 1 }),
+            idle_wait: match self.idle_wait {
+                IdleWait::Auto if under_valgrind() => IdleWait::Futex,
+                IdleWait::Auto => IdleWait::Ring,
+                explicit => explicit,
+            },
+            quiet: self.quiet,
+            json: self.json,
+            tag: self.tag,
+        })
+    }
+}
+
+/// True when the process runs under valgrind, which preloads its
+/// `vgpreload_*.so` into the program it runs.
+fn under_valgrind() -> bool {
+    std::env::var_os("LD_PRELOAD").is_some_and(|p| p.to_string_lossy().contains("vgpreload"))
+}
+
+/// Parses a size with fio's suffixes: `4096`, `4k`, `4K`, `4KiB`, `16m`,
+/// `1g`, `2t` (powers of 1024).
+///
+/// # Errors
+/// A message naming the bad text.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    if t.strip_prefix('-')
+        .is_some_and(|r| r.starts_with(|c: char| c.is_ascii_digit()))
+    {
+        return Err(format!("'{text}' is negative: give a size such as 4k"));
+    }
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, suffix) = t.split_at(split);
+    let number: u64 = digits
+        .parse()
+        .map_err(|_| format!("'{text}' is not a size: use e.g. 4096, 4k, 16M, 1G"))?;
+    let shift = match suffix.to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => {
+            return Err(format!(
+                "'{text}': unknown size suffix '{suffix}' (use k, m, g or t)"
+            ))
+        }
+    };
+    number
+        .checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("'{text}' is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_fio_suffixes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("4k"), Ok(4096));
+        assert_eq!(parse_size("4KiB"), Ok(4096));
+        assert_eq!(parse_size("16M"), Ok(16 << 20));
+        assert_eq!(parse_size("1g"), Ok(1 << 30));
+        assert!(parse_size("4q").is_err());
+        assert!(parse_size("k").is_err());
+        assert!(parse_size("99999999999t").is_err());
+        assert!(parse_size("-4k").unwrap_err().contains("negative"));
+        assert!(parse_size("--json").unwrap_err().contains("not a size"));
+    }
+}

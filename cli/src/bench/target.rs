@@ -1,0 +1,298 @@
+//! The benchmark's target: a file or block device given with `--filename`,
+//! or a temporary file filled with random data and removed afterwards.
+//!
+//! Invariants: a [`Target`]'s `size_bytes` is a non-zero multiple of the
+//! job's block size and no larger than the file or device; with O_DIRECT
+//! the block size is a multiple of the logical block size, so every offset
+//! the engines draw (multiples of `bs` below `size_bytes`) is aligned and
+//! every IO is complete (never short). Every check runs before the
+//! temporary file is filled (it is created empty, checked, then filled); a
+//! SIGINT or SIGTERM during the fill stops it and removes the file.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Seek, SeekFrom, Write};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use rand::{RngCore, SeedableRng};
+
+use super::error::BenchError;
+use super::options::{Job, DEFAULT_TEMP_SIZE_BYTES};
+
+/// Size of the temporary file for NOP jobs (they never touch the data).
+const NOP_TEMP_SIZE_BYTES: u64 = 1 << 20;
+
+/// Chunk written at a time while filling the temporary file.
+const FILL_CHUNK_BYTES: usize = 1 << 20;
+
+/// Where the IO goes.
+#[derive(Debug)]
+pub struct Target {
+    /// The path the engines open.
+    pub path: PathBuf,
+    /// Bytes the engines use, from offset 0.
+    pub size_bytes: u64,
+    /// The logical block size (512 for files on most file systems).
+    pub logical_block_bytes: u32,
+    /// What the path is: "temporary file", "file" or "block device".
+    pub kind: &'static str,
+    /// Removes the temporary file on drop.
+    _temp: Option<tempfile::TempPath>,
+}
+
+/// Finds or creates the target of `job` and checks it against the job.
+///
+/// # Errors
+/// Missing file, too small for `--size`, O_DIRECT refused, `--bs` not a
+/// multiple of the logical block size (exit code 2), or an IO error while
+/// creating the temporary file (exit code 1).
+pub fn prepare(job: &Job) -> Result<Target, BenchError> {
+    let (path, len_bytes, kind, temp) = match &job.filename {
+        Some(path) => {
+            let (len, kind) = existing_len(path)?;
+            // A device node lives on devtmpfs whatever the device is: only
+            // a file's own file system says where its data is.
+            if let Some(fs) = memory_fs(path).filter(|_| kind != "block device") {
+                eprintln!(
+                    "plugio: warning: {} is on {fs}: this measures memory, not a device",
+                    path.display()
+                );
+            }
+            (path.clone(), len, kind, None)
+        }
+        None => {
+            let size = if job.nop {
+                NOP_TEMP_SIZE_BYTES.max(job.bs_bytes)
+            } else {
+                job.size_bytes.unwrap_or(DEFAULT_TEMP_SIZE_BYTES)
+            };
+            // Empty until every check below has passed.
+            let temp = create_temp()?;
+            (
+                temp.path().to_path_buf(),
+                size,
+                "temporary file",
+                Some(temp),
+            )
+        }
+    };
+    // NOP jobs never touch the data: their small temporary file ignores
+    // --size.
+    let asked = if job.nop && temp.is_some() {
+        None
+    } else {
+        job.size_bytes
+    };
+    let needed = asked.unwrap_or(len_bytes).max(job.bs_bytes);
+    if needed > len_bytes {
+        return Err(BenchError::TargetTooSmall {
+            path,
+            target_bytes: len_bytes,
+            needed_bytes: needed,
+        });
+    }
+    let logical_block_bytes = check_direct(&path, job)?;
+    let size_bytes = needed - needed % job.bs_bytes;
+    let temp = match temp {
+        Some(file) => Some(fill_temp(file, len_bytes, job.nop, job.quiet)?),
+        None => None,
+    };
+    Ok(Target {
+        path,
+        size_bytes,
+        logical_block_bytes,
+        kind,
+        _temp: temp,
+    })
+}
+
+/// The size and kind of an existing file or block device.
+fn existing_len(path: &Path) -> Result<(u64, &'static str), BenchError> {
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(BenchError::MissingTarget {
+                path: path.to_path_buf(),
+            })
+        }
+        Err(e) => return Err(BenchError::io(format!("stat {}", path.display()), e)),
+    };
+    if plugio_device::is_passthrough_path(path) {
+        let ns = plugio_device::backend::nvme::NvmeBackend::open(path)
+            .map_err(|e| BenchError::engine("plugio", format!("open {}: {e}", path.display())))?;
+        let info = ns.info();
+        Ok((
+            info.nsze_blocks << info.lba_shift,
+            "NVMe passthrough namespace",
+        ))
+    } else if meta.file_type().is_block_device() {
+        let mut f =
+            File::open(path).map_err(|e| BenchError::io(format!("open {}", path.display()), e))?;
+        let len = f
+            .seek(SeekFrom::End(0))
+            .map_err(|e| BenchError::io(format!("size of {}", path.display()), e))?;
+        Ok((len, "block device"))
+    } else if meta.is_file() {
+        Ok((meta.len(), "file"))
+    } else {
+        Err(BenchError::usage(format!(
+            "{} is neither a regular file nor a block device: pass one to --filename",
+            path.display()
+        )))
+    }
+}
+
+/// Opens the target as the engines will and returns its logical block
+/// size, checking O_DIRECT and `--bs` alignment when `job.direct`.
+fn check_direct(path: &Path, job: &Job) -> Result<u32, BenchError> {
+    if plugio_device::is_passthrough_path(path) {
+        // NVMe passthrough has no page cache to bypass: the LBA size is
+        // the alignment.
+        let ns = plugio_device::backend::nvme::NvmeBackend::open(path)
+            .map_err(|e| BenchError::engine("plugio", format!("open {}: {e}", path.display())))?;
+        let lbs = 1u32 << ns.info().lba_shift;
+        if job.bs_bytes % u64::from(lbs) != 0 {
+            return Err(BenchError::Misaligned {
+                bs_bytes: job.bs_bytes,
+                logical_block_bytes: lbs,
+            });
+        }
+        return Ok(lbs);
+    }
+    let mut opts = OpenOptions::new();
+    // As the engines will: a job that writes needs write access.
+    opts.read(true).write(job.rw.writes());
+    if job.direct {
+        opts.custom_flags(libc::O_DIRECT);
+    }
+    let file = match opts.open(path) {
+        Ok(f) => f,
+        Err(e) if job.direct && e.raw_os_error() == Some(libc::EINVAL) => {
+            return Err(BenchError::DirectRefused {
+                path: path.to_path_buf(),
+            })
+        }
+        Err(e)
+            if job.rw.writes()
+                && matches!(
+                    e.raw_os_error(),
+                    Some(libc::EACCES | libc::EPERM | libc::EROFS | libc::ETXTBSY)
+                ) =>
+        {
+            return Err(BenchError::NotWritable {
+                path: path.to_path_buf(),
+                rw: job.rw.name(),
+                source: e,
+            })
+        }
+        Err(e) => return Err(BenchError::io(format!("open {}", path.display()), e)),
+    };
+    let geometry = plugio_device::Geometry::of_file(&file, job.direct).map_err(|e| {
+        BenchError::engine("plugio", format!("geometry of {}: {e}", path.display()))
+    })?;
+    let lbs = geometry.logical_block_bytes.max(1);
+    if job.direct && job.bs_bytes % u64::from(lbs) != 0 {
+        return Err(BenchError::Misaligned {
+            bs_bytes: job.bs_bytes,
+            logical_block_bytes: lbs,
+        });
+    }
+    Ok(lbs)
+}
+
+/// True when `dir` is on tmpfs (which refuses O_DIRECT).
+fn is_tmpfs(dir: &Path) -> bool {
+    nix::sys::statfs::statfs(dir)
+        .map(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)
+        .unwrap_or(false)
+}
+
+/// The memory file system `path` is on (tmpfs, ramfs), if it is on one.
+fn memory_fs(path: &Path) -> Option<&'static str> {
+    use nix::sys::statfs::{statfs, FsType, TMPFS_MAGIC};
+    // linux/magic.h's RAMFS_MAGIC (neither nix nor libc names it); the
+    // cast keeps its bits whatever the width of the platform's f_type.
+    const RAMFS_MAGIC: FsType = FsType(0x8584_58f6_u32 as _);
+    match statfs(path).ok()?.filesystem_type() {
+        TMPFS_MAGIC => Some("tmpfs"),
+        RAMFS_MAGIC => Some("ramfs"),
+        _ => None,
+    }
+}
+
+/// The directory for the temporary file: the system temp directory unless
+/// it is tmpfs, else the current directory.
+fn temp_dir() -> PathBuf {
+    let tmp = std::env::temp_dir();
+    if is_tmpfs(&tmp) {
+        std::env::current_dir().unwrap_or(tmp)
+    } else {
+        tmp
+    }
+}
+
+/// Creates the (empty) temporary file, removed when dropped.
+fn create_temp() -> Result<tempfile::NamedTempFile, BenchError> {
+    let dir = temp_dir();
+    tempfile::Builder::new()
+        .prefix("plugio-bench-")
+        .tempfile_in(&dir)
+        .map_err(|e| BenchError::io(format!("creating a temporary file in {}", dir.display()), e))
+}
+
+/// Fills the temporary file with `size_bytes` of random data (zeros for
+/// NOP jobs), written through the page cache and synced so later O_DIRECT
+/// reads find it on the disk.
+///
+/// # Errors
+/// [`BenchError::Interrupted`] when SIGINT or SIGTERM came during the fill
+/// (the file is removed), or the write error.
+fn fill_temp(
+    mut file: tempfile::NamedTempFile,
+    size_bytes: u64,
+    zeros: bool,
+    quiet: bool,
+) -> Result<tempfile::TempPath, BenchError> {
+    let dir = file
+        .path()
+        .parent()
+        .map_or_else(PathBuf::new, Path::to_path_buf);
+    let ctx = |what: &str| format!("{what} a temporary file in {}", dir.display());
+    let bar = if quiet || zeros {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(size_bytes)
+    };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{msg} [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec}, ETA {eta})",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> "),
+    );
+    bar.set_message(format!("filling {}", file.path().display()));
+    let mut rng = rand::rngs::SmallRng::from_entropy();
+    let mut chunk = vec![0u8; FILL_CHUNK_BYTES];
+    let mut left = size_bytes;
+    while left > 0 {
+        if let Some(sig) = crate::signals::interrupted() {
+            bar.finish_and_clear();
+            // Dropping `file` removes it.
+            return Err(BenchError::Interrupted(sig));
+        }
+        let n = left.min(FILL_CHUNK_BYTES as u64) as usize;
+        if !zeros {
+            rng.fill_bytes(&mut chunk[..n]);
+        }
+        file.write_all(&chunk[..n])
+            .map_err(|e| BenchError::io(ctx("filling"), e))?;
+        left -= n as u64;
+        bar.inc(n as u64);
+    }
+    file.as_file()
+        .sync_data()
+        .map_err(|e| BenchError::io(ctx("syncing"), e))?;
+    bar.finish_and_clear();
+    Ok(file.into_temp_path())
+}

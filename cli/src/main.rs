@@ -1,0 +1,218 @@
+//! The `plugio` command: `plugio bench` (the main job: an IO benchmark on
+//! a temporary file by default, with fio's option names and baselines in
+//! the same binary), `plugio info PATH` (device geometry and io_uring
+//! features), and the hidden `plugio compare-report` used by
+//! `benches/compare.sh`.
+//!
+//! Invariants: bad input exits with code 2 and a message that says what to
+//! change; a failed run exits with 1; no path panics on user input; a
+//! closed standard output, SIGINT or SIGTERM stops the work, removes what
+//! the run created and ends the process by that signal (see [`signals`]).
+
+mod bench;
+mod info_json;
+mod signals;
+
+use info_json::info_json;
+
+#[global_allocator]
+static GLOBAL: bench::alloc_count::CountingAlloc = bench::alloc_count::CountingAlloc;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use nix::sys::signal::Signal;
+use plugio_cli::json::{ErrorBody, ErrorDoc, RunMeta};
+use plugio_cli::replay::ReplayError;
+use plugio_device::ErrorKind;
+
+/// plugio: a thread-per-core async storage IO runtime with a userspace
+/// block layer in front of io_uring.
+#[derive(Debug, Parser)]
+#[command(name = "plugio", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run an IO benchmark (default: 4 KiB O_DIRECT random reads at queue
+    /// depth 128 on one core for 10 s, on a 1 GiB temporary file).
+    /// A repeated option takes its last value.
+    #[command(args_override_self = true, allow_negative_numbers = true)]
+    Bench(bench::BenchArgs),
+    /// Describe a file or block device (geometry, O_DIRECT, io_uring).
+    Info {
+        /// The file or block device.
+        path: PathBuf,
+        /// Print one JSON object (the vocabulary of `bench --json`).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Build the peer-comparison table and plots from JSON results
+    /// (benches/compare.sh runs this).
+    #[command(hide = true)]
+    CompareReport(bench::compare::CompareArgs),
+    /// Replay an IO trace (CSV, fio iolog, blkparse text; zstd or plain)
+    /// onto a file or block device, with optional verification.
+    #[command(allow_negative_numbers = true)]
+    Replay(plugio_cli::replay::cli::ReplayArgs),
+}
+
+/// How a failed command ends: an exit code and its message, or the signal
+/// that stopped it (raised again once the run has cleaned up).
+enum Failure {
+    Exit { code: u8, message: String },
+    Signal(Signal),
+}
+
+impl From<bench::BenchError> for Failure {
+    fn from(e: bench::BenchError) -> Self {
+        match e {
+            bench::BenchError::Interrupted(sig) => Failure::Signal(sig),
+            bench::BenchError::StdoutClosed => Failure::Signal(Signal::SIGPIPE),
+            e => Failure::Exit {
+                code: e.exit_code() as u8,
+                message: e.to_string(),
+            },
+        }
+    }
+}
+
+impl From<ReplayError> for Failure {
+    fn from(e: ReplayError) -> Self {
+        match e {
+            ReplayError::StdoutClosed => Failure::Signal(Signal::SIGPIPE),
+            e => Failure::Exit {
+                code: e.exit_code(),
+                message: e.to_string(),
+            },
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    init_tracing();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(&e),
+    };
+    let (name, json) = match &cli.command {
+        Command::Bench(a) => ("bench", a.json),
+        Command::Info { json, .. } => ("info", *json),
+        Command::CompareReport(_) => ("compare-report", false),
+        Command::Replay(a) => ("replay", a.json),
+    };
+    let res = match cli.command {
+        Command::Bench(args) => bench::main(args).map(drop).map_err(Failure::from),
+        Command::Info { path, json } => info(&path, json),
+        Command::CompareReport(args) => bench::compare::main(&args).map_err(Failure::from),
+        Command::Replay(args) => plugio_cli::replay::cli::main(args).map_err(Failure::from),
+    };
+    // Everything the command created (the bench's temporary file) was
+    // dropped, so removed, by now.
+    match res {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Exit { code, message }) => {
+            eprintln!("plugio: error: {message}");
+            if json {
+                print_error_doc(name, code, &message);
+            }
+            ExitCode::from(code)
+        }
+        Err(Failure::Signal(sig)) => signals::die_of(sig),
+    }
+}
+
+/// Installs a `tracing` subscriber on stderr: `RUST_LOG` when set, else
+/// warnings and errors (the library's io_uring fallback and registration
+/// warnings).
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .try_init();
+}
+
+/// A command line clap refused: its message (and exit status 2), plus the
+/// JSON error document when `--json` was on the line.
+fn usage_error(e: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind as K;
+    let code = e.exit_code();
+    let _ = e.print();
+    if matches!(e.kind(), K::DisplayHelp | K::DisplayVersion) {
+        return ExitCode::from(code as u8);
+    }
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--json") {
+        let name = args.get(1).map_or("plugio", String::as_str);
+        let rendered = e.render().to_string();
+        let first = rendered.lines().next().unwrap_or("invalid command line");
+        let message = first.trim_start_matches("error: ").to_owned();
+        print_error_doc(name, code as u8, &message);
+    }
+    ExitCode::from(code as u8)
+}
+
+/// Prints the JSON document of a failed `--json` run on stdout (a closed
+/// stdout is ignored: the exit status still tells).
+fn print_error_doc(command: &str, code: u8, message: &str) {
+    let doc = ErrorDoc {
+        meta: RunMeta::now(command),
+        error: ErrorBody {
+            kind: if code == 2 { "usage" } else { "run" }.to_owned(),
+            message: message.to_owned(),
+            exit_code: code,
+        },
+    };
+    if let Ok(text) = serde_json::to_string(&doc) {
+        let _ = writeln!(std::io::stdout(), "{text}");
+    }
+}
+
+/// `plugio info PATH [--json]`.
+fn info(path: &Path, json: bool) -> Result<(), Failure> {
+    let described = if json {
+        info_json(path).map(|v| v.to_string())
+    } else {
+        plugio_device::describe(path)
+    };
+    let text = described.map_err(|e| {
+        let message = match e.kind() {
+            ErrorKind::NotFound => format!(
+                "{} does not exist: give the path of a file or block device",
+                path.display()
+            ),
+            // The device error names the path once, at its end.
+            _ => e.to_string(),
+        };
+        let code = match e.kind() {
+            ErrorKind::NotFound | ErrorKind::InvalidInput(_) => 2,
+            _ => 1,
+        };
+        Failure::Exit { code, message }
+    })?;
+    let mut out = std::io::stdout().lock();
+    let written = out.write_all(text.as_bytes()).and_then(|()| {
+        if text.ends_with('\n') {
+            Ok(())
+        } else {
+            writeln!(out)
+        }
+    });
+    match written.and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if signals::is_broken_pipe(&e) => Err(Failure::Signal(Signal::SIGPIPE)),
+        Err(e) => Err(Failure::Exit {
+            code: 1,
+            message: format!("writing to standard output: {e}"),
+        }),
+    }
+}

@@ -1,0 +1,441 @@
+//! The `plugio replay TRACE --filename TARGET` command: options, target
+//! preparation (created sparse at the trace's extent when missing), the
+//! runtime, a progress bar, and the text or JSON report.
+//!
+//! Invariants: the whole trace is parsed and checked (each IO's length and
+//! extent, then the target's size) before the target is created or any IO
+//! issued, and a target this command created is removed if the O_DIRECT
+//! alignment check refuses the trace; bad input (the trace included) exits
+//! with code 2 and a message saying what to change, a failed run with 1;
+//! the runtime is shut down after every device handle is dropped.
+
+use std::fs::OpenOptions;
+use std::io::{Seek, SeekFrom, Write};
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use plugio_device::{DeviceDriver, ErrorKind, RingConfig};
+use plugio_engine::{Device, DeviceOptions};
+use plugio_executor::{Driver, ShutdownMode, Unpark};
+use serde::Serialize;
+
+use super::dispatch::{replay, ReplayOptions};
+use super::error::ReplayError;
+use super::report::ReplayReport;
+use super::timing::Timing;
+use super::trace::{self, BlkAction, ParseOptions, Trace, TraceFormat, SECTOR_BYTES};
+use super::verify::Unwritten;
+
+/// `plugio replay` options.
+#[derive(Debug, Clone, Args)]
+pub struct ReplayArgs {
+    /// The trace: CSV (`time_ns,op,offset_bytes,len_bytes`), fio iolog
+    /// v2/v3, or blkparse text; zstd-compressed or plain; `-` reads it
+    /// from standard input. (A blktrace binary: convert it with blkparse.)
+    pub trace: PathBuf,
+    /// File or block device to replay onto. Created (sparse, the trace's
+    /// extent) when it does not exist. Its data is overwritten.
+    #[arg(long)]
+    pub filename: PathBuf,
+    /// The trace's format (default: detected from its first line).
+    #[arg(long, value_enum)]
+    pub format: Option<TraceFormat>,
+    /// blkparse traces: the action to replay (Q: bios before merging; D:
+    /// requests after the kernel merged them).
+    #[arg(long, value_enum, default_value_t = BlkAction::Q)]
+    pub action: BlkAction,
+    /// original: each IO at its recorded time; none: as fast as possible
+    /// with at most --iodepth in flight.
+    #[arg(long, value_enum, default_value_t = Timing::Original)]
+    pub timing: Timing,
+    /// Most IOs in flight (all cores together); also the device's tags.
+    #[arg(long, default_value_t = 32, value_parser = parse_whole::<u32>)]
+    pub iodepth: u32,
+    /// 1: a flush waits for the writes before it and holds back the IO
+    /// after it until it completes (fdatasync's promise); 0: flushes are
+    /// queued like other IOs (as fio's iolog replay does).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub flush_barrier: u8,
+    /// 1: an IO overlapping an earlier write (or a write overlapping an
+    /// earlier read) waits for it; 0: no such ordering, as fio (overlapping
+    /// writes race; not allowed with --verify).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub overlap_order: u8,
+    /// Cores to spread IO over (1 MiB regions per core).
+    #[arg(long, default_value_t = 1, value_parser = parse_whole::<usize>)]
+    pub cpus: usize,
+    /// Check replayed reads and read every written sector back at the end.
+    #[arg(long)]
+    pub verify: bool,
+    /// Replay only the first N IOs of the trace.
+    #[arg(long, value_parser = parse_whole::<usize>)]
+    pub limit: Option<usize>,
+    /// 1: O_DIRECT; 0: buffered IO.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub direct: u8,
+    /// Merging as sysfs `queue/nomerges`: 0 all, 1 one-hit only, 2 none.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=2))]
+    pub nomerges: u8,
+    /// Print the result as one JSON object on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress bar.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// Parses a whole number option (`--iodepth 32`), saying plainly when the
+/// text is negative, not a number or too large; `plugio bench` uses it too.
+///
+/// # Errors
+/// A message naming the text and what to give instead.
+pub fn parse_whole<T: TryFrom<u64>>(text: &str) -> Result<T, String> {
+    let t = text.trim();
+    if t.starts_with('-') && t.len() > 1 {
+        return Err(format!(
+            "'{text}' is negative: give a whole number of 0 or more"
+        ));
+    }
+    let n: u64 = t
+        .parse()
+        .map_err(|_| format!("'{text}' is not a whole number"))?;
+    T::try_from(n).map_err(|_| format!("'{text}' is too large"))
+}
+
+/// The JSON result: the run's settings and its [`ReplayReport`].
+#[derive(Debug, Serialize)]
+pub struct CliReport {
+    /// `schema_version`, `command`, `plugio_version`, `kernel`, `machine`
+    /// (the vocabulary of [`crate::json`]).
+    #[serde(flatten)]
+    pub meta: crate::json::RunMeta,
+    /// The trace path.
+    pub trace: String,
+    /// Its format.
+    pub format: TraceFormat,
+    /// The blkparse action kept (meaningful for blkparse traces).
+    pub action: BlkAction,
+    /// The target path.
+    pub filename: String,
+    /// True when the replay created the target.
+    pub created: bool,
+    /// O_DIRECT.
+    pub direct: bool,
+    /// sysfs-style nomerges.
+    pub nomerges: u8,
+    /// IOs per op in the replayed part of the trace: read, write, flush,
+    /// discard.
+    pub trace_ios: [u64; 4],
+    /// Trace lines that held no replayed IO.
+    pub skipped_lines: u64,
+    /// What could not be done as asked (also printed as `note:` lines on
+    /// standard error), as `plugio bench`'s `notes`.
+    pub notes: Vec<String>,
+    /// The replay.
+    #[serde(flatten)]
+    pub report: ReplayReport,
+}
+
+/// Runs the command and prints its result (text, or JSON with `--json`).
+///
+/// # Errors
+/// See [`ReplayError`]; [`ReplayError::StdoutClosed`] when standard output
+/// was closed before the report was written (the caller ends the process
+/// by SIGPIPE).
+pub fn main(args: ReplayArgs) -> Result<(), ReplayError> {
+    let r = run(&args)?;
+    for n in &r.notes {
+        eprintln!("note: {n}");
+    }
+    let text = if args.json {
+        let mut j = serde_json::to_string_pretty(&r)
+            .map_err(|e| ReplayError::io("writing the JSON report", e.into()))?;
+        j.push('\n');
+        j
+    } else {
+        r.report.to_text()
+    };
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(ReplayError::StdoutClosed),
+        Err(e) => Err(ReplayError::io("writing the report to standard output", e)),
+    }
+}
+
+/// Parses, prepares the target and replays.
+///
+/// # Errors
+/// See [`ReplayError`].
+pub fn run(args: &ReplayArgs) -> Result<CliReport, ReplayError> {
+    if args.iodepth == 0 || args.iodepth > 65536 {
+        return Err(ReplayError::usage(format!(
+            "--iodepth {} is out of range: use 1..=65536",
+            args.iodepth
+        )));
+    }
+    if args.cpus == 0 {
+        return Err(ReplayError::usage("--cpus 0: use at least 1"));
+    }
+    if args.verify && args.overlap_order == 0 {
+        return Err(ReplayError::usage(
+            "--verify needs overlapping IOs kept in order: drop --overlap-order 0",
+        ));
+    }
+    if args.limit == Some(0) {
+        return Err(ReplayError::usage("--limit 0: replay at least one IO"));
+    }
+    let popts = ParseOptions {
+        format: args.format,
+        action: args.action,
+        limit: args.limit,
+    };
+    let trace = trace::load(&args.trace, &popts)?;
+    if trace.ios.is_empty() {
+        return Err(ReplayError::usage(format!(
+            "{}: no IOs to replay ({} lines skipped; for blkparse text, is --action right?)",
+            args.trace.display(),
+            trace.skipped_lines
+        )));
+    }
+    let created = prepare_target(&args.filename, &trace)?;
+    let dev = match open_checked(args, &trace) {
+        Ok(dev) => dev,
+        Err(e) => {
+            // Refused before any IO: leave nothing behind.
+            if created {
+                let _ = std::fs::remove_file(&args.filename);
+            }
+            return Err(e);
+        }
+    };
+    let mut notes = Vec::new();
+    let report = replay_on_runtime(args, &trace, created, dev, &mut notes)?;
+    Ok(CliReport {
+        meta: crate::json::RunMeta::now("replay"),
+        trace: args.trace.display().to_string(),
+        format: trace.format,
+        action: args.action,
+        filename: args.filename.display().to_string(),
+        created,
+        direct: args.direct == 1,
+        nomerges: args.nomerges,
+        trace_ios: trace.counts(),
+        skipped_lines: trace.skipped_lines,
+        notes,
+        report,
+    })
+}
+
+/// Creates the target (sparse, the trace's extent) when it does not exist;
+/// returns whether it did.
+fn prepare_target(path: &Path, trace: &Trace) -> Result<bool, ReplayError> {
+    if path.exists() {
+        let size = target_size(path)?;
+        // Extent first; alignment is checked once the device is open.
+        trace.check_fits(path, size, 1)?;
+        return Ok(false);
+    }
+    let file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(|e| {
+            ReplayError::usage(format!(
+                "cannot create the target {}: {e}: give --filename a path in an existing, \
+                 writable directory",
+                path.display()
+            ))
+        })?;
+    let extent = trace.extent_bytes().max(SECTOR_BYTES);
+    if let Err(e) = file.set_len(extent) {
+        drop(file);
+        let _ = std::fs::remove_file(path);
+        return Err(ReplayError::usage(format!(
+            "the file system of {} cannot hold a file of {extent} bytes, the trace's \
+             extent ({e}): use a block device or another file system, or --limit",
+            path.display()
+        )));
+    }
+    Ok(true)
+}
+
+/// The size of a regular file or block device.
+fn target_size(path: &Path) -> Result<u64, ReplayError> {
+    let meta = std::fs::metadata(path)
+        .map_err(|e| ReplayError::io(format!("stat {}", path.display()), e))?;
+    if meta.file_type().is_block_device() {
+        let mut f = std::fs::File::open(path)
+            .map_err(|e| ReplayError::io(format!("open {}", path.display()), e))?;
+        f.seek(SeekFrom::End(0))
+            .map_err(|e| ReplayError::io(format!("size of {}", path.display()), e))
+    } else if meta.is_file() {
+        Ok(meta.len())
+    } else {
+        Err(ReplayError::usage(format!(
+            "{} is neither a regular file nor a block device: pass one to --filename",
+            path.display()
+        )))
+    }
+}
+
+/// A core's driver that publishes the ring's enter count after each park.
+struct CountingDriver {
+    inner: DeviceDriver,
+    enters: Arc<AtomicU64>,
+}
+
+impl Driver for CountingDriver {
+    fn park(&self, timeout: Option<Duration>) -> std::io::Result<()> {
+        let r = self.inner.park(timeout);
+        if let Some(s) = self.inner.ring_stats() {
+            // Relaxed: a display figure; pairs with the Relaxed loads of
+            // the probe, nothing else is published through it.
+            self.enters.store(s.enters, Ordering::Relaxed);
+        }
+        r
+    }
+
+    fn unparker(&self) -> Arc<dyn Unpark> {
+        self.inner.unparker()
+    }
+}
+
+fn open_device(args: &ReplayArgs) -> Result<Device, ReplayError> {
+    let opts = DeviceOptions {
+        queue_depth: args.iodepth,
+        direct: args.direct == 1,
+        nomerges: args.nomerges,
+        // `--overlap-order 0`: no ordering below the replay either (fio's
+        // behaviour).
+        overlap_order: args.overlap_order == 1,
+        ..DeviceOptions::default()
+    };
+    Device::open(&args.filename, opts).map_err(|e| {
+        if matches!(e.kind(), ErrorKind::DirectIoRefused) {
+            ReplayError::usage(format!(
+                "the file system of {} refuses O_DIRECT (tmpfs does): use --direct 0",
+                args.filename.display()
+            ))
+        } else {
+            ReplayError::engine(format!("open {}", args.filename.display()), e)
+        }
+    })
+}
+
+fn progress_bar(args: &ReplayArgs, total: usize) -> ProgressBar {
+    if args.quiet {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(total as u64);
+    bar.set_style(
+        ProgressStyle::with_template("replay [{bar:40}] {pos}/{len} IOs ({per_sec}, {eta})")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar
+}
+
+/// Opens the target and checks every IO of the trace against its
+/// capacity and O_DIRECT alignment.
+fn open_checked(args: &ReplayArgs, trace: &Trace) -> Result<Device, ReplayError> {
+    let dev = open_device(args)?;
+    let g = dev.geometry();
+    let align = if args.direct == 1 {
+        u64::from(g.dio_offset_align_bytes.max(g.logical_block_bytes))
+    } else {
+        1
+    };
+    let capacity = g.capacity_bytes.unwrap_or(u64::MAX);
+    trace.check_fits(&args.filename, capacity, align)?;
+    Ok(dev)
+}
+
+/// Builds a runtime of `--cpus` cores, replays on core 0 through `dev`,
+/// shuts down.
+fn replay_on_runtime(
+    args: &ReplayArgs,
+    trace: &Trace,
+    created: bool,
+    dev: Device,
+    notes: &mut Vec<String>,
+) -> Result<ReplayReport, ReplayError> {
+    let ring = RingConfig {
+        sq_entries: args.iodepth.clamp(32, 4096).next_power_of_two(),
+        ..RingConfig::default()
+    };
+    let counters: Arc<Vec<Arc<AtomicU64>>> = Arc::new(
+        (0..args.cpus)
+            .map(|_| Arc::new(AtomicU64::new(0)))
+            .collect(),
+    );
+    let driver_counters = counters.clone();
+    // Set by a core whose driver came up without io_uring (the sync pool
+    // served its IO): the report says so.
+    let fell_back = Arc::new(AtomicBool::new(false));
+    let core_fell_back = fell_back.clone();
+    let rt = plugio_executor::Builder::new()
+        .cores(args.cpus)
+        .thread_name("plugio-replay")
+        .driver(move |core| {
+            let enters = driver_counters[core.min(driver_counters.len() - 1)].clone();
+            let inner = DeviceDriver::new(&ring)?;
+            if inner.ring_info().is_none() {
+                // Relaxed: read after the shutdown joined the cores.
+                core_fell_back.store(true, Ordering::Relaxed);
+            }
+            Ok(Box::new(CountingDriver { inner, enters }) as Box<dyn Driver>)
+        })
+        .build()
+        .map_err(|e| ReplayError::io("starting the replay runtime", e))?;
+    let bar = progress_bar(args, trace.ios.len());
+    let bar_cb = bar.clone();
+    let probe = counters.clone();
+    let opts = ReplayOptions {
+        timing: args.timing,
+        iodepth: args.iodepth,
+        cores: args.cpus,
+        verify: args.verify,
+        unwritten: if created {
+            Unwritten::Zeros
+        } else {
+            Unwritten::Unchecked
+        },
+        flush_barrier: args.flush_barrier == 1,
+        overlap_order: args.overlap_order == 1,
+        progress: Some(Arc::new(move |n| bar_cb.set_position(n))),
+        // Relaxed: see CountingDriver::park.
+        enters: Some(Arc::new(move || {
+            probe.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+        })),
+    };
+    let ios = Arc::new(trace.ios.clone());
+    let task_dev = dev.clone();
+    let handle = rt.spawn_on(0, async move { replay(&task_dev, &ios, &opts).await });
+    let result = futures::executor::block_on(handle);
+    bar.finish_and_clear();
+    drop(dev);
+    let shutdown = rt.shutdown(ShutdownMode::Wait);
+    let report = result.map_err(|e| {
+        ReplayError::io(
+            "the replay task",
+            std::io::Error::other(format!("ended abnormally: {e}")),
+        )
+    })??;
+    shutdown.map_err(|e| {
+        ReplayError::io(
+            "shutting the runtime down",
+            std::io::Error::other(e.to_string()),
+        )
+    })?;
+    // Relaxed: see the store; the shutdown above joined the cores.
+    if fell_back.load(Ordering::Relaxed) {
+        notes.push(crate::FALLBACK_NOTE.to_owned());
+    }
+    Ok(report)
+}

@@ -1,0 +1,670 @@
+//! `plugio replay`: the replay function on the mem device (verification,
+//! reordering latencies, several cores, flush ordering and power cuts),
+//! and the command end to end (hand-written fixtures in
+//! `tests/data/replay/`, malformed input, a target too small, and the
+//! shared postgres and sqlite traces with `--limit 20000 --timing none
+//! --verify`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::time::Duration;
+
+use plugio::device::backend::mem::{Latency, MemClock, MemConfig, MemDevice};
+use plugio::{Device, DeviceOptions, RingConfig};
+use plugio_cli::replay::pattern::{self, Found};
+use plugio_cli::replay::{self, ReplayOptions, Timing, TraceIo, TraceOp, Unwritten};
+use rand::{Rng, SeedableRng};
+use serde_json::Value;
+
+const MEM_BYTES: u64 = 1 << 20;
+
+fn mem(seed: u64) -> MemDevice {
+    MemDevice::new(MemConfig {
+        capacity_bytes: MEM_BYTES,
+        latency: Latency::Uniform {
+            min: Duration::from_micros(1),
+            max: Duration::from_micros(200),
+        },
+        clock: MemClock::Virtual,
+        seed,
+        ..Default::default()
+    })
+}
+
+fn mem_dev(m: &MemDevice, queue_depth: u32) -> Device {
+    let opts = DeviceOptions {
+        queue_depth,
+        ..Default::default()
+    };
+    Device::with_backend(Arc::new(m.clone()), None, opts).expect("mem device")
+}
+
+fn io(op: TraceOp, offset_bytes: u64, len_bytes: u64) -> TraceIo {
+    TraceIo {
+        time_ns: 0,
+        op,
+        offset_bytes,
+        len_bytes,
+        line: 0,
+    }
+}
+
+/// A random trace over a small device: overlapping reads and writes,
+/// sequential runs (mergeable), flushes and discards.
+fn random_trace(seed: u64, n: usize) -> Vec<TraceIo> {
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    let blocks = MEM_BYTES / 4096;
+    let mut next_seq = 0;
+    (0..n)
+        .map(|i| {
+            let mut x = match rng.gen_range(0..100) {
+                0..=39 => io(
+                    TraceOp::Read,
+                    rng.gen_range(0..blocks - 4) * 4096,
+                    4096 * rng.gen_range(1..=4),
+                ),
+                40..=54 => {
+                    // A sequential run of 4 KiB writes.
+                    let off = next_seq;
+                    next_seq = (next_seq + 4096) % (MEM_BYTES / 2);
+                    io(TraceOp::Write, off, 4096)
+                }
+                55..=89 => io(
+                    TraceOp::Write,
+                    rng.gen_range(0..blocks - 2) * 4096,
+                    4096 * rng.gen_range(1..=2),
+                ),
+                90..=95 => io(TraceOp::Flush, 0, 0),
+                _ => io(TraceOp::Discard, rng.gen_range(0..blocks) * 4096, 4096),
+            };
+            x.line = i + 1;
+            x.time_ns = i as u64 * 1000;
+            x
+        })
+        .collect()
+}
+
+fn local() -> plugio::LocalExecutor {
+    plugio::runtime::local(RingConfig::default()).expect("executor")
+}
+
+#[test]
+fn a_random_trace_replays_on_the_mem_device_and_verifies_for_many_seeds() {
+    for seed in 0..8 {
+        let ios = random_trace(seed, 3000);
+        let m = mem(seed);
+        let dev = mem_dev(&m, 32);
+        let opts = ReplayOptions {
+            iodepth: 32,
+            verify: true,
+            unwritten: Unwritten::Zeros,
+            ..Default::default()
+        };
+        let r = local()
+            .run(replay::replay(&dev, &ios, &opts))
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        assert_eq!(r.ios, 3000);
+        for op in TraceOp::ALL {
+            let want = ios.iter().filter(|x| x.op == op).count() as u64;
+            assert_eq!(r.op(op).ios, want, "seed {seed} {op:?}");
+        }
+        let v = r.verify.as_ref().expect("verify stats");
+        assert_eq!(v.mismatched_sectors, 0);
+        assert!(v.read_sectors_checked > 1000, "{v:?}");
+        assert!(v.final_sectors_checked > 1000, "{v:?}");
+        assert_eq!(r.engine.bios, 3000, "one bio per trace IO");
+        assert!(r.engine.merges > 0, "sequential runs merge: {:?}", r.engine);
+        assert_eq!(r.engine.requests + r.engine.merges, r.engine.bios);
+        assert!(r.overlap_waits > 0 && r.flush_waits > 0, "{r:?}");
+    }
+}
+
+/// `n` 4 KiB reads spread over the device: reads never conflict, so
+/// nothing for the ordering rules to hold back (and, 8 KiB apart, nothing
+/// adjacent to merge).
+fn read_trace(n: usize) -> Vec<TraceIo> {
+    (0..n)
+        .map(|i| {
+            let mut x = io(TraceOp::Read, (i as u64 * 8192) % MEM_BYTES, 4096);
+            x.line = i + 1;
+            x
+        })
+        .collect()
+}
+
+#[test]
+fn a_trace_without_conflicts_keeps_the_queue_at_iodepth_without_a_task_per_io() {
+    let ios = read_trace(2000);
+    let n = ios.len() as u64;
+    let m = mem(21);
+    let dev = mem_dev(&m, 64);
+    let iodepth = 8;
+    let opts = ReplayOptions {
+        iodepth,
+        ..Default::default()
+    };
+    let (r, polled) = local().run(async {
+        let before = plugio::executor::tick_stats().expect("on a core");
+        let r = replay::replay(&dev, &ios, &opts).await.expect("replay");
+        let after = plugio::executor::tick_stats().expect("on a core");
+        (r, after.tasks_polled - before.tasks_polled)
+    });
+    assert_eq!(r.ios, n);
+    assert_eq!((r.overlap_waits, r.flush_waits), (0, 0));
+    let d = r.depth;
+    assert_eq!(d.max_in_flight, u64::from(iodepth), "{d:?}");
+    // Every wait but the last few (the trace running out) has the full
+    // depth in flight; a wait follows at least one completion, so there
+    // are at least n / iodepth of them.
+    assert!(d.waits >= n / u64::from(iodepth), "{d:?}");
+    let short: f64 = (1..iodepth).map(f64::from).sum();
+    assert!(
+        d.mean_in_flight >= f64::from(iodepth) - short / d.waits as f64,
+        "{d:?}"
+    );
+    // The loop polls its IOs itself: no task spawned (and polled) per IO.
+    assert!(polled < n / 4, "{polled} tasks polled for {n} IOs");
+}
+
+#[test]
+fn queued_flushes_skip_the_barrier_and_still_verify() {
+    let ios = random_trace(9, 3000);
+    let m = mem(9);
+    let dev = mem_dev(&m, 32);
+    let opts = ReplayOptions {
+        verify: true,
+        flush_barrier: false,
+        ..Default::default()
+    };
+    let r = local()
+        .run(replay::replay(&dev, &ios, &opts))
+        .expect("replay");
+    assert_eq!(r.flush_waits, 0);
+    assert!(!r.flush_barrier);
+    assert!(r.op(TraceOp::Flush).ios > 0);
+    assert_eq!(r.verify.expect("verify").mismatched_sectors, 0);
+}
+
+#[test]
+fn unordered_overlaps_replay_every_io_and_refuse_verify() {
+    let ios = random_trace(11, 2000);
+    let m = mem(11);
+    let dev = mem_dev(&m, 32);
+    let opts = ReplayOptions {
+        flush_barrier: false,
+        overlap_order: false,
+        ..Default::default()
+    };
+    let r = local()
+        .run(replay::replay(&dev, &ios, &opts))
+        .expect("replay");
+    assert_eq!((r.ios, r.overlap_waits, r.flush_waits), (2000, 0, 0));
+    let refused = ReplayOptions {
+        verify: true,
+        overlap_order: false,
+        ..Default::default()
+    };
+    let e = local()
+        .run(replay::replay(&dev, &ios, &refused))
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("--verify needs overlapping IOs kept in order"),
+        "{e}"
+    );
+}
+
+#[test]
+fn verification_catches_a_write_that_did_not_land() {
+    // Replay once, then overwrite one written sector behind the replay's
+    // back and verify again with the same map: the read-back must fail.
+    let m = mem(1);
+    let dev = mem_dev(&m, 8);
+    let ios = vec![io(TraceOp::Write, 0, 8192), io(TraceOp::Read, 0, 8192)];
+    let opts = ReplayOptions {
+        verify: true,
+        ..Default::default()
+    };
+    local().run(async {
+        replay::replay(&dev, &ios, &opts)
+            .await
+            .expect("clean replay");
+        let mut buf = dev.alloc_buf(512);
+        buf.as_mut_slice().fill(0x5a);
+        dev.write_at(buf, 1024).await.0.expect("tamper");
+        let mut map = replay::verify::BlockMap::new(Unwritten::Unchecked);
+        map.record(0, &ios[0]);
+        let mut stats = replay::verify::VerifyStats::default();
+        replay::verify::verify_all(&dev, &map, &ios, 4, &mut stats)
+            .await
+            .expect("reads");
+        assert_eq!(stats.final_sectors_checked, 16);
+        assert_eq!(stats.mismatched_sectors, 1);
+        assert!(
+            stats.first_mismatches[0].contains("sector 2 (byte 1024) should hold write #0"),
+            "{:?}",
+            stats.first_mismatches
+        );
+        assert!(matches!(
+            stats.into_result(),
+            Err(replay::ReplayError::Verify {
+                mismatched_sectors: 1,
+                ..
+            })
+        ));
+    });
+}
+
+#[test]
+fn two_cores_replay_a_random_trace_and_verify() {
+    let ios = Arc::new(random_trace(42, 4000));
+    let m = mem(42);
+    let dev = mem_dev(&m, 64);
+    let rt = plugio::runtime::builder(RingConfig::default())
+        .cores(2)
+        .build()
+        .expect("runtime");
+    let task_ios = ios.clone();
+    let task_dev = dev.clone();
+    let r = futures::executor::block_on(rt.spawn_on(0, async move {
+        let opts = ReplayOptions {
+            iodepth: 64,
+            cores: 2,
+            verify: true,
+            unwritten: Unwritten::Zeros,
+            ..Default::default()
+        };
+        replay::replay(&task_dev, &task_ios, &opts).await
+    }))
+    .expect("task")
+    .expect("replay");
+    drop(dev);
+    rt.shutdown(plugio::ShutdownMode::Wait).expect("shutdown");
+    assert_eq!((r.ios, r.cores), (4000, 2));
+    assert_eq!(r.verify.expect("verify").mismatched_sectors, 0);
+}
+
+#[test]
+fn original_timing_issues_each_io_no_earlier_than_recorded_and_reports_lag() {
+    let mut ios = random_trace(7, 200);
+    for (i, x) in ios.iter_mut().enumerate() {
+        // 100 us apart: 19.9 ms of recorded time.
+        x.time_ns = 1_000_000 + i as u64 * 100_000;
+    }
+    let m = mem(7);
+    let dev = mem_dev(&m, 16);
+    let opts = ReplayOptions {
+        timing: Timing::Original,
+        iodepth: 16,
+        verify: true,
+        ..Default::default()
+    };
+    let t0 = std::time::Instant::now();
+    let r = local()
+        .run(replay::replay(&dev, &ios, &opts))
+        .expect("replay");
+    assert!(
+        t0.elapsed() >= Duration::from_micros(19_900),
+        "{:?}",
+        t0.elapsed()
+    );
+    // The report's clock starts at the first IO's issue, a little after
+    // the run began: allow a millisecond (as fast as possible would be
+    // about 1 ms in all).
+    assert!(r.elapsed_s >= 0.019, "{r:?}");
+    let lag = r.lag.expect("lag under original timing");
+    assert_eq!(lag.samples, 200);
+    assert!(lag.p50_ns <= lag.p99_ns && lag.p99_ns <= lag.max_ns);
+}
+
+#[test]
+fn asking_for_more_cores_than_the_runtime_has_is_a_clear_error() {
+    let m = mem(0);
+    let dev = mem_dev(&m, 8);
+    let opts = ReplayOptions {
+        cores: 2,
+        ..Default::default()
+    };
+    let e = local()
+        .run(replay::replay(&dev, &[io(TraceOp::Read, 0, 512)], &opts))
+        .unwrap_err();
+    assert!(e.to_string().contains("2 cores asked for"), "{e}");
+}
+
+#[test]
+fn a_read_after_a_write_and_a_flush_sees_the_write() {
+    for seed in 0..20 {
+        let m = mem(seed);
+        let dev = mem_dev(&m, 8);
+        let ios = [
+            io(TraceOp::Write, 0, 4096),
+            io(TraceOp::Flush, 0, 0),
+            io(TraceOp::Read, 0, 4096),
+        ];
+        let opts = ReplayOptions {
+            iodepth: 8,
+            verify: true,
+            ..Default::default()
+        };
+        let r = local()
+            .run(replay::replay(&dev, &ios, &opts))
+            .expect("replay");
+        let v = r.verify.expect("verify");
+        assert_eq!(v.read_sectors_checked, 8, "the read was checked");
+        assert_eq!(v.mismatched_sectors, 0);
+        assert!(
+            r.flush_waits >= 2,
+            "flush waited for the write, read for the flush"
+        );
+    }
+}
+
+/// What each 512-byte sector of `range` holds on the durable image.
+fn durable(m: &MemDevice, offset: u64, len: u64) -> Vec<Found> {
+    m.durable_bytes(offset..offset + len)
+        .chunks(512)
+        .enumerate()
+        .map(|(i, s)| pattern::decode(s, offset / 512 + i as u64))
+        .collect()
+}
+
+#[test]
+fn a_power_cut_after_the_flush_keeps_the_write_and_loses_the_one_after() {
+    for seed in 0..20 {
+        let m = mem(seed);
+        let dev = mem_dev(&m, 8);
+        let ios = [
+            io(TraceOp::Write, 0, 4096),
+            io(TraceOp::Flush, 0, 0),
+            io(TraceOp::Write, 8192, 4096),
+        ];
+        let opts = ReplayOptions {
+            iodepth: 8,
+            ..Default::default()
+        };
+        local()
+            .run(replay::replay(&dev, &ios, &opts))
+            .expect("replay");
+        m.power_cut();
+        assert!(
+            durable(&m, 0, 4096).iter().all(|f| *f == Found::Write(0)),
+            "seed {seed}: the flushed write survives"
+        );
+        assert!(
+            durable(&m, 8192, 4096).iter().all(|f| *f == Found::Zeros),
+            "seed {seed}: the unflushed write is lost"
+        );
+    }
+}
+
+// ---- the command ----
+
+fn plugio(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_plugio"))
+        .args(args)
+        .output()
+        .expect("the plugio binary runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn data(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/replay")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+fn tmpdir() -> tempfile::TempDir {
+    // The target dir is on a disk-backed file system (O_DIRECT works).
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir")
+}
+
+fn replay_json(trace: &str, target: &Path, extra: &[&str]) -> Value {
+    let t = target.display().to_string();
+    let mut args = vec!["replay", trace, "--filename", &t, "--json", "--quiet"];
+    args.extend_from_slice(extra);
+    let o = plugio(&args);
+    assert!(o.status.success(), "plugio {args:?} failed: {}", stderr(&o));
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("bad JSON ({e}): {}", String::from_utf8_lossy(&o.stdout)))
+}
+
+fn u(v: &Value, path: &[&str]) -> u64 {
+    let mut x = v;
+    for k in path {
+        x = &x[*k];
+    }
+    x.as_u64()
+        .unwrap_or_else(|| panic!("{path:?} missing in {v}"))
+}
+
+fn op_ios(v: &Value, op: &str) -> u64 {
+    let ops = v["ops"].as_array().expect("ops");
+    let o = ops.iter().find(|o| o["op"] == op).expect("op entry");
+    o["ios"].as_u64().expect("ios")
+}
+
+#[test]
+fn cli_replays_the_csv_fixture_with_original_timing_and_verifies() {
+    let dir = tmpdir();
+    let target = dir.path().join("t.img");
+    let v = replay_json(
+        &data("small.csv"),
+        &target,
+        &["--verify", "--timing", "original"],
+    );
+    assert_eq!(v["created"], true);
+    assert_eq!(
+        std::fs::metadata(&target).unwrap().len(),
+        69632,
+        "sized at the extent"
+    );
+    assert_eq!(u(&v, &["ios"]), 9);
+    assert_eq!((op_ios(&v, "read"), op_ios(&v, "write")), (3, 3));
+    assert_eq!((op_ios(&v, "flush"), op_ios(&v, "discard")), (2, 1));
+    assert_eq!(u(&v, &["verify", "mismatched_sectors"]), 0);
+    assert!(u(&v, &["verify", "read_sectors_checked"]) >= 48);
+    // The IOs are 1 ms apart: the replay takes at least 8 ms.
+    assert!(v["elapsed_s"].as_f64().unwrap() >= 0.008, "{v}");
+    assert!(u(&v, &["lag", "samples"]) == 9, "{v}");
+    // Replaying again onto the existing target works too (not created).
+    let again = replay_json(
+        &data("small.csv"),
+        &target,
+        &["--verify", "--timing", "none"],
+    );
+    assert_eq!(again["created"], false);
+    assert!(again["lag"].is_null());
+}
+
+#[test]
+fn cli_replays_iolog_and_blkparse_fixtures() {
+    let dir = tmpdir();
+    let v = replay_json(
+        &data("small.iolog"),
+        &dir.path().join("a"),
+        &["--verify", "--timing", "original"],
+    );
+    assert_eq!(v["format"], "iolog");
+    assert_eq!(v["trace_ios"], serde_json::json!([2, 2, 1, 1]));
+    assert_eq!(u(&v, &["verify", "mismatched_sectors"]), 0);
+    assert!(
+        v["elapsed_s"].as_f64().unwrap() >= 0.009,
+        "10 ms of recorded time: {v}"
+    );
+
+    let q = replay_json(
+        &data("small.blkparse.txt"),
+        &dir.path().join("q"),
+        &["--verify", "--timing", "none"],
+    );
+    assert_eq!(q["format"], "blkparse");
+    assert_eq!(q["trace_ios"], serde_json::json!([1, 3, 3, 0]));
+    let d = replay_json(
+        &data("small.blkparse.txt"),
+        &dir.path().join("d"),
+        &["--action", "D", "--verify", "--timing", "none"],
+    );
+    assert_eq!(d["trace_ios"], serde_json::json!([1, 2, 3, 0]));
+    assert_eq!(u(&d, &["verify", "mismatched_sectors"]), 0);
+}
+
+#[test]
+fn cli_malformed_trace_names_the_line_and_replays_nothing() {
+    let dir = tmpdir();
+    let target = dir.path().join("never");
+    let t = target.display().to_string();
+    let o = plugio(&["replay", &data("bad.csv"), "--filename", &t, "--quiet"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("bad.csv:4: expected 4 comma-separated fields"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(stderr(&o).contains("nothing was replayed"));
+    assert!(!target.exists(), "the target was not even created");
+}
+
+#[test]
+fn cli_refuses_a_target_too_small_naming_the_line() {
+    let dir = tmpdir();
+    let target = dir.path().join("small");
+    std::fs::write(&target, vec![0u8; 16384]).unwrap();
+    let t = target.display().to_string();
+    let o = plugio(&["replay", &data("small.csv"), "--filename", &t, "--quiet"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("holds 16384 bytes but the trace reaches byte 69632"),
+        "{e}"
+    );
+    assert!(e.contains("trace line 8"), "{e}");
+    assert_eq!(
+        std::fs::read(&target).unwrap(),
+        vec![0u8; 16384],
+        "untouched"
+    );
+}
+
+#[test]
+fn cli_text_output_has_ops_engine_figures_and_lag() {
+    let dir = tmpdir();
+    let t = dir.path().join("t").display().to_string();
+    let o = plugio(&[
+        "replay",
+        &data("small.csv"),
+        "--filename",
+        &t,
+        "--quiet",
+        "--timing",
+        "original",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    for want in [
+        "replayed 9 IOs",
+        "read ",
+        "write ",
+        "flush ",
+        "engine: 9 bios ->",
+        "IOS/call",
+        "behind schedule: p50",
+    ] {
+        assert!(out.contains(want), "missing '{want}' in:\n{out}");
+    }
+}
+
+#[test]
+fn cli_spreads_io_over_two_cores_and_limits_the_trace() {
+    let dir = tmpdir();
+    let target = dir.path().join("two");
+    let v = replay_json(
+        &data("small.csv"),
+        &target,
+        &[
+            "--verify", "--timing", "none", "--cpus", "2", "--limit", "5",
+        ],
+    );
+    assert_eq!((u(&v, &["ios"]), u(&v, &["cores"])), (5, 2));
+    assert_eq!(v["trace_ios"], serde_json::json!([1, 3, 1, 0]));
+    assert_eq!(u(&v, &["verify", "mismatched_sectors"]), 0);
+    // The target was sized for the 5 IOs replayed, not the whole trace.
+    assert_eq!(std::fs::metadata(&target).unwrap().len(), 16384);
+}
+
+#[test]
+fn cli_bad_options_exit_2_with_a_message() {
+    let dir = tmpdir();
+    let t = dir.path().join("x").display().to_string();
+    let trace = data("small.csv");
+    for (extra, want) in [
+        (&["--iodepth", "0"][..], "--iodepth 0 is out of range"),
+        (&["--cpus", "0"][..], "--cpus 0"),
+        (&["--limit", "0"][..], "--limit 0"),
+        (
+            &["--verify", "--overlap-order", "0"][..],
+            "--verify needs overlapping IOs",
+        ),
+    ] {
+        let mut args = vec!["replay", &trace, "--filename", &t, "--quiet"];
+        args.extend_from_slice(extra);
+        let o = plugio(&args);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{extra:?}: {}", stderr(&o));
+    }
+}
+
+fn shared_trace(name: &str) -> String {
+    let p: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/traces")
+        .join(name)
+        .join("q.csv.zst");
+    assert!(
+        p.exists(),
+        "{} is missing: the shared traces must be at ../shared relative to the repository",
+        p.display()
+    );
+    p.display().to_string()
+}
+
+fn shared_trace_replays_and_verifies(name: &str) {
+    let dir = tmpdir();
+    let target = dir.path().join(format!("{name}.img"));
+    let v = replay_json(
+        &shared_trace(name),
+        &target,
+        &[
+            "--limit",
+            "20000",
+            "--timing",
+            "none",
+            "--verify",
+            "--iodepth",
+            "32",
+        ],
+    );
+    assert_eq!(u(&v, &["ios"]), 20000, "{v}");
+    assert_eq!(u(&v, &["engine", "bios"]), 20000);
+    assert_eq!(u(&v, &["verify", "mismatched_sectors"]), 0);
+    assert!(u(&v, &["verify", "final_sectors_checked"]) > 0);
+    let e = &v["engine"];
+    // Every bio ends in a request, merged or not; IOs above the request
+    // limit (the 8 MiB writes) are split into several.
+    assert!(u(e, &["requests"]) + u(e, &["merges"]) >= 20000, "{e}");
+    assert!(e["ios_per_call"].as_f64().is_some(), "{e}");
+}
+
+#[test]
+fn cli_replays_the_shared_postgres_trace_and_verifies() {
+    shared_trace_replays_and_verifies("postgres");
+}
+
+#[test]
+fn cli_replays_the_shared_sqlite_trace_and_verifies() {
+    shared_trace_replays_and_verifies("sqlite");
+}
