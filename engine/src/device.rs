@@ -555,7 +555,7 @@ impl Device {
     }
 
     /// Checks an IO against the device before it gets a bio.
-    #[inline]
+    #[inline(always)]
     fn check(shared: &DeviceShared, init: &BioInit) -> Result<(), Error> {
         check_len(init.len_bytes, init.op.has_data())?;
         if init.op.has_range() {
@@ -609,6 +609,7 @@ impl Device {
 
 /// Refuses a zero length for a data op and a length above
 /// [`MAX_IO_BYTES`].
+#[inline]
 fn check_len(len_bytes: u64, has_data: bool) -> Result<(), Error> {
     if has_data && len_bytes == 0 {
         // `max_bytes: 0` is how the error says "zero is not allowed".
