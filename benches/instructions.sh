@@ -38,19 +38,23 @@
 # callgrind names functions). Prints every command it runs. Exits non-zero
 # only when a run or the analysis fails, never because of a figure.
 #
-# Usage: benches/instructions.sh [--quick] [--out DIR]
+# Usage: benches/instructions.sh [--quick] [--out DIR] [--features LIST]
 #   --quick   smaller IO counts (CI); default N1=20000, N2=60000
+#   --features LIST  cargo features of the build (for example
+#             plugio/trace-io: the cost of the per-IO tracing events
+#             compiled in, with no subscriber)
 #   --out DIR where the callgrind files and table.md go
 #             (default target/instructions, or target/instructions-quick)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-N1=20000; N2=60000; OUT=""; QUICK=0
+N1=20000; N2=60000; OUT=""; QUICK=0; FEATURES=
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK=1; N1=4000; N2=12000 ;;
     --out) OUT=$2; shift ;;
+    --features) FEATURES=$2; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) echo "unknown option $1 (use --quick, --out DIR)" >&2; exit 2 ;;
+    *) echo "unknown option $1 (use --quick, --out DIR, --features LIST)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -64,8 +68,10 @@ for tool in valgrind objdump python3 taskset; do
 done
 log "$(valgrind --version), $(objdump --version | head -1)"
 
-show cargo build --release --bin plugio
-cargo build --release --quiet --bin plugio
+FEATURE_ARGS=()
+[ -z "$FEATURES" ] || FEATURE_ARGS=(--features "$FEATURES")
+show cargo build --release --bin plugio "${FEATURE_ARGS[@]}"
+cargo build --release --quiet --bin plugio "${FEATURE_ARGS[@]}"
 BIN=$PWD/target/release/plugio
 
 rm -rf "$OUT"
@@ -155,7 +161,7 @@ measure cached-4k plugio --engine plugio --idle-wait futex --filename "$DATA" --
 measure cached-4k raw --engine raw --filename "$DATA" --direct 0 --rw randread --bs 4k
 
 {
-  echo "Per-IO cost, callgrind, N1=$N1 and N2=$N2 IOs, \`taskset -c 0\`, \`${COMMON[*]:0:6}\`"
+  echo "Per-IO cost, callgrind, N1=$N1 and N2=$N2 IOs, \`taskset -c 0\`, \`${COMMON[*]:0:6}\`${FEATURES:+, features \`$FEATURES\`}"
   echo "($(valgrind --version); plugio engines with \`--idle-wait futex\`; IO thread = the thread that runs the IO loop)"
   echo
   echo "| workload | engine | user instr/IO (IO thread) | locked instr/IO (IO thread) | user instr/IO (process) | locked instr/IO (process) | Ir total N1 / N2 (process) |"

@@ -38,8 +38,15 @@ pub use plugio_executor as executor;
 pub use plugio_device::{DmaBuf, Error, ErrorKind, InvalidInput, IoFlags, RingConfig};
 pub use plugio_engine::{Device, DeviceOptions, IoBuf, IoStats, Page, Region, TagSharing};
 pub use plugio_executor::{
-    sleep, spawn, spawn_local, timeout, yield_now, JoinHandle, LocalExecutor, Runtime, ShutdownMode,
+    sleep, spawn, spawn_blocking, spawn_local, timeout, yield_now, JoinHandle, LocalExecutor,
+    Runtime, ShutdownMode,
 };
+
+pub use plugio_macros::{main, test};
+
+#[doc(hidden)]
+#[path = "macro_support.rs"]
+pub mod __macro_support;
 
 /// `Result` with plugio's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -466,49 +466,44 @@ fn a_second_executor_on_the_thread_does_not_free_in_flight_buffers() {
 
 /// Timeouts that expire while reads are in flight (a common database
 /// pattern): futures dropped in flight, buffers reused, tags back.
-#[test]
-fn timeouts_expiring_on_in_flight_reads() {
-    watchdog(60, || {
-        let m = mem(
-            Latency::Uniform {
-                min: Duration::from_micros(100),
-                max: Duration::from_millis(3),
-            },
-            MemClock::Real,
-        );
-        let dev = mem_device(&m, 4);
-        let ex = local();
-        ex.run(async move {
-            let mut expired = 0;
-            for round in 0..10u64 {
-                let hs: Vec<_> = (0..16u64)
-                    .map(|i| {
-                        let dev = dev.clone();
-                        plugio::spawn_local(async move {
-                            plugio::timeout(
-                                Duration::from_micros(500 + i * 100),
-                                dev.read_at((i + round) * 4096, 4096),
-                            )
-                            .await
-                            .is_err()
-                        })
-                    })
-                    .collect();
-                for h in hs {
-                    expired += usize::from(h.await.expect("task"));
-                }
-            }
-            assert!(expired > 0, "no timeout expired: the test proves nothing");
-            for _ in 0..100 {
-                if dev.tags_in_use() == 0 {
-                    break;
-                }
-                plugio::sleep(Duration::from_millis(1)).await;
-            }
-            assert_eq!(dev.tags_in_use(), 0);
-            dev.read_at(0, 4096).await.expect("still works");
-        });
-    });
+#[plugio::test(timeout_s = 60)]
+async fn timeouts_expiring_on_in_flight_reads() {
+    let m = mem(
+        Latency::Uniform {
+            min: Duration::from_micros(100),
+            max: Duration::from_millis(3),
+        },
+        MemClock::Real,
+    );
+    let dev = mem_device(&m, 4);
+    let mut expired = 0;
+    for round in 0..10u64 {
+        let hs: Vec<_> = (0..16u64)
+            .map(|i| {
+                let dev = dev.clone();
+                plugio::spawn_local(async move {
+                    plugio::timeout(
+                        Duration::from_micros(500 + i * 100),
+                        dev.read_at((i + round) * 4096, 4096),
+                    )
+                    .await
+                    .is_err()
+                })
+            })
+            .collect();
+        for h in hs {
+            expired += usize::from(h.await.expect("task"));
+        }
+    }
+    assert!(expired > 0, "no timeout expired: the test proves nothing");
+    for _ in 0..100 {
+        if dev.tags_in_use() == 0 {
+            break;
+        }
+        plugio::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(dev.tags_in_use(), 0);
+    dev.read_at(0, 4096).await.expect("still works");
 }
 
 /// JoinHandle::abort called from a thread outside the runtime on tasks

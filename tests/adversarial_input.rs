@@ -37,198 +37,168 @@ fn is_invalid(e: &plugio::Error) -> bool {
 /// The largest 4 KiB-aligned offset: `offset + len` overflows u64.
 const TOP: u64 = u64::MAX - 4095;
 
-#[test]
-fn offsets_near_u64_max_on_the_mem_device_are_range_errors() {
-    watchdog(10, || {
-        let ex = local();
-        ex.run(async {
-            let (_mem, dev) = mem_dev(1 << 20);
-            for off in [TOP, 1 << 63, (1 << 20) - 512, 1 << 20] {
-                let err = dev.read_at(off, 4096).await.expect_err("beyond the end");
-                assert!(
-                    matches!(
-                        err.kind(),
-                        ErrorKind::InvalidInput(InvalidInput::Range { .. })
-                    ),
-                    "offset {off:#x}: {err}"
-                );
-                let err = dev
-                    .write_zeroes(off, 4096)
-                    .await
-                    .expect_err("zeroes beyond");
-                assert!(is_invalid(&err), "{err}");
-                let err = dev.discard(off, 4096).await.expect_err("discard beyond");
-                assert!(is_invalid(&err), "{err}");
-            }
-            // Exactly at the end is fine.
-            let b = dev
-                .read_at((1 << 20) - 4096, 4096)
-                .await
-                .expect("last page");
-            assert_eq!(b.len(), 4096);
-            assert_eq!(dev.tags_in_use(), 0);
-        });
-    });
+#[plugio::test(timeout_s = 10)]
+async fn offsets_near_u64_max_on_the_mem_device_are_range_errors() {
+    let (_mem, dev) = mem_dev(1 << 20);
+    for off in [TOP, 1 << 63, (1 << 20) - 512, 1 << 20] {
+        let err = dev.read_at(off, 4096).await.expect_err("beyond the end");
+        assert!(
+            matches!(
+                err.kind(),
+                ErrorKind::InvalidInput(InvalidInput::Range { .. })
+            ),
+            "offset {off:#x}: {err}"
+        );
+        let err = dev
+            .write_zeroes(off, 4096)
+            .await
+            .expect_err("zeroes beyond");
+        assert!(is_invalid(&err), "{err}");
+        let err = dev.discard(off, 4096).await.expect_err("discard beyond");
+        assert!(is_invalid(&err), "{err}");
+    }
+    // Exactly at the end is fine.
+    let b = dev
+        .read_at((1 << 20) - 4096, 4096)
+        .await
+        .expect("last page");
+    assert_eq!(b.len(), 4096);
+    assert_eq!(dev.tags_in_use(), 0);
 }
 
 /// A single read far beyond any file size limit: the kernel answers
 /// EINVAL (negative loff_t). The promise says out of range is refused
 /// before submission; at the very least it must be a typed error.
-#[test]
-fn a_read_at_an_offset_beyond_i64_max_on_a_file_is_a_typed_error() {
-    watchdog(10, || {
-        let dir = tmpdir();
-        let path = file(&dir, "huge1", 1 << 16);
-        let ex = local();
-        ex.run(async {
-            let dev = Device::open(&path, DeviceOptions::default()).expect("open");
-            let res = dev.read_at(TOP, 4096).await;
-            let err = res.expect_err("offset beyond i64::MAX cannot succeed");
-            println!("read at {TOP:#x}: {err} ({:?})", err.kind());
-            assert_eq!(dev.tags_in_use(), 0);
-        });
-    });
+#[plugio::test(timeout_s = 10)]
+async fn a_read_at_an_offset_beyond_i64_max_on_a_file_is_a_typed_error() {
+    let dir = tmpdir();
+    let path = file(&dir, "huge1", 1 << 16);
+    let dev = Device::open(&path, DeviceOptions::default()).expect("open");
+    let res = dev.read_at(TOP, 4096).await;
+    let err = res.expect_err("offset beyond i64::MAX cannot succeed");
+    println!("read at {TOP:#x}: {err} ({:?})", err.kind());
+    assert_eq!(dev.tags_in_use(), 0);
 }
 
 /// Two IOs at the top of the u64 offset space in one plug: the engine's
 /// overlap and merge checks compute `offset + len`, which overflows.
-#[test]
-fn two_writes_at_the_top_of_the_offset_space_do_not_panic_the_core() {
-    watchdog(10, || {
-        let dir = tmpdir();
-        let path = file(&dir, "huge2", 1 << 16);
-        let ex = local();
-        ex.run(async {
-            let dev = Device::open(&path, DeviceOptions::default()).expect("open");
-            let a = dev.alloc_buf(4096);
-            let b = dev.alloc_buf(4096);
-            let (ra, rb) = futures::join!(dev.write_at(a, TOP), dev.write_at(b, TOP));
-            let ea = ra.0.expect_err("write beyond i64::MAX");
-            let eb = rb.0.expect_err("write beyond i64::MAX");
-            assert!(
-                is_invalid(&ea),
-                "expected a refusal before submission: {ea}"
-            );
-            assert!(
-                is_invalid(&eb),
-                "expected a refusal before submission: {eb}"
-            );
-            assert_eq!(dev.tags_in_use(), 0);
-        });
-    });
+#[plugio::test(timeout_s = 10)]
+async fn two_writes_at_the_top_of_the_offset_space_do_not_panic_the_core() {
+    let dir = tmpdir();
+    let path = file(&dir, "huge2", 1 << 16);
+    let dev = Device::open(&path, DeviceOptions::default()).expect("open");
+    let a = dev.alloc_buf(4096);
+    let b = dev.alloc_buf(4096);
+    let (ra, rb) = futures::join!(dev.write_at(a, TOP), dev.write_at(b, TOP));
+    let ea = ra.0.expect_err("write beyond i64::MAX");
+    let eb = rb.0.expect_err("write beyond i64::MAX");
+    assert!(
+        is_invalid(&ea),
+        "expected a refusal before submission: {ea}"
+    );
+    assert!(
+        is_invalid(&eb),
+        "expected a refusal before submission: {eb}"
+    );
+    assert_eq!(dev.tags_in_use(), 0);
 }
 
 /// Same overflow through the merge check: two reads at the top.
-#[test]
-fn two_reads_at_the_top_of_the_offset_space_do_not_panic_the_core() {
-    watchdog(10, || {
-        let dir = tmpdir();
-        let path = file(&dir, "huge3", 1 << 16);
-        let ex = local();
-        ex.run(async {
-            let dev = Device::open(&path, DeviceOptions::default()).expect("open");
-            let (ra, rb) = futures::join!(dev.read_at(TOP, 4096), dev.read_at(TOP, 4096));
-            assert!(ra.is_err() && rb.is_err());
-        });
-    });
+#[plugio::test(timeout_s = 10)]
+async fn two_reads_at_the_top_of_the_offset_space_do_not_panic_the_core() {
+    let dir = tmpdir();
+    let path = file(&dir, "huge3", 1 << 16);
+    let dev = Device::open(&path, DeviceOptions::default()).expect("open");
+    let (ra, rb) = futures::join!(dev.read_at(TOP, 4096), dev.read_at(TOP, 4096));
+    assert!(ra.is_err() && rb.is_err());
 }
 
-#[test]
-fn zero_length_and_empty_vectors_are_refused_and_empty_buffers_inside_readv_work() {
-    watchdog(10, || {
-        let ex = local();
-        ex.run(async {
-            let (_mem, dev) = mem_dev(1 << 20);
-            let (r, _) = dev.read_into(DmaBuf::heap(0, 4096), 0).await;
-            assert!(is_invalid(&r.expect_err("len 0 read")));
-            let (r, _) = dev.write_at(DmaBuf::heap(0, 4096), 0).await;
-            assert!(is_invalid(&r.expect_err("len 0 write")));
-            let (r, v) = dev.readv(Vec::new(), 0).await;
-            assert!(is_invalid(&r.expect_err("readv of nothing")));
-            assert!(v.is_empty());
-            let (r, _) = dev.writev(Vec::new(), 0).await;
-            assert!(is_invalid(&r.expect_err("writev of nothing")));
-            let (r, _) = dev
-                .readv(vec![DmaBuf::heap(0, 4096), DmaBuf::heap(0, 4096)], 0)
-                .await;
-            assert!(is_invalid(&r.expect_err("readv of empty bufs")));
-            let err = dev.write_zeroes(0, 0).await.expect_err("zeroes of 0");
-            assert!(is_invalid(&err));
-            let err = dev.discard(0, 0).await.expect_err("discard of 0");
-            assert!(is_invalid(&err));
+#[plugio::test(timeout_s = 10)]
+async fn zero_length_and_empty_vectors_are_refused_and_empty_buffers_inside_readv_work() {
+    let (_mem, dev) = mem_dev(1 << 20);
+    let (r, _) = dev.read_into(DmaBuf::heap(0, 4096), 0).await;
+    assert!(is_invalid(&r.expect_err("len 0 read")));
+    let (r, _) = dev.write_at(DmaBuf::heap(0, 4096), 0).await;
+    assert!(is_invalid(&r.expect_err("len 0 write")));
+    let (r, v) = dev.readv(Vec::new(), 0).await;
+    assert!(is_invalid(&r.expect_err("readv of nothing")));
+    assert!(v.is_empty());
+    let (r, _) = dev.writev(Vec::new(), 0).await;
+    assert!(is_invalid(&r.expect_err("writev of nothing")));
+    let (r, _) = dev
+        .readv(vec![DmaBuf::heap(0, 4096), DmaBuf::heap(0, 4096)], 0)
+        .await;
+    assert!(is_invalid(&r.expect_err("readv of empty bufs")));
+    let err = dev.write_zeroes(0, 0).await.expect_err("zeroes of 0");
+    assert!(is_invalid(&err));
+    let err = dev.discard(0, 0).await.expect_err("discard of 0");
+    assert!(is_invalid(&err));
 
-            // Empty buffers between full ones: legal, each gets its share.
-            let mut w = vec![
-                dev.alloc_buf(512),
-                DmaBuf::heap(0, 512),
-                dev.alloc_buf(1024),
-            ];
-            w[0].as_mut_slice().fill(1);
-            w[2].as_mut_slice().fill(2);
-            let (r, _) = dev.writev(w, 4096).await;
-            assert_eq!(r.expect("writev with an empty buffer inside"), 1536);
-            let bufs = vec![
-                DmaBuf::heap(0, 512),
-                dev.alloc_buf(1024),
-                DmaBuf::heap(0, 512),
-                dev.alloc_buf(512),
-            ];
-            let (r, bufs) = dev.readv(bufs, 4096).await;
-            assert_eq!(r.expect("readv with empty buffers inside"), 1536);
-            assert_eq!(
-                bufs.iter().map(DmaBuf::len).collect::<Vec<_>>(),
-                [0, 1024, 0, 512]
-            );
-            assert!(bufs[1].as_slice()[..512].iter().all(|&b| b == 1));
-            assert!(bufs[1].as_slice()[512..].iter().all(|&b| b == 2));
-            assert!(bufs[3].as_slice().iter().all(|&b| b == 2));
-            assert_eq!(dev.tags_in_use(), 0);
-        });
-    });
+    // Empty buffers between full ones: legal, each gets its share.
+    let mut w = vec![
+        dev.alloc_buf(512),
+        DmaBuf::heap(0, 512),
+        dev.alloc_buf(1024),
+    ];
+    w[0].as_mut_slice().fill(1);
+    w[2].as_mut_slice().fill(2);
+    let (r, _) = dev.writev(w, 4096).await;
+    assert_eq!(r.expect("writev with an empty buffer inside"), 1536);
+    let bufs = vec![
+        DmaBuf::heap(0, 512),
+        dev.alloc_buf(1024),
+        DmaBuf::heap(0, 512),
+        dev.alloc_buf(512),
+    ];
+    let (r, bufs) = dev.readv(bufs, 4096).await;
+    assert_eq!(r.expect("readv with empty buffers inside"), 1536);
+    assert_eq!(
+        bufs.iter().map(DmaBuf::len).collect::<Vec<_>>(),
+        [0, 1024, 0, 512]
+    );
+    assert!(bufs[1].as_slice()[..512].iter().all(|&b| b == 1));
+    assert!(bufs[1].as_slice()[512..].iter().all(|&b| b == 2));
+    assert!(bufs[3].as_slice().iter().all(|&b| b == 2));
+    assert_eq!(dev.tags_in_use(), 0);
 }
 
-#[test]
-fn unaligned_lengths_offsets_and_buffers_in_vectors_are_refused_and_others_complete() {
-    watchdog(10, || {
-        let ex = local();
-        ex.run(async {
-            let (_mem, dev) = mem_dev(1 << 20);
-            let good = plugio::spawn_local({
-                let dev = dev.clone();
-                async move {
-                    for i in 0..32u64 {
-                        let (r, _) = dev.write_at(dev.alloc_buf(4096), i * 4096).await;
-                        r.expect("good write");
-                    }
-                }
-            });
-            // A segment whose length is not a multiple of the block.
-            let (r, _) = dev
-                .readv(
-                    vec![dev.alloc_buf(512), dev.alloc_buf(100), dev.alloc_buf(412)],
-                    0,
-                )
-                .await;
-            let err = r.expect_err("unaligned segment length");
-            assert!(is_invalid(&err), "{err}");
-            // Unaligned offset, length.
-            assert!(is_invalid(&dev.read_at(1, 512).await.expect_err("offset")));
-            assert!(is_invalid(&dev.read_at(0, 513).await.expect_err("length")));
-            // A buffer at an odd address.
-            let odd = DmaBuf::heap(8192, 1);
-            if odd.as_ptr() as usize % 512 != 0 {
-                let (r, _) = dev.write_at(odd, 0).await;
-                assert!(is_invalid(&r.expect_err("odd buffer")));
+#[plugio::test(timeout_s = 10)]
+async fn unaligned_lengths_offsets_and_buffers_in_vectors_are_refused_and_others_complete() {
+    let (_mem, dev) = mem_dev(1 << 20);
+    let good = plugio::spawn_local({
+        let dev = dev.clone();
+        async move {
+            for i in 0..32u64 {
+                let (r, _) = dev.write_at(dev.alloc_buf(4096), i * 4096).await;
+                r.expect("good write");
             }
-            // Too many segments for one op.
-            let many: Vec<DmaBuf> = (0..1100).map(|_| DmaBuf::heap(512, 4096)).collect();
-            let (r, back) = dev.readv(many, 0).await;
-            assert!(is_invalid(&r.expect_err("1100 segments")));
-            assert_eq!(back.len(), 1100, "the buffers come back");
-            good.await.expect("good task");
-            assert_eq!(dev.tags_in_use(), 0);
-        });
+        }
     });
+    // A segment whose length is not a multiple of the block.
+    let (r, _) = dev
+        .readv(
+            vec![dev.alloc_buf(512), dev.alloc_buf(100), dev.alloc_buf(412)],
+            0,
+        )
+        .await;
+    let err = r.expect_err("unaligned segment length");
+    assert!(is_invalid(&err), "{err}");
+    // Unaligned offset, length.
+    assert!(is_invalid(&dev.read_at(1, 512).await.expect_err("offset")));
+    assert!(is_invalid(&dev.read_at(0, 513).await.expect_err("length")));
+    // A buffer at an odd address.
+    let odd = DmaBuf::heap(8192, 1);
+    if odd.as_ptr() as usize % 512 != 0 {
+        let (r, _) = dev.write_at(odd, 0).await;
+        assert!(is_invalid(&r.expect_err("odd buffer")));
+    }
+    // Too many segments for one op.
+    let many: Vec<DmaBuf> = (0..1100).map(|_| DmaBuf::heap(512, 4096)).collect();
+    let (r, back) = dev.readv(many, 0).await;
+    assert!(is_invalid(&r.expect_err("1100 segments")));
+    assert_eq!(back.len(), 1100, "the buffers come back");
+    good.await.expect("good task");
+    assert_eq!(dev.tags_in_use(), 0);
 }
 
 #[test]
@@ -249,119 +219,97 @@ fn device_used_outside_a_runtime_is_a_typed_error_not_a_panic() {
     });
 }
 
-#[test]
-fn flush_sync_and_nop_on_the_mem_device_succeed() {
-    watchdog(10, || {
-        let ex = local();
-        ex.run(async {
-            let (mem, dev) = mem_dev(1 << 20);
-            let (r, _) = dev.write_at(dev.alloc_buf(4096), 0).await;
-            r.expect("write");
-            assert!(mem.dirty_blocks() > 0);
-            dev.flush().await.expect("flush");
-            assert_eq!(mem.dirty_blocks(), 0);
-            dev.sync().await.expect("sync");
-            dev.nop().await.expect("nop");
-        });
-    });
+#[plugio::test(timeout_s = 10)]
+async fn flush_sync_and_nop_on_the_mem_device_succeed() {
+    let (mem, dev) = mem_dev(1 << 20);
+    let (r, _) = dev.write_at(dev.alloc_buf(4096), 0).await;
+    r.expect("write");
+    assert!(mem.dirty_blocks() > 0);
+    dev.flush().await.expect("flush");
+    assert_eq!(mem.dirty_blocks(), 0);
+    dev.sync().await.expect("sync");
+    dev.nop().await.expect("nop");
 }
 
 /// `DeviceOptions::read_only` on a device built with `with_backend`: the
 /// option is accepted and then ignored, so writes go through.
-#[test]
-fn read_only_option_is_honoured_by_with_backend() {
-    watchdog(10, || {
-        let ex = local();
-        ex.run(async {
-            let mem = MemDevice::new(MemConfig {
-                capacity_bytes: 1 << 20,
-                ..MemConfig::default()
-            });
-            let dev = Device::with_backend(
-                Arc::new(mem.clone()),
-                None,
-                DeviceOptions {
-                    read_only: true,
-                    ..DeviceOptions::default()
-                },
-            )
-            .expect("device");
-            let (r, _) = dev.write_at(dev.alloc_buf(4096), 0).await;
-            assert!(r.is_err(), "a write to a read-only device succeeded");
-        });
+#[plugio::test(timeout_s = 10)]
+async fn read_only_option_is_honoured_by_with_backend() {
+    let mem = MemDevice::new(MemConfig {
+        capacity_bytes: 1 << 20,
+        ..MemConfig::default()
     });
+    let dev = Device::with_backend(
+        Arc::new(mem.clone()),
+        None,
+        DeviceOptions {
+            read_only: true,
+            ..DeviceOptions::default()
+        },
+    )
+    .expect("device");
+    let (r, _) = dev.write_at(dev.alloc_buf(4096), 0).await;
+    assert!(r.is_err(), "a write to a read-only device succeeded");
 }
 
 /// A write to a device opened read-only: refused (ideally before
 /// submission), with a typed error, and reads in the same tick unaffected.
-#[test]
-fn write_to_a_read_only_file_is_an_error_and_reads_still_work() {
-    watchdog(10, || {
-        let dir = tmpdir();
-        let path = file(&dir, "ro", 1 << 16);
-        let ex = local();
-        ex.run(async {
-            let dev = Device::open(
-                &path,
-                DeviceOptions {
-                    read_only: true,
-                    ..DeviceOptions::default()
-                },
-            )
-            .expect("open read-only");
-            let (w, r) = futures::join!(
-                dev.write_at(dev.alloc_buf(4096), 0),
-                dev.read_at(4096, 4096)
-            );
-            let err = w.0.expect_err("write to a read-only device");
-            println!(
-                "write to read-only: {err} ({:?}, errno {})",
-                err.kind(),
-                err.errno()
-            );
-            assert_eq!(r.expect("read").len(), 4096);
-            assert_eq!(dev.tags_in_use(), 0);
-        });
-    });
+#[plugio::test(timeout_s = 10)]
+async fn write_to_a_read_only_file_is_an_error_and_reads_still_work() {
+    let dir = tmpdir();
+    let path = file(&dir, "ro", 1 << 16);
+    let dev = Device::open(
+        &path,
+        DeviceOptions {
+            read_only: true,
+            ..DeviceOptions::default()
+        },
+    )
+    .expect("open read-only");
+    let (w, r) = futures::join!(
+        dev.write_at(dev.alloc_buf(4096), 0),
+        dev.read_at(4096, 4096)
+    );
+    let err = w.0.expect_err("write to a read-only device");
+    println!(
+        "write to read-only: {err} ({:?}, errno {})",
+        err.kind(),
+        err.errno()
+    );
+    assert_eq!(r.expect("read").len(), 4096);
+    assert_eq!(dev.tags_in_use(), 0);
 }
 
 /// Refusal before submission, strictly: the write to a read-only device
 /// should never reach the kernel (it reaches it today and comes back as
 /// EBADF).
-#[test]
-fn write_to_a_read_only_file_is_refused_before_submission() {
-    watchdog(10, || {
-        let dir = tmpdir();
-        let path = file(&dir, "ro2", 1 << 16);
-        let ex = local();
-        ex.run(async {
-            let dev = Device::open(
-                &path,
-                DeviceOptions {
-                    read_only: true,
-                    ..DeviceOptions::default()
-                },
-            )
-            .expect("open read-only");
-            let (w, _) = dev.write_at(dev.alloc_buf(4096), 0).await;
-            let err = w.expect_err("write to a read-only device");
-            assert!(
-                matches!(
-                    err.kind(),
-                    ErrorKind::InvalidInput(_)
-                        | ErrorKind::PermissionDenied
-                        | ErrorKind::Unsupported
-                ),
-                "{err} ({:?})",
-                err.kind()
-            );
-            assert_eq!(
-                dev.iostats().requests,
-                0,
-                "nothing should have been submitted"
-            );
-        });
-    });
+#[plugio::test(timeout_s = 10)]
+async fn write_to_a_read_only_file_is_refused_before_submission() {
+    let dir = tmpdir();
+    let path = file(&dir, "ro2", 1 << 16);
+    let dev = Device::open(
+        &path,
+        DeviceOptions {
+            read_only: true,
+            ..DeviceOptions::default()
+        },
+    )
+    .expect("open read-only");
+    let (w, _) = dev.write_at(dev.alloc_buf(4096), 0).await;
+    let err = w.expect_err("write to a read-only device");
+    assert!(
+        matches!(
+            err.kind(),
+            ErrorKind::InvalidInput(_) | ErrorKind::PermissionDenied | ErrorKind::Unsupported
+        ),
+        "{err} ({:?})",
+        err.kind()
+    );
+    assert_eq!(
+        dev.iostats().requests,
+        0,
+        "nothing should have been submitted"
+    );
 }
 
 /// Runs the test `name` of this binary in a child process (for calls that
@@ -434,51 +382,41 @@ fn child_read_at_usize_max() {
 
 /// Strict form of the EINVAL case above: an offset no file can have is
 /// out of range and should be refused before submission.
-#[test]
-fn a_file_offset_above_i64_max_is_refused_before_submission() {
-    watchdog(10, || {
-        let dir = tmpdir();
-        let path = file(&dir, "huge4", 1 << 16);
-        let ex = local();
-        ex.run(async {
-            let dev = Device::open(&path, DeviceOptions::default()).expect("open");
-            let err = dev.read_at(TOP, 4096).await.expect_err("beyond i64::MAX");
-            assert!(is_invalid(&err), "{err} ({:?})", err.kind());
-            assert_eq!(dev.iostats().requests, 0, "it was submitted");
-        });
-    });
+#[plugio::test(timeout_s = 10)]
+async fn a_file_offset_above_i64_max_is_refused_before_submission() {
+    let dir = tmpdir();
+    let path = file(&dir, "huge4", 1 << 16);
+    let dev = Device::open(&path, DeviceOptions::default()).expect("open");
+    let err = dev.read_at(TOP, 4096).await.expect_err("beyond i64::MAX");
+    assert!(is_invalid(&err), "{err} ({:?})", err.kind());
+    assert_eq!(dev.iostats().requests, 0, "it was submitted");
 }
 
 /// A split bio that crosses the end of a file, with its parts completing
 /// out of order at a high queue depth: the result is the prefix up to
 /// EOF, exactly.
-#[test]
-fn a_split_read_across_end_of_file_returns_exactly_the_prefix() {
-    watchdog(10, || {
-        let dir = tmpdir();
-        let len = (1 << 20) + 4096 + 512 * 3;
-        let path = file(&dir, "eofsplit", len);
-        let ex = local();
-        ex.run(async move {
-            let dev = Device::open(
-                &path,
-                DeviceOptions {
-                    max_request_bytes: Some(16384),
-                    queue_depth: 64,
-                    direct: true,
-                    ..DeviceOptions::default()
-                },
-            )
-            .expect("open");
-            let b = dev.read_at(0, 2 << 20).await.expect("read across EOF");
-            assert_eq!(b.len(), len);
-            let want: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(7)).collect();
-            assert!(b.as_slice() == &want[..]);
-            let b = dev.read_at(2 << 20, 65536).await.expect("read past EOF");
-            assert_eq!(b.len(), 0);
-            assert_eq!(dev.tags_in_use(), 0);
-        });
-    });
+#[plugio::test(timeout_s = 10)]
+async fn a_split_read_across_end_of_file_returns_exactly_the_prefix() {
+    let dir = tmpdir();
+    let len = (1 << 20) + 4096 + 512 * 3;
+    let path = file(&dir, "eofsplit", len);
+    let dev = Device::open(
+        &path,
+        DeviceOptions {
+            max_request_bytes: Some(16384),
+            queue_depth: 64,
+            direct: true,
+            ..DeviceOptions::default()
+        },
+    )
+    .expect("open");
+    let b = dev.read_at(0, 2 << 20).await.expect("read across EOF");
+    assert_eq!(b.len(), len);
+    let want: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(7)).collect();
+    assert!(b.as_slice() == &want[..]);
+    let b = dev.read_at(2 << 20, 65536).await.expect("read past EOF");
+    assert_eq!(b.len(), 0);
+    assert_eq!(dev.tags_in_use(), 0);
 }
 
 /// `max_request_bytes` far above what one read/write call can move: the

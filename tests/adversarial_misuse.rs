@@ -54,36 +54,31 @@ impl plugio::executor::TickHook for IoHook {
 /// plug after the engine's flush of this tick, and the core then parks
 /// with it plugged (the executor never parks with IO plugged, says the
 /// design).
-#[test]
-fn io_issued_from_a_tick_hook_completes() {
-    watchdog(5, || {
-        let ex = local();
-        ex.run(async {
-            let dev = mem_dev();
-            // The engine registers its hook on the first IO.
-            dev.read_at(0, 4096).await.expect("first read");
-            let hook = Rc::new(IoHook {
-                fut: RefCell::new(Some(Box::pin({
-                    let dev = dev.clone();
-                    async move { dev.read_at(4096, 4096).await }
-                }))),
-                result: RefCell::new(None),
-                main: RefCell::new(None),
-            });
-            plugio::executor::register_tick_hook(hook.clone());
-            let r = std::future::poll_fn(|cx| {
-                *hook.main.borrow_mut() = Some(cx.waker().clone());
-                match hook.result.borrow_mut().take() {
-                    Some(r) => Poll::Ready(r),
-                    None => Poll::Pending,
-                }
-            })
-            .await;
-            assert_eq!(r.expect("read from a hook").len(), 4096);
-            let h: Rc<dyn plugio::executor::TickHook> = hook;
-            plugio::executor::unregister_tick_hook(&h);
-        });
+#[plugio::test(timeout_s = 5)]
+async fn io_issued_from_a_tick_hook_completes() {
+    let dev = mem_dev();
+    // The engine registers its hook on the first IO.
+    dev.read_at(0, 4096).await.expect("first read");
+    let hook = Rc::new(IoHook {
+        fut: RefCell::new(Some(Box::pin({
+            let dev = dev.clone();
+            async move { dev.read_at(4096, 4096).await }
+        }))),
+        result: RefCell::new(None),
+        main: RefCell::new(None),
     });
+    plugio::executor::register_tick_hook(hook.clone());
+    let r = std::future::poll_fn(|cx| {
+        *hook.main.borrow_mut() = Some(cx.waker().clone());
+        match hook.result.borrow_mut().take() {
+            Some(r) => Poll::Ready(r),
+            None => Poll::Pending,
+        }
+    })
+    .await;
+    assert_eq!(r.expect("read from a hook").len(), 4096);
+    let h: Rc<dyn plugio::executor::TickHook> = hook;
+    plugio::executor::unregister_tick_hook(&h);
 }
 
 /// IO started from a Drop impl: of a task cancelled by abort, and of tasks
@@ -105,35 +100,30 @@ impl Drop for IoOnDrop {
     }
 }
 
-#[test]
-fn io_spawned_from_drop_of_an_aborted_task_completes() {
-    watchdog(10, || {
-        let ex = local();
-        ex.run(async {
-            let dev = mem_dev();
-            let count = Rc::new(RefCell::new(0));
-            let guard = IoOnDrop(dev.clone(), count.clone());
-            let d = dev.clone();
-            let h = plugio::spawn_local(async move {
-                let _g = guard;
-                let _ = d.read_at(0, 4096).await;
-                std::future::pending::<()>().await;
-            });
-            plugio::yield_now().await;
-            h.abort();
-            let _ = h.await;
-            for _ in 0..50 {
-                if *count.borrow() == 1 {
-                    break;
-                }
-                plugio::sleep(Duration::from_millis(1)).await;
-            }
-            assert_eq!(*count.borrow(), 1, "the write from Drop did not complete");
-            let b = dev.read_at(8192, 4096).await.expect("read");
-            assert!(b.as_slice().iter().all(|&x| x == 0xD0));
-            assert_eq!(dev.tags_in_use(), 0);
-        });
+#[plugio::test(timeout_s = 10)]
+async fn io_spawned_from_drop_of_an_aborted_task_completes() {
+    let dev = mem_dev();
+    let count = Rc::new(RefCell::new(0));
+    let guard = IoOnDrop(dev.clone(), count.clone());
+    let d = dev.clone();
+    let h = plugio::spawn_local(async move {
+        let _g = guard;
+        let _ = d.read_at(0, 4096).await;
+        std::future::pending::<()>().await;
     });
+    plugio::yield_now().await;
+    h.abort();
+    let _ = h.await;
+    for _ in 0..50 {
+        if *count.borrow() == 1 {
+            break;
+        }
+        plugio::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(*count.borrow(), 1, "the write from Drop did not complete");
+    let b = dev.read_at(8192, 4096).await.expect("read");
+    assert!(b.as_slice().iter().all(|&x| x == 0xD0));
+    assert_eq!(dev.tags_in_use(), 0);
 }
 
 struct SendIoOnDrop(Device);
@@ -296,32 +286,27 @@ fn buffers_crossing_threads_and_outliving_their_runtime() {
 /// multiple of the logical block but not of the buffer alignment. A write
 /// the up-front check accepted is then split into segments at unaligned
 /// addresses and fails after submission.
-#[test]
-fn a_split_never_produces_unaligned_segments() {
-    watchdog(10, || {
-        let m = MemDevice::new(MemConfig {
-            capacity_bytes: 1 << 20,
-            logical_block_bytes: 512,
-            mem_align_bytes: 4096,
-            ..MemConfig::default()
-        });
-        let opts = DeviceOptions {
-            max_request_bytes: Some(2048),
-            ..DeviceOptions::default()
-        };
-        // Either the options are refused when the device is built...
-        let Ok(dev) = Device::with_backend(Arc::new(m), None, opts) else {
-            return;
-        };
-        // ...or the IO they accept works.
-        let ex = local();
-        ex.run(async move {
-            let mut b = dev.alloc_buf(8192);
-            b.as_mut_slice().fill(3);
-            let (r, _) = dev.write_at(b, 0).await;
-            assert_eq!(r.expect("an accepted write"), 8192);
-        });
+#[plugio::test(timeout_s = 10)]
+async fn a_split_never_produces_unaligned_segments() {
+    let m = MemDevice::new(MemConfig {
+        capacity_bytes: 1 << 20,
+        logical_block_bytes: 512,
+        mem_align_bytes: 4096,
+        ..MemConfig::default()
     });
+    let opts = DeviceOptions {
+        max_request_bytes: Some(2048),
+        ..DeviceOptions::default()
+    };
+    // Either the options are refused when the device is built...
+    let Ok(dev) = Device::with_backend(Arc::new(m), None, opts) else {
+        return;
+    };
+    // ...or the IO they accept works.
+    let mut b = dev.alloc_buf(8192);
+    b.as_mut_slice().fill(3);
+    let (r, _) = dev.write_at(b, 0).await;
+    assert_eq!(r.expect("an accepted write"), 8192);
 }
 
 /// `Device::open` of a FIFO (read-only or not), a directory or /dev/null

@@ -263,140 +263,125 @@ fn overlapping_io_from_one_core_keeps_program_order_on_a_file() {
 
 /// A very large read split into many requests at queue depth 1, with small
 /// IOs interleaved on the same core: all complete with the right bytes.
-#[test]
-fn a_huge_split_read_at_queue_depth_one_with_small_ios_interleaved() {
-    watchdog(30, || {
-        let cap: u64 = 32 << 20;
-        let m = MemDevice::new(MemConfig {
-            capacity_bytes: cap,
-            ..MemConfig::default()
-        });
-        let dev = Device::with_backend(
-            Arc::new(m),
-            None,
-            DeviceOptions {
-                queue_depth: 1,
-                max_request_bytes: Some(256 * 1024),
-                ..DeviceOptions::default()
-            },
-        )
-        .expect("device");
-        let ex = local();
-        ex.run(async move {
-            let mut w = dev.alloc_buf(cap as usize);
-            for (i, c) in w.as_mut_slice().chunks_mut(4096).enumerate() {
-                c.fill(i as u8);
-            }
-            let (r, _) = dev.write_at(w, 0).await;
-            assert_eq!(r.expect("huge write"), cap as usize);
-            let small: Vec<_> = (0..64u64)
-                .map(|i| {
-                    let dev = dev.clone();
-                    plugio::spawn_local(async move {
-                        let b = dev.read_at(i * 4096 * 7, 4096).await.expect("small");
-                        assert!(b.as_slice().iter().all(|&x| x == (i * 7) as u8));
-                    })
-                })
-                .collect();
-            let big = dev.read_at(0, cap as usize).await.expect("huge read");
-            assert_eq!(big.len(), cap as usize);
-            for (i, c) in big.as_slice().chunks(4096).enumerate() {
-                assert!(c.iter().all(|&x| x == i as u8), "page {i}");
-            }
-            for h in small {
-                h.await.expect("small task");
-            }
-            let s = dev.iostats();
-            assert!(s.requests >= 256, "{s:?}");
-            assert_eq!(dev.tags_in_use(), 0);
-        });
+#[plugio::test(timeout_s = 30)]
+async fn a_huge_split_read_at_queue_depth_one_with_small_ios_interleaved() {
+    let cap: u64 = 32 << 20;
+    let m = MemDevice::new(MemConfig {
+        capacity_bytes: cap,
+        ..MemConfig::default()
     });
+    let dev = Device::with_backend(
+        Arc::new(m),
+        None,
+        DeviceOptions {
+            queue_depth: 1,
+            max_request_bytes: Some(256 * 1024),
+            ..DeviceOptions::default()
+        },
+    )
+    .expect("device");
+    let mut w = dev.alloc_buf(cap as usize);
+    for (i, c) in w.as_mut_slice().chunks_mut(4096).enumerate() {
+        c.fill(i as u8);
+    }
+    let (r, _) = dev.write_at(w, 0).await;
+    assert_eq!(r.expect("huge write"), cap as usize);
+    let small: Vec<_> = (0..64u64)
+        .map(|i| {
+            let dev = dev.clone();
+            plugio::spawn_local(async move {
+                let b = dev.read_at(i * 4096 * 7, 4096).await.expect("small");
+                assert!(b.as_slice().iter().all(|&x| x == (i * 7) as u8));
+            })
+        })
+        .collect();
+    let big = dev.read_at(0, cap as usize).await.expect("huge read");
+    assert_eq!(big.len(), cap as usize);
+    for (i, c) in big.as_slice().chunks(4096).enumerate() {
+        assert!(c.iter().all(|&x| x == i as u8), "page {i}");
+    }
+    for h in small {
+        h.await.expect("small task");
+    }
+    let s = dev.iostats();
+    assert!(s.requests >= 256, "{s:?}");
+    assert_eq!(dev.tags_in_use(), 0);
 }
 
 /// Explicit plugs held across awaits, nested, with absurd counts.
-#[test]
-fn explicit_plugs_held_across_awaits_never_stall_io() {
-    watchdog(10, || {
-        let m = MemDevice::new(MemConfig {
-            capacity_bytes: 1 << 20,
-            latency: Latency::Fixed(Duration::from_micros(50)),
-            clock: MemClock::Real,
-            ..MemConfig::default()
-        });
-        let dev = Device::with_backend(
-            Arc::new(m),
-            None,
-            DeviceOptions {
-                queue_depth: 2,
-                ..DeviceOptions::default()
-            },
-        )
-        .expect("device");
-        let ex = local();
-        ex.run(async move {
-            let outer = dev.plug(usize::MAX).expect("plug");
-            let inner = dev.plug(1000).expect("plug");
-            // Reads issued while both guards are held, awaited while held.
-            for round in 0..20u64 {
-                let hs: Vec<_> = (0..40u64)
-                    .map(|i| {
-                        let dev = dev.clone();
-                        plugio::spawn_local(async move {
-                            dev.read_at((i + round) % 200 * 4096, 4096)
-                                .await
-                                .expect("read");
-                        })
-                    })
-                    .collect();
-                for h in hs {
-                    plugio::timeout(Duration::from_secs(2), h)
-                        .await
-                        .expect("IO under an explicit plug stalled")
-                        .expect("task");
-                }
-                // The task holding the guards awaits its own IO too.
-                dev.read_at(0, 4096).await.expect("read under guard");
-            }
-            drop(inner);
-            drop(outer);
-            assert_eq!(dev.tags_in_use(), 0);
-        });
+#[plugio::test(timeout_s = 10)]
+async fn explicit_plugs_held_across_awaits_never_stall_io() {
+    let m = MemDevice::new(MemConfig {
+        capacity_bytes: 1 << 20,
+        latency: Latency::Fixed(Duration::from_micros(50)),
+        clock: MemClock::Real,
+        ..MemConfig::default()
     });
+    let dev = Device::with_backend(
+        Arc::new(m),
+        None,
+        DeviceOptions {
+            queue_depth: 2,
+            ..DeviceOptions::default()
+        },
+    )
+    .expect("device");
+    let outer = dev.plug(usize::MAX).expect("plug");
+    let inner = dev.plug(1000).expect("plug");
+    // Reads issued while both guards are held, awaited while held.
+    for round in 0..20u64 {
+        let hs: Vec<_> = (0..40u64)
+            .map(|i| {
+                let dev = dev.clone();
+                plugio::spawn_local(async move {
+                    dev.read_at((i + round) % 200 * 4096, 4096)
+                        .await
+                        .expect("read");
+                })
+            })
+            .collect();
+        for h in hs {
+            plugio::timeout(Duration::from_secs(2), h)
+                .await
+                .expect("IO under an explicit plug stalled")
+                .expect("task");
+        }
+        // The task holding the guards awaits its own IO too.
+        dev.read_at(0, 4096).await.expect("read under guard");
+    }
+    drop(inner);
+    drop(outer);
+    assert_eq!(dev.tags_in_use(), 0);
 }
 
 /// A guard moved into a task that is aborted while it holds the guard.
-#[test]
-fn a_plug_guard_dropped_by_task_cancellation_releases_the_plug() {
-    watchdog(10, || {
-        let m = MemDevice::new(MemConfig {
-            capacity_bytes: 1 << 20,
-            ..MemConfig::default()
-        });
-        let dev = Device::with_backend(Arc::new(m), None, DeviceOptions::default()).expect("dev");
-        let ex = local();
-        ex.run(async move {
-            let d = dev.clone();
-            let h = plugio::spawn_local(async move {
-                let _g = d.plug(10_000).expect("plug");
-                std::future::pending::<()>().await;
-            });
-            plugio::yield_now().await;
-            h.abort();
-            let _ = h.await;
-            // With no guard left, 40 bios in one tick flush early at the
-            // default max count (32): the plug limit is back.
-            let hs: Vec<_> = (0..40u64)
-                .map(|i| {
-                    let dev = dev.clone();
-                    plugio::spawn_local(async move { dev.read_at(i * 4096, 4096).await })
-                })
-                .collect();
-            for h in hs {
-                h.await.expect("task").expect("read");
-            }
-            assert_eq!(dev.tags_in_use(), 0);
-        });
+#[plugio::test(timeout_s = 10)]
+async fn a_plug_guard_dropped_by_task_cancellation_releases_the_plug() {
+    let m = MemDevice::new(MemConfig {
+        capacity_bytes: 1 << 20,
+        ..MemConfig::default()
     });
+    let dev = Device::with_backend(Arc::new(m), None, DeviceOptions::default()).expect("dev");
+    let d = dev.clone();
+    let h = plugio::spawn_local(async move {
+        let _g = d.plug(10_000).expect("plug");
+        std::future::pending::<()>().await;
+    });
+    plugio::yield_now().await;
+    h.abort();
+    let _ = h.await;
+    // With no guard left, 40 bios in one tick flush early at the
+    // default max count (32): the plug limit is back.
+    let hs: Vec<_> = (0..40u64)
+        .map(|i| {
+            let dev = dev.clone();
+            plugio::spawn_local(async move { dev.read_at(i * 4096, 4096).await })
+        })
+        .collect();
+    for h in hs {
+        h.await.expect("task").expect("read");
+    }
+    assert_eq!(dev.tags_in_use(), 0);
 }
 
 /// One device used by two runtimes at once (four cores) at queue depth 1.

@@ -87,7 +87,11 @@ pub enum ErrorKind {
     /// this crate's file backend).
     DirectIoRefused,
     /// A submission was attempted on a thread that has no plugio device
-    /// driver installed (see `DeviceDriver::install`).
+    /// driver installed: a `Device` future polled outside a plugio core
+    /// (a plain `block_on`, another runtime), or on an executor built
+    /// without the driver. Run the IO inside `plugio::runtime::local(..)`
+    /// or send it to a core with `Handle::spawn_on`; with this crate alone,
+    /// install a [`DeviceDriver`](crate::DeviceDriver) on the thread.
     NoDriver,
     /// An NVMe command completed with a non-zero status (passthrough only;
     /// the NVMe base specification's Completion Queue Entry status field).
@@ -292,7 +296,9 @@ impl fmt::Display for Error {
             )?,
             ErrorKind::NoDriver => write!(
                 f,
-                "no plugio device driver on this thread (install a DeviceDriver first)"
+                "no plugio device driver on this thread: run the IO on a plugio core \
+                 (plugio::runtime::local, or Handle::spawn_on onto a plugio::runtime::builder runtime), \
+                 or install a DeviceDriver on this thread"
             )?,
             ErrorKind::Nvme { sct, sc, dnr, more } => write!(
                 f,

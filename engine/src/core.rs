@@ -113,6 +113,18 @@ impl CompletionHandler for CoreHooks {
     }
 }
 
+/// The context of the `NoDriver` error of IO polled off a plugio core.
+const OFF_CORE: &str = "a plugio Device future was polled outside a plugio core (a plain \
+    block_on, another runtime's thread): await it inside plugio::runtime::local(RingConfig::default())?.run(..), \
+    or hand it to a core with Handle::spawn_on(core, ..) of a runtime from plugio::runtime::builder";
+
+/// The context of the `NoDriver` error of IO on an executor built without
+/// the device driver.
+const NO_DEVICE_DRIVER: &str =
+    "this plugio executor has no DeviceDriver (built with LocalExecutor::new \
+    or Runtime::builder), so nothing would reap the IO: build it with plugio::runtime::local or \
+    plugio::runtime::builder";
+
 impl EngineCore {
     /// The engine state of the calling thread's current executor core,
     /// created (and its hook and handler registered) on first use.
@@ -130,20 +142,14 @@ impl EngineCore {
     /// completions).
     pub fn current() -> Result<Rc<EngineCore>, Error> {
         let no_runtime = |why: &'static str| Error::new(ErrorKind::NoDriver).with_context(why);
-        let uid = plugio_executor::core_uid().ok_or_else(|| {
-            no_runtime(
-                "plugio IO must run inside a plugio runtime (plugio::runtime::local or builder)",
-            )
-        })?;
+        let uid = plugio_executor::core_uid().ok_or_else(|| no_runtime(OFF_CORE))?;
         if let Some(c) = Self::by_uid(uid) {
             return Ok(c);
         }
         if !plugio_device::driver_installed() {
-            return Err(no_runtime(
-                "this executor has no plugio DeviceDriver: build it with plugio::runtime::local or plugio::runtime::builder",
-            ));
+            return Err(no_runtime(NO_DEVICE_DRIVER));
         }
-        let core = plugio_executor::core_id().ok_or_else(|| no_runtime("not on a plugio core"))?;
+        let core = plugio_executor::core_id().ok_or_else(|| no_runtime(OFF_CORE))?;
         Ok(Self::create(core, uid))
     }
 

@@ -127,6 +127,28 @@ impl Device {
         })
     }
 
+    /// The device's `tracing` span, `plugio_device` with the fields `dev`
+    /// (a process-unique id), `path` and `backend`. The engine's events
+    /// about the device (and, with the crate feature `trace-io`, one
+    /// `trace` event per IO issued and completed, target `plugio::io`)
+    /// have it as their parent; enter it, or name it as `parent:`, to put
+    /// your own events in it.
+    ///
+    /// ```
+    /// use plugio_device::backend::mem::{MemConfig, MemDevice};
+    /// use plugio_engine::{Device, DeviceOptions};
+    /// use std::sync::Arc;
+    ///
+    /// let mem = MemDevice::new(MemConfig::default());
+    /// let dev = Device::with_backend(Arc::new(mem), None, DeviceOptions::default())?;
+    /// let _in_device = dev.span().enter();
+    /// tracing::info!("checkpoint started"); // reported inside plugio_device{dev=..}
+    /// # Ok::<_, Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn span(&self) -> &tracing::Span {
+        &self.shared.span
+    }
+
     /// The path the device was opened from (`None` for a backend passed to
     /// [`Device::with_backend`] without one).
     pub fn path(&self) -> Option<&Path> {
@@ -412,6 +434,8 @@ impl Device {
                 len_bytes,
                 buf,
             })),
+            #[cfg(feature = "trace-io")]
+            issued_at: None,
         }
     }
 
@@ -542,6 +566,53 @@ enum State {
 struct BioFuture<'a> {
     shared: &'a Arc<DeviceShared>,
     state: State,
+    /// When the IO was issued, if a subscriber wanted its `plugio::io`
+    /// events then (feature `trace-io`).
+    #[cfg(feature = "trace-io")]
+    issued_at: Option<std::time::Instant>,
+}
+
+/// The per-IO events (feature `trace-io`): `trace` level, target
+/// `plugio::io`, in the device's span. Only the IO future calls them, on
+/// its first poll and when it returns `Ready`: nothing is added to the
+/// engine's dispatch or completion loops.
+#[cfg(feature = "trace-io")]
+impl BioFuture<'_> {
+    fn trace_issued(&mut self, info: &BioInfo, id: BioId) {
+        if tracing::enabled!(target: "plugio::io", tracing::Level::TRACE) {
+            self.issued_at = Some(std::time::Instant::now());
+            tracing::trace!(
+                target: "plugio::io",
+                parent: &self.shared.span,
+                op = ?info.op,
+                offset_bytes = info.offset_bytes,
+                len_bytes = info.len_bytes,
+                bio = ?id,
+                "io issued"
+            );
+        }
+    }
+
+    fn trace_done(&self, result: &Result<u64, Error>) {
+        let Some(at) = self.issued_at else { return };
+        let latency_ns = u64::try_from(at.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        match result {
+            Ok(bytes) => tracing::trace!(
+                target: "plugio::io",
+                parent: &self.shared.span,
+                bytes,
+                latency_ns,
+                "io completed"
+            ),
+            Err(error) => tracing::trace!(
+                target: "plugio::io",
+                parent: &self.shared.span,
+                %error,
+                latency_ns,
+                "io failed"
+            ),
+        }
+    }
 }
 
 impl BioFuture<'_> {
@@ -584,6 +655,8 @@ impl BioFuture<'_> {
         };
         self.state = State::Issued { uid: core.uid, id };
         core.plug_bio(dev, id, &info, hit);
+        #[cfg(feature = "trace-io")]
+        self.trace_issued(&info, id);
         Poll::Pending
     }
 }
@@ -604,6 +677,8 @@ impl Future for BioFuture<'_> {
                     .expect("a plugio IO future was moved to another core after its first poll");
                 if let Some(r) = ready {
                     this.state = State::Done;
+                    #[cfg(feature = "trace-io")]
+                    this.trace_done(&r.result);
                     return Poll::Ready(r);
                 }
                 // Not done yet: only this IO's own core can finish it. A

@@ -42,6 +42,11 @@ pub(crate) struct DeviceShared {
     remote_orphans: Mutex<Vec<(u64, BioId)>>,
     /// `remote_orphans` is not empty (one load per batch to check).
     remote_orphans_pending: AtomicBool,
+    /// The device's `tracing` span (`plugio_device`, with `dev`, `path`,
+    /// `backend`): the parent of the engine's events about this device.
+    /// Disabled (a few words, nothing recorded) when no subscriber is
+    /// interested at `info` when the device opens.
+    pub span: tracing::Span,
 }
 
 impl DeviceShared {
@@ -85,9 +90,24 @@ impl DeviceShared {
             .max_merge_bytes
             .unwrap_or(max_request_bytes)
             .min(max_request_bytes);
+        // Relaxed: a unique counter; no other memory depends on it.
+        let id = NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed);
+        let span = tracing::info_span!(
+            "plugio_device",
+            dev = id,
+            path = ?path,
+            backend = ?backend.kind()
+        );
+        tracing::debug!(
+            parent: &span,
+            queue_depth = opts.queue_depth,
+            max_request_bytes,
+            logical_block_bytes = geometry.logical_block_bytes,
+            "device opened"
+        );
         Ok(Self {
-            // Relaxed: a unique counter; no other memory depends on it.
-            id: NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed),
+            id,
+            span,
             path,
             backend,
             geometry,

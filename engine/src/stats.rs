@@ -97,6 +97,7 @@ impl BusyClock {
 
 /// Totals of one op group.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct OpStats {
     /// Requests completed (after merging), as diskstats counts them.
     pub ios: u64,
@@ -111,8 +112,32 @@ pub struct OpStats {
 
 impl OpStats {
     /// `ticks_ns` in milliseconds, the unit of `/proc/diskstats`.
+    ///
+    /// ```
+    /// let s = plugio_engine::OpStats { ticks_ns: 2_500_000, ..Default::default() };
+    /// assert_eq!(s.ticks_ms(), 2);
+    /// ```
     pub fn ticks_ms(&self) -> u64 {
         self.ticks_ns / 1_000_000
+    }
+
+    /// The counts between the snapshot `earlier` and this one (`self -
+    /// earlier`, field by field, 0 if `earlier` is in fact later).
+    ///
+    /// ```
+    /// use plugio_engine::OpStats;
+    ///
+    /// let before = OpStats { ios: 10, sectors: 80, ..OpStats::default() };
+    /// let now = OpStats { ios: 14, sectors: 112, ..OpStats::default() };
+    /// assert_eq!(now.delta(&before), OpStats { ios: 4, sectors: 32, ..OpStats::default() });
+    /// ```
+    pub fn delta(&self, earlier: &OpStats) -> OpStats {
+        OpStats {
+            ios: self.ios.saturating_sub(earlier.ios),
+            merges: self.merges.saturating_sub(earlier.merges),
+            sectors: self.sectors.saturating_sub(earlier.sectors),
+            ticks_ns: self.ticks_ns.saturating_sub(earlier.ticks_ns),
+        }
     }
 
     fn sum(&mut self, c: &OpCounters) {
@@ -129,7 +154,13 @@ impl OpStats {
 /// The first group of fields has the shape of `/proc/diskstats`; the rest
 /// are the plug's figures. All zero (except the tag figures) when the
 /// device was opened with `iostats: false`.
+///
+/// Counters only grow; sample the figures of an interval with
+/// [`IoStats::delta`]. With the crate feature `serde` it is
+/// `serde::Serialize` (field names as here, nested `read`/`write`/...
+/// and `tags` objects).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct IoStats {
     /// Reads.
     pub read: OpStats,
@@ -186,6 +217,52 @@ impl IoStats {
         self.bio_cache_misses += c.bio_cache_misses.get();
         self.fixed_buf_requests += c.fixed_buf_requests.get();
         self.requeues += c.requeues.get();
+    }
+
+    /// The figures of the interval between the snapshot `earlier` and this
+    /// one (iostat's "per interval" view): every counter is `self -
+    /// earlier` (saturating at 0, so a swapped pair gives zeros, not a
+    /// wrap); the gauge `in_flight` is this snapshot's. Both snapshots
+    /// must be of one device.
+    ///
+    /// ```
+    /// use plugio_engine::{IoStats, OpStats};
+    ///
+    /// let earlier = IoStats { read: OpStats { ios: 100, ..Default::default() }, bios: 100, ..Default::default() };
+    /// let now = IoStats { read: OpStats { ios: 160, ..Default::default() }, bios: 170, in_flight: 3, ..Default::default() };
+    /// let d = now.delta(&earlier);
+    /// assert_eq!((d.read.ios, d.bios, d.in_flight), (60, 70, 3));
+    /// ```
+    ///
+    /// A sampler on a live device: take a snapshot, run, take another.
+    ///
+    /// ```no_run
+    /// # async fn f(dev: &plugio_engine::Device) {
+    /// let before = dev.iostats();
+    /// // ... IO ...
+    /// let interval = dev.iostats().delta(&before);
+    /// println!("{} reads, {} merged", interval.read.ios, interval.read.merges);
+    /// # }
+    /// ```
+    pub fn delta(&self, earlier: &IoStats) -> IoStats {
+        let d = |now: u64, then: u64| now.saturating_sub(then);
+        IoStats {
+            read: self.read.delta(&earlier.read),
+            write: self.write.delta(&earlier.write),
+            discard: self.discard.delta(&earlier.discard),
+            flush: self.flush.delta(&earlier.flush),
+            in_flight: self.in_flight,
+            io_ticks_ns: d(self.io_ticks_ns, earlier.io_ticks_ns),
+            time_in_queue_ns: d(self.time_in_queue_ns, earlier.time_in_queue_ns),
+            plug_flushes: d(self.plug_flushes, earlier.plug_flushes),
+            bios: d(self.bios, earlier.bios),
+            requests: d(self.requests, earlier.requests),
+            bio_cache_hits: d(self.bio_cache_hits, earlier.bio_cache_hits),
+            bio_cache_misses: d(self.bio_cache_misses, earlier.bio_cache_misses),
+            fixed_buf_requests: d(self.fixed_buf_requests, earlier.fixed_buf_requests),
+            requeues: d(self.requeues, earlier.requeues),
+            tags: self.tags.delta(&earlier.tags),
+        }
     }
 
     /// Requests per plug flush (0 when nothing was flushed).

@@ -1,73 +1,61 @@
 //! Bounded cross-core channels for sharded designs: send on one core (or
 //! any thread), receive on another.
 //!
-//! # Mechanism and invariants
+//! A thin layer over the `async-channel` crate (smol-rs): its lock-free
+//! bounded queue and `event-listener` wake lists do the work; this module
+//! adds the executor's cooperative budget ([`crate::coop`]: a ready send or
+//! receive spends one unit, so a task looping on a busy channel cannot
+//! starve its core) and keeps plugio's single-receiver API (`recv` gives
+//! `None` at the end).
 //!
-//! A `Mutex<VecDeque<T>>` of at most `cap` items with waiter lists; the
-//! lock is held only to move one item and a waker, and wakers are called
-//! after it is released. (The channel is not on the executor's hot path;
-//! a remote wake itself is lock-free, see `remote`.)
+//! # Contract (tokio's `mpsc`)
 //!
-//! - Many senders (`Sender` is `Clone`), one receiver.
-//! - Items come out in the order they went in (per the lock's order).
-//! - When every `Sender` is dropped the channel is closed for receiving:
-//!   `recv` returns the queued items, then `None`.
-//! - When the `Receiver` is dropped (or `close`d), sends fail with the value
-//!   given back; queued items are dropped with the receiver.
-//! - A sender waiting for room is woken once per freed slot, oldest first;
-//!   a waiter that was woken but dropped without sending passes the wake on.
+//! - Many senders (`Sender` is `Clone`), one receiver; at most `cap` items
+//!   queued.
+//! - Items come out in the order they went in.
+//! - When every `Sender` is dropped, `recv` returns the queued items, then
+//!   `None`.
+//! - [`Receiver::close`] closes the channel for sending, even while senders
+//!   live: sends (waiting ones included) fail with the value given back,
+//!   and `recv` still returns every item queued before, then `None`.
+//! - Dropping the `Receiver` closes the channel and drops the queued items.
+//! - A sender waiting for room is woken when a slot frees, oldest waiter
+//!   first; a waiter that was woken but dropped without sending passes the
+//!   wake on (`event-listener`'s notification hand-off).
 
-use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll, Waker};
-
-struct State<T> {
-    items: VecDeque<T>,
-    cap: usize,
-    senders: usize,
-    receiver_alive: bool,
-    recv_waker: Option<Waker>,
-    send_waiters: VecDeque<(u64, Waker)>,
-    next_waiter_id: u64,
-}
-
-struct Chan<T> {
-    state: Mutex<State<T>>,
-}
-
-impl<T> Chan<T> {
-    fn lock(&self) -> MutexGuard<'_, State<T>> {
-        // A panic while holding the lock cannot leave the state half-made
-        // (every critical section is a few field updates), so a poisoned
-        // lock is still consistent.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
+use std::task::{Context, Poll};
 
 /// Makes a bounded channel holding at most `cap` items.
+///
+/// ```
+/// use plugio_executor::{channel, LocalExecutor};
+///
+/// let (tx, mut rx) = channel::bounded::<u32>(8);
+/// let got = LocalExecutor::new().run(async move {
+///     tx.send(1).await.unwrap();
+///     tx.send(2).await.unwrap();
+///     drop(tx);
+///     let mut got = Vec::new();
+///     while let Some(v) = rx.recv().await {
+///         got.push(v);
+///     }
+///     got
+/// });
+/// assert_eq!(got, [1, 2]);
+/// ```
 ///
 /// # Panics
 /// If `cap` is 0.
 pub fn bounded<T>(cap: usize) -> (Sender<T>, Receiver<T>) {
     assert!(cap > 0, "channel capacity must be at least 1");
-    let chan = Arc::new(Chan {
-        state: Mutex::new(State {
-            items: VecDeque::with_capacity(cap.min(4096)),
-            cap,
-            senders: 1,
-            receiver_alive: true,
-            recv_waker: None,
-            send_waiters: VecDeque::new(),
-            next_waiter_id: 0,
-        }),
-    });
-    (Sender { chan: chan.clone() }, Receiver { chan })
+    let (tx, rx) = async_channel::bounded(cap);
+    (Sender { inner: tx }, Receiver { inner: rx })
 }
 
-/// The error of a send on a channel whose receiver is gone; holds the value.
+/// The error of a send on a closed channel; holds the value.
 #[derive(PartialEq, Eq)]
 pub struct SendError<T>(pub T);
 
@@ -90,7 +78,7 @@ impl<T> std::error::Error for SendError<T> {}
 pub enum TrySendError<T> {
     /// The channel holds `cap` items.
     Full(T),
-    /// The receiver is gone.
+    /// The channel is closed (receiver dropped or closed).
     Closed(T),
 }
 
@@ -119,7 +107,8 @@ impl<T> std::error::Error for TrySendError<T> {}
 pub enum TryRecvError {
     /// Nothing queued, senders still exist.
     Empty,
-    /// Nothing queued and every sender is gone.
+    /// Nothing queued and the channel is closed (every sender gone, or
+    /// [`Receiver::close`]).
     Closed,
 }
 
@@ -136,302 +125,271 @@ impl std::error::Error for TryRecvError {}
 
 /// The sending side. `Clone` for more senders; `Send` when `T` is.
 pub struct Sender<T> {
-    chan: Arc<Chan<T>>,
+    inner: async_channel::Sender<T>,
 }
 
 impl<T> Sender<T> {
     /// Sends `value`, waiting for room.
     ///
+    /// ```
+    /// use plugio_executor::{channel, LocalExecutor};
+    ///
+    /// let (tx, mut rx) = channel::bounded(1);
+    /// LocalExecutor::new().run(async move {
+    ///     tx.send("a").await.unwrap();
+    ///     rx.close();
+    ///     assert_eq!(tx.send("b").await.unwrap_err().0, "b");
+    /// });
+    /// ```
+    ///
     /// # Errors
-    /// [`SendError`] with the value when the receiver is gone.
+    /// [`SendError`] with the value when the channel is closed (receiver
+    /// dropped or [`Receiver::close`]d).
     pub fn send(&self, value: T) -> SendFuture<'_, T> {
         SendFuture {
-            sender: self,
-            value: Some(value),
-            waiter: None,
+            inner: self.inner.send(value),
         }
     }
 
     /// Sends `value` if there is room now.
     ///
+    /// ```
+    /// use plugio_executor::channel::{self, TrySendError};
+    ///
+    /// let (tx, _rx) = channel::bounded(1);
+    /// tx.try_send(1).unwrap();
+    /// assert_eq!(tx.try_send(2), Err(TrySendError::Full(2)));
+    /// ```
+    ///
     /// # Errors
     /// [`TrySendError::Full`] or [`TrySendError::Closed`], with the value.
     pub fn try_send(&self, value: T) -> Result<(), TrySendError<T>> {
-        let mut state = self.chan.lock();
-        if !state.receiver_alive {
-            return Err(TrySendError::Closed(value));
-        }
-        if state.items.len() >= state.cap {
-            return Err(TrySendError::Full(value));
-        }
-        state.items.push_back(value);
-        let waker = state.recv_waker.take();
-        drop(state);
-        if let Some(w) = waker {
-            w.wake();
-        }
-        Ok(())
+        self.inner.try_send(value).map_err(|e| match e {
+            async_channel::TrySendError::Full(v) => TrySendError::Full(v),
+            async_channel::TrySendError::Closed(v) => TrySendError::Closed(v),
+        })
     }
 
-    /// Whether the receiver is gone (sends would fail).
+    /// Whether the channel is closed (sends would fail).
+    ///
+    /// ```
+    /// let (tx, rx) = plugio_executor::channel::bounded::<()>(1);
+    /// assert!(!tx.is_closed());
+    /// drop(rx);
+    /// assert!(tx.is_closed());
+    /// ```
     pub fn is_closed(&self) -> bool {
-        !self.chan.lock().receiver_alive
+        self.inner.is_closed()
     }
 
     /// Items queued now.
+    ///
+    /// ```
+    /// let (tx, _rx) = plugio_executor::channel::bounded(4);
+    /// tx.try_send(1).unwrap();
+    /// assert_eq!(tx.len(), 1);
+    /// ```
     pub fn len(&self) -> usize {
-        self.chan.lock().items.len()
+        self.inner.len()
     }
 
     /// Whether nothing is queued now.
+    ///
+    /// ```
+    /// let (tx, _rx) = plugio_executor::channel::bounded::<u8>(4);
+    /// assert!(tx.is_empty());
+    /// ```
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.inner.is_empty()
     }
 
     /// The capacity.
+    ///
+    /// ```
+    /// let (tx, _rx) = plugio_executor::channel::bounded::<u8>(4);
+    /// assert_eq!(tx.capacity(), 4);
+    /// ```
     pub fn capacity(&self) -> usize {
-        self.chan.lock().cap
+        // Always `Some`: every channel of this module is bounded.
+        self.inner.capacity().unwrap_or(usize::MAX)
     }
 }
 
 impl<T> Clone for Sender<T> {
     fn clone(&self) -> Self {
-        self.chan.lock().senders += 1;
         Sender {
-            chan: self.chan.clone(),
-        }
-    }
-}
-
-impl<T> Drop for Sender<T> {
-    fn drop(&mut self) {
-        let mut state = self.chan.lock();
-        state.senders -= 1;
-        let waker = if state.senders == 0 {
-            state.recv_waker.take()
-        } else {
-            None
-        };
-        drop(state);
-        if let Some(w) = waker {
-            w.wake();
+            inner: self.inner.clone(),
         }
     }
 }
 
 impl<T> fmt::Debug for Sender<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Sender").finish_non_exhaustive()
+        f.debug_struct("Sender")
+            .field("len", &self.len())
+            .field("closed", &self.is_closed())
+            .finish_non_exhaustive()
     }
 }
 
 /// The future of [`Sender::send`].
 #[must_use = "futures do nothing unless polled"]
 pub struct SendFuture<'a, T> {
-    sender: &'a Sender<T>,
-    value: Option<T>,
-    /// Our id in `send_waiters` while we wait (or after we were woken).
-    waiter: Option<u64>,
+    inner: async_channel::Send<'a, T>,
 }
-
-impl<T> Unpin for SendFuture<'_, T> {}
 
 impl<T> Future for SendFuture<'_, T> {
     type Output = Result<(), SendError<T>>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = &mut *self;
-        assert!(
-            this.value.is_some(),
-            "SendFuture polled after it returned Ready"
-        );
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         if crate::coop::poll_proceed(cx).is_pending() {
             return Poll::Pending;
         }
-        let mut state = this.sender.chan.lock();
-        if !state.receiver_alive {
-            this.forget_waiter(&mut state);
-            return match this.value.take() {
-                Some(value) => Poll::Ready(Err(SendError(value))),
-                None => Poll::Pending,
-            };
-        }
-        // Keep the line: a new sender goes behind waiting ones; a waiter
-        // goes when it is first, or when a receive woke it (took it out).
-        let my_turn = match this.waiter {
-            None => state.send_waiters.is_empty(),
-            Some(id) => {
-                let in_line = state.send_waiters.iter().any(|(w, _)| *w == id);
-                !in_line || state.send_waiters.front().is_some_and(|(w, _)| *w == id)
-            }
-        };
-        if my_turn && state.items.len() < state.cap {
-            if let Some(value) = this.value.take() {
-                this.forget_waiter(&mut state);
-                state.items.push_back(value);
-                let waker = state.recv_waker.take();
-                drop(state);
-                if let Some(w) = waker {
-                    w.wake();
-                }
-                return Poll::Ready(Ok(()));
-            }
-        }
-        this.wait(&mut state, cx.waker());
-        Poll::Pending
+        // SAFETY: structural pinning of `inner`: it is never moved out of
+        // a pinned `SendFuture`, which has no `Drop` impl and is `Unpin`
+        // only when `inner` is (auto trait).
+        let inner = unsafe { self.map_unchecked_mut(|f| &mut f.inner) };
+        inner
+            .poll(cx)
+            .map(|r| r.map_err(|async_channel::SendError(v)| SendError(v)))
     }
 }
 
-impl<T> SendFuture<'_, T> {
-    /// Registers (or refreshes) our place in line.
-    fn wait(&mut self, state: &mut State<T>, waker: &Waker) {
-        if let Some(id) = self.waiter {
-            if let Some(entry) = state.send_waiters.iter_mut().find(|(w, _)| *w == id) {
-                if !entry.1.will_wake(waker) {
-                    entry.1 = waker.clone();
-                }
-                return;
-            }
-            // Woken, but the room was taken: go to the front again.
-            state.send_waiters.push_front((id, waker.clone()));
-            return;
-        }
-        let id = state.next_waiter_id;
-        state.next_waiter_id += 1;
-        state.send_waiters.push_back((id, waker.clone()));
-        self.waiter = Some(id);
-    }
-
-    /// Leaves the line.
-    fn forget_waiter(&mut self, state: &mut State<T>) {
-        if let Some(id) = self.waiter.take() {
-            state.send_waiters.retain(|(w, _)| *w != id);
-        }
-    }
-}
-
-impl<T> Drop for SendFuture<'_, T> {
-    fn drop(&mut self) {
-        let Some(id) = self.waiter.take() else {
-            return;
-        };
-        let mut state = self.sender.chan.lock();
-        let before = state.send_waiters.len();
-        state.send_waiters.retain(|(w, _)| *w != id);
-        let was_woken = state.send_waiters.len() == before;
-        // We were woken for a free slot but will not use it: pass it on.
-        let next = if was_woken && state.items.len() < state.cap {
-            state.send_waiters.front().map(|(_, w)| w.clone())
-        } else {
-            None
-        };
-        drop(state);
-        if let Some(w) = next {
-            w.wake();
-        }
+impl<T> fmt::Debug for SendFuture<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SendFuture").finish_non_exhaustive()
     }
 }
 
 /// The receiving side; `Send` when `T` is.
 pub struct Receiver<T> {
-    chan: Arc<Chan<T>>,
+    inner: async_channel::Receiver<T>,
 }
 
 impl<T> Receiver<T> {
-    /// Receives the next item; `None` once every sender is gone and the
-    /// queue is empty.
+    /// Receives the next item; `None` once the channel is closed (every
+    /// sender dropped, or [`Receiver::close`]) and the queue is empty.
+    ///
+    /// ```
+    /// use plugio_executor::{channel, LocalExecutor};
+    ///
+    /// let (tx, mut rx) = channel::bounded(2);
+    /// tx.try_send(7).unwrap();
+    /// drop(tx);
+    /// LocalExecutor::new().run(async move {
+    ///     assert_eq!(rx.recv().await, Some(7));
+    ///     assert_eq!(rx.recv().await, None);
+    /// });
+    /// ```
     pub fn recv(&mut self) -> RecvFuture<'_, T> {
-        RecvFuture { receiver: self }
+        RecvFuture {
+            inner: self.inner.recv(),
+        }
     }
 
     /// Receives an item if one is queued now.
     ///
+    /// ```
+    /// use plugio_executor::channel::{self, TryRecvError};
+    ///
+    /// let (tx, mut rx) = channel::bounded(2);
+    /// assert_eq!(rx.try_recv(), Err(TryRecvError::Empty));
+    /// tx.try_send(1).unwrap();
+    /// assert_eq!(rx.try_recv(), Ok(1));
+    /// ```
+    ///
     /// # Errors
-    /// [`TryRecvError::Empty`] or [`TryRecvError::Closed`].
+    /// [`TryRecvError::Empty`], or [`TryRecvError::Closed`] once the
+    /// channel is closed and empty.
     pub fn try_recv(&mut self) -> Result<T, TryRecvError> {
-        let mut state = self.chan.lock();
-        match state.items.pop_front() {
-            Some(item) => {
-                let waker = state.send_waiters.pop_front().map(|(_, w)| w);
-                drop(state);
-                if let Some(w) = waker {
-                    w.wake();
-                }
-                Ok(item)
+        self.inner.try_recv().map_err(|e| {
+            if e.is_closed() {
+                TryRecvError::Closed
+            } else {
+                TryRecvError::Empty
             }
-            None if state.senders == 0 => Err(TryRecvError::Closed),
-            None => Err(TryRecvError::Empty),
-        }
+        })
     }
 
-    /// Closes the channel for sending: later sends fail; items already
-    /// queued can still be received.
+    /// Closes the channel for sending, even while senders live: later and
+    /// waiting sends fail with their value; items already queued are still
+    /// received, then `recv` returns `None` (tokio's `Receiver::close`).
+    ///
+    /// ```
+    /// use plugio_executor::{channel, LocalExecutor};
+    ///
+    /// let (tx, mut rx) = channel::bounded(4);
+    /// tx.try_send(1).unwrap();
+    /// rx.close();
+    /// assert!(tx.try_send(2).is_err());
+    /// LocalExecutor::new().run(async move {
+    ///     assert_eq!(rx.recv().await, Some(1));
+    ///     assert_eq!(rx.recv().await, None, "tx is alive, but the channel is closed");
+    /// });
+    /// ```
     pub fn close(&mut self) {
-        let mut state = self.chan.lock();
-        state.receiver_alive = false;
-        let waiters: Vec<Waker> = state.send_waiters.drain(..).map(|(_, w)| w).collect();
-        drop(state);
-        waiters.into_iter().for_each(Waker::wake);
+        self.inner.close();
     }
 
     /// Items queued now.
+    ///
+    /// ```
+    /// let (tx, rx) = plugio_executor::channel::bounded(2);
+    /// tx.try_send(()).unwrap();
+    /// assert_eq!(rx.len(), 1);
+    /// ```
     pub fn len(&self) -> usize {
-        self.chan.lock().items.len()
+        self.inner.len()
     }
 
     /// Whether nothing is queued now.
+    ///
+    /// ```
+    /// let (_tx, rx) = plugio_executor::channel::bounded::<()>(2);
+    /// assert!(rx.is_empty());
+    /// ```
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<T>> {
-        if crate::coop::poll_proceed(cx).is_pending() {
-            return Poll::Pending;
-        }
-        let mut state = self.chan.lock();
-        if let Some(item) = state.items.pop_front() {
-            let waker = state.send_waiters.pop_front().map(|(_, w)| w);
-            drop(state);
-            if let Some(w) = waker {
-                w.wake();
-            }
-            return Poll::Ready(Some(item));
-        }
-        if state.senders == 0 {
-            return Poll::Ready(None);
-        }
-        match &state.recv_waker {
-            Some(w) if w.will_wake(cx.waker()) => {}
-            _ => state.recv_waker = Some(cx.waker().clone()),
-        }
-        Poll::Pending
+        self.inner.is_empty()
     }
 }
 
 impl<T> Drop for Receiver<T> {
     fn drop(&mut self) {
-        self.close();
-        let items = std::mem::take(&mut self.chan.lock().items);
-        drop(items);
+        self.inner.close();
+        // The queued items go with the receiver, not with the last sender.
+        while self.inner.try_recv().is_ok() {}
     }
 }
 
 impl<T> fmt::Debug for Receiver<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Receiver").finish_non_exhaustive()
+        f.debug_struct("Receiver")
+            .field("len", &self.len())
+            .finish_non_exhaustive()
     }
 }
 
 /// The future of [`Receiver::recv`].
 #[must_use = "futures do nothing unless polled"]
 pub struct RecvFuture<'a, T> {
-    receiver: &'a mut Receiver<T>,
+    inner: async_channel::Recv<'a, T>,
 }
 
 impl<T> Future for RecvFuture<'_, T> {
     type Output = Option<T>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
-        self.receiver.poll_recv(cx)
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
+        if crate::coop::poll_proceed(cx).is_pending() {
+            return Poll::Pending;
+        }
+        // SAFETY: structural pinning of `inner`, as in `SendFuture::poll`.
+        let inner = unsafe { self.map_unchecked_mut(|f| &mut f.inner) };
+        inner.poll(cx).map(Result::ok)
+    }
+}
+
+impl<T> fmt::Debug for RecvFuture<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RecvFuture").finish_non_exhaustive()
     }
 }

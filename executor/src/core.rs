@@ -22,6 +22,9 @@
 //! - After `close`, nothing runs on the core again; tasks that still reach
 //!   its remote queue are cancelled by whoever pushed them.
 
+#[cfg(test)]
+use crate::blocking::PoolConfig;
+use crate::blocking::Pools;
 use crate::driver::Driver;
 use crate::owned::OwnedTasks;
 use crate::remote::{ParkGate, RemoteQueue};
@@ -298,13 +301,30 @@ pub(crate) struct Core {
     /// runtime has started them all (unset in a `LocalExecutor`): what
     /// `Handle::current` is made of.
     pub(crate) runtime_cores: OnceCell<Arc<[Arc<CoreShared>]>>,
+    /// The blocking and sync IO pools of the runtime (or local executor)
+    /// this core belongs to; their owner shuts them down.
+    pub(crate) pools: Pools,
     #[cfg(test)]
     pub(crate) timer_checks: RefCell<Vec<(u64, Instant)>>,
 }
 
 impl Core {
-    /// Creates core `index` around `driver`, on the thread that will run it.
+    /// Creates core `index` around `driver`, on the thread that will run
+    /// it, with pools of its own (default sizes; threads start on use).
+    #[cfg(test)]
     pub(crate) fn new(index: usize, driver: Box<dyn Driver>, config: CoreConfig) -> Core {
+        let pools = Pools::new(&PoolConfig::default(), "plugio-test");
+        Self::with_pools(index, driver, config, pools)
+    }
+
+    /// Creates core `index` around `driver`, on the thread that will run
+    /// it, sharing its owner's `pools`.
+    pub(crate) fn with_pools(
+        index: usize,
+        driver: Box<dyn Driver>,
+        config: CoreConfig,
+        pools: Pools,
+    ) -> Core {
         // Relaxed: a unique id, no data hangs on it.
         let core_uid = NEXT_CORE_UID.fetch_add(1, Relaxed);
         let shared = Arc::new(CoreShared::new(index, core_uid, driver.unparker()));
@@ -326,6 +346,7 @@ impl Core {
             stats: Cell::new(TickStats::default()),
             drain_deadline: Cell::new(None),
             runtime_cores: OnceCell::new(),
+            pools,
             #[cfg(test)]
             timer_checks: RefCell::new(Vec::new()),
         }

@@ -39,6 +39,10 @@
 //!   `Ready`, like plugio's own timers, channels and join handles. The
 //!   engine's IO future does not: its first poll always returns `Pending`.
 //! - **Statistics** ([`TickStats`], [`tick_stats`], [`Runtime::tick_stats`]).
+//! - **Blocking pools** ([`blocking`], [`spawn_blocking`]): each runtime
+//!   and local executor owns a bounded pool for blocking calls and a
+//!   separate one for the device crate's sync IO backend, found from the
+//!   current core and shut down after its cores.
 //! - **Wakers**: a task's waker used on the task's own core (cloned, woken
 //!   by value or by reference, dropped), and the re-poll it causes, do no
 //!   locked atomic operation: the task's wake flag and the references held
@@ -79,6 +83,7 @@
 
 #![cfg_attr(not(test), warn(missing_docs))]
 
+pub mod blocking;
 pub mod channel;
 pub mod coop;
 mod core;
@@ -97,6 +102,7 @@ pub use crate::core::{
     core_id, core_uid, in_tick_hooks, register_tick_hook, spawn, spawn_local, tick_stats,
     unregister_tick_hook, yield_now, TickHook,
 };
+pub use blocking::spawn_blocking;
 pub use driver::{Driver, ThreadDriver, Unpark};
 pub use local::{LocalBuilder, LocalExecutor};
 pub use runtime::{

@@ -2,8 +2,9 @@
 //!
 //! Invariants: the executor is core 0 of no runtime; its tasks only run
 //! inside [`LocalExecutor::run`]; dropping it cancels the tasks it still
-//! owns (on this thread).
+//! owns (on this thread), then shuts its blocking pools down.
 
+use crate::blocking::{PoolConfig, Pools};
 use crate::core::{Core, CoreConfig};
 use crate::driver::{Driver, ThreadDriver};
 use crate::stats::TickStats;
@@ -11,12 +12,14 @@ use crate::task::JoinHandle;
 use std::fmt;
 use std::future::Future;
 use std::io;
+use std::time::Duration;
 
 type LocalDriverFactory = Box<dyn FnOnce(usize) -> io::Result<Box<dyn Driver>>>;
 
 /// Configures a [`LocalExecutor`] (same seams as [`crate::Builder`]).
 pub struct LocalBuilder {
     config: CoreConfig,
+    pools: PoolConfig,
     driver: Option<LocalDriverFactory>,
     on_thread_start: Option<Box<dyn FnOnce(usize)>>,
 }
@@ -31,6 +34,53 @@ impl LocalBuilder {
     /// Coop budget (see [`crate::Builder::coop_budget`]).
     pub fn coop_budget(mut self, units: u32) -> Self {
         self.config.coop_budget = units.max(1);
+        self
+    }
+
+    /// Most threads of the executor's blocking pool (see
+    /// [`crate::Builder::max_blocking_threads`]; default 512).
+    ///
+    /// ```
+    /// use plugio_executor::{spawn_blocking, LocalExecutor};
+    ///
+    /// let ex = LocalExecutor::builder().max_blocking_threads(1).build()?;
+    /// let n = ex.run(async { spawn_blocking(|| 7).await.unwrap() });
+    /// assert_eq!(n, 7);
+    /// # Ok::<_, std::io::Error>(())
+    /// ```
+    pub fn max_blocking_threads(mut self, threads: usize) -> Self {
+        self.pools.max_blocking_threads = threads.max(1);
+        self
+    }
+
+    /// Threads of the executor's sync IO pool (see
+    /// [`crate::Builder::sync_io_threads`]; default 4).
+    ///
+    /// ```
+    /// use plugio_executor::{blocking::BlockingPool, LocalExecutor};
+    ///
+    /// let ex = LocalExecutor::builder().sync_io_threads(2).build()?;
+    /// assert_eq!(ex.run(async { BlockingPool::current_sync_io().unwrap().max_threads() }), 2);
+    /// # Ok::<_, std::io::Error>(())
+    /// ```
+    pub fn sync_io_threads(mut self, threads: usize) -> Self {
+        self.pools.sync_io_threads = threads.max(1);
+        self
+    }
+
+    /// Idle keep-alive of the pools' threads (see
+    /// [`crate::Builder::blocking_keep_alive`]; default 10 s).
+    ///
+    /// ```
+    /// use plugio_executor::LocalExecutor;
+    /// use std::time::Duration;
+    ///
+    /// let ex = LocalExecutor::builder().blocking_keep_alive(Duration::from_millis(50)).build()?;
+    /// # drop(ex);
+    /// # Ok::<_, std::io::Error>(())
+    /// ```
+    pub fn blocking_keep_alive(mut self, keep_alive: Duration) -> Self {
+        self.pools.keep_alive = keep_alive;
         self
     }
 
@@ -62,8 +112,10 @@ impl LocalBuilder {
             Some(f) => f(0)?,
             None => Box::new(ThreadDriver::new()),
         };
+        let pools = Pools::new(&self.pools, "plugio-local");
         Ok(LocalExecutor {
-            core: Box::new(Core::new(0, driver, self.config)),
+            core: Box::new(Core::with_pools(0, driver, self.config, pools.clone())),
+            _pools: PoolsOwner(pools),
         })
     }
 }
@@ -72,6 +124,7 @@ impl fmt::Debug for LocalBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LocalBuilder")
             .field("config", &self.config)
+            .field("pools", &self.pools)
             .finish_non_exhaustive()
     }
 }
@@ -81,9 +134,22 @@ impl fmt::Debug for LocalBuilder {
 ///
 /// It is `!Send`. Tasks spawned on it (with [`crate::spawn_local`] inside
 /// `run`, or [`LocalExecutor::spawn_local`]) stay queued between calls to
-/// `run` and are cancelled when the executor drops.
+/// `run` and are cancelled when the executor drops. It owns its blocking
+/// and sync IO pools (see [`crate::blocking`]) and shuts them down when it
+/// drops, after its core.
 pub struct LocalExecutor {
     core: Box<Core>,
+    /// Declared after `core`: dropped (pools shut down) after it.
+    _pools: PoolsOwner,
+}
+
+/// Shuts the pools down when dropped.
+struct PoolsOwner(Pools);
+
+impl Drop for PoolsOwner {
+    fn drop(&mut self) {
+        self.0.shutdown();
+    }
 }
 
 impl LocalExecutor {
@@ -91,6 +157,7 @@ impl LocalExecutor {
     pub fn builder() -> LocalBuilder {
         LocalBuilder {
             config: CoreConfig::default(),
+            pools: PoolConfig::default(),
             driver: None,
             on_thread_start: None,
         }
@@ -98,12 +165,15 @@ impl LocalExecutor {
 
     /// An executor with the defaults and the [`ThreadDriver`].
     pub fn new() -> Self {
+        let pools = Pools::new(&PoolConfig::default(), "plugio-local");
         LocalExecutor {
-            core: Box::new(Core::new(
+            core: Box::new(Core::with_pools(
                 0,
                 Box::new(ThreadDriver::new()),
                 CoreConfig::default(),
+                pools.clone(),
             )),
+            _pools: PoolsOwner(pools),
         }
     }
 

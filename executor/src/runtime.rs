@@ -11,6 +11,7 @@
 //!   the runtime has completed or been cancelled, and spawns through a
 //!   leftover `Handle` are cancelled at once.
 
+use crate::blocking::{PoolConfig, Pools};
 use crate::core::{Core, CoreConfig, CoreShared, SHUTDOWN_CANCEL, SHUTDOWN_DRAIN};
 use crate::driver::{Driver, ThreadDriver};
 use crate::stats::TickStats;
@@ -47,11 +48,13 @@ pub enum Placement {
 ///
 /// Defaults: one core per available CPU, [`Placement::Unpinned`], task
 /// budget 256 polls per tick, coop budget 128, threads named
-/// `plugio-core-{index}`, [`ThreadDriver`].
+/// `plugio-core-{index}`, [`ThreadDriver`]; a blocking pool of at most 512
+/// threads and a sync IO pool of 4 (see [`crate::blocking`]).
 pub struct Builder {
     cores: usize,
     placement: Placement,
     config: CoreConfig,
+    pools: PoolConfig,
     thread_name: String,
     driver: DriverFactory,
     on_thread_start: Option<ThreadStartHook>,
@@ -72,6 +75,7 @@ impl Builder {
             cores: thread::available_parallelism().map_or(1, |n| n.get()),
             placement: Placement::Unpinned,
             config: CoreConfig::default(),
+            pools: PoolConfig::default(),
             thread_name: "plugio-core".to_owned(),
             driver: Arc::new(|_| Ok(Box::new(ThreadDriver::new()) as Box<dyn Driver>)),
             on_thread_start: None,
@@ -102,6 +106,59 @@ impl Builder {
     /// yield (see [`crate::coop`]).
     pub fn coop_budget(mut self, units: u32) -> Self {
         self.config.coop_budget = units.max(1);
+        self
+    }
+
+    /// Most threads of the runtime's blocking pool, the one
+    /// [`spawn_blocking`](crate::spawn_blocking) runs on (at least 1;
+    /// default [`DEFAULT_MAX_BLOCKING_THREADS`](crate::blocking::DEFAULT_MAX_BLOCKING_THREADS),
+    /// 512). Threads start on demand; when all are busy, new calls wait in
+    /// the pool's queue for the first to free.
+    ///
+    /// ```
+    /// use plugio_executor::{spawn_blocking, Runtime};
+    ///
+    /// let rt = Runtime::builder().cores(1).max_blocking_threads(2).build()?;
+    /// let n = rt.block_on(async { spawn_blocking(|| 2 + 2).await.unwrap() });
+    /// assert_eq!(n, 4);
+    /// # Ok::<_, std::io::Error>(())
+    /// ```
+    pub fn max_blocking_threads(mut self, threads: usize) -> Self {
+        self.pools.max_blocking_threads = threads.max(1);
+        self
+    }
+
+    /// Threads of the runtime's sync IO pool, where the device crate's
+    /// sync backend runs its blocking reads and writes (file IO on a core
+    /// whose io_uring was refused). At least 1; default
+    /// [`DEFAULT_SYNC_IO_THREADS`](crate::blocking::DEFAULT_SYNC_IO_THREADS), 4.
+    ///
+    /// ```
+    /// use plugio_executor::{blocking::BlockingPool, Runtime};
+    ///
+    /// let rt = Runtime::builder().cores(1).sync_io_threads(8).build()?;
+    /// let max = rt.block_on(async { BlockingPool::current_sync_io().unwrap().max_threads() });
+    /// assert_eq!(max, 8);
+    /// # Ok::<_, std::io::Error>(())
+    /// ```
+    pub fn sync_io_threads(mut self, threads: usize) -> Self {
+        self.pools.sync_io_threads = threads.max(1);
+        self
+    }
+
+    /// How long an idle thread of either pool waits for a job before it
+    /// exits (default [`DEFAULT_BLOCKING_KEEP_ALIVE`](crate::blocking::DEFAULT_BLOCKING_KEEP_ALIVE), 10 s).
+    ///
+    /// ```
+    /// use plugio_executor::Runtime;
+    /// use std::time::Duration;
+    ///
+    /// let rt = Runtime::builder().cores(1).blocking_keep_alive(Duration::from_secs(1)).build()?;
+    /// # drop(rt);
+    /// # Ok::<_, std::io::Error>(())
+    /// ```
+    pub fn blocking_keep_alive(mut self, keep_alive: Duration) -> Self {
+        self.pools.keep_alive = keep_alive;
         self
     }
 
@@ -146,11 +203,12 @@ impl Builder {
             ));
         }
         let cpus = cpus_for(&self.placement, self.cores)?;
+        let pools = Pools::new(&self.pools, &self.thread_name);
         let mut threads = Vec::with_capacity(self.cores);
         let mut starts = Vec::with_capacity(self.cores);
         let mut first_error = None;
         for index in 0..self.cores {
-            match self.spawn_core(index, cpus.as_ref().map(|c| c[index])) {
+            match self.spawn_core(index, cpus.as_ref().map(|c| c[index]), &pools) {
                 Ok((thread, start)) => {
                     threads.push(thread);
                     starts.push(start);
@@ -180,6 +238,7 @@ impl Builder {
             for t in threads {
                 let _ = t.join();
             }
+            pools.shutdown();
             return Err(err);
         }
         let handle = Handle {
@@ -189,7 +248,11 @@ impl Builder {
             let _ = handle_tx.send(handle.clone());
         }
         tracing::debug!(cores = self.cores, "runtime started");
-        Ok(Runtime { handle, threads })
+        Ok(Runtime {
+            handle,
+            threads,
+            pools,
+        })
     }
 }
 
@@ -205,6 +268,7 @@ impl Builder {
         &self,
         index: usize,
         cpu: Option<usize>,
+        pools: &Pools,
     ) -> io::Result<(thread::JoinHandle<()>, CoreStart)> {
         let (start_tx, start_rx) = mpsc::channel();
         let (handle_tx, handle_rx) = mpsc::channel();
@@ -212,6 +276,7 @@ impl Builder {
             index,
             cpu,
             config: self.config,
+            pools: pools.clone(),
             driver: self.driver.clone(),
             on_thread_start: self.on_thread_start.clone(),
             start_tx,
@@ -230,6 +295,7 @@ impl fmt::Debug for Builder {
             .field("cores", &self.cores)
             .field("placement", &self.placement)
             .field("config", &self.config)
+            .field("pools", &self.pools)
             .field("thread_name", &self.thread_name)
             .finish_non_exhaustive()
     }
@@ -284,6 +350,7 @@ struct CoreThread {
     index: usize,
     cpu: Option<usize>,
     config: CoreConfig,
+    pools: Pools,
     driver: DriverFactory,
     on_thread_start: Option<ThreadStartHook>,
     start_tx: mpsc::Sender<io::Result<Arc<CoreShared>>>,
@@ -309,7 +376,7 @@ impl CoreThread {
                 return;
             }
         };
-        let core = Core::new(self.index, driver, self.config);
+        let core = Core::with_pools(self.index, driver, self.config, self.pools);
         if self.start_tx.send(Ok(core.shared.clone())).is_err() {
             return;
         }
@@ -416,6 +483,8 @@ impl std::error::Error for ShutdownError {}
 pub struct Runtime {
     handle: Handle,
     threads: Vec<thread::JoinHandle<()>>,
+    /// Shut down in `stop`, after the cores (see [`crate::blocking`]).
+    pools: Pools,
 }
 
 impl Runtime {
@@ -501,6 +570,8 @@ impl Runtime {
                 panicked_cores.push(index);
             }
         }
+        // After the cores: their drivers waited for their sync IO jobs.
+        self.pools.shutdown();
         tracing::debug!(?mode, "runtime stopped");
         if panicked_cores.is_empty() {
             Ok(())

@@ -1,6 +1,9 @@
 //! The sync backend: blocking `preadv`/`pwritev2`/`fsync`/`fallocate`/ioctl
-//! calls on a small pool of threads, completing through the submitting
-//! core's inbox.
+//! calls on a bounded thread pool, completing through the submitting
+//! core's inbox. The pool is the executor's: the sync IO pool of the
+//! submitting core's runtime (`plugio_executor::blocking`), separate from
+//! the pool of `spawn_blocking` so that user blocking calls never starve
+//! IO; off an executor core, one process-wide pool of the same kind.
 //!
 //! Invariants:
 //! - A job owns a copy of the op's iovec array and a reference to the open
@@ -10,14 +13,17 @@
 //!   submitted it; `EINTR`/`EAGAIN` are retried inside the job.
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, OnceLock};
+
+use plugio_executor::blocking::BlockingPool;
 
 use crate::core::{with_core, Completion, HandlerId, Inbox};
 use crate::error::{Error, Result};
 use crate::op::{IoFlags, IoOp, OpKind};
 
-/// Threads in the shared pool.
+/// Threads of the pool that serves threads driving IO without a plugio
+/// executor. On an executor core, jobs go to its runtime's sync IO pool
+/// instead (`plugio_executor::Builder::sync_io_threads`, default 4).
 pub const POOL_THREADS: usize = 4;
 
 /// `BLKDISCARD`: `_IO(0x12, 119)`.
@@ -59,41 +65,25 @@ struct Job {
 // completion (Backend::submit's contract); nothing else in a Job is !Send.
 unsafe impl Send for Job {}
 
-struct Pool {
-    sender: Mutex<mpsc::Sender<Job>>,
-}
-
-fn pool() -> &'static Pool {
-    static POOL: OnceLock<Pool> = OnceLock::new();
-    POOL.get_or_init(|| {
-        let (sender, receiver) = mpsc::channel::<Job>();
-        let receiver = Arc::new(Mutex::new(receiver));
-        for i in 0..POOL_THREADS {
-            let receiver = receiver.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("plugio-sync-{i}"))
-                .spawn(move || worker(&receiver));
-            if let Err(e) = spawned {
-                tracing::error!(error = %e, "cannot spawn a sync pool thread");
-            }
-        }
-        Pool {
-            sender: Mutex::new(sender),
-        }
+/// The pool a job runs on: the sync IO pool of the runtime whose core
+/// submits it, or, on a thread that drives IO without a plugio executor
+/// (a `DeviceDriver` parked by hand), one process-wide pool of
+/// [`POOL_THREADS`] threads.
+fn pool() -> BlockingPool {
+    static DRIVER_ONLY: OnceLock<BlockingPool> = OnceLock::new();
+    BlockingPool::current_sync_io().unwrap_or_else(|| {
+        DRIVER_ONLY
+            .get_or_init(|| BlockingPool::new("plugio-sync", POOL_THREADS))
+            .clone()
     })
 }
 
-fn worker(receiver: &Mutex<mpsc::Receiver<Job>>) {
-    loop {
-        let job = {
-            let guard = receiver.lock().unwrap_or_else(PoisonError::into_inner);
-            guard.recv()
-        };
-        let Ok(job) = job else { return };
-        let result = execute(job.file.as_raw_fd(), job.is_block_device, &job.op);
-        job.inbox.post(Completion {
-            handler: job.handler,
-            token: job.token,
+impl Job {
+    fn run(self) {
+        let result = execute(self.file.as_raw_fd(), self.is_block_device, &self.op);
+        self.inbox.post(Completion {
+            handler: self.handler,
+            token: self.token,
             result,
         });
     }
@@ -118,12 +108,11 @@ pub(crate) fn submit_to_pool(
         handler,
         token,
     };
-    pool()
-        .sender
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .send(job)
-        .map_err(|_| Error::from_errno(libc::EAGAIN).with_context("sync pool has no threads"))?;
+    pool().execute(move || job.run()).map_err(|e| {
+        tracing::error!(error = %e, "sync IO pool refused a job");
+        Error::from_errno(libc::EAGAIN)
+            .with_context("the sync IO pool is shut down or cannot start a thread")
+    })?;
     with_core(|core| core.add_external());
     Ok(())
 }

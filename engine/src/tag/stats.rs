@@ -59,6 +59,7 @@ impl CoreSlot {
 /// A snapshot of a tag set's counters, summed over cores: the figures the
 /// engine shows in iostats. All counts are since the tag set was created.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct TagStats {
     /// Single-tag gets ([`TagSet::get`](super::TagSet::get) calls).
     pub single_calls: u64,
@@ -83,6 +84,32 @@ pub struct TagStats {
 }
 
 impl TagStats {
+    /// What happened between the snapshot `earlier` and this one: every
+    /// field is a count, so each is `self - earlier` (0 if `earlier` is in
+    /// fact later).
+    ///
+    /// ```
+    /// use plugio_engine::tag::TagStats;
+    ///
+    /// let before = TagStats { puts: 10, waits: 1, ..TagStats::default() };
+    /// let now = TagStats { puts: 25, waits: 1, ..TagStats::default() };
+    /// assert_eq!(now.delta(&before).puts, 15);
+    /// assert_eq!(now.delta(&before).waits, 0);
+    /// ```
+    pub fn delta(&self, earlier: &TagStats) -> TagStats {
+        TagStats {
+            single_calls: self.single_calls.saturating_sub(earlier.single_calls),
+            single_tags: self.single_tags.saturating_sub(earlier.single_tags),
+            batch_calls: self.batch_calls.saturating_sub(earlier.batch_calls),
+            batch_tags: self.batch_tags.saturating_sub(earlier.batch_tags),
+            partial_batches: self.partial_batches.saturating_sub(earlier.partial_batches),
+            empty_batches: self.empty_batches.saturating_sub(earlier.empty_batches),
+            short_allocs: self.short_allocs.saturating_sub(earlier.short_allocs),
+            waits: self.waits.saturating_sub(earlier.waits),
+            puts: self.puts.saturating_sub(earlier.puts),
+        }
+    }
+
     /// Mean tags per batch get (0.0 before the first batch get).
     pub fn tags_per_batch(&self) -> f64 {
         if self.batch_calls == 0 {

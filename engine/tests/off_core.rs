@@ -1,0 +1,54 @@
+//! A `Device` future polled outside a plugio core fails at once with
+//! `NoDriver` and a message that says what to do, instead of hanging.
+
+mod common;
+
+use common::{tmpdir, watchdog};
+use plugio_device::ErrorKind;
+use plugio_engine::device::Device;
+use plugio_engine::options::DeviceOptions;
+
+fn file_device(dir: &tempfile::TempDir) -> Device {
+    let path = dir.path().join("f");
+    std::fs::write(&path, vec![1u8; 8192]).expect("fixture");
+    Device::open(&path, DeviceOptions::default()).expect("open")
+}
+
+#[test]
+fn io_polled_by_a_plain_block_on_is_no_driver_and_names_the_fix() {
+    watchdog(30, || {
+        let dir = tmpdir();
+        let dev = file_device(&dir);
+        let err = futures::executor::block_on(dev.read_at(0, 4096)).expect_err("off a core");
+        assert_eq!(*err.kind(), ErrorKind::NoDriver);
+        let msg = err.to_string();
+        assert!(msg.contains("outside a plugio core"), "{msg}");
+        assert!(msg.contains("plugio::runtime::local"), "{msg}");
+        assert!(msg.contains("Handle::spawn_on"), "{msg}");
+        // The same from another thread, and for a write.
+        let t = std::thread::spawn(move || {
+            let buf = dev.alloc_buf(4096);
+            let (r, _) = futures::executor::block_on(dev.write_at(buf, 0));
+            r.expect_err("off a core")
+        });
+        let err = t.join().expect("thread");
+        assert_eq!(*err.kind(), ErrorKind::NoDriver);
+        assert!(err.to_string().contains("Handle::spawn_on"), "{err}");
+    });
+}
+
+#[test]
+fn io_on_an_executor_without_the_driver_is_no_driver_and_names_the_fix() {
+    watchdog(30, || {
+        let dir = tmpdir();
+        let dev = file_device(&dir);
+        let ex = plugio_executor::LocalExecutor::new();
+        let err = ex
+            .run(async move { dev.read_at(0, 4096).await })
+            .expect_err("no driver");
+        assert_eq!(*err.kind(), ErrorKind::NoDriver);
+        let msg = err.to_string();
+        assert!(msg.contains("no DeviceDriver"), "{msg}");
+        assert!(msg.contains("plugio::runtime::local"), "{msg}");
+    });
+}

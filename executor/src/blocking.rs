@@ -1,0 +1,537 @@
+//! Blocking pools: where a runtime runs blocking calls (`spawn_blocking`)
+//! and the sync IO backend's `preadv`/`pwritev`, off its cores.
+//!
+//! Each [`Runtime`](crate::Runtime) and [`LocalExecutor`](crate::LocalExecutor)
+//! owns two [`BlockingPool`]s, shared by its cores:
+//! - the **blocking pool**, for [`spawn_blocking`]: at most
+//!   [`DEFAULT_MAX_BLOCKING_THREADS`] (512, tokio's default) threads,
+//!   changed with [`Builder::max_blocking_threads`](crate::Builder::max_blocking_threads);
+//! - the **sync IO pool**, for the device crate's sync backend (file IO on a
+//!   core without io_uring): [`DEFAULT_SYNC_IO_THREADS`] (4) threads,
+//!   changed with [`Builder::sync_io_threads`](crate::Builder::sync_io_threads).
+//!   It is separate so that user calls that block for long (a DNS lookup, a
+//!   `std::fs` walk) filling the blocking pool never starve the runtime's
+//!   IO.
+//!
+//! Both start no thread until the first job; a thread that stays idle for
+//! the keep-alive time ([`DEFAULT_BLOCKING_KEEP_ALIVE`], 10 s, changed with
+//! [`Builder::blocking_keep_alive`](crate::Builder::blocking_keep_alive))
+//! exits. When every thread of a pool is busy and the pool is at its bound,
+//! new jobs wait in the pool's FIFO queue (unbounded, like tokio's) until a
+//! thread finishes its job: submitting never blocks and never fails for
+//! lack of threads. [`BlockingPool::queued`] shows the wait.
+//!
+//! Why not the `blocking` crate: its pool is one per process, sized by an
+//! environment variable, so it can be neither bounded per runtime nor shut
+//! down with one; this module is that crate's design (lazy threads, idle
+//! keep-alive, one queue) made per runtime. Idea: tokio's
+//! `runtime/blocking/pool.rs`.
+//!
+//! # Invariants
+//!
+//! - `threads <= max_threads` at all times; `idle <= threads`.
+//! - A job is run at most once, by one pool thread; a job queued when the
+//!   pool shuts down is dropped without running, never lost silently in a
+//!   running pool.
+//! - `notified` counts idle threads claimed by a submitter (taken out of
+//!   `idle` by it): a woken thread that finds `notified > 0` takes one
+//!   claim and goes back to the queue, so two submits that race with one
+//!   idle thread start a second thread instead of both waiting on it.
+//! - The owner (runtime or local executor) shuts its pools down only after
+//!   its cores (and their drivers, which wait for their in-flight IO) are
+//!   gone: no sync IO job is queued then.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::io;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread;
+use std::time::Duration;
+
+use crate::task::JoinHandle;
+
+/// Default bound of a runtime's blocking pool (threads), as tokio's.
+///
+/// ```
+/// use plugio_executor::blocking::{BlockingPool, DEFAULT_MAX_BLOCKING_THREADS};
+///
+/// let max = plugio_executor::LocalExecutor::new()
+///     .run(async { BlockingPool::current().unwrap().max_threads() });
+/// assert_eq!(max, DEFAULT_MAX_BLOCKING_THREADS);
+/// ```
+pub const DEFAULT_MAX_BLOCKING_THREADS: usize = 512;
+/// Default size of a runtime's sync IO pool (threads).
+///
+/// ```
+/// use plugio_executor::blocking::{BlockingPool, DEFAULT_SYNC_IO_THREADS};
+///
+/// let max = plugio_executor::LocalExecutor::new()
+///     .run(async { BlockingPool::current_sync_io().unwrap().max_threads() });
+/// assert_eq!(max, DEFAULT_SYNC_IO_THREADS);
+/// ```
+pub const DEFAULT_SYNC_IO_THREADS: usize = 4;
+/// Default time an idle pool thread waits for a job before it exits.
+///
+/// ```
+/// assert_eq!(plugio_executor::blocking::DEFAULT_BLOCKING_KEEP_ALIVE.as_secs(), 10);
+/// ```
+pub const DEFAULT_BLOCKING_KEEP_ALIVE: Duration = Duration::from_secs(10);
+
+type Job = Box<dyn FnOnce() + Send + 'static>;
+
+/// A bounded pool of threads for blocking calls (see the module docs).
+///
+/// A cloneable handle: clones name the same pool. The pools of the current
+/// runtime are [`BlockingPool::current`] and
+/// [`BlockingPool::current_sync_io`]; a pool made with [`BlockingPool::new`]
+/// belongs to whoever made it (the device crate keeps one for threads that
+/// drive IO without an executor).
+///
+/// ```
+/// use plugio_executor::blocking::BlockingPool;
+/// use std::sync::mpsc;
+///
+/// let pool = BlockingPool::new("doc-pool", 2);
+/// let (tx, rx) = mpsc::channel();
+/// pool.execute(move || tx.send(6 * 7).unwrap())?;
+/// assert_eq!(rx.recv()?, 42);
+/// assert!(pool.threads() <= pool.max_threads());
+/// pool.shutdown();
+/// # Ok::<_, Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct BlockingPool {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    name: String,
+    max_threads: usize,
+    keep_alive: Duration,
+    state: Mutex<State>,
+    condvar: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    queue: VecDeque<Job>,
+    /// Threads alive.
+    threads: usize,
+    /// Threads waiting for a job and not claimed by a submitter.
+    idle: usize,
+    /// Idle threads claimed by a submitter and not yet awake.
+    notified: usize,
+    shutdown: bool,
+    /// Names the next thread (`{name}-{n}`).
+    spawned: u64,
+}
+
+impl BlockingPool {
+    /// A pool of at most `max_threads` threads (at least 1) named
+    /// `{name}-{n}`, idle keep-alive [`DEFAULT_BLOCKING_KEEP_ALIVE`].
+    /// No thread starts before the first job.
+    pub fn new(name: impl Into<String>, max_threads: usize) -> Self {
+        Self::with_keep_alive(name, max_threads, DEFAULT_BLOCKING_KEEP_ALIVE)
+    }
+
+    /// [`BlockingPool::new`] with the idle keep-alive `keep_alive`.
+    ///
+    /// ```
+    /// use plugio_executor::blocking::BlockingPool;
+    /// use std::time::Duration;
+    ///
+    /// let pool = BlockingPool::with_keep_alive("short", 1, Duration::from_millis(10));
+    /// assert_eq!(pool.max_threads(), 1);
+    /// assert_eq!(pool.threads(), 0, "threads start with the first job");
+    /// ```
+    pub fn with_keep_alive(
+        name: impl Into<String>,
+        max_threads: usize,
+        keep_alive: Duration,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                name: name.into(),
+                max_threads: max_threads.max(1),
+                keep_alive,
+                state: Mutex::new(State::default()),
+                condvar: Condvar::new(),
+            }),
+        }
+    }
+
+    /// The blocking pool of the runtime the calling core belongs to (what
+    /// [`spawn_blocking`] uses); `None` off a plugio core.
+    ///
+    /// ```
+    /// use plugio_executor::blocking::{BlockingPool, DEFAULT_MAX_BLOCKING_THREADS};
+    /// use plugio_executor::LocalExecutor;
+    ///
+    /// assert!(BlockingPool::current().is_none());
+    /// let ex = LocalExecutor::new();
+    /// let max = ex.run(async { BlockingPool::current().map(|p| p.max_threads()) });
+    /// assert_eq!(max, Some(DEFAULT_MAX_BLOCKING_THREADS));
+    /// ```
+    pub fn current() -> Option<BlockingPool> {
+        crate::core::try_with_current(|core| core.pools.blocking.clone())
+    }
+
+    /// The sync IO pool of the runtime the calling core belongs to (where
+    /// the device crate's sync backend runs its calls); `None` off a plugio
+    /// core.
+    ///
+    /// ```
+    /// use plugio_executor::blocking::{BlockingPool, DEFAULT_SYNC_IO_THREADS};
+    /// use plugio_executor::LocalExecutor;
+    ///
+    /// let ex = LocalExecutor::new();
+    /// let max = ex.run(async { BlockingPool::current_sync_io().map(|p| p.max_threads()) });
+    /// assert_eq!(max, Some(DEFAULT_SYNC_IO_THREADS));
+    /// ```
+    pub fn current_sync_io() -> Option<BlockingPool> {
+        crate::core::try_with_current(|core| core.pools.sync_io.clone())
+    }
+
+    /// Runs `job` on a pool thread: an idle one, a new one while the pool
+    /// is under its bound, or else the first one that finishes its job
+    /// (the job waits in the FIFO queue). Never blocks the caller. A panic
+    /// in `job` is caught and logged; the thread keeps serving.
+    ///
+    /// ```
+    /// use plugio_executor::blocking::BlockingPool;
+    /// use std::sync::mpsc;
+    ///
+    /// let pool = BlockingPool::new("doc-execute", 1);
+    /// let (tx, rx) = mpsc::channel();
+    /// for i in 0..3 {
+    ///     let tx = tx.clone();
+    ///     pool.execute(move || tx.send(i).unwrap())?; // one thread, run in turn
+    /// }
+    /// let got: Vec<i32> = (0..3).map(|_| rx.recv().unwrap()).collect();
+    /// assert_eq!(got, [0, 1, 2]);
+    /// # Ok::<_, std::io::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `Other` when the pool was shut down (the job is dropped), or when the
+    /// pool has no thread and the OS refused to start one (the job is
+    /// dropped; with threads alive it waits for them instead).
+    pub fn execute<F>(&self, job: F) -> io::Result<()>
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        let mut state = self.lock();
+        if state.shutdown {
+            return Err(io::Error::other(format!(
+                "blocking pool {} is shut down (its runtime stopped)",
+                self.inner.name
+            )));
+        }
+        state.queue.push_back(Box::new(job));
+        if state.idle > 0 {
+            state.idle -= 1;
+            state.notified += 1;
+            self.inner.condvar.notify_one();
+            return Ok(());
+        }
+        if state.threads >= self.inner.max_threads {
+            // Full: the job waits for the first thread that frees.
+            return Ok(());
+        }
+        state.threads += 1;
+        state.spawned += 1;
+        let name = format!("{}-{}", self.inner.name, state.spawned);
+        drop(state);
+        let inner = self.inner.clone();
+        match thread::Builder::new()
+            .name(name)
+            .spawn(move || inner.worker())
+        {
+            Ok(_detached) => Ok(()),
+            Err(e) => {
+                let mut state = self.lock();
+                state.threads -= 1;
+                if state.threads > 0 {
+                    tracing::warn!(pool = %self.inner.name, error = %e, "cannot start a blocking thread; the job waits for a busy one");
+                    return Ok(());
+                }
+                let job = state.queue.pop_back();
+                drop(state);
+                drop(job);
+                Err(io::Error::new(
+                    e.kind(),
+                    format!(
+                        "blocking pool {}: cannot start a thread: {e}",
+                        self.inner.name
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// The pool's bound on threads (at least 1).
+    ///
+    /// ```
+    /// use plugio_executor::blocking::BlockingPool;
+    ///
+    /// assert_eq!(BlockingPool::new("doc-max", 0).max_threads(), 1);
+    /// ```
+    pub fn max_threads(&self) -> usize {
+        self.inner.max_threads
+    }
+
+    /// Threads alive now (busy or idle).
+    ///
+    /// ```
+    /// use plugio_executor::blocking::BlockingPool;
+    /// use std::sync::mpsc;
+    /// use std::time::Duration;
+    ///
+    /// let pool = BlockingPool::with_keep_alive("doc-threads", 2, Duration::from_secs(3600));
+    /// assert_eq!(pool.threads(), 0);
+    /// let (tx, rx) = mpsc::channel();
+    /// pool.execute(move || tx.send(()).unwrap())?;
+    /// rx.recv().unwrap();
+    /// assert_eq!(pool.threads(), 1, "idle, kept alive for the next job");
+    /// # Ok::<_, std::io::Error>(())
+    /// ```
+    pub fn threads(&self) -> usize {
+        self.lock().threads
+    }
+
+    /// Jobs waiting for a thread now.
+    ///
+    /// ```
+    /// use plugio_executor::blocking::BlockingPool;
+    /// use std::sync::mpsc;
+    ///
+    /// let pool = BlockingPool::new("doc-queued", 1);
+    /// let (release, wait) = mpsc::channel::<()>();
+    /// let (started_tx, started) = mpsc::channel();
+    /// pool.execute(move || { started_tx.send(()).unwrap(); wait.recv().unwrap() })?;
+    /// started.recv().unwrap(); // the one thread is busy
+    /// pool.execute(|| ())?;
+    /// assert_eq!(pool.queued(), 1, "the second job waits for the thread");
+    /// release.send(()).unwrap();
+    /// # Ok::<_, std::io::Error>(())
+    /// ```
+    pub fn queued(&self) -> usize {
+        self.lock().queue.len()
+    }
+
+    /// Stops the pool: jobs still queued are dropped without running, idle
+    /// threads exit at once, busy ones when their job returns (they are
+    /// not joined: a blocking call may never return), and later
+    /// [`BlockingPool::execute`] calls fail. A runtime does this to its
+    /// pools after its cores stopped.
+    ///
+    /// ```
+    /// use plugio_executor::blocking::BlockingPool;
+    ///
+    /// let pool = BlockingPool::new("doc-shutdown", 1);
+    /// pool.shutdown();
+    /// assert!(pool.execute(|| ()).is_err());
+    /// ```
+    pub fn shutdown(&self) {
+        let queued = {
+            let mut state = self.lock();
+            state.shutdown = true;
+            std::mem::take(&mut state.queue)
+        };
+        self.inner.condvar.notify_all();
+        // Dropped outside the lock: a job's captures may do anything.
+        drop(queued);
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.inner.lock()
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // No job runs under the lock, so a poisoned lock means a panic in
+        // this module's own short sections; the state is still consistent.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A pool thread: runs queued jobs, waits up to the keep-alive for
+    /// more, exits when idle that long or at shutdown.
+    fn worker(&self) {
+        let mut state = self.lock();
+        loop {
+            while let Some(job) = state.queue.pop_front() {
+                drop(state);
+                if catch_unwind(AssertUnwindSafe(job)).is_err() {
+                    tracing::error!(pool = %self.name, "a blocking job panicked");
+                }
+                state = self.lock();
+            }
+            if state.shutdown {
+                break;
+            }
+            state.idle += 1;
+            let exit = loop {
+                let (guard, waited) = self
+                    .condvar
+                    .wait_timeout(state, self.keep_alive)
+                    .unwrap_or_else(PoisonError::into_inner);
+                state = guard;
+                if state.notified > 0 {
+                    // Claimed by a submitter, which took us out of `idle`.
+                    state.notified -= 1;
+                    break false;
+                }
+                if state.shutdown || waited.timed_out() {
+                    state.idle -= 1;
+                    break true;
+                }
+                // Spurious wake-up: still idle.
+            };
+            if exit && !state.shutdown && !state.queue.is_empty() {
+                // A job queued by a submit that found us busy just before
+                // we went idle: serve it rather than leave it waiting.
+                continue;
+            }
+            if exit {
+                break;
+            }
+        }
+        state.threads -= 1;
+        debug_assert!(state.idle <= state.threads);
+    }
+}
+
+impl fmt::Debug for BlockingPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.lock();
+        f.debug_struct("BlockingPool")
+            .field("name", &self.inner.name)
+            .field("max_threads", &self.inner.max_threads)
+            .field("threads", &state.threads)
+            .field("idle", &state.idle)
+            .field("queued", &state.queue.len())
+            .finish()
+    }
+}
+
+/// The two pools a runtime owns (see the module docs).
+#[derive(Clone, Debug)]
+pub(crate) struct Pools {
+    pub(crate) blocking: BlockingPool,
+    pub(crate) sync_io: BlockingPool,
+}
+
+/// The pool settings of a builder.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PoolConfig {
+    pub(crate) max_blocking_threads: usize,
+    pub(crate) sync_io_threads: usize,
+    pub(crate) keep_alive: Duration,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        Self {
+            max_blocking_threads: DEFAULT_MAX_BLOCKING_THREADS,
+            sync_io_threads: DEFAULT_SYNC_IO_THREADS,
+            keep_alive: DEFAULT_BLOCKING_KEEP_ALIVE,
+        }
+    }
+}
+
+impl Pools {
+    pub(crate) fn new(config: &PoolConfig, prefix: &str) -> Self {
+        Self {
+            blocking: BlockingPool::with_keep_alive(
+                format!("{prefix}-blocking"),
+                config.max_blocking_threads,
+                config.keep_alive,
+            ),
+            sync_io: BlockingPool::with_keep_alive(
+                format!("{prefix}-sync-io"),
+                config.sync_io_threads,
+                config.keep_alive,
+            ),
+        }
+    }
+
+    pub(crate) fn shutdown(&self) {
+        self.blocking.shutdown();
+        self.sync_io.shutdown();
+    }
+}
+
+/// Runs `f` on the current runtime's blocking pool and returns a handle
+/// that yields its result; await it on any core (or block on it from any
+/// thread). Use it for calls that would stall the core: `std::fs` walks,
+/// DNS, compression of a large block, a C library that blocks.
+///
+/// The pool is bounded (default [`DEFAULT_MAX_BLOCKING_THREADS`], set with
+/// [`Builder::max_blocking_threads`](crate::Builder::max_blocking_threads)
+/// or [`LocalBuilder::max_blocking_threads`](crate::LocalBuilder::max_blocking_threads));
+/// when all its threads are busy, `f` waits in the pool's queue for the
+/// first to free. The runtime's IO never waits behind it: the sync IO
+/// backend has its own pool (module docs).
+///
+/// The handle gives `Err(JoinError::Panic(_))` if `f` panicked, and
+/// `Err(JoinError::Cancelled)` if it was aborted or the runtime shut down
+/// first. Aborting the handle does not stop `f` once it started (a thread
+/// cannot be interrupted); its result is then dropped.
+///
+/// Off a plugio core there is no runtime to own the thread, so this
+/// panics, like [`crate::spawn`]: call it from a task, or from outside
+/// through [`Handle::spawn_on`](crate::Handle::spawn_on):
+/// `handle.spawn_on(0, async { spawn_blocking(f).await })`.
+///
+/// Idea: tokio's `spawn_blocking`.
+///
+/// ```
+/// use plugio_executor::{spawn_blocking, LocalExecutor};
+///
+/// let ex = LocalExecutor::new();
+/// let sum = ex.run(async {
+///     spawn_blocking(|| (1..=100u64).sum::<u64>()).await
+/// })?;
+/// assert_eq!(sum, 5050);
+/// # Ok::<_, plugio_executor::JoinError>(())
+/// ```
+///
+/// # Panics
+/// Off a plugio core (see above), or when the OS refuses to start the
+/// pool's first thread.
+pub fn spawn_blocking<F, R>(f: F) -> JoinHandle<R>
+where
+    F: FnOnce() -> R + Send + 'static,
+    R: Send + 'static,
+{
+    let Some(pool) = BlockingPool::current() else {
+        panic!(
+            "spawn_blocking must be called on a plugio core (inside Runtime or LocalExecutor); \
+             from another thread use Handle::spawn_on(core, async {{ spawn_blocking(f).await }})"
+        );
+    };
+    let (tx, rx) = futures::channel::oneshot::channel();
+    let job = move || {
+        let out = catch_unwind(AssertUnwindSafe(f));
+        // The receiver is gone when the handle was aborted or the runtime
+        // stopped: the result is dropped here, on the pool thread.
+        let _ = tx.send(out);
+    };
+    if let Err(e) = pool.execute(job) {
+        panic!("spawn_blocking: {e}");
+    }
+    crate::spawn(async move {
+        match rx.await {
+            Ok(Ok(out)) => out,
+            Ok(Err(payload)) => std::panic::resume_unwind(payload),
+            // The pool dropped the job without running it. At shutdown the
+            // core cancelled this task before (the owner stops its cores
+            // first), so only a pool that lost its last thread gets here.
+            Err(_) => {
+                panic!("spawn_blocking: the blocking pool dropped the job (no thread to run it)")
+            }
+        }
+    })
+}
