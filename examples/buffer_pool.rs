@@ -18,7 +18,7 @@ use std::rc::Rc;
 
 use futures::channel::oneshot;
 use futures::future::join_all;
-use plugio::{Device, DeviceOptions, Error, Page, Region, RingConfig};
+use plugio::{Device, DeviceOptions, Error, OpenOptions, Page, Region, RingConfig};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 
 const PAGE_BYTES: usize = 4096;
@@ -219,7 +219,7 @@ impl BufferPool {
             frames[i].referenced = true;
             frames[i].page.take().expect("victim is resident")
         };
-        let (result, mut page) = self.dev.read_into(page, page_no * PAGE_BYTES as u64).await;
+        let (result, mut page) = self.dev.read_at(page, page_no * PAGE_BYTES as u64).await;
         let mut frames = self.frames.borrow_mut();
         if let Ok(n) = result {
             page.as_mut_slice()[n..].fill(0); // past the end of the file
@@ -292,13 +292,17 @@ fn page_header(bytes: &[u8]) -> (u64, u64) {
     (word(0), word(8))
 }
 
-/// Writes the initial file: page `n` holds `n` and a zero counter.
-fn create_file(path: &Path) -> Result<(), String> {
-    let mut bytes = vec![0u8; FILE_PAGES as usize * PAGE_BYTES];
-    for (n, page) in bytes.chunks_mut(PAGE_BYTES).enumerate() {
+/// Writes the initial file through `dev`: page `n` holds `n` and a zero
+/// counter; then makes it durable.
+async fn create_file(dev: &Device) -> Result<(), plugio::Error> {
+    let mut bytes = dev.alloc_buf(FILE_PAGES as usize * PAGE_BYTES);
+    bytes.as_mut_slice().fill(0);
+    for (n, page) in bytes.as_mut_slice().chunks_mut(PAGE_BYTES).enumerate() {
         page[0..8].copy_from_slice(&(n as u64).to_le_bytes());
     }
-    std::fs::write(path, bytes).map_err(|e| format!("create {}: {e}", path.display()))
+    let (written, _) = dev.write_all_at(bytes, 0).await;
+    written?;
+    dev.sync_all().await
 }
 
 // ANCHOR: workload
@@ -307,14 +311,19 @@ fn create_file(path: &Path) -> Result<(), String> {
 /// that moves forward (like inserts at the right edge of a B-tree), and
 /// sometimes anywhere. Evictions of dirty pages trigger batched write-back.
 async fn run(path: &Path) -> Result<(), Box<dyn StdError>> {
-    create_file(path)?;
     let options = DeviceOptions {
         // A write-back batch may hold FRAMES pages (256 KiB): let it stay in
         // one plug instead of flushing at the default 128 KiB.
         plug_flush_bytes: (FRAMES * PAGE_BYTES) as u64,
         ..DeviceOptions::default()
     };
-    let dev = Device::open(path, options)?;
+    let dev = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .device_options(options)
+        .open(path)
+        .await?;
+    create_file(&dev).await?;
     let pool = Rc::new(BufferPool::new(dev.clone(), FRAMES));
     let expected = Rc::new(RefCell::new(vec![0u64; FILE_PAGES as usize]));
 
@@ -359,11 +368,13 @@ async fn run(path: &Path) -> Result<(), Box<dyn StdError>> {
     let before_checkpoint = dev.iostats();
     pool.write_back().await?; // the checkpoint
     let checkpoint = dev.iostats();
-    dev.flush().await?;
+    dev.sync_data().await?;
     // ANCHOR_END: workload
 
     // ANCHOR: check
-    let disk = dev.read_at(0, FILE_PAGES as usize * PAGE_BYTES).await?;
+    let disk = dev
+        .read_alloc_at(0, FILE_PAGES as usize * PAGE_BYTES)
+        .await?;
     for (n, bytes) in disk.as_slice().chunks(PAGE_BYTES).enumerate() {
         let (page_no, counter) = page_header(bytes);
         assert_eq!(page_no, n as u64, "page {n} on disk");

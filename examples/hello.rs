@@ -6,7 +6,7 @@
 //! file in the current directory).
 
 // ANCHOR: main
-use plugio::{Device, DeviceOptions, RingConfig};
+use plugio::{OpenOptions, RingConfig};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir_in(".")?;
@@ -14,11 +14,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .nth(1)
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| dir.path().join("hello.db"));
-    std::fs::File::create(&path)?.set_len(1 << 20)?;
 
     let ex = plugio::runtime::local(RingConfig::default())?;
     ex.run(async {
-        let dev = Device::open(&path, DeviceOptions::default())?;
+        // Opened (O_DIRECT) and sized through io_uring, like all the IO.
+        let dev = OpenOptions::new().create(true).open(&path).await?;
+        dev.set_len(1 << 20).await?;
         // Eight 4 KiB writes issued in one tick: one plug, merged into one
         // request, one io_uring_enter.
         let writes = (0..8u8).map(|i| {
@@ -32,8 +33,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for w in futures::future::join_all(writes).await {
             w?;
         }
-        dev.flush().await?;
-        let back = dev.read_at(0, 8 * 4096).await?;
+        dev.sync_all().await?; // fsync: the data and the file's size
+        let back = dev.read_alloc_at(0, 8 * 4096).await?;
         for (i, page) in back.as_slice().chunks(4096).enumerate() {
             assert!(page.iter().all(|&b| b == b'a' + i as u8));
         }

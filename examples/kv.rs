@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use futures::channel::oneshot;
 use futures::future::join_all;
 use plugio::executor::channel::{bounded, Receiver, Sender};
-use plugio::{Device, DeviceOptions, DmaBuf, Error, IoFlags, RingConfig, ShutdownMode};
+use plugio::{Device, DmaBuf, Error, IoFlags, OpenOptions, RingConfig, ShutdownMode};
 
 const SHARDS: usize = 2;
 const BUCKETS: u64 = 256;
@@ -227,14 +227,17 @@ async fn serve_shard(
     dir: PathBuf,
     mut requests: Receiver<Request>,
 ) -> Result<ShardStats, KvError> {
-    let log = Device::open(
-        dir.join(format!("shard-{shard}.log")),
-        DeviceOptions::default(),
-    )?;
-    let data = Device::open(
-        dir.join(format!("shard-{shard}.data")),
-        DeviceOptions::default(),
-    )?;
+    // The shard makes its own files (async opens on its core), sizes the
+    // data file, and makes their names durable before serving.
+    let create = || OpenOptions::new().create(true).truncate(true).clone();
+    let log = create()
+        .open(dir.join(format!("shard-{shard}.log")))
+        .await?;
+    let data = create()
+        .open(dir.join(format!("shard-{shard}.data")))
+        .await?;
+    data.set_len(BUCKETS * PAGE_BYTES as u64).await?;
+    plugio::fs::sync_dir(&dir).await?;
     let mut log_tail_bytes = 0u64;
     let mut stats = ShardStats::default();
     while let Some(first) = requests.recv().await {
@@ -289,7 +292,7 @@ async fn apply_batch(
     let touched: BTreeSet<u64> = batch.iter().map(|r| bucket_of(request_key(r))).collect();
     let reads = touched
         .iter()
-        .map(|&b| data.read_at(b * PAGE_BYTES as u64, PAGE_BYTES));
+        .map(|&b| data.read_alloc_at(b * PAGE_BYTES as u64, PAGE_BYTES));
     let mut pages: HashMap<u64, DmaBuf> = HashMap::new();
     for (&b, page) in touched.iter().zip(join_all(reads).await) {
         pages.insert(b, page?);
@@ -397,14 +400,13 @@ async fn recover(
     dir: &Path,
     shard: usize,
 ) -> Result<(HashMap<Vec<u8>, Vec<u8>>, HashMap<Vec<u8>, Vec<u8>>), KvError> {
-    let log = Device::open(
-        dir.join(format!("shard-{shard}.log")),
-        DeviceOptions::default(),
-    )?;
+    let log = OpenOptions::new()
+        .open(dir.join(format!("shard-{shard}.log")))
+        .await?;
     let mut from_log = HashMap::new();
     let mut at = 0u64;
     loop {
-        let head = log.read_at(at, PAGE_BYTES).await?;
+        let head = log.read_alloc_at(at, PAGE_BYTES).await?;
         let h = head.as_slice();
         if h.len() < 16 || h[0..4] != LOG_MAGIC.to_le_bytes() {
             break;
@@ -412,7 +414,7 @@ async fn recover(
         let word = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
         let (payload_len, count, sum) = (word(4) as usize, word(8), word(12));
         let total = (16 + payload_len).next_multiple_of(PAGE_BYTES);
-        let batch = log.read_at(at, total).await?;
+        let batch = log.read_alloc_at(at, total).await?;
         let payload = &batch.as_slice()[16..16 + payload_len];
         if fnv1a(payload) as u32 != sum {
             return Err(KvError::CorruptLog {
@@ -430,11 +432,10 @@ async fn recover(
         }
         at += total as u64;
     }
-    let data = Device::open(
-        dir.join(format!("shard-{shard}.data")),
-        DeviceOptions::default(),
-    )?;
-    let file = data.read_at(0, BUCKETS as usize * PAGE_BYTES).await?;
+    let data = OpenOptions::new()
+        .open(dir.join(format!("shard-{shard}.data")))
+        .await?;
+    let file = data.read_alloc_at(0, BUCKETS as usize * PAGE_BYTES).await?;
     let from_data = file
         .as_slice()
         .chunks(PAGE_BYTES)
@@ -461,18 +462,11 @@ fn try_main() -> Result<(), Box<dyn StdError>> {
         .nth(1)
         .map(PathBuf::from)
         .unwrap_or_else(|| tmp.path().to_path_buf());
-    let in_dir = |e: std::io::Error| format!("create files in {}: {e}", dir.display());
-    std::fs::create_dir_all(&dir).map_err(in_dir)?;
-    for shard in 0..SHARDS {
-        std::fs::File::create(dir.join(format!("shard-{shard}.log"))).map_err(in_dir)?;
-        std::fs::File::create(dir.join(format!("shard-{shard}.data")))
-            .and_then(|f| f.set_len(BUCKETS * PAGE_BYTES as u64))
-            .map_err(in_dir)?;
-    }
-
     let rt = plugio::runtime::builder(RingConfig::default())
         .cores(SHARDS)
         .build()?;
+    let made = dir.clone();
+    rt.block_on(async move { plugio::fs::create_dir_all(&made).await })?;
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..SHARDS).map(|_| bounded(1024)).unzip();
     let shards: Vec<_> = receivers
         .into_iter()

@@ -382,7 +382,7 @@ async fn check_pattern_reads(ns: &Ns, report: &Report) {
         .collect();
     let reads = lbas
         .iter()
-        .map(|&lba| ns.dev.read_at(lba * block, ns.block));
+        .map(|&lba| ns.dev.read_alloc_at(lba * block, ns.block));
     let results = join_all(reads).await;
     let mut bad = Vec::new();
     for (lba, r) in lbas.iter().zip(results) {
@@ -413,7 +413,7 @@ async fn check_split(ns: &Ns, report: &Report) {
     let len = 1usize << 20;
     let max = ns.dev.max_request_bytes();
     let before = ns.counting.commands.load(Ordering::Relaxed);
-    let r = ns.dev.read_at(0, len).await;
+    let r = ns.dev.read_alloc_at(0, len).await;
     let commands = ns.counting.commands.load(Ordering::Relaxed) - before;
     let largest = ns.counting.max_len_bytes.load(Ordering::Relaxed);
     match r {
@@ -470,17 +470,17 @@ async fn check_writes(ns: &Ns, report: &Report, seed: u8) {
         fill(&mut b, vec_lba + s * 2, block, seed.wrapping_add(1));
         segs.push(b);
     }
-    let (r, _) = ns.dev.writev(segs, vec_lba * block as u64).await;
+    let (r, _) = ns.dev.writev_at(segs, vec_lba * block as u64).await;
     report.check(
         "vectored write",
         r.as_ref().is_ok_and(|&n| n == 6 * block),
         format!("{r:?}"),
     );
-    match ns.dev.flush().await {
+    match ns.dev.sync_data().await {
         Ok(()) => report.check("flush", true, "ok"),
         Err(e) => report.check("flush", false, e),
     }
-    let (sync, nop) = (ns.dev.sync().await, ns.dev.nop().await);
+    let (sync, nop) = (ns.dev.sync_all().await, ns.dev.nop().await);
     report.check(
         "sync (NVMe Flush) and nop",
         sync.is_ok() && nop.is_ok(),
@@ -496,7 +496,10 @@ async fn check_writes(ns: &Ns, report: &Report, seed: u8) {
         .dev
         .write_at_with(buf, pre_lba * block as u64, flags)
         .await;
-    let back = ns.dev.read_at(pre_lba * block as u64, 2 * block).await;
+    let back = ns
+        .dev
+        .read_alloc_at(pre_lba * block as u64, 2 * block)
+        .await;
     report.check(
         "PREFLUSH|FUA write read back",
         w.is_ok() && back.as_ref().is_ok_and(|b| b.as_slice() == &expect[..]),
@@ -507,7 +510,7 @@ async fn check_writes(ns: &Ns, report: &Report, seed: u8) {
     fill(&mut expect, base_lba, block, seed);
     let got = ns
         .dev
-        .read_at(base_lba * block as u64, total_blocks * block)
+        .read_alloc_at(base_lba * block as u64, total_blocks * block)
         .await;
     report.check(
         "writes read back",
@@ -516,7 +519,7 @@ async fn check_writes(ns: &Ns, report: &Report, seed: u8) {
         format!("{total_blocks} blocks"),
     );
     let bufs: Vec<DmaBuf> = (0..3).map(|_| ns.dev.alloc_buf(block * 2)).collect();
-    let (r, bufs) = ns.dev.readv(bufs, vec_lba * block as u64).await;
+    let (r, bufs) = ns.dev.readv_at(bufs, vec_lba * block as u64).await;
     let mut expect = ns.dev.alloc_buf(6 * block);
     fill(&mut expect, vec_lba, block, seed.wrapping_add(1));
     let joined: Vec<u8> = bufs.iter().flat_map(|b| b.as_slice().to_vec()).collect();
@@ -532,7 +535,7 @@ async fn check_writes(ns: &Ns, report: &Report, seed: u8) {
     fill(&mut big, big_lba, block, seed.wrapping_add(2));
     let expect = big.as_slice().to_vec();
     let (r, _) = ns.dev.write_at(big, big_lba * block as u64).await;
-    let back = ns.dev.read_at(big_lba * block as u64, len).await;
+    let back = ns.dev.read_alloc_at(big_lba * block as u64, len).await;
     report.check(
         "1 MiB split write read back",
         r.is_ok() && back.as_ref().is_ok_and(|b| b.as_slice() == &expect[..]),
@@ -548,7 +551,7 @@ async fn check_zeroes_and_discard(ns: &Ns, report: &Report) {
     fill(&mut buf, lba, ns.block, 9);
     let (r, _) = ns.dev.write_at(buf, lba * block).await;
     let wz = ns.dev.write_zeroes(lba * block, len).await;
-    let back = ns.dev.read_at(lba * block, len as usize).await;
+    let back = ns.dev.read_alloc_at(lba * block, len as usize).await;
     report.check(
         "write zeroes",
         r.is_ok()
@@ -563,7 +566,7 @@ async fn check_zeroes_and_discard(ns: &Ns, report: &Report) {
     fill(&mut buf, dlba, ns.block, 10);
     let (w, _) = ns.dev.write_at(buf, dlba * block).await;
     let d = ns.dev.discard(dlba * block, 8 * block).await;
-    let back = ns.dev.read_at(dlba * block, 8 * ns.block).await;
+    let back = ns.dev.read_alloc_at(dlba * block, 8 * ns.block).await;
     // After a deallocate the data is unspecified (zeroes on QEMU); the
     // command and a read of the range must succeed.
     report.check(
@@ -576,14 +579,14 @@ async fn check_zeroes_and_discard(ns: &Ns, report: &Report) {
 async fn check_errors(ns: &Ns, report: &Report) {
     let block = ns.block as u64;
     let capacity = ns.dev.geometry().capacity_bytes.unwrap_or(0);
-    let r = ns.dev.read_at(capacity, ns.block).await;
+    let r = ns.dev.read_alloc_at(capacity, ns.block).await;
     report.check(
         "engine refuses a read past the end",
         matches!(&r, Err(e) if matches!(e.kind(), ErrorKind::InvalidInput(InvalidInput::Range { .. }))),
         format!("{:?}", r.as_ref().err()),
     );
     let small = if block == 4096 { 512 } else { 256 };
-    let r = ns.dev.read_at(block, small).await;
+    let r = ns.dev.read_alloc_at(block, small).await;
     report.check(
         "unaligned length refused",
         matches!(&r, Err(e) if matches!(e.kind(), ErrorKind::InvalidInput(InvalidInput::Alignment { .. }))),
@@ -609,7 +612,7 @@ async fn check_errors(ns: &Ns, report: &Report) {
         Err(e) => report.check("NVMe status for an LBA past the end", false, e),
     }
     // Nothing else was disturbed: a read right after still works.
-    let r = ns.dev.read_at(0, ns.block).await;
+    let r = ns.dev.read_alloc_at(0, ns.block).await;
     report.check(
         "IO after errors",
         r.as_ref().is_ok_and(|b| {
@@ -629,7 +632,7 @@ async fn check_overlap_order(ns: &Ns, report: &Report) {
     fill(&mut buf, lba, block, 77);
     let expect = buf.as_slice().to_vec();
     let write = ns.dev.write_at(buf, lba * block as u64);
-    let read = ns.dev.read_at(lba * block as u64, 4 * block);
+    let read = ns.dev.read_alloc_at(lba * block as u64, 4 * block);
     let ((w, _), r) = futures::join!(write, read);
     report.check(
         "overlapping write then read in one plug",
@@ -648,7 +651,7 @@ async fn check_dropped_futures(ns: &Ns, report: &Report) {
         // Polled once (submitted at the tick's plug flush), then dropped.
         let pending = ns
             .dev
-            .read_at(lba * block, ns.block)
+            .read_alloc_at(lba * block, ns.block)
             .now_or_never()
             .is_none();
         if !pending {
@@ -663,7 +666,7 @@ async fn check_dropped_futures(ns: &Ns, report: &Report) {
     while ns.dev.tags_in_use() > 0 && start.elapsed().as_secs() < 10 {
         plugio_executor::sleep(std::time::Duration::from_millis(5)).await;
     }
-    let r = ns.dev.read_at(300 * block, ns.block).await;
+    let r = ns.dev.read_alloc_at(300 * block, ns.block).await;
     report.check(
         "dropped IO futures",
         ns.dev.tags_in_use() == 0
@@ -714,10 +717,10 @@ fn check_multicore(path: &Path, options: &NvmeOptions, report: &Report) {
                     .iter()
                     .filter(|(r, _)| r.is_err())
                     .count();
-                let back = dev.read_at(base * block as u64, 64 * block).await;
+                let back = dev.read_alloc_at(base * block as u64, 64 * block).await;
                 let mut expect = dev.alloc_buf(64 * block);
                 fill(&mut expect, base, block, 50 + core as u8);
-                let reads = (0..64u64).map(|i| dev.read_at((400 + i) * block as u64, block));
+                let reads = (0..64u64).map(|i| dev.read_alloc_at((400 + i) * block as u64, block));
                 let shared_ok = join_all(reads).await.iter().enumerate().all(|(i, r)| {
                     r.as_ref().is_ok_and(|b| {
                         pattern_mismatches(b.as_slice(), 400 + i as u64, block).is_empty()
@@ -745,7 +748,7 @@ async fn check_multi(all: &[Ns], report: &Report) {
     }
     let reads = all.iter().flat_map(|ns| {
         (100..132u64).map(move |lba| async move {
-            let r = ns.dev.read_at(lba * ns.block as u64, ns.block).await;
+            let r = ns.dev.read_alloc_at(lba * ns.block as u64, ns.block).await;
             r.map(|b| pattern_mismatches(b.as_slice(), lba, ns.block).is_empty())
         })
     });
@@ -775,7 +778,7 @@ async fn bench(dev: &Device, block: usize, ops: usize) -> (f64, usize) {
                 x ^= x >> 7;
                 x ^= x << 17;
                 let off = (x % span) * io as u64;
-                match dev.read_at(off, io).await {
+                match dev.read_alloc_at(off, io).await {
                     Ok(b)
                         if pattern_mismatches(b.as_slice(), off / block as u64, block)
                             .is_empty() => {}

@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use futures::channel::oneshot;
 use plugio::executor::channel::{bounded, Receiver, Sender};
-use plugio::{Device, DeviceOptions, DmaBuf, IoFlags, RingConfig};
+use plugio::{Device, DmaBuf, IoFlags, OpenOptions, RingConfig};
 
 /// Every batch starts and ends on a block boundary: 4096 satisfies the
 /// O_DIRECT alignment of every common file system and disk.
@@ -139,7 +139,7 @@ async fn commit_loop(
         let result = match durability {
             Durability::Fua => dev.write_at_with(buf, tail_bytes, IoFlags::FUA).await.0,
             Durability::Fdatasync => match dev.write_at(buf, tail_bytes).await.0 {
-                Ok(n) => dev.flush().await.map(|()| n),
+                Ok(n) => dev.sync_data().await.map(|()| n),
                 Err(e) => Err(e),
             },
         };
@@ -212,7 +212,7 @@ async fn read_log(dev: &Device) -> Result<Vec<Vec<u8>>, WalError> {
     let mut records = Vec::new();
     let mut at_bytes = 0u64;
     loop {
-        let head = dev.read_at(at_bytes, BLOCK_BYTES as usize).await?;
+        let head = dev.read_alloc_at(at_bytes, BLOCK_BYTES as usize).await?;
         let h = head.as_slice();
         if h.len() < HEADER_BYTES || le_u32(h, 0) != MAGIC {
             return Ok(records);
@@ -232,7 +232,7 @@ async fn read_log(dev: &Device) -> Result<Vec<Vec<u8>>, WalError> {
         }
         let total = (HEADER_BYTES + payload_bytes).next_multiple_of(BLOCK_BYTES as usize);
         let batch = if total > h.len() {
-            dev.read_at(at_bytes, total).await?
+            dev.read_alloc_at(at_bytes, total).await?
         } else {
             head
         };
@@ -268,9 +268,12 @@ fn record(w: usize, seq: usize) -> Vec<u8> {
 /// one committer, then checks every acknowledged LSN against the log on
 /// disk.
 async fn run(path: &Path, durability: Durability) -> Result<(), Box<dyn StdError>> {
-    // Start from an empty log.
-    std::fs::File::create(path).map_err(|e| format!("create {}: {e}", path.display()))?;
-    let dev = Device::open(path, DeviceOptions::default())?;
+    // Start from an empty log (an async open: no blocking call on the core).
+    let dev = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .await?;
     let (queue, incoming) = bounded::<Append>(4 * WRITERS);
     let committer = plugio::spawn_local(commit_loop(dev.clone(), incoming, durability));
     let wal = Rc::new(Wal { queue });
@@ -379,7 +382,7 @@ fn try_main() -> Result<(), Box<dyn StdError>> {
         ex.run(run(&path, durability))?;
     }
     ex.run(async {
-        let dev = Device::open(&path, DeviceOptions::default())?;
+        let dev = OpenOptions::new().open(&path).await?;
         misaligned_write_is_refused(&dev).await
     })?;
     println!(

@@ -2,23 +2,42 @@
 //! userspace block layer (plug, sbitmap tags, merging, bio and buffer
 //! caches, cached clock, iostats) in front of io_uring.
 //!
-//! ```no_run
-//! use plugio::{Device, DeviceOptions, RingConfig};
+//! Open a file, write, make it durable, read it back:
+//!
+//! ```
+//! use plugio::{OpenOptions, RingConfig};
 //!
 //! let ex = plugio::runtime::local(RingConfig::default())?;
 //! ex.run(async {
-//!     let dev = Device::open("data.db", DeviceOptions::default())?;
-//!     let mut page = dev.alloc_buf(4096);
+//!     let path = "plugio-example.db";
+//!     let dev = OpenOptions::new().create(true).truncate(true).open(path).await?;
+//!     let mut page = dev.alloc_buf(4096); // aligned for O_DIRECT
 //!     page.as_mut_slice().fill(7);
-//!     let (written, page) = dev.write_at(page, 0).await;
+//!     let (written, page) = dev.write_all_at(page, 0).await;
 //!     written?;
-//!     dev.flush().await?;
-//!     let back = dev.read_at(0, 4096).await?;
-//!     assert_eq!(back.as_slice(), page.as_slice());
-//!     Ok::<_, plugio::Error>(())
+//!     dev.sync_all().await?; // fsync: data and size durable
+//!     let (read, back) = dev.read_exact_at(vec![0u8; 4096], 0).await; // any buffer
+//!     read?;
+//!     assert_eq!(back, page.as_slice());
+//!     plugio::fs::remove_file(path).await
 //! })?;
 //! # Ok::<_, Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! IO takes its buffer by value and hands it back with the result, so the
+//! kernel may use the memory while the caller cannot: any [`IoBuf`] /
+//! [`IoBufMut`] (`Vec<u8>`, `Box<[u8]>`, `bytes::BytesMut`, [`DmaBuf`],
+//! [`Page`], or your own type). With `O_DIRECT`, memory that is not aligned
+//! goes through an aligned copy (counted in [`IoStats::bounce_ios`]);
+//! buffers from [`Device::alloc_buf`] are aligned and, when the core's
+//! registered arena has room, go out as `READ_FIXED`/`WRITE_FIXED`.
+//! Durability follows std's names: [`Device::sync_all`] is `fsync`,
+//! [`Device::sync_data`] is `fdatasync`, [`fs::sync_dir`] makes a
+//! directory's names durable. File-level operations ([`OpenOptions`],
+//! [`fs`], [`Device::set_len`], [`Device::fallocate`],
+//! [`Device::metadata`]) go through io_uring where the kernel has the
+//! opcode and the blocking pool otherwise; [`DeviceCursor`] gives the
+//! `futures-io` stream traits.
 //!
 //! The crates behind the facade, in dependency order: [`executor`]
 //! (thread-per-core runtime, tick hooks, park driver seam) <- [`device`]
@@ -31,16 +50,277 @@
 //! either early); the executor never parks with IO plugged; every IO
 //! completes exactly once; bad input is refused before submission.
 
+/// The device layer: io_uring rings, backends, geometry, DMA buffers.
+///
+/// ```
+/// let kinds = [plugio::device::BackendKind::Uring, plugio::device::BackendKind::Sync];
+/// assert_ne!(kinds[0], kinds[1]);
+/// ```
 pub use plugio_device as device;
+/// The engine: bios, plug, tags, merging, dispatch, completion, the
+/// [`Device`] handle.
+///
+/// ```
+/// assert!(plugio::engine::MAX_IO_BYTES >= 1 << 30);
+/// ```
 pub use plugio_engine as engine;
+/// The thread-per-core executor.
+///
+/// ```
+/// let ex = plugio::executor::LocalExecutor::new();
+/// assert_eq!(ex.run(async { 6 * 7 }), 42);
+/// ```
 pub use plugio_executor as executor;
 
-pub use plugio_device::{DmaBuf, Error, ErrorKind, InvalidInput, IoFlags, RingConfig};
-pub use plugio_engine::{Device, DeviceOptions, IoBuf, IoStats, Page, Region, TagSharing};
-pub use plugio_executor::{
-    sleep, spawn, spawn_blocking, spawn_local, timeout, yield_now, JoinHandle, LocalExecutor,
-    Runtime, ShutdownMode,
-};
+/// ```
+/// # plugio::engine::doc_example(|dev| async move {
+/// let mut buf = plugio::DmaBuf::new(4096); // zeroed, 4096-aligned
+/// buf.as_mut_slice()[..5].copy_from_slice(b"hello");
+/// let (n, buf) = dev.write_at(buf, 0).await;
+/// assert_eq!(n?, 4096);
+/// assert_eq!(&buf.as_slice()[..5], b"hello");
+/// # Ok(()) });
+/// ```
+pub use plugio_device::DmaBuf;
+/// ```
+/// # plugio::engine::doc_example(|dev| async move {
+/// let (r, _) = dev.read_at(Vec::<u8>::new(), 0).await; // zero length
+/// let err: plugio::Error = r.unwrap_err();
+/// assert!(matches!(err.kind(), plugio::ErrorKind::InvalidInput(_)));
+/// let io: std::io::Error = err.into(); // for code that speaks std::io
+/// assert_eq!(io.kind(), std::io::ErrorKind::InvalidInput);
+/// # Ok(()) });
+/// ```
+pub use plugio_device::Error;
+/// ```
+/// # plugio::engine::doc_example(|dev| async move {
+/// let missing = plugio::OpenOptions::new().open("/no/such/file.db").await;
+/// assert_eq!(*missing.unwrap_err().kind(), plugio::ErrorKind::NotFound);
+/// # Ok(()) });
+/// ```
+pub use plugio_device::ErrorKind;
+/// ```
+/// # plugio::engine::doc_example(|dev| async move {
+/// use plugio::{ErrorKind, InvalidInput};
+/// let (r, _) = dev.read_at(vec![0u8; 4096], 1).await; // offset 1
+/// if dev.options().direct {
+///     // (Buffered IO, where the file system refuses O_DIRECT, takes any offset.)
+///     match r.unwrap_err().kind() {
+///         ErrorKind::InvalidInput(InvalidInput::Alignment { what, .. }) => {
+///             assert_eq!(*what, "offset")
+///         }
+///         other => panic!("{other:?}"),
+///     }
+/// }
+/// # Ok(()) });
+/// ```
+pub use plugio_device::InvalidInput;
+/// ```
+/// use plugio::IoFlags;
+/// let flags = IoFlags::FUA | IoFlags::NOMERGE;
+/// assert!(flags.contains(IoFlags::FUA));
+/// assert!(!flags.contains(IoFlags::PREFLUSH));
+/// ```
+pub use plugio_device::IoFlags;
+/// ```
+/// let ring = plugio::RingConfig { sq_entries: 512, ..plugio::RingConfig::default() };
+/// let ex = plugio::runtime::local(ring)?;
+/// ex.run(async {});
+/// # Ok::<_, std::io::Error>(())
+/// ```
+pub use plugio_device::RingConfig;
+/// File-system operations on paths (`rename`, `remove_file`,
+/// `create_dir_all`, `sync_dir`, `metadata`).
+///
+/// ```
+/// # plugio::engine::doc_dir(|dir| async move {
+/// plugio::fs::create_dir_all(dir.join("db/wal")).await?;
+/// plugio::fs::sync_dir(&dir).await?;
+/// assert!(plugio::fs::metadata(dir.join("db")).await?.is_dir());
+/// # Ok(()) });
+/// ```
+pub use plugio_engine::fs;
+/// ```
+/// # plugio::engine::doc_example(|dev| async move {
+/// let (n, _) = dev.write_at(vec![1u8; 4096], 0).await;
+/// n?;
+/// let back = dev.read_alloc_at(0, 4096).await?;
+/// assert_eq!(back.as_slice(), &[1u8; 4096][..]);
+/// let also = dev.clone(); // a cheap handle to the same device
+/// assert_eq!(also.iostats().write.ios, 1);
+/// # Ok(()) });
+/// ```
+pub use plugio_engine::Device;
+/// ```
+/// # plugio::engine::doc_example(|dev| async move {
+/// use futures::io::{AsyncReadExt, AsyncWriteExt};
+/// let mut cur = plugio::DeviceCursor::new(dev).await?;
+/// cur.write_all(b"streams of any length").await?;
+/// cur.flush().await?;
+/// # Ok(()) });
+/// ```
+pub use plugio_engine::DeviceCursor;
+/// ```
+/// # plugio::engine::doc_dir(|dir| async move {
+/// use plugio::{DeviceOptions, OpenOptions};
+/// let opts = DeviceOptions { queue_depth: 64, nomerges: 2, direct: false, ..DeviceOptions::default() };
+/// let dev = OpenOptions::new().create(true).device_options(opts).open(dir.join("f")).await?;
+/// assert_eq!(dev.options().queue_depth, 64);
+/// # Ok(()) });
+/// ```
+pub use plugio_engine::DeviceOptions;
+/// ```
+/// # plugio::engine::doc_example(|dev| async move {
+/// dev.fallocate(0, 1 << 20, plugio::FallocateMode::Allocate).await?;
+/// assert_eq!(dev.metadata().await?.len_bytes, 1 << 20);
+/// # Ok(()) });
+/// ```
+pub use plugio_engine::FallocateMode;
+/// A buffer type of your own, usable for writes (and, with
+/// [`IoBufMut`], reads):
+///
+/// ```
+/// struct Frame(Vec<u8>);
+/// // SAFETY: the Vec's heap memory does not move with the Frame.
+/// unsafe impl plugio::IoBuf for Frame {
+///     fn stable_ptr(&self) -> *const u8 { self.0.as_ptr() }
+///     fn bytes_init(&self) -> usize { self.0.len() }
+///     fn bytes_total(&self) -> usize { self.0.capacity() }
+/// }
+/// # plugio::engine::doc_example(|dev| async move {
+/// let (n, _) = dev.write_at(Frame(vec![3u8; 4096]), 0).await;
+/// assert_eq!(n?, 4096);
+/// # Ok(()) });
+/// ```
+pub use plugio_engine::IoBuf;
+/// ```
+/// # plugio::engine::doc_example(|dev| async move {
+/// let (n, _) = dev.write_at(vec![4u8; 8192], 0).await;
+/// n?;
+/// let (n, buf) = dev.read_at(bytes::BytesMut::with_capacity(8192), 0).await;
+/// assert_eq!(n?, 8192);
+/// assert_eq!(buf.len(), 8192); // set_init marked what was read
+/// # Ok(()) });
+/// ```
+pub use plugio_engine::IoBufMut;
+/// ```
+/// # plugio::engine::doc_example(|dev| async move {
+/// let (n, _) = dev.write_at(vec![0u8; 4096], 0).await;
+/// n?;
+/// let stats: plugio::IoStats = dev.iostats();
+/// assert_eq!((stats.write.ios, stats.write.sectors), (1, 8));
+/// # Ok(()) });
+/// ```
+pub use plugio_engine::IoStats;
+/// ```
+/// # plugio::engine::doc_dir(|dir| async move {
+/// use plugio::OpenOptions;
+/// let path = dir.join("t.db");
+/// let dev = OpenOptions::new().create(true).truncate(true).direct(false).open(&path).await?;
+/// dev.set_len(8192).await?;
+/// let ro = OpenOptions::new().read_only(true).direct(false).open(&path).await?;
+/// assert!(ro.write_at(vec![0u8; 1], 0).await.0.is_err());
+/// # Ok(()) });
+/// ```
+pub use plugio_engine::OpenOptions;
+/// ```
+/// # plugio::engine::doc_example(|dev| async move {
+/// use plugio::Region;
+/// let mut pages = Region::new(4 * 4096, 4096).into_pages(4096);
+/// let page = pages.pop().expect("four pages");
+/// let (n, page) = dev.read_at(page, 0).await; // into a buffer pool frame
+/// assert_eq!(n?, 0, "the example file is empty");
+/// assert_eq!(page.len(), 4096);
+/// # Ok(()) });
+/// ```
+pub use plugio_engine::Page;
+/// ```
+/// let pages = plugio::Region::new(8 * 4096, 4096).into_pages(4096);
+/// assert_eq!(pages.len(), 8);
+/// assert_eq!(pages[1].as_ptr() as usize, pages[0].as_ptr() as usize + 4096);
+/// ```
+pub use plugio_engine::Region;
+/// ```
+/// use plugio::{DeviceOptions, TagSharing};
+/// let opts = DeviceOptions { tag_sharing: TagSharing::PerCore { cores: 4 }, ..DeviceOptions::default() };
+/// assert!(opts.validate().is_ok());
+/// ```
+pub use plugio_engine::TagSharing;
+
+/// ```
+/// let ex = plugio::executor::LocalExecutor::new();
+/// ex.run(async { plugio::sleep(std::time::Duration::from_millis(1)).await });
+/// ```
+pub use plugio_executor::sleep;
+/// ```
+/// let ex = plugio::executor::LocalExecutor::new();
+/// let v = ex.run(async { plugio::spawn(async { 40 + 2 }).await })?;
+/// assert_eq!(v, 42);
+/// # Ok::<_, plugio::executor::JoinError>(())
+/// ```
+pub use plugio_executor::spawn;
+/// ```
+/// let ex = plugio::executor::LocalExecutor::new();
+/// let n = ex.run(async { plugio::spawn_blocking(|| std::thread::current().id()).await })?;
+/// assert_ne!(n, std::thread::current().id(), "ran on the blocking pool");
+/// # Ok::<_, plugio::executor::JoinError>(())
+/// ```
+pub use plugio_executor::spawn_blocking;
+/// ```
+/// let ex = plugio::executor::LocalExecutor::new();
+/// let rc = std::rc::Rc::new(5); // not Send: fine on this core
+/// let v = ex.run(async move { plugio::spawn_local(async move { *rc }).await })?;
+/// assert_eq!(v, 5);
+/// # Ok::<_, plugio::executor::JoinError>(())
+/// ```
+pub use plugio_executor::spawn_local;
+/// ```
+/// use std::time::Duration;
+/// let ex = plugio::executor::LocalExecutor::new();
+/// let r = ex.run(plugio::timeout(Duration::from_millis(5), std::future::pending::<()>()));
+/// assert!(r.is_err(), "elapsed");
+/// ```
+pub use plugio_executor::timeout;
+/// ```
+/// let ex = plugio::executor::LocalExecutor::new();
+/// ex.run(async { plugio::yield_now().await });
+/// ```
+pub use plugio_executor::yield_now;
+/// ```
+/// let ex = plugio::executor::LocalExecutor::new();
+/// ex.run(async {
+///     let handle: plugio::JoinHandle<u32> = plugio::spawn(async { 7 });
+///     assert_eq!(handle.await.expect("no panic"), 7);
+/// });
+/// ```
+pub use plugio_executor::JoinHandle;
+/// ```
+/// let ex = plugio::LocalExecutor::new(); // on this thread, no IO driver
+/// assert_eq!(ex.run(async { 1 + 1 }), 2);
+/// let io = plugio::runtime::local(plugio::RingConfig::default())?; // with io_uring
+/// io.run(async {});
+/// # Ok::<_, std::io::Error>(())
+/// ```
+pub use plugio_executor::LocalExecutor;
+/// ```
+/// let rt: plugio::Runtime = plugio::runtime::builder(plugio::RingConfig::default())
+///     .cores(2)
+///     .build()?;
+/// let v = rt.block_on(async { 3 });
+/// assert_eq!(v, 3);
+/// rt.shutdown(plugio::ShutdownMode::Wait).expect("clean shutdown");
+/// # Ok::<_, std::io::Error>(())
+/// ```
+pub use plugio_executor::Runtime;
+/// ```
+/// use std::time::Duration;
+/// let rt = plugio::runtime::builder(plugio::RingConfig::default()).cores(1).build()?;
+/// rt.spawn_on(0, async { plugio::sleep(Duration::from_millis(1)).await });
+/// rt.shutdown(plugio::ShutdownMode::WaitTimeout(Duration::from_secs(5)))
+///     .expect("tasks done");
+/// # Ok::<_, std::io::Error>(())
+/// ```
+pub use plugio_executor::ShutdownMode;
 
 pub use plugio_macros::{main, test};
 
@@ -49,10 +329,36 @@ pub use plugio_macros::{main, test};
 pub mod __macro_support;
 
 /// `Result` with plugio's [`Error`].
+///
+/// ```
+/// fn open_flags(read_only: bool) -> plugio::Result<i32> {
+///     Ok(if read_only { 0 } else { 2 })
+/// }
+/// assert_eq!(open_flags(false)?, 2);
+/// # Ok::<_, plugio::Error>(())
+/// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Runtimes whose cores drive IO through io_uring: see
 /// [`plugio_engine::runtime`].
+///
+/// ```
+/// let one = plugio::runtime::local(plugio::RingConfig::default())?;
+/// one.run(async {});
+/// # Ok::<_, std::io::Error>(())
+/// ```
 pub mod runtime {
-    pub use plugio_engine::runtime::{builder, local};
+    /// ```
+    /// let rt = plugio::runtime::builder(plugio::RingConfig::default()).cores(1).build()?;
+    /// rt.block_on(async {});
+    /// # Ok::<_, std::io::Error>(())
+    /// ```
+    pub use plugio_engine::runtime::builder;
+    /// ```
+    /// let ex = plugio::runtime::local(plugio::RingConfig::default())?;
+    /// let dev_ok = ex.run(async { plugio::fs::metadata(".").await.is_ok() });
+    /// assert!(dev_ok);
+    /// # Ok::<_, std::io::Error>(())
+    /// ```
+    pub use plugio_engine::runtime::local;
 }

@@ -68,10 +68,10 @@ fn drop_everywhere(dev: Device, m: Option<MemDevice>) {
             let mut futs = Vec::new();
             for i in 0..12u64 {
                 let off = (round * 12 + i) % 64 * 4096;
-                futs.push(Box::pin(dev.read_at(off, 4096)));
+                futs.push(Box::pin(dev.read_alloc_at(off, 4096)));
             }
             // Never polled: dropped at once.
-            drop(Box::pin(dev.read_at(0, 4096)));
+            drop(Box::pin(dev.read_alloc_at(0, 4096)));
             // Polled once (plugged), then dropped before the tick ends.
             for f in futs.iter_mut().take(4) {
                 assert!(poll_once(f.as_mut()).is_pending());
@@ -118,7 +118,7 @@ fn drop_everywhere(dev: Device, m: Option<MemDevice>) {
             while dev.tags_in_use() != 0 {
                 plugio::sleep(Duration::from_micros(200)).await;
             }
-            let back = dev.read_at(1 << 20, 8192).await.expect("read back");
+            let back = dev.read_alloc_at(1 << 20, 8192).await.expect("read back");
             assert!(
                 back.as_slice().iter().all(|&x| x == round as u8 + 1),
                 "round {round}: a dropped write did not fully happen"
@@ -192,7 +192,7 @@ fn aborting_tasks_with_io_in_flight_on_two_cores() {
                             let dev = dev.clone();
                             plugio::spawn(async move {
                                 let off = (i * 4096 + round * 8192) % (1 << 20);
-                                let b = dev.read_at(off, 4096).await.expect("read");
+                                let b = dev.read_alloc_at(off, 4096).await.expect("read");
                                 assert_eq!(b.as_slice(), &pattern(off, 4096)[..]);
                             })
                         })
@@ -207,7 +207,7 @@ fn aborting_tasks_with_io_in_flight_on_two_cores() {
                         let _ = h.await;
                     }
                 }
-                let b = dev.read_at(0, 4096).await.expect("read after aborts");
+                let b = dev.read_alloc_at(0, 4096).await.expect("read after aborts");
                 assert_eq!(b.as_slice(), &pattern(0, 4096)[..]);
             }));
         }
@@ -231,10 +231,10 @@ fn shutdown_with(mode: ShutdownMode, dev: Device) {
             for i in 0..64u64 {
                 let dev = dev.clone();
                 drop(plugio::spawn(async move {
-                    let _ = dev.read_at((i % 32) * 4096, 4096).await;
+                    let _ = dev.read_alloc_at((i % 32) * 4096, 4096).await;
                 }));
             }
-            let mut f = pin!(dev.read_at(0, 4096));
+            let mut f = pin!(dev.read_alloc_at(0, 4096));
             let _ = poll_once(f.as_mut());
             // Stays plugged: this task never yields again before shutdown
             // cancels or waits it out.
@@ -316,7 +316,7 @@ fn executors_one_after_another_leave_no_tags_behind() {
         // The device still works at queue depth 1 on a fresh executor.
         let ex = local();
         ex.run(async move {
-            let b = dev.read_at(0, 4096).await.expect("read");
+            let b = dev.read_alloc_at(0, 4096).await.expect("read");
             assert_eq!(b.len(), 4096);
         });
     });
@@ -338,7 +338,7 @@ fn io_left_in_flight_between_two_runs_of_one_executor_completes() {
                     .map(|i| {
                         let dev = dev.clone();
                         plugio::spawn_local(async move {
-                            let b = dev.read_at(i * 4096, 4096).await.expect("read");
+                            let b = dev.read_alloc_at(i * 4096, 4096).await.expect("read");
                             assert_eq!(b.as_slice(), &pattern(i * 4096, 4096)[..]);
                         })
                     })
@@ -366,7 +366,7 @@ fn mem_io_on_an_executor_without_the_device_driver_does_not_hang() {
         let m = mem(Latency::Zero, MemClock::Virtual);
         let dev = mem_device(&m, 4);
         let ex = plugio::LocalExecutor::new();
-        let r = ex.run(async move { dev.read_at(0, 4096).await });
+        let r = ex.run(async move { dev.read_alloc_at(0, 4096).await });
         match r {
             Ok(b) => assert_eq!(b.len(), 4096),
             Err(e) => assert!(matches!(e.kind(), ErrorKind::NoDriver), "{e}"),
@@ -380,7 +380,7 @@ fn mem_io_on_a_plain_runtime_does_not_hang() {
         let m = mem(Latency::Zero, MemClock::Virtual);
         let dev = mem_device(&m, 4);
         let rt = plugio::Runtime::builder().cores(1).build().expect("rt");
-        let r = rt.block_on(async move { dev.read_at(0, 4096).await });
+        let r = rt.block_on(async move { dev.read_alloc_at(0, 4096).await });
         match r {
             Ok(b) => assert_eq!(b.len(), 4096),
             Err(e) => assert!(matches!(e.kind(), ErrorKind::NoDriver), "{e}"),
@@ -398,7 +398,7 @@ fn file_io_on_an_executor_without_the_device_driver_completes_or_fails_typed() {
         let path = file(&dir, "plain", 1 << 16);
         let dev = Device::open(&path, DeviceOptions::default()).expect("open");
         let ex = plugio::LocalExecutor::new();
-        let r = ex.run(async move { dev.read_at(4096, 4096).await });
+        let r = ex.run(async move { dev.read_alloc_at(4096, 4096).await });
         match r {
             Ok(b) => assert_eq!(b.as_slice(), &pattern(4096, 4096)[..]),
             Err(e) => assert!(matches!(e.kind(), ErrorKind::NoDriver), "{e}"),
@@ -428,7 +428,7 @@ fn a_second_executor_on_the_thread_does_not_free_in_flight_buffers() {
         });
         let reader = a.spawn_local({
             let dev = dev.clone();
-            async move { dev.read_at(0, 4096).await }
+            async move { dev.read_alloc_at(0, 4096).await }
         });
         a.run(async {
             plugio::yield_now().await;
@@ -484,7 +484,7 @@ async fn timeouts_expiring_on_in_flight_reads() {
                 plugio::spawn_local(async move {
                     plugio::timeout(
                         Duration::from_micros(500 + i * 100),
-                        dev.read_at((i + round) * 4096, 4096),
+                        dev.read_alloc_at((i + round) * 4096, 4096),
                     )
                     .await
                     .is_err()
@@ -503,7 +503,7 @@ async fn timeouts_expiring_on_in_flight_reads() {
         plugio::sleep(Duration::from_millis(1)).await;
     }
     assert_eq!(dev.tags_in_use(), 0);
-    dev.read_at(0, 4096).await.expect("still works");
+    dev.read_alloc_at(0, 4096).await.expect("still works");
 }
 
 /// JoinHandle::abort called from a thread outside the runtime on tasks
@@ -523,7 +523,7 @@ fn abort_from_outside_the_runtime_with_io_in_flight() {
                     let dev = dev.clone();
                     rt.spawn_on((i % 2) as usize, async move {
                         loop {
-                            let _ = dev.read_at((i + round) % 64 * 4096, 4096).await;
+                            let _ = dev.read_alloc_at((i + round) % 64 * 4096, 4096).await;
                         }
                     })
                 })
@@ -587,7 +587,7 @@ fn shutdown_cancels_tasks_holding_plug_guards_with_requests_waiting_for_tags() {
                                 .map(|i| {
                                     let dev = dev.clone();
                                     plugio::spawn_local(async move {
-                                        let _ = dev.read_at((t * 8 + i) * 4096, 4096).await;
+                                        let _ = dev.read_alloc_at((t * 8 + i) * 4096, 4096).await;
                                     })
                                 })
                                 .collect();

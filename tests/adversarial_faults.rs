@@ -70,7 +70,7 @@ fn run_batch(dev: &Device, ios: &[(u64, usize, bool)]) -> Vec<Outcome> {
                         b.as_mut_slice().fill((off / 512) as u8 | 1);
                         dev.write_at(b, off).await.0
                     } else {
-                        let (r, _) = dev.read_into(dev.alloc_buf(len), off).await;
+                        let (r, _) = dev.read_at(dev.alloc_buf(len), off).await;
                         r
                     };
                     done.set(done.get() + 1);
@@ -229,7 +229,7 @@ fn power_cut_mid_stream() {
                 }
             };
             write(0, 1, IoFlags::NONE).await.expect("w0");
-            dev.flush().await.expect("flush");
+            dev.sync_data().await.expect("flush");
             write(4096, 2, IoFlags::FUA).await.expect("fua");
             write(8192, 3, IoFlags::NONE).await.expect("unflushed");
             // In flight at the cut.
@@ -252,7 +252,7 @@ fn power_cut_mid_stream() {
                 assert_eq!(e.kind(), &ErrorKind::Io { errno: libc::EIO });
             }
             assert_eq!(done.get(), 8);
-            let b = dev.read_at(0, 12288).await.expect("read after cut");
+            let b = dev.read_alloc_at(0, 12288).await.expect("read after cut");
             assert!(b.as_slice()[..4096].iter().all(|&x| x == 1), "flushed lost");
             assert!(b.as_slice()[4096..8192].iter().all(|&x| x == 2), "FUA lost");
             assert!(

@@ -41,7 +41,10 @@ const TOP: u64 = u64::MAX - 4095;
 async fn offsets_near_u64_max_on_the_mem_device_are_range_errors() {
     let (_mem, dev) = mem_dev(1 << 20);
     for off in [TOP, 1 << 63, (1 << 20) - 512, 1 << 20] {
-        let err = dev.read_at(off, 4096).await.expect_err("beyond the end");
+        let err = dev
+            .read_alloc_at(off, 4096)
+            .await
+            .expect_err("beyond the end");
         assert!(
             matches!(
                 err.kind(),
@@ -59,7 +62,7 @@ async fn offsets_near_u64_max_on_the_mem_device_are_range_errors() {
     }
     // Exactly at the end is fine.
     let b = dev
-        .read_at((1 << 20) - 4096, 4096)
+        .read_alloc_at((1 << 20) - 4096, 4096)
         .await
         .expect("last page");
     assert_eq!(b.len(), 4096);
@@ -74,7 +77,7 @@ async fn a_read_at_an_offset_beyond_i64_max_on_a_file_is_a_typed_error() {
     let dir = tmpdir();
     let path = file(&dir, "huge1", 1 << 16);
     let dev = Device::open(&path, DeviceOptions::default()).expect("open");
-    let res = dev.read_at(TOP, 4096).await;
+    let res = dev.read_alloc_at(TOP, 4096).await;
     let err = res.expect_err("offset beyond i64::MAX cannot succeed");
     println!("read at {TOP:#x}: {err} ({:?})", err.kind());
     assert_eq!(dev.tags_in_use(), 0);
@@ -109,24 +112,24 @@ async fn two_reads_at_the_top_of_the_offset_space_do_not_panic_the_core() {
     let dir = tmpdir();
     let path = file(&dir, "huge3", 1 << 16);
     let dev = Device::open(&path, DeviceOptions::default()).expect("open");
-    let (ra, rb) = futures::join!(dev.read_at(TOP, 4096), dev.read_at(TOP, 4096));
+    let (ra, rb) = futures::join!(dev.read_alloc_at(TOP, 4096), dev.read_alloc_at(TOP, 4096));
     assert!(ra.is_err() && rb.is_err());
 }
 
 #[plugio::test(timeout_s = 10)]
 async fn zero_length_and_empty_vectors_are_refused_and_empty_buffers_inside_readv_work() {
     let (_mem, dev) = mem_dev(1 << 20);
-    let (r, _) = dev.read_into(DmaBuf::heap(0, 4096), 0).await;
+    let (r, _) = dev.read_at(DmaBuf::heap(0, 4096), 0).await;
     assert!(is_invalid(&r.expect_err("len 0 read")));
     let (r, _) = dev.write_at(DmaBuf::heap(0, 4096), 0).await;
     assert!(is_invalid(&r.expect_err("len 0 write")));
-    let (r, v) = dev.readv(Vec::new(), 0).await;
+    let (r, v) = dev.readv_at(Vec::<DmaBuf>::new(), 0).await;
     assert!(is_invalid(&r.expect_err("readv of nothing")));
     assert!(v.is_empty());
-    let (r, _) = dev.writev(Vec::new(), 0).await;
+    let (r, _) = dev.writev_at(Vec::<DmaBuf>::new(), 0).await;
     assert!(is_invalid(&r.expect_err("writev of nothing")));
     let (r, _) = dev
-        .readv(vec![DmaBuf::heap(0, 4096), DmaBuf::heap(0, 4096)], 0)
+        .readv_at(vec![DmaBuf::heap(0, 4096), DmaBuf::heap(0, 4096)], 0)
         .await;
     assert!(is_invalid(&r.expect_err("readv of empty bufs")));
     let err = dev.write_zeroes(0, 0).await.expect_err("zeroes of 0");
@@ -142,7 +145,7 @@ async fn zero_length_and_empty_vectors_are_refused_and_empty_buffers_inside_read
     ];
     w[0].as_mut_slice().fill(1);
     w[2].as_mut_slice().fill(2);
-    let (r, _) = dev.writev(w, 4096).await;
+    let (r, _) = dev.writev_at(w, 4096).await;
     assert_eq!(r.expect("writev with an empty buffer inside"), 1536);
     let bufs = vec![
         DmaBuf::heap(0, 512),
@@ -150,7 +153,7 @@ async fn zero_length_and_empty_vectors_are_refused_and_empty_buffers_inside_read
         DmaBuf::heap(0, 512),
         dev.alloc_buf(512),
     ];
-    let (r, bufs) = dev.readv(bufs, 4096).await;
+    let (r, bufs) = dev.readv_at(bufs, 4096).await;
     assert_eq!(r.expect("readv with empty buffers inside"), 1536);
     assert_eq!(
         bufs.iter().map(DmaBuf::len).collect::<Vec<_>>(),
@@ -176,7 +179,7 @@ async fn unaligned_lengths_offsets_and_buffers_in_vectors_are_refused_and_others
     });
     // A segment whose length is not a multiple of the block.
     let (r, _) = dev
-        .readv(
+        .readv_at(
             vec![dev.alloc_buf(512), dev.alloc_buf(100), dev.alloc_buf(412)],
             0,
         )
@@ -184,8 +187,12 @@ async fn unaligned_lengths_offsets_and_buffers_in_vectors_are_refused_and_others
     let err = r.expect_err("unaligned segment length");
     assert!(is_invalid(&err), "{err}");
     // Unaligned offset, length.
-    assert!(is_invalid(&dev.read_at(1, 512).await.expect_err("offset")));
-    assert!(is_invalid(&dev.read_at(0, 513).await.expect_err("length")));
+    assert!(is_invalid(
+        &dev.read_alloc_at(1, 512).await.expect_err("offset")
+    ));
+    assert!(is_invalid(
+        &dev.read_alloc_at(0, 513).await.expect_err("length")
+    ));
     // A buffer at an odd address.
     let odd = DmaBuf::heap(8192, 1);
     if odd.as_ptr() as usize % 512 != 0 {
@@ -194,7 +201,7 @@ async fn unaligned_lengths_offsets_and_buffers_in_vectors_are_refused_and_others
     }
     // Too many segments for one op.
     let many: Vec<DmaBuf> = (0..1100).map(|_| DmaBuf::heap(512, 4096)).collect();
-    let (r, back) = dev.readv(many, 0).await;
+    let (r, back) = dev.readv_at(many, 0).await;
     assert!(is_invalid(&r.expect_err("1100 segments")));
     assert_eq!(back.len(), 1100, "the buffers come back");
     good.await.expect("good task");
@@ -205,14 +212,14 @@ async fn unaligned_lengths_offsets_and_buffers_in_vectors_are_refused_and_others
 fn device_used_outside_a_runtime_is_a_typed_error_not_a_panic() {
     watchdog(10, || {
         let (_mem, dev) = mem_dev(1 << 20);
-        let err = futures::executor::block_on(dev.read_at(0, 4096)).expect_err("no runtime");
+        let err = futures::executor::block_on(dev.read_alloc_at(0, 4096)).expect_err("no runtime");
         assert!(matches!(err.kind(), ErrorKind::NoDriver), "{err}");
         let (r, _) = futures::executor::block_on(dev.write_at(dev.alloc_buf(4096), 0));
         assert!(matches!(
             r.expect_err("no runtime").kind(),
             ErrorKind::NoDriver
         ));
-        let err = futures::executor::block_on(dev.flush()).expect_err("no runtime");
+        let err = futures::executor::block_on(dev.sync_data()).expect_err("no runtime");
         assert!(matches!(err.kind(), ErrorKind::NoDriver), "{err}");
         let err = dev.plug(4).expect_err("no runtime");
         assert!(matches!(err.kind(), ErrorKind::NoDriver), "{err}");
@@ -225,9 +232,9 @@ async fn flush_sync_and_nop_on_the_mem_device_succeed() {
     let (r, _) = dev.write_at(dev.alloc_buf(4096), 0).await;
     r.expect("write");
     assert!(mem.dirty_blocks() > 0);
-    dev.flush().await.expect("flush");
+    dev.sync_data().await.expect("flush");
     assert_eq!(mem.dirty_blocks(), 0);
-    dev.sync().await.expect("sync");
+    dev.sync_all().await.expect("sync");
     dev.nop().await.expect("nop");
 }
 
@@ -268,7 +275,7 @@ async fn write_to_a_read_only_file_is_an_error_and_reads_still_work() {
     .expect("open read-only");
     let (w, r) = futures::join!(
         dev.write_at(dev.alloc_buf(4096), 0),
-        dev.read_at(4096, 4096)
+        dev.read_alloc_at(4096, 4096)
     );
     let err = w.0.expect_err("write to a read-only device");
     println!(
@@ -346,7 +353,7 @@ fn child_read_at_2_pow_50() {
     let ex = local();
     ex.run(async {
         let (_mem, dev) = mem_dev(1 << 20);
-        let err = dev.read_at(0, 1 << 50).await.expect_err("2^50 bytes");
+        let err = dev.read_alloc_at(0, 1 << 50).await.expect_err("2^50 bytes");
         assert!(
             matches!(
                 err.kind(),
@@ -367,7 +374,7 @@ fn child_read_at_usize_max() {
     ex.run(async {
         let (_mem, dev) = mem_dev(1 << 20);
         let err = dev
-            .read_at(0, usize::MAX)
+            .read_alloc_at(0, usize::MAX)
             .await
             .expect_err("usize::MAX bytes");
         assert!(
@@ -387,7 +394,10 @@ async fn a_file_offset_above_i64_max_is_refused_before_submission() {
     let dir = tmpdir();
     let path = file(&dir, "huge4", 1 << 16);
     let dev = Device::open(&path, DeviceOptions::default()).expect("open");
-    let err = dev.read_at(TOP, 4096).await.expect_err("beyond i64::MAX");
+    let err = dev
+        .read_alloc_at(TOP, 4096)
+        .await
+        .expect_err("beyond i64::MAX");
     assert!(is_invalid(&err), "{err} ({:?})", err.kind());
     assert_eq!(dev.iostats().requests, 0, "it was submitted");
 }
@@ -410,11 +420,17 @@ async fn a_split_read_across_end_of_file_returns_exactly_the_prefix() {
         },
     )
     .expect("open");
-    let b = dev.read_at(0, 2 << 20).await.expect("read across EOF");
+    let b = dev
+        .read_alloc_at(0, 2 << 20)
+        .await
+        .expect("read across EOF");
     assert_eq!(b.len(), len);
     let want: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(7)).collect();
     assert!(b.as_slice() == &want[..]);
-    let b = dev.read_at(2 << 20, 65536).await.expect("read past EOF");
+    let b = dev
+        .read_alloc_at(2 << 20, 65536)
+        .await
+        .expect("read past EOF");
     assert_eq!(b.len(), 0);
     assert_eq!(dev.tags_in_use(), 0);
 }

@@ -58,11 +58,11 @@ impl plugio::executor::TickHook for IoHook {
 async fn io_issued_from_a_tick_hook_completes() {
     let dev = mem_dev();
     // The engine registers its hook on the first IO.
-    dev.read_at(0, 4096).await.expect("first read");
+    dev.read_alloc_at(0, 4096).await.expect("first read");
     let hook = Rc::new(IoHook {
         fut: RefCell::new(Some(Box::pin({
             let dev = dev.clone();
-            async move { dev.read_at(4096, 4096).await }
+            async move { dev.read_alloc_at(4096, 4096).await }
         }))),
         result: RefCell::new(None),
         main: RefCell::new(None),
@@ -108,7 +108,7 @@ async fn io_spawned_from_drop_of_an_aborted_task_completes() {
     let d = dev.clone();
     let h = plugio::spawn_local(async move {
         let _g = guard;
-        let _ = d.read_at(0, 4096).await;
+        let _ = d.read_alloc_at(0, 4096).await;
         std::future::pending::<()>().await;
     });
     plugio::yield_now().await;
@@ -121,7 +121,7 @@ async fn io_spawned_from_drop_of_an_aborted_task_completes() {
         plugio::sleep(Duration::from_millis(1)).await;
     }
     assert_eq!(*count.borrow(), 1, "the write from Drop did not complete");
-    let b = dev.read_at(8192, 4096).await.expect("read");
+    let b = dev.read_alloc_at(8192, 4096).await.expect("read");
     assert!(b.as_slice().iter().all(|&x| x == 0xD0));
     assert_eq!(dev.tags_in_use(), 0);
 }
@@ -133,7 +133,7 @@ impl Drop for SendIoOnDrop {
         // Issue an IO and poll it once: it is plugged while the core is
         // shutting down.
         let dev = self.0.clone();
-        let mut f = Box::pin(async move { dev.read_at(0, 4096).await });
+        let mut f = Box::pin(async move { dev.read_alloc_at(0, 4096).await });
         let mut cx = Context::from_waker(Waker::noop());
         let _ = f.as_mut().poll(&mut cx);
         drop(f);
@@ -160,7 +160,7 @@ fn io_from_drop_during_runtime_shutdown_neither_hangs_nor_leaks_tags() {
                         let dev = dev.clone();
                         drop(plugio::spawn(async move {
                             let _g = SendIoOnDrop(dev.clone());
-                            let _ = dev.read_at(i * 4096, 4096).await;
+                            let _ = dev.read_alloc_at(i * 4096, 4096).await;
                             std::future::pending::<()>().await;
                         }));
                     }
@@ -183,7 +183,7 @@ fn an_io_future_polled_on_another_thread_panics_clearly() {
     watchdog(10, || {
         let dev = mem_dev();
         let ex = local();
-        let mut fut = Box::pin(async move { dev.read_at(0, 4096).await });
+        let mut fut = Box::pin(async move { dev.read_alloc_at(0, 4096).await });
         ex.run(async {
             let mut cx = Context::from_waker(Waker::noop());
             assert!(fut.as_mut().poll(&mut cx).is_pending());
@@ -225,7 +225,7 @@ fn dropping_a_device_closes_its_file_while_the_core_lives() {
         let left = ex.run(async move {
             for _ in 0..50 {
                 let dev = Device::open(&p, DeviceOptions::default()).expect("open");
-                dev.read_at(0, 4096).await.expect("read");
+                dev.read_alloc_at(0, 4096).await.expect("read");
                 drop(dev);
             }
             plugio::yield_now().await; // one tick end
@@ -256,10 +256,14 @@ fn buffers_crossing_threads_and_outliving_their_runtime() {
                 joins.push(rt.spawn_on(core, async move {
                     let mut out = Vec::new();
                     for (i, b) in bufs.into_iter().enumerate() {
-                        let (r, b) = dev.read_into(b, i as u64 * 4096).await;
+                        let (r, b) = dev.read_at(b, i as u64 * 4096).await;
                         r.expect("read into a foreign buffer");
                         drop(b);
-                        out.push(dev.read_at(i as u64 * 4096, 4096).await.expect("read"));
+                        out.push(
+                            dev.read_alloc_at(i as u64 * 4096, 4096)
+                                .await
+                                .expect("read"),
+                        );
                     }
                     out
                 }));

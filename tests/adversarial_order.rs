@@ -148,7 +148,7 @@ fn program_order_on(seed: u64, dev: Device, blocks: u64, count: usize) {
                 handles.push(plugio::spawn_local(async move {
                     match op {
                         Op::Read { lba, n } => {
-                            let b = dev.read_at(lba * BLOCK, (n * BLOCK) as usize).await;
+                            let b = dev.read_alloc_at(lba * BLOCK, (n * BLOCK) as usize).await;
                             got.borrow_mut()[idx] = Some(b.expect("read").as_slice().to_vec());
                         }
                         Op::Write { lba, n, id, flags } => {
@@ -165,7 +165,7 @@ fn program_order_on(seed: u64, dev: Device, blocks: u64, count: usize) {
                             .write_zeroes(lba * BLOCK, n * BLOCK)
                             .await
                             .expect("zeroes"),
-                        Op::Flush => dev.flush().await.expect("flush"),
+                        Op::Flush => dev.sync_data().await.expect("flush"),
                     }
                 }));
                 i += 1;
@@ -290,12 +290,12 @@ async fn a_huge_split_read_at_queue_depth_one_with_small_ios_interleaved() {
         .map(|i| {
             let dev = dev.clone();
             plugio::spawn_local(async move {
-                let b = dev.read_at(i * 4096 * 7, 4096).await.expect("small");
+                let b = dev.read_alloc_at(i * 4096 * 7, 4096).await.expect("small");
                 assert!(b.as_slice().iter().all(|&x| x == (i * 7) as u8));
             })
         })
         .collect();
-    let big = dev.read_at(0, cap as usize).await.expect("huge read");
+    let big = dev.read_alloc_at(0, cap as usize).await.expect("huge read");
     assert_eq!(big.len(), cap as usize);
     for (i, c) in big.as_slice().chunks(4096).enumerate() {
         assert!(c.iter().all(|&x| x == i as u8), "page {i}");
@@ -334,7 +334,7 @@ async fn explicit_plugs_held_across_awaits_never_stall_io() {
             .map(|i| {
                 let dev = dev.clone();
                 plugio::spawn_local(async move {
-                    dev.read_at((i + round) % 200 * 4096, 4096)
+                    dev.read_alloc_at((i + round) % 200 * 4096, 4096)
                         .await
                         .expect("read");
                 })
@@ -347,7 +347,7 @@ async fn explicit_plugs_held_across_awaits_never_stall_io() {
                 .expect("task");
         }
         // The task holding the guards awaits its own IO too.
-        dev.read_at(0, 4096).await.expect("read under guard");
+        dev.read_alloc_at(0, 4096).await.expect("read under guard");
     }
     drop(inner);
     drop(outer);
@@ -375,7 +375,7 @@ async fn a_plug_guard_dropped_by_task_cancellation_releases_the_plug() {
     let hs: Vec<_> = (0..40u64)
         .map(|i| {
             let dev = dev.clone();
-            plugio::spawn_local(async move { dev.read_at(i * 4096, 4096).await })
+            plugio::spawn_local(async move { dev.read_alloc_at(i * 4096, 4096).await })
         })
         .collect();
     for h in hs {
@@ -418,7 +418,7 @@ fn one_device_shared_by_two_runtimes_at_queue_depth_one() {
                             let dev = dev.clone();
                             plugio::spawn(async move {
                                 let off = (i * 13 + core as u64) % 256 * 4096;
-                                let b = dev.read_at(off, 4096).await.expect("read");
+                                let b = dev.read_alloc_at(off, 4096).await.expect("read");
                                 assert!(b.as_slice().iter().all(|&x| x == (off / 4096) as u8));
                             })
                         })
@@ -482,7 +482,7 @@ fn thousands_of_ios_on_two_cores_at_tiny_queue_depths() {
                                     let mut b = dev.alloc_buf(4096);
                                     b.as_mut_slice().fill((t + j) as u8);
                                     dev.write_at(b, off).await.0.expect("write");
-                                    let r = dev.read_at(off, 4096).await.expect("read");
+                                    let r = dev.read_alloc_at(off, 4096).await.expect("read");
                                     assert!(
                                         r.as_slice().iter().all(|&x| x == (t + j) as u8),
                                         "read after write on one core saw stale data"

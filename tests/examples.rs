@@ -71,7 +71,7 @@ fn misaligned_direct_io_is_refused_with_the_value_and_the_alignment() {
         ));
         assert!(err.to_string().contains(&format!("{align} bytes")), "{err}");
 
-        let err = dev.read_at(0, 0).await.expect_err("zero length");
+        let err = dev.read_alloc_at(0, 0).await.expect_err("zero length");
         println!("zero length: {err}");
         assert!(matches!(
             err.kind(),

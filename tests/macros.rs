@@ -17,7 +17,7 @@ async fn a_test_runs_on_a_local_core_with_the_device_driver() {
     let path = dir.path().join("f");
     std::fs::write(&path, vec![3u8; 8192]).expect("fixture");
     let dev = Device::open(&path, DeviceOptions::default()).expect("open");
-    let got = dev.read_at(4096, 4096).await.expect("read");
+    let got = dev.read_alloc_at(4096, 4096).await.expect("read");
     assert!(got.as_slice().iter().all(|&b| b == 3));
 }
 

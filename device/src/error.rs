@@ -108,6 +108,26 @@ pub enum ErrorKind {
         /// log page.
         more: bool,
     },
+    /// An exact read (`read_exact_at`) reached the end of the file after
+    /// `done_bytes` of the `len_bytes` asked for at `offset_bytes`.
+    UnexpectedEof {
+        /// Where the read started.
+        offset_bytes: u64,
+        /// Bytes asked for.
+        len_bytes: u64,
+        /// Bytes read before the end of the file.
+        done_bytes: u64,
+    },
+    /// A full write (`write_all_at`) stopped after `done_bytes` of the
+    /// `len_bytes` at `offset_bytes`: the device took no more bytes.
+    WriteZero {
+        /// Where the write started.
+        offset_bytes: u64,
+        /// Bytes to write.
+        len_bytes: u64,
+        /// Bytes written.
+        done_bytes: u64,
+    },
     /// Any other errno from the kernel.
     Io {
         /// The positive errno value.
@@ -219,7 +239,9 @@ impl Error {
             ErrorKind::PermissionDenied => libc::EPERM,
             ErrorKind::NotFound => libc::ENOENT,
             ErrorKind::NoDriver => libc::ENXIO,
-            ErrorKind::Nvme { .. } => libc::EIO,
+            ErrorKind::Nvme { .. }
+            | ErrorKind::UnexpectedEof { .. }
+            | ErrorKind::WriteZero { .. } => libc::EIO,
             ErrorKind::Io { errno } => *errno,
         }
     }
@@ -307,6 +329,22 @@ impl fmt::Display for Error {
                 if *dnr { " dnr" } else { "" },
                 if *more { " more" } else { "" }
             )?,
+            ErrorKind::UnexpectedEof {
+                offset_bytes,
+                len_bytes,
+                done_bytes,
+            } => write!(
+                f,
+                "unexpected end of file: {done_bytes} of {len_bytes} bytes read at offset {offset_bytes}"
+            )?,
+            ErrorKind::WriteZero {
+                offset_bytes,
+                len_bytes,
+                done_bytes,
+            } => write!(
+                f,
+                "write made no progress: {done_bytes} of {len_bytes} bytes written at offset {offset_bytes}"
+            )?,
             ErrorKind::Io { errno } => {
                 write!(f, "{}", io::Error::from_raw_os_error(*errno))?;
             }
@@ -346,6 +384,8 @@ impl From<Error> for io::Error {
             ErrorKind::Unsupported => io::ErrorKind::Unsupported,
             ErrorKind::NotFound => io::ErrorKind::NotFound,
             ErrorKind::PermissionDenied => io::ErrorKind::PermissionDenied,
+            ErrorKind::UnexpectedEof { .. } => io::ErrorKind::UnexpectedEof,
+            ErrorKind::WriteZero { .. } => io::ErrorKind::WriteZero,
             _ => io::Error::from_raw_os_error(err.errno()).kind(),
         };
         io::Error::new(kind, err)

@@ -345,12 +345,15 @@ enum Slot {
     Free,
     Waiting(Waker),
     Done(i32),
-    Orphan(Box<dyn Any>),
+    /// The future is gone: what the op uses, kept until it completes, and
+    /// what to do with its result then (close an fd an open returned).
+    Orphan(Box<dyn Any>, Option<fn(i32)>),
 }
 
-/// The thread's completion handler for [`IoFuture`]s.
+/// The thread's completion handler for [`IoFuture`]s and the one-shot
+/// ring ops of [`crate::fs_ops`].
 #[derive(Default)]
-struct Pending {
+pub(crate) struct Pending {
     slots: RefCell<Vec<Slot>>,
     free: RefCell<Vec<u32>>,
 }
@@ -363,12 +366,12 @@ thread_local! {
     };
 }
 
-fn pending() -> (Rc<Pending>, HandlerId) {
+pub(crate) fn pending() -> (Rc<Pending>, HandlerId) {
     PENDING.with(|(p, id)| (p.clone(), *id))
 }
 
 impl Pending {
-    fn waiting(&self, waker: Waker) -> u32 {
+    pub(crate) fn waiting(&self, waker: Waker) -> u32 {
         let mut slots = self.slots.borrow_mut();
         match self.free.borrow_mut().pop() {
             Some(i) => {
@@ -382,13 +385,13 @@ impl Pending {
         }
     }
 
-    fn free(&self, slot: u32) {
+    pub(crate) fn free(&self, slot: u32) {
         let old = std::mem::replace(&mut self.slots.borrow_mut()[slot as usize], Slot::Free);
         self.free.borrow_mut().push(slot);
         drop(old);
     }
 
-    fn poll(&self, slot: u32, waker: &Waker) -> Option<i32> {
+    pub(crate) fn poll(&self, slot: u32, waker: &Waker) -> Option<i32> {
         let mut slots = self.slots.borrow_mut();
         match &mut slots[slot as usize] {
             Slot::Done(r) => {
@@ -401,18 +404,28 @@ impl Pending {
                 w.clone_from(waker);
                 None
             }
-            Slot::Free | Slot::Orphan(_) => unreachable!("pending slot {slot} in a bad state"),
+            Slot::Free | Slot::Orphan(..) => unreachable!("pending slot {slot} in a bad state"),
         }
     }
 
     fn orphan(&self, slot: u32, keep: Box<dyn Any>) {
+        self.orphan_with(slot, keep, None);
+    }
+
+    /// The future of `slot` is gone: keeps `keep` until the op completes,
+    /// then drops it and hands the result to `on_result` (at once when it
+    /// has completed already).
+    pub(crate) fn orphan_with(&self, slot: u32, keep: Box<dyn Any>, on_result: Option<fn(i32)>) {
         let mut slots = self.slots.borrow_mut();
-        if matches!(slots[slot as usize], Slot::Done(_)) {
+        if let Slot::Done(r) = slots[slot as usize] {
             drop(slots);
             self.free(slot);
             drop(keep);
+            if let Some(f) = on_result {
+                f(r);
+            }
         } else {
-            slots[slot as usize] = Slot::Orphan(keep);
+            slots[slot as usize] = Slot::Orphan(keep, on_result);
         }
     }
 }
@@ -430,11 +443,14 @@ impl CompletionHandler for Pending {
         };
         match old {
             Slot::Waiting(w) => w.wake(),
-            Slot::Orphan(keep) => {
+            Slot::Orphan(keep, on_result) => {
                 // The future is gone: release the buffer now that the
                 // kernel is done with it.
                 self.free(slot);
                 drop(keep);
+                if let Some(f) = on_result {
+                    f(result);
+                }
             }
             Slot::Free | Slot::Done(_) => {
                 tracing::error!(token, "duplicate completion for a pending slot");

@@ -68,6 +68,7 @@ pub mod core;
 pub mod driver;
 pub mod error;
 pub mod fs;
+pub mod fs_ops;
 pub mod geometry;
 pub mod info;
 pub mod op;

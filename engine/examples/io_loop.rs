@@ -59,7 +59,7 @@ fn main() {
                             x ^= x >> 7;
                             x ^= x << 17;
                             buf.set_len(4096);
-                            let (r, b) = dev.read_into(buf, (x % blocks) * 4096).await;
+                            let (r, b) = dev.read_at(buf, (x % blocks) * 4096).await;
                             buf = b;
                             r.expect("read");
                         } else {

@@ -169,7 +169,7 @@ fn run(path: &str, direct: bool, blocks: u64, case: Case) -> f64 {
                         buf.as_mut_slice().fill(i as u8);
                         dev.write_at(buf, block * 4096).await.0.expect("write");
                     } else {
-                        dev.read_into(buf, block * 4096).await.0.expect("read");
+                        dev.read_at(buf, block * 4096).await.0.expect("read");
                     }
                 })
             })

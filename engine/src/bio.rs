@@ -5,11 +5,13 @@
 //!   only touched on that core's thread. Its [`BioId`] is an index plus a
 //!   generation, so a stale id (a future polled after its slot was reused)
 //!   is detected, never aliased.
-//! - A bio's buffer belongs to the bio from issue until the bio completes:
-//!   while any of its requests is in flight, the kernel may read or write
-//!   that memory, so neither the future being dropped nor shutdown frees it
-//!   before then. An orphaned bio (its future was dropped) is released by
-//!   the completion path.
+//! - A bio's memory belongs to the kernel from issue until the bio
+//!   completes: the bio holds only its addresses ([`BioBuf`]); the IO's
+//!   future owns the buffers while it lives, and a future dropped before
+//!   the bio completes moves them into the bio ([`Bio::keep`]), so neither
+//!   the drop nor shutdown frees memory the kernel may still use. An
+//!   orphaned bio (its future was dropped) is released, with what it
+//!   keeps, by the completion path.
 //! - A bio completes exactly once: `parts_left` counts its requests still in
 //!   flight; the result is published when it reaches zero.
 //! - Freed slots go on a free list and are reused (the steady state does
@@ -17,9 +19,7 @@
 
 use std::task::Waker;
 
-use plugio_device::{DmaBuf, Error, IoFlags, OpKind};
-
-use crate::region::Page;
+use plugio_device::{Error, IoFlags, OpKind};
 
 /// Names a bio in its core's [`BioTable`]: slot index and generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,40 +28,59 @@ pub struct BioId {
     pub(crate) generation: u32,
 }
 
-/// The memory a bio reads into or writes from.
+/// One contiguous piece of memory an IO covers: an address and a length
+/// in bytes. Only numbers: whoever made the bio keeps the memory alive
+/// (the IO's future, or the bio's `keep` once the future is gone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Seg {
+    pub addr: usize,
+    pub len: usize,
+}
+
+/// The memory a bio reads into or writes from, as addresses: the buffers
+/// themselves (the caller's, or a bounce buffer) are owned by the IO's
+/// future (see [`crate::buf`]), or by [`Bio::keep`] after the future was
+/// dropped mid-IO. Plain numbers except `Many`'s vector.
 #[derive(Debug, Default)]
-pub enum BioBuf {
+pub(crate) enum BioBuf {
     /// No data (flush, discard, write zeroes).
     #[default]
     None,
-    /// One buffer: the IO covers `buf.len()` bytes.
-    One(DmaBuf),
-    /// One page of a [`Region`](crate::Region).
-    Page(Page),
+    /// One buffer: the IO covers all of `seg`. `fixed`: the registered
+    /// buffer it lies in on this core's ring (`READ_FIXED`/`WRITE_FIXED`).
+    One { seg: Seg, fixed: Option<u16> },
     /// Several buffers in order (readv/writev).
-    Many(Vec<DmaBuf>),
+    Many(Vec<Seg>),
 }
 
 impl BioBuf {
+    /// The registered buffer the memory lies in (one buffer only).
+    #[inline]
+    pub fn fixed(&self) -> Option<u16> {
+        match self {
+            BioBuf::One { fixed, .. } => *fixed,
+            _ => None,
+        }
+    }
+
     /// Number of segments (buffers) the data is in.
     pub fn nr_segs(&self) -> usize {
         match self {
             BioBuf::None => 0,
-            BioBuf::One(_) | BioBuf::Page(_) => 1,
+            BioBuf::One { .. } => 1,
             BioBuf::Many(v) => v.len(),
         }
     }
 
-    /// The whole of a one-buffer bio (`One` or `Page`) as one iovec; an
-    /// empty iovec for the others.
+    /// The whole of a one-buffer bio as one iovec; an empty iovec for the
+    /// others.
     pub(crate) fn first_iovec(&self) -> libc::iovec {
-        let (ptr, len) = match self {
-            BioBuf::One(b) => (b.as_ptr(), b.len()),
-            BioBuf::Page(p) => (p.as_ptr(), p.len()),
-            _ => (std::ptr::null(), 0),
+        let (addr, len) = match self {
+            BioBuf::One { seg, .. } => (seg.addr, seg.len),
+            _ => (0, 0),
         };
         libc::iovec {
-            iov_base: ptr as *mut libc::c_void,
+            iov_base: addr as *mut libc::c_void,
             iov_len: len,
         }
     }
@@ -69,27 +88,23 @@ impl BioBuf {
     /// Appends `(address, len)` of the byte range `[from, from + len)` of
     /// this buffer list, as iovecs, to `out`.
     pub(crate) fn push_iovecs(&self, from: u64, len: u64, out: &mut Vec<libc::iovec>) {
-        let bufs: &[DmaBuf] = match self {
+        let segs: &[Seg] = match self {
             BioBuf::None => &[],
-            BioBuf::One(b) => std::slice::from_ref(b),
-            BioBuf::Page(p) => {
-                push_segment(p.as_ptr(), from, len, out);
-                return;
-            }
+            BioBuf::One { seg, .. } => std::slice::from_ref(seg),
             BioBuf::Many(v) => v,
         };
         let (mut skip, mut left) = (from, len);
-        for b in bufs {
-            let blen = b.len() as u64;
-            if skip >= blen {
-                skip -= blen;
+        for s in segs {
+            let slen = s.len as u64;
+            if skip >= slen {
+                skip -= slen;
                 continue;
             }
-            let take = (blen - skip).min(left);
+            let take = (slen - skip).min(left);
             if take == 0 {
                 break;
             }
-            push_segment(b.as_ptr(), skip, take, out);
+            push_segment(s.addr, skip, take, out);
             left -= take;
             skip = 0;
             if left == 0 {
@@ -103,11 +118,11 @@ impl BioBuf {
 /// previous segment when they are adjacent in memory (pages of one region
 /// read into consecutive frames become one segment). Empty ranges add
 /// nothing, so no request ever carries an empty segment.
-fn push_segment(base: *const u8, skip: u64, len: u64, out: &mut Vec<libc::iovec>) {
+fn push_segment(base: usize, skip: u64, len: u64, out: &mut Vec<libc::iovec>) {
     if len == 0 {
         return;
     }
-    let start = base as usize + skip as usize;
+    let start = base + skip as usize;
     match out.last_mut() {
         Some(prev) if prev.iov_base as usize + prev.iov_len == start => {
             prev.iov_len += len as usize;
@@ -119,60 +134,9 @@ fn push_segment(base: *const u8, skip: u64, len: u64, out: &mut Vec<libc::iovec>
     }
 }
 
-/// A buffer the device handle can read into and write from: [`DmaBuf`]
-/// and [`Page`](crate::Page). Sealed: the engine must know where the
-/// memory lives.
-pub trait IoBuf: Send + 'static + Sized + sealed::Sealed {
-    /// Bytes the IO covers.
-    fn io_len(&self) -> usize;
-    /// Sets the bytes that hold data after a read (a `DmaBuf` shrinks to
-    /// them; a page keeps its size).
-    fn set_io_len(&mut self, len_bytes: usize);
-    #[doc(hidden)]
-    fn into_bio(self) -> BioBuf;
-    #[doc(hidden)]
-    fn from_bio(buf: BioBuf) -> Self;
-}
-
-mod sealed {
-    pub trait Sealed {}
-    impl Sealed for plugio_device::DmaBuf {}
-    impl Sealed for crate::region::Page {}
-}
-
-impl IoBuf for DmaBuf {
-    fn io_len(&self) -> usize {
-        self.len()
-    }
-    fn set_io_len(&mut self, len_bytes: usize) {
-        self.set_len(len_bytes);
-    }
-    fn into_bio(self) -> BioBuf {
-        BioBuf::One(self)
-    }
-    fn from_bio(buf: BioBuf) -> Self {
-        match buf {
-            BioBuf::One(b) => b,
-            _ => unreachable!("a DmaBuf bio gives back a DmaBuf"),
-        }
-    }
-}
-
-impl IoBuf for Page {
-    fn io_len(&self) -> usize {
-        self.len()
-    }
-    fn set_io_len(&mut self, _len_bytes: usize) {}
-    fn into_bio(self) -> BioBuf {
-        BioBuf::Page(self)
-    }
-    fn from_bio(buf: BioBuf) -> Self {
-        match buf {
-            BioBuf::Page(p) => p,
-            _ => unreachable!("a page bio gives back a page"),
-        }
-    }
-}
+/// Memory a bio keeps alive for the kernel after its future was dropped
+/// mid-IO (the caller's buffer, a bounce buffer).
+pub(crate) type Keep = Box<dyn std::any::Any + Send>;
 
 /// What an IO is, without its memory: what the plug and the merge rules
 /// look at.
@@ -219,6 +183,8 @@ pub(crate) struct Bio {
     pub waker: Option<Waker>,
     /// The future was dropped: release the slot when the bio completes.
     pub orphaned: bool,
+    /// The memory of an orphaned bio, freed with the bio.
+    pub keep: Option<Keep>,
     /// Keep this bio for reuse when it is freed (the bio cache).
     pub cached: bool,
 }
@@ -240,6 +206,7 @@ impl Bio {
             error: None,
             waker: None,
             orphaned: false,
+            keep: None,
             cached: false,
         }
     }
@@ -295,11 +262,12 @@ fn transferred_prefix(parts: &mut [(u64, u64, u64)]) -> u64 {
     total
 }
 
-/// Drops `buf`, skipping the drop call when it holds nothing (the common
-/// case on the hot path: no-data ops and freshly reset bios).
+/// Drops `buf`, skipping the drop call when it owns nothing (the common
+/// case on the hot path: no-data ops, freshly reset bios, and one caller
+/// buffer, which the bio only names by address).
 #[inline]
 pub(crate) fn forget_if_none(buf: BioBuf) {
-    if matches!(buf, BioBuf::None) {
+    if matches!(buf, BioBuf::None | BioBuf::One { .. }) {
         std::mem::forget(buf);
     } else {
         drop(buf);
@@ -308,7 +276,7 @@ pub(crate) fn forget_if_none(buf: BioBuf) {
 
 /// What a finished bio gives back to its future.
 #[derive(Debug)]
-pub struct BioResult {
+pub(crate) struct BioResult {
     /// Bytes transferred, or the first error of its requests.
     pub result: Result<u64, Error>,
     /// The bio's memory, handed back to the caller.
@@ -418,12 +386,15 @@ impl BioTable {
         };
         bio.state = BioState::Free;
         if !matches!(bio.buf, BioBuf::None) {
-            bio.buf = BioBuf::None;
+            forget_if_none(std::mem::take(&mut bio.buf));
         }
         bio.parts.clear();
         bio.error = None;
         bio.waker = None;
         bio.orphaned = false;
+        if bio.keep.is_some() {
+            bio.keep = None;
+        }
         bio.split = false;
         bio.done_bytes = 0;
         let keep = bio.cached && self.free_cached.len() < BIO_CACHE_MAX;

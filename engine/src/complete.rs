@@ -405,14 +405,15 @@ fn reissue(d: &mut CoreDev, slot: u32, covered: u64, ctx: &mut Ctx<'_>) {
 /// finished one is freed with its buffer, an unfinished one is orphaned
 /// (freed when it finishes).
 pub(crate) fn adopt_remote_orphans(d: &CoreDev, uid: u64, bios: &mut BioTable) {
-    let mut ids = Vec::new();
-    d.shared.take_remote_orphans(uid, &mut ids);
-    for id in ids {
+    let mut orphans = Vec::new();
+    d.shared.take_remote_orphans(uid, &mut orphans);
+    for (_, id, keep) in orphans {
         if let Some(r) = bios.take_result(id) {
-            drop(r);
+            drop((r, keep));
         } else if let Some(bio) = bios.get_mut(id) {
             bio.orphaned = true;
             bio.waker = None;
+            bio.keep = keep;
         }
     }
 }

@@ -335,6 +335,19 @@ impl EngineCore {
         index
     }
 
+    /// Counts one bounced IO of `len_bytes` on device `dev` (published with
+    /// the device's other counters).
+    #[cold]
+    pub(crate) fn count_bounce(&self, dev: u32, len_bytes: u64) {
+        let mut devs = self.devs.borrow_mut();
+        let d = &mut devs[dev as usize];
+        if d.iostats {
+            d.pending.bounce_ios += 1;
+            d.pending.bounce_bytes += len_bytes;
+            d.pending.dirty = true;
+        }
+    }
+
     /// Forgets devices whose every handle was dropped and that have
     /// nothing waiting or in flight here, closing their files once no core
     /// holds them (done at the end of each flush).

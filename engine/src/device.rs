@@ -21,7 +21,9 @@ use std::task::{Context, Poll};
 
 use plugio_device::{Backend, DmaBuf, Error, Geometry, InvalidInput, IoFlags, IoOp, OpKind};
 
-use crate::bio::{BioBuf, BioId, BioInfo, BioResult, IoBuf};
+use crate::bio::{forget_if_none, BioBuf, BioId, BioInfo, BioResult, Keep};
+use crate::buf::{IoBuf, IoBufMut};
+use crate::buf_io::{BufIo, Many, One, Read, Write};
 use crate::core::EngineCore;
 use crate::options::DeviceOptions;
 use crate::shared::DeviceShared;
@@ -111,6 +113,34 @@ impl Device {
         Ok(device)
     }
 
+    /// A device over `fd`, just opened from `path` with `options` (see
+    /// [`OpenOptions::open`](crate::OpenOptions::open)): shares the state of
+    /// the same file already open with equal options (the new descriptor is
+    /// closed then), as [`Device::open`] does.
+    pub(crate) fn from_fd(
+        fd: std::os::fd::OwnedFd,
+        path: &Path,
+        options: DeviceOptions,
+    ) -> Result<Device, Error> {
+        let file = std::fs::File::from(fd);
+        let key = crate::open_files::FileKey::of_file(&file);
+        let mut registry = crate::open_files::Registry::lock();
+        if let Some(shared) = key.and_then(|k| registry.find(k, &options)) {
+            return Ok(Device { shared });
+        }
+        let backend = plugio_device::FileBackend::from_fd(
+            file.into(),
+            path,
+            options.direct,
+            options.backend,
+        )?;
+        let device = Self::with_backend(Arc::new(backend), Some(path.to_path_buf()), options)?;
+        if let Some(k) = key {
+            registry.insert(k, &device.shared);
+        }
+        Ok(device)
+    }
+
     /// Wraps an already opened backend (a `MemDevice`, a `SyncBackend`, a
     /// passthrough namespace).
     ///
@@ -189,152 +219,233 @@ impl Device {
     /// `READ_FIXED`/`WRITE_FIXED`, as fio's `fixedbufs` does), else from
     /// the core's buffer cache; contents not zeroed (whatever the last user
     /// left). Otherwise a fresh zeroed allocation.
+    ///
+    /// ```
+    /// # plugio_engine::doc_example(|dev| async move {
+    /// let mut buf = dev.alloc_buf(4096);
+    /// assert_eq!(buf.len(), 4096);
+    /// buf.as_mut_slice().fill(1);
+    /// let (written, _buf) = dev.write_at(buf, 0).await;
+    /// assert_eq!(written?, 4096);
+    /// # Ok(()) });
+    /// ```
     pub fn alloc_buf(&self, len_bytes: usize) -> DmaBuf {
-        let align = self.shared.geometry.mem_align_bytes() as usize;
-        if self.shared.opts.buffer_cache && align <= plugio_device::buf::cache::CACHE_ALIGN_BYTES {
-            DmaBuf::registered(len_bytes, align).unwrap_or_else(|| DmaBuf::cached(len_bytes))
-        } else {
-            DmaBuf::heap(len_bytes, align)
-        }
+        self.shared.alloc_buf(len_bytes)
     }
 
-    /// Reads `len_bytes` at `offset_bytes` into a new aligned buffer. The
-    /// returned buffer's length is the number of bytes read: shorter at end
-    /// of file, 0 at or past it.
+    /// Reads `len_bytes` at `offset_bytes` into a new buffer from
+    /// [`alloc_buf`](Self::alloc_buf) (so from the registered arena when it
+    /// has room: `READ_FIXED`). The returned buffer's length is the number
+    /// of bytes read: shorter at end of file, 0 at or past it.
     ///
     /// # Errors
     /// Invalid input (zero, unaligned, beyond the device, above
     /// [`MAX_IO_BYTES`]) before submission; the device's error otherwise.
-    pub async fn read_at(&self, offset_bytes: u64, len_bytes: usize) -> Result<DmaBuf, Error> {
+    pub async fn read_alloc_at(
+        &self,
+        offset_bytes: u64,
+        len_bytes: usize,
+    ) -> Result<DmaBuf, Error> {
         // Refuse absurd lengths before allocating the buffer for them.
         check_len(len_bytes as u64, true)?;
         let buf = self.alloc_buf(len_bytes);
-        let (res, buf) = self.read_into(buf, offset_bytes).await;
+        let (res, buf) = self.read_at(buf, offset_bytes).await;
         res.map(|_| buf)
     }
 
-    /// Reads `buf.io_len()` bytes at `offset_bytes` into `buf` (a
-    /// [`DmaBuf`] or a [`Page`](crate::Page)) and gives the buffer back; a
-    /// `DmaBuf`'s length is set to the bytes read (shorter at end of file:
-    /// set it back with `set_len` before reusing the buffer for a full
-    /// read). After an error the buffer keeps its length and its contents
-    /// are unspecified.
-    pub fn read_into<B: IoBuf>(
+    /// Reads at `offset_bytes` into `buf`, any [`IoBufMut`] (`Vec<u8>`,
+    /// `Box<[u8]>`, `BytesMut`, [`DmaBuf`], [`Page`](crate::Page), or your
+    /// own), and gives the buffer back with the bytes read: up to
+    /// `buf.bytes_total()` bytes (a `Vec`'s capacity, a `DmaBuf`'s length),
+    /// filled from the buffer's start; fewer only at end of file (0 at or
+    /// past it), and then `set_init(n)` shortens a `Vec`, `BytesMut` or
+    /// `DmaBuf` to `n` (set it back before reusing it for a full read).
+    /// After an error the buffer keeps its length and its contents are
+    /// unspecified.
+    ///
+    /// With `O_DIRECT`, a buffer whose address is not aligned to the
+    /// device's `mem_align_bytes` (a `Vec`'s heap memory, usually) is read
+    /// through an aligned buffer from [`alloc_buf`](Self::alloc_buf) and
+    /// copied (counted in [`IoStats::bounce_ios`](crate::IoStats) and
+    /// `bounce_bytes`), or refused when
+    /// [`DeviceOptions::bounce_unaligned`] is off. A [`DmaBuf`] from the
+    /// core's registered arena goes out as `READ_FIXED`.
+    ///
+    /// Idea: tokio-uring's and monoio's `read_at(buf, pos)`.
+    ///
+    /// ```
+    /// # plugio_engine::doc_example(|dev| async move {
+    /// let (n, _) = dev.write_at(vec![7u8; 4096], 0).await;
+    /// n?;
+    /// let (n, buf) = dev.read_at(Vec::with_capacity(4096), 0).await;
+    /// assert_eq!(n?, 4096);
+    /// assert_eq!(buf, vec![7u8; 4096]);
+    /// # Ok(()) });
+    /// ```
+    ///
+    /// # Errors
+    /// Invalid input (a zero or unaligned length, an unaligned offset, a
+    /// range beyond the device, an unaligned address with bouncing off)
+    /// before submission; the device's error otherwise.
+    pub fn read_at<B: IoBufMut>(
         &self,
         buf: B,
         offset_bytes: u64,
     ) -> impl Future<Output = (Result<usize, Error>, B)> + Send + '_ {
-        // The future of `read_into_with` itself: no extra state machine.
-        self.read_into_with(buf, offset_bytes, IoFlags::NONE)
+        self.read_at_with(buf, offset_bytes, IoFlags::NONE)
     }
 
-    /// [`read_into`](Self::read_into) with flags (priority, NOMERGE).
-    pub async fn read_into_with<B: IoBuf>(
+    /// [`read_at`](Self::read_at) with flags (priority, NOMERGE).
+    ///
+    /// ```
+    /// # plugio_engine::doc_example(|dev| async move {
+    /// use plugio_engine::IoFlags;
+    /// let (n, _) = dev.read_at_with(vec![0u8; 4096], 0, IoFlags::NOMERGE).await;
+    /// assert_eq!(n?, 0, "the example file is empty");
+    /// # Ok(()) });
+    /// ```
+    pub fn read_at_with<B: IoBufMut>(
         &self,
         buf: B,
         offset_bytes: u64,
         flags: IoFlags,
-    ) -> (Result<usize, Error>, B) {
-        let len = buf.io_len() as u64;
-        let r = self
-            .io(OpKind::Read, flags, offset_bytes, len, buf.into_bio())
-            .await;
-        let mut buf = B::from_bio(r.buf);
-        match r.result {
-            Ok(n) => {
-                buf.set_io_len(n as usize);
-                (Ok(n as usize), buf)
-            }
-            Err(e) => (Err(e), buf),
-        }
+    ) -> impl Future<Output = (Result<usize, Error>, B)> + Send + '_ {
+        BufIo::<_, Read>::new(self, One(buf), offset_bytes, flags)
     }
 
-    /// Writes `buf` (a [`DmaBuf`] or a [`Page`](crate::Page)) at
-    /// `offset_bytes`; gives the buffer back.
+    /// Writes the initialised bytes of `buf` (any [`IoBuf`]: `Vec<u8>`,
+    /// `Box<[u8]>`, `BytesMut`, `Bytes`, [`DmaBuf`], [`Page`](crate::Page),
+    /// or your own) at `offset_bytes` and gives the buffer back with the
+    /// bytes written (all of them unless the device ran out of space). An
+    /// address that does not meet `O_DIRECT` alignment is copied into an
+    /// aligned buffer first, as in [`read_at`](Self::read_at); a [`DmaBuf`]
+    /// from the registered arena goes out as `WRITE_FIXED`.
+    ///
+    /// ```
+    /// # plugio_engine::doc_example(|dev| async move {
+    /// let (n, buf) = dev.write_at(bytes::Bytes::from(vec![1u8; 8192]), 4096).await;
+    /// assert_eq!(n?, 8192);
+    /// assert_eq!(buf.len(), 8192);
+    /// # Ok(()) });
+    /// ```
+    ///
+    /// # Errors
+    /// As [`read_at`](Self::read_at).
     pub fn write_at<B: IoBuf>(
         &self,
         buf: B,
         offset_bytes: u64,
     ) -> impl Future<Output = (Result<usize, Error>, B)> + Send + '_ {
-        // The future of `write_at_with` itself: no extra state machine.
         self.write_at_with(buf, offset_bytes, IoFlags::NONE)
     }
 
     /// [`write_at`](Self::write_at) with flags: [`IoFlags::FUA`] makes the
     /// write durable when it completes; priority; NOMERGE.
-    pub async fn write_at_with<B: IoBuf>(
+    ///
+    /// ```
+    /// # plugio_engine::doc_example(|dev| async move {
+    /// use plugio_engine::IoFlags;
+    /// let (n, _) = dev.write_at_with(vec![2u8; 4096], 0, IoFlags::FUA).await;
+    /// assert_eq!(n?, 4096);
+    /// # Ok(()) });
+    /// ```
+    pub fn write_at_with<B: IoBuf>(
         &self,
         buf: B,
         offset_bytes: u64,
         flags: IoFlags,
-    ) -> (Result<usize, Error>, B) {
-        let len = buf.io_len() as u64;
-        let r = self
-            .io(OpKind::Write, flags, offset_bytes, len, buf.into_bio())
-            .await;
-        (r.result.map(|n| n as usize), B::from_bio(r.buf))
+    ) -> impl Future<Output = (Result<usize, Error>, B)> + Send + '_ {
+        BufIo::<_, Write>::new(self, One(buf), offset_bytes, flags)
     }
 
     /// Reads into several buffers in order (`preadv`), starting at
-    /// `offset_bytes`; each buffer's length is set to what it received.
-    pub async fn readv(
+    /// `offset_bytes`; each buffer receives up to its `bytes_total()` and
+    /// gets `set_init` with what it received. Unaligned buffers are
+    /// bounced as one, as in [`read_at`](Self::read_at).
+    ///
+    /// ```
+    /// # plugio_engine::doc_example(|dev| async move {
+    /// let (n, _) = dev.write_at(vec![3u8; 8192], 0).await;
+    /// n?;
+    /// let bufs = vec![Vec::with_capacity(4096), Vec::with_capacity(4096)];
+    /// let (n, bufs) = dev.readv_at(bufs, 0).await;
+    /// assert_eq!(n?, 8192);
+    /// assert!(bufs.iter().all(|b| b.len() == 4096));
+    /// # Ok(()) });
+    /// ```
+    ///
+    /// # Errors
+    /// As [`read_at`](Self::read_at).
+    pub fn readv_at<B: IoBufMut>(
         &self,
-        bufs: Vec<DmaBuf>,
+        bufs: Vec<B>,
         offset_bytes: u64,
-    ) -> (Result<usize, Error>, Vec<DmaBuf>) {
-        let len = bufs.iter().map(|b| b.len() as u64).sum();
-        let r = self
-            .io(
-                OpKind::Read,
-                IoFlags::NONE,
-                offset_bytes,
-                len,
-                BioBuf::Many(bufs),
-            )
-            .await;
-        let mut bufs = many(r.buf);
-        if let Ok(n) = r.result {
-            let mut left = n as usize;
-            for b in &mut bufs {
-                let got = left.min(b.len());
-                b.set_len(got);
-                left -= got;
-            }
-        }
-        (r.result.map(|n| n as usize), bufs)
+    ) -> impl Future<Output = (Result<usize, Error>, Vec<B>)> + Send + '_ {
+        BufIo::<_, Read>::new(self, Many(bufs), offset_bytes, IoFlags::NONE)
     }
 
-    /// Writes several buffers in order (`pwritev`) at `offset_bytes`.
-    pub async fn writev(
+    /// Writes the initialised bytes of several buffers back to back
+    /// (`pwritev`) at `offset_bytes`.
+    ///
+    /// ```
+    /// # plugio_engine::doc_example(|dev| async move {
+    /// let (n, _) = dev.writev_at(vec![vec![1u8; 4096], vec![2u8; 4096]], 0).await;
+    /// assert_eq!(n?, 8192);
+    /// # Ok(()) });
+    /// ```
+    ///
+    /// # Errors
+    /// As [`read_at`](Self::read_at).
+    pub fn writev_at<B: IoBuf>(
         &self,
-        bufs: Vec<DmaBuf>,
+        bufs: Vec<B>,
         offset_bytes: u64,
-    ) -> (Result<usize, Error>, Vec<DmaBuf>) {
-        let len = bufs.iter().map(|b| b.len() as u64).sum();
-        let r = self
-            .io(
-                OpKind::Write,
-                IoFlags::NONE,
-                offset_bytes,
-                len,
-                BioBuf::Many(bufs),
-            )
-            .await;
-        (r.result.map(|n| n as usize), many(r.buf))
+    ) -> impl Future<Output = (Result<usize, Error>, Vec<B>)> + Send + '_ {
+        BufIo::<_, Write>::new(self, Many(bufs), offset_bytes, IoFlags::NONE)
     }
 
-    /// Makes completed writes durable (`fdatasync`; NVMe Flush). Covers the
-    /// writes that completed before it was issued.
-    pub async fn flush(&self) -> Result<(), Error> {
-        self.io(OpKind::Flush, IoFlags::NONE, 0, 0, BioBuf::None)
+    /// Makes the file's completed writes and its metadata durable: `fsync`
+    /// (`IORING_OP_FSYNC`), as [`std::fs::File::sync_all`]. On a block
+    /// device or NVMe namespace it flushes the volatile write cache. Covers
+    /// the writes that completed before it was issued (with
+    /// [`DeviceOptions::overlap_order`], also those issued before it on
+    /// this core).
+    ///
+    /// ```
+    /// # plugio_engine::doc_example(|dev| async move {
+    /// let (n, _) = dev.write_at(vec![1u8; 4096], 0).await;
+    /// n?;
+    /// dev.sync_all().await?;
+    /// # Ok(()) });
+    /// ```
+    ///
+    /// # Errors
+    /// The kernel's error (`EIO` after a failed writeback, for one).
+    pub async fn sync_all(&self) -> Result<(), Error> {
+        self.io(OpKind::Fsync, IoFlags::NONE, 0, 0, BioBuf::None)
             .await
             .into_result()
             .map(|_| ())
     }
 
-    /// Makes completed writes and the file's metadata durable (`fsync`).
-    pub async fn sync(&self) -> Result<(), Error> {
-        self.io(OpKind::Fsync, IoFlags::NONE, 0, 0, BioBuf::None)
+    /// Makes the file's completed writes durable, and only the metadata
+    /// needed to read them back (its size, not its times): `fdatasync`
+    /// (`IORING_OP_FSYNC` with `DATASYNC`), as
+    /// [`std::fs::File::sync_data`]; an NVMe Flush on a passthrough
+    /// namespace. Covers what [`sync_all`](Self::sync_all) covers.
+    ///
+    /// ```
+    /// # plugio_engine::doc_example(|dev| async move {
+    /// let (n, _) = dev.write_at(vec![1u8; 4096], 0).await;
+    /// n?;
+    /// dev.sync_data().await?;
+    /// # Ok(()) });
+    /// ```
+    ///
+    /// # Errors
+    /// As [`sync_all`](Self::sync_all).
+    pub async fn sync_data(&self) -> Result<(), Error> {
+        self.io(OpKind::Flush, IoFlags::NONE, 0, 0, BioBuf::None)
             .await
             .into_result()
             .map(|_| ())
@@ -417,7 +528,7 @@ impl Device {
     }
 
     /// One IO of any kind through the whole path.
-    fn io(
+    pub(crate) fn io(
         &self,
         op: OpKind,
         flags: IoFlags,
@@ -433,10 +544,14 @@ impl Device {
                 offset_bytes,
                 len_bytes,
                 buf,
+                bounced: false,
             })),
-            #[cfg(feature = "trace-io")]
-            issued_at: None,
         }
+    }
+
+    /// What all handles of this device share.
+    pub(crate) fn shared(&self) -> &Arc<DeviceShared> {
+        &self.shared
     }
 
     /// Checks an IO against the device before it gets a bio.
@@ -491,13 +606,6 @@ impl Device {
     }
 }
 
-fn many(buf: BioBuf) -> Vec<DmaBuf> {
-    match buf {
-        BioBuf::Many(v) => v,
-        _ => Vec::new(),
-    }
-}
-
 /// Refuses a zero length for a data op and a length above
 /// [`MAX_IO_BYTES`].
 fn check_len(len_bytes: u64, has_data: bool) -> Result<(), Error> {
@@ -546,118 +654,214 @@ impl Drop for PlugGuard {
     }
 }
 
-struct BioInit {
-    op: OpKind,
-    flags: IoFlags,
-    offset_bytes: u64,
-    len_bytes: u64,
-    buf: BioBuf,
+pub(crate) struct BioInit {
+    pub op: OpKind,
+    pub flags: IoFlags,
+    pub offset_bytes: u64,
+    pub len_bytes: u64,
+    pub buf: BioBuf,
+    /// The memory is a bounce buffer (counted in iostats at issue).
+    pub bounced: bool,
+}
+
+/// An issued bio: its core and its id in that core's bio table.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Issued {
+    uid: u64,
+    id: BioId,
+    /// When it was issued, if a subscriber wanted its `plugio::io` events
+    /// then (feature `trace-io`).
+    #[cfg(feature = "trace-io")]
+    at: Option<std::time::Instant>,
+}
+
+/// [`issue_inline`] as one function, for the generic owned-buffer futures
+/// (one copy of the path for all their buffer types).
+#[inline(never)]
+pub(crate) fn issue(
+    shared: &Arc<DeviceShared>,
+    init: BioInit,
+    cx: &Context<'_>,
+) -> Result<Issued, BioResult> {
+    issue_inline(shared, init, cx)
+}
+
+/// Checks `init` and plugs it as a bio on the calling core; the bio's
+/// waker is `cx`'s. The bio's result (an error, with the memory handed
+/// back) when it is refused or there is no core here. Inlined into the
+/// no-data future's poll (the NOP and flush path).
+#[inline(always)]
+fn issue_inline(
+    shared: &Arc<DeviceShared>,
+    init: BioInit,
+    cx: &Context<'_>,
+) -> Result<Issued, BioResult> {
+    if let Err(e) = Device::check(shared, &init) {
+        return Err(BioResult {
+            result: Err(e),
+            buf: init.buf,
+        });
+    }
+    let core = match EngineCore::current() {
+        Ok(c) => c,
+        Err(e) => {
+            return Err(BioResult {
+                result: Err(e),
+                buf: init.buf,
+            })
+        }
+    };
+    let dev = core.dev_index(shared);
+    if init.bounced {
+        core.count_bounce(dev, init.len_bytes);
+    }
+    let info = BioInfo {
+        op: init.op,
+        flags: init.flags,
+        offset_bytes: init.offset_bytes,
+        len_bytes: init.len_bytes,
+    };
+    let (id, hit) = {
+        let mut bios = core.bios.borrow_mut();
+        let (id, hit, bio) = bios.alloc(shared.opts.bio_cache);
+        bio.dev = dev;
+        bio.op = info.op;
+        bio.flags = info.flags;
+        bio.offset_bytes = info.offset_bytes;
+        bio.len_bytes = info.len_bytes;
+        bio.set_buf(init.buf);
+        bio.waker = Some(cx.waker().clone());
+        (id, hit)
+    };
+    core.plug_bio(dev, id, &info, hit);
+    Ok(Issued {
+        uid: core.uid,
+        id,
+        #[cfg(feature = "trace-io")]
+        at: trace_issued(shared, &info, id),
+    })
+}
+
+impl Issued {
+    /// The bio's result once it completed (its slot is freed then), else
+    /// records `cx`'s waker.
+    ///
+    /// # Panics
+    /// When polled on another core than the one that issued it.
+    #[inline]
+    pub(crate) fn poll(self, cx: &Context<'_>) -> Poll<BioResult> {
+        let Issued { uid, id, .. } = self;
+        let ready = EngineCore::with_uid(uid, |ec| ec.bios.borrow_mut().take_result(id))
+            .expect("a plugio IO future was moved to another core after its first poll");
+        if let Some(r) = ready {
+            return Poll::Ready(r);
+        }
+        // Not done yet: only this IO's own core can finish it. A future
+        // moved to another executor on this thread would otherwise find its
+        // old core's state (kept while busy) and wait forever: its plug is
+        // never flushed and its completions never come. (Checked only
+        // here, not on the ready path.)
+        assert!(
+            plugio_executor::core_uid() == Some(uid),
+            "a plugio IO future was moved to another core after its first poll"
+        );
+        EngineCore::with_uid(uid, |ec| {
+            if let Some(bio) = ec.bios.borrow_mut().get_mut(id) {
+                match &bio.waker {
+                    Some(w) if w.will_wake(cx.waker()) => {}
+                    _ => bio.waker = Some(cx.waker().clone()),
+                }
+            }
+        });
+        Poll::Pending
+    }
+
+    /// Lets go of the bio as its future is dropped before taking the
+    /// result: a finished bio is freed (its result dropped); an unfinished
+    /// one is orphaned and keeps `keep`, the memory the kernel may still
+    /// use, until it completes (on another thread than the bio's core,
+    /// through the device's remote orphan list).
+    pub(crate) fn release(self, shared: &DeviceShared, keep: Option<Keep>) {
+        let Issued { uid, id, .. } = self;
+        let Some(ec) = EngineCore::by_uid(uid) else {
+            // Not on the core's thread (or that thread is gone, and its bio
+            // table with it, after the driver drained the ring): the core
+            // frees the bio at this device's next completion batch or plug
+            // flush on it.
+            shared.orphan_remote(uid, id, keep);
+            return;
+        };
+        let mut bios = ec.bios.borrow_mut();
+        match bios.take_result(id) {
+            Some(r) => forget_if_none(r.buf),
+            None => {
+                if let Some(bio) = bios.get_mut(id) {
+                    bio.orphaned = true;
+                    bio.waker = None;
+                    bio.keep = keep;
+                }
+            }
+        }
+    }
 }
 
 enum State {
     Init(Option<BioInit>),
-    Issued { uid: u64, id: BioId },
+    Issued(Issued),
     Done,
 }
 
-/// The future of one IO: checks and plugs it on first poll, then waits for
-/// its bio to complete. It borrows the device handle (no reference count
-/// touched per IO).
-struct BioFuture<'a> {
+/// The future of one IO without caller memory (flush, fsync, discard,
+/// zeroing, no-op): checks and plugs it on first poll, then waits for its
+/// bio to complete. It borrows the device handle (no reference count
+/// touched per IO). IO on caller buffers has its own future (`buf_io`).
+pub(crate) struct BioFuture<'a> {
     shared: &'a Arc<DeviceShared>,
     state: State,
-    /// When the IO was issued, if a subscriber wanted its `plugio::io`
-    /// events then (feature `trace-io`).
-    #[cfg(feature = "trace-io")]
-    issued_at: Option<std::time::Instant>,
 }
 
 /// The per-IO events (feature `trace-io`): `trace` level, target
-/// `plugio::io`, in the device's span. Only the IO future calls them, on
-/// its first poll and when it returns `Ready`: nothing is added to the
-/// engine's dispatch or completion loops.
+/// `plugio::io`, in the device's span. Only the IO futures call them, at
+/// issue and when they return `Ready`: nothing is added to the engine's
+/// dispatch or completion loops. The issue event gives the time to
+/// measure the latency from, when a subscriber wants the events.
 #[cfg(feature = "trace-io")]
-impl BioFuture<'_> {
-    fn trace_issued(&mut self, info: &BioInfo, id: BioId) {
-        if tracing::enabled!(target: "plugio::io", tracing::Level::TRACE) {
-            self.issued_at = Some(std::time::Instant::now());
-            tracing::trace!(
-                target: "plugio::io",
-                parent: &self.shared.span,
-                op = ?info.op,
-                offset_bytes = info.offset_bytes,
-                len_bytes = info.len_bytes,
-                bio = ?id,
-                "io issued"
-            );
-        }
+fn trace_issued(shared: &DeviceShared, info: &BioInfo, id: BioId) -> Option<std::time::Instant> {
+    if !tracing::enabled!(target: "plugio::io", tracing::Level::TRACE) {
+        return None;
     }
-
-    fn trace_done(&self, result: &Result<u64, Error>) {
-        let Some(at) = self.issued_at else { return };
-        let latency_ns = u64::try_from(at.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        match result {
-            Ok(bytes) => tracing::trace!(
-                target: "plugio::io",
-                parent: &self.shared.span,
-                bytes,
-                latency_ns,
-                "io completed"
-            ),
-            Err(error) => tracing::trace!(
-                target: "plugio::io",
-                parent: &self.shared.span,
-                %error,
-                latency_ns,
-                "io failed"
-            ),
-        }
-    }
+    tracing::trace!(
+        target: "plugio::io",
+        parent: &shared.span,
+        op = ?info.op,
+        offset_bytes = info.offset_bytes,
+        len_bytes = info.len_bytes,
+        bio = ?id,
+        "io issued"
+    );
+    Some(std::time::Instant::now())
 }
 
-impl BioFuture<'_> {
-    fn issue(&mut self, init: BioInit, cx: &mut Context<'_>) -> Poll<BioResult> {
-        if let Err(e) = Device::check(self.shared, &init) {
-            self.state = State::Done;
-            return Poll::Ready(BioResult {
-                result: Err(e),
-                buf: init.buf,
-            });
-        }
-        let core = match EngineCore::current() {
-            Ok(c) => c,
-            Err(e) => {
-                self.state = State::Done;
-                return Poll::Ready(BioResult {
-                    result: Err(e),
-                    buf: init.buf,
-                });
-            }
-        };
-        let dev = core.dev_index(self.shared);
-        let info = BioInfo {
-            op: init.op,
-            flags: init.flags,
-            offset_bytes: init.offset_bytes,
-            len_bytes: init.len_bytes,
-        };
-        let (id, hit) = {
-            let mut bios = core.bios.borrow_mut();
-            let (id, hit, bio) = bios.alloc(self.shared.opts.bio_cache);
-            bio.dev = dev;
-            bio.op = info.op;
-            bio.flags = info.flags;
-            bio.offset_bytes = info.offset_bytes;
-            bio.len_bytes = info.len_bytes;
-            bio.set_buf(init.buf);
-            bio.waker = Some(cx.waker().clone());
-            (id, hit)
-        };
-        self.state = State::Issued { uid: core.uid, id };
-        core.plug_bio(dev, id, &info, hit);
-        #[cfg(feature = "trace-io")]
-        self.trace_issued(&info, id);
-        Poll::Pending
+/// The completion event of an IO issued at `at` (see [`trace_issued`]).
+#[cfg(feature = "trace-io")]
+pub(crate) fn trace_done(shared: &DeviceShared, issued: Issued, result: &Result<u64, Error>) {
+    let Some(at) = issued.at else { return };
+    let latency_ns = u64::try_from(at.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    match result {
+        Ok(bytes) => tracing::trace!(
+            target: "plugio::io",
+            parent: &shared.span,
+            bytes,
+            latency_ns,
+            "io completed"
+        ),
+        Err(error) => tracing::trace!(
+            target: "plugio::io",
+            parent: &shared.span,
+            %error,
+            latency_ns,
+            "io failed"
+        ),
     }
 }
 
@@ -666,64 +870,35 @@ impl Future for BioFuture<'_> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<BioResult> {
         let this = &mut *self;
-        match &mut this.state {
+        let issued = match &mut this.state {
             State::Init(init) => {
                 let init = init.take().expect("an Init state always holds its bio");
-                this.issue(init, cx)
-            }
-            State::Issued { uid, id } => {
-                let (uid, id) = (*uid, *id);
-                let ready = EngineCore::with_uid(uid, |ec| ec.bios.borrow_mut().take_result(id))
-                    .expect("a plugio IO future was moved to another core after its first poll");
-                if let Some(r) = ready {
-                    this.state = State::Done;
-                    #[cfg(feature = "trace-io")]
-                    this.trace_done(&r.result);
-                    return Poll::Ready(r);
-                }
-                // Not done yet: only this IO's own core can finish it. A
-                // future moved to another executor on this thread would
-                // otherwise find its old core's state (kept while busy)
-                // and wait forever: its plug is never flushed and its
-                // completions never come. (Checked only here, not on the
-                // ready path.)
-                assert!(
-                    plugio_executor::core_uid() == Some(uid),
-                    "a plugio IO future was moved to another core after its first poll"
-                );
-                EngineCore::with_uid(uid, |ec| {
-                    if let Some(bio) = ec.bios.borrow_mut().get_mut(id) {
-                        match &bio.waker {
-                            Some(w) if w.will_wake(cx.waker()) => {}
-                            _ => bio.waker = Some(cx.waker().clone()),
-                        }
+                match issue_inline(this.shared, init, cx) {
+                    Ok(issued) => {
+                        this.state = State::Issued(issued);
+                        return Poll::Pending;
                     }
-                });
-                Poll::Pending
+                    Err(r) => {
+                        this.state = State::Done;
+                        return Poll::Ready(r);
+                    }
+                }
             }
+            State::Issued(issued) => *issued,
             State::Done => panic!("a plugio IO future was polled after it completed"),
-        }
+        };
+        let r = std::task::ready!(issued.poll(cx));
+        this.state = State::Done;
+        #[cfg(feature = "trace-io")]
+        trace_done(this.shared, issued, &r.result);
+        Poll::Ready(r)
     }
 }
 
 impl Drop for BioFuture<'_> {
     fn drop(&mut self) {
-        if let State::Issued { uid, id } = self.state {
-            let Some(ec) = EngineCore::by_uid(uid) else {
-                // Not on the core's thread (or that thread is gone, and
-                // its bio table with it, after the driver drained the
-                // ring): the core frees the bio at this device's next
-                // completion batch or plug flush on it.
-                self.shared.orphan_remote(uid, id);
-                return;
-            };
-            let mut bios = ec.bios.borrow_mut();
-            if bios.take_result(id).is_none() {
-                if let Some(bio) = bios.get_mut(id) {
-                    bio.orphaned = true;
-                    bio.waker = None;
-                }
-            }
+        if let State::Issued(issued) = self.state {
+            issued.release(self.shared, None);
         }
     }
 }

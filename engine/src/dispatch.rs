@@ -22,7 +22,7 @@ use std::rc::Rc;
 
 use plugio_device::{IoOp, OpKind};
 
-use crate::bio::{Bio, BioBuf, BioTable};
+use crate::bio::{Bio, BioTable};
 use crate::clock;
 use crate::complete::Status;
 use crate::core::EngineCore;
@@ -201,9 +201,7 @@ fn build_iovecs(bios: &BioTable, rq: &mut Request) {
             let whole = bio.buf.first_iovec();
             if p.bio_offset == 0 && whole.iov_len as u64 == p.len_bytes && whole.iov_len > 0 {
                 rq.iovecs.push(whole);
-                if let BioBuf::One(b) = &bio.buf {
-                    rq.fixed_buf = b.fixed_index();
-                }
+                rq.fixed_buf = bio.buf.fixed();
                 return;
             }
         }
@@ -214,9 +212,7 @@ fn build_iovecs(bios: &BioTable, rq: &mut Request) {
         }
     }
     if let [p] = rq.pieces.as_slice() {
-        if let Some(BioBuf::One(b)) = bios.get(p.bio).map(|b| &b.buf) {
-            rq.fixed_buf = b.fixed_index();
-        }
+        rq.fixed_buf = bios.get(p.bio).and_then(|b| b.buf.fixed());
     }
 }
 

@@ -36,13 +36,21 @@ impl FileKey {
     /// The key of `path` (symlinks followed), or `None` when it cannot be
     /// stat'ed (the open then reports why).
     pub fn of(path: &Path) -> Option<FileKey> {
-        let m = std::fs::metadata(path).ok()?;
+        Some(Self::of_metadata(&std::fs::metadata(path).ok()?))
+    }
+
+    /// The key of an open file (`fstat`; no path walk).
+    pub fn of_file(file: &std::fs::File) -> Option<FileKey> {
+        Some(Self::of_metadata(&file.metadata().ok()?))
+    }
+
+    fn of_metadata(m: &std::fs::Metadata) -> FileKey {
         let ft = m.file_type();
-        Some(if ft.is_block_device() || ft.is_char_device() {
+        if ft.is_block_device() || ft.is_char_device() {
             FileKey::Device(m.rdev())
         } else {
             FileKey::Inode(m.dev(), m.ino())
-        })
+        }
     }
 }
 

@@ -80,6 +80,18 @@ pub struct DeviceOptions {
     /// buffer cache (`DmaBuf::cached`) instead of the allocator. Default
     /// true.
     pub buffer_cache: bool,
+    /// When a caller's buffer does not meet the device's direct-IO address
+    /// alignment (`mem_align_bytes`; a `Vec<u8>`'s heap memory, usually),
+    /// do the IO through an aligned buffer from
+    /// [`Device::alloc_buf`](crate::Device::alloc_buf) and a copy, counted
+    /// in [`IoStats::bounce_ios`](crate::IoStats::bounce_ios) and
+    /// `bounce_bytes`. Default true. `false` refuses such IO before
+    /// submission with
+    /// [`InvalidInput::Alignment`](plugio_device::InvalidInput::Alignment)
+    /// (`what: "buffer address"`), for callers that want every copy to be
+    /// their own. Offsets and lengths must be aligned either way (a copy
+    /// cannot fix them).
+    pub bounce_unaligned: bool,
     /// Keep iostats (`/proc/diskstats`-shaped counters and the plug's
     /// figures). Default true.
     pub iostats: bool,
@@ -120,6 +132,7 @@ impl Default for DeviceOptions {
             nomerges: 0,
             bio_cache: true,
             buffer_cache: true,
+            bounce_unaligned: true,
             iostats: true,
             cached_clock: true,
             max_merge_bytes: None,

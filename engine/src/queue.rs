@@ -132,6 +132,8 @@ pub(crate) struct Pending {
     pub bio_cache_misses: u64,
     pub fixed_buf_requests: u64,
     pub requeues: u64,
+    pub bounce_ios: u64,
+    pub bounce_bytes: u64,
     /// Something above is non-zero.
     pub dirty: bool,
 }
@@ -288,6 +290,8 @@ impl CoreDev {
             (&c.bio_cache_misses, &mut p.bio_cache_misses),
             (&c.fixed_buf_requests, &mut p.fixed_buf_requests),
             (&c.requeues, &mut p.requeues),
+            (&c.bounce_ios, &mut p.bounce_ios),
+            (&c.bounce_bytes, &mut p.bounce_bytes),
         ] {
             if *v != 0 {
                 counter.add(*v);

@@ -8,12 +8,16 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use plugio_device::{Backend, Error, Geometry};
+use plugio_device::{Backend, DmaBuf, Error, Geometry};
 
-use crate::bio::BioId;
+use crate::bio::{BioId, Keep};
 use crate::options::{DeviceOptions, TagSharing};
 use crate::stats::{CoreCounters, IoStats};
 use crate::tag::{TagOptions, TagSet, TagStats};
+
+/// A bio whose future was dropped on another thread: its core's uid, its
+/// id, and the memory the kernel may still use.
+pub(crate) type RemoteOrphan = (u64, BioId, Option<Keep>);
 
 static NEXT_DEVICE_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -37,11 +41,16 @@ pub(crate) struct DeviceShared {
     /// The iostats counters of every core that used the device.
     pub counters: Mutex<Vec<Arc<CoreCounters>>>,
     /// Bios of this device whose futures were dropped on a thread other
-    /// than their core's: `(core uid, bio)`. Their core takes its own at
-    /// its next completion batch or plug flush on this device.
-    remote_orphans: Mutex<Vec<(u64, BioId)>>,
+    /// than their core's: `(core uid, bio, the memory it keeps)`. Their
+    /// core takes its own at its next completion batch or plug flush on
+    /// this device.
+    remote_orphans: Mutex<Vec<RemoteOrphan>>,
     /// `remote_orphans` is not empty (one load per batch to check).
     remote_orphans_pending: AtomicBool,
+    /// `(memory, block)` alignments a caller's buffer must meet to be used
+    /// as is; `None` when any memory goes (buffered IO) or bouncing is off
+    /// (`DeviceOptions::bounce_unaligned`: the check then refuses it).
+    pub bounce_align: Option<(usize, usize)>,
     /// The device's `tracing` span (`plugio_device`, with `dev`, `path`,
     /// `backend`): the parent of the engine's events about this device.
     /// Disabled (a few words, nothing recorded) when no subscriber is
@@ -90,6 +99,7 @@ impl DeviceShared {
             .max_merge_bytes
             .unwrap_or(max_request_bytes)
             .min(max_request_bytes);
+        let bounce_align = bounce_align(&geometry, &opts);
         // Relaxed: a unique counter; no other memory depends on it.
         let id = NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed);
         let span = tracing::info_span!(
@@ -119,23 +129,36 @@ impl DeviceShared {
             handles: AtomicUsize::new(1),
             remote_orphans: Mutex::new(Vec::new()),
             remote_orphans_pending: AtomicBool::new(false),
+            bounce_align,
         })
     }
 
+    /// A buffer aligned for the device's direct IO (see
+    /// [`Device::alloc_buf`](crate::Device::alloc_buf)).
+    pub fn alloc_buf(&self, len_bytes: usize) -> DmaBuf {
+        let align = self.geometry.mem_align_bytes() as usize;
+        if self.opts.buffer_cache && align <= plugio_device::buf::cache::CACHE_ALIGN_BYTES {
+            DmaBuf::registered(len_bytes, align).unwrap_or_else(|| DmaBuf::cached(len_bytes))
+        } else {
+            DmaBuf::heap(len_bytes, align)
+        }
+    }
+
     /// Records that the future of bio `id` of core `uid` was dropped on
-    /// another thread (it cannot touch that core's bio table).
-    pub fn orphan_remote(&self, uid: u64, id: BioId) {
+    /// another thread (it cannot touch that core's bio table), with the
+    /// memory the bio must keep until it completes.
+    pub fn orphan_remote(&self, uid: u64, id: BioId, keep: Option<Keep>) {
         self.remote_orphans
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push((uid, id));
+            .push((uid, id, keep));
         // Release: the entry is visible to whoever sees the flag.
         self.remote_orphans_pending.store(true, Ordering::Release);
     }
 
     /// Moves the remote drops of core `uid` into `out`.
     #[inline]
-    pub fn take_remote_orphans(&self, uid: u64, out: &mut Vec<BioId>) {
+    pub fn take_remote_orphans(&self, uid: u64, out: &mut Vec<RemoteOrphan>) {
         // Acquire pairs with the Release store in `orphan_remote`.
         if !self.remote_orphans_pending.load(Ordering::Acquire) {
             return;
@@ -144,14 +167,14 @@ impl DeviceShared {
             .remote_orphans
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        q.retain(|&(u, id)| {
-            if u == uid {
-                out.push(id);
-                false
+        let mut i = 0;
+        while i < q.len() {
+            if q[i].0 == uid {
+                out.push(q.swap_remove(i));
             } else {
-                true
+                i += 1;
             }
-        });
+        }
         if q.is_empty() {
             // Relaxed: under the lock that guards the queue.
             self.remote_orphans_pending.store(false, Ordering::Relaxed);
@@ -195,6 +218,13 @@ impl DeviceShared {
     pub fn tags_for(&self, core: usize) -> &TagSet {
         &self.tag_sets[core.min(self.tag_sets.len() - 1)]
     }
+}
+
+/// See [`DeviceShared::bounce_align`].
+fn bounce_align(geometry: &Geometry, opts: &DeviceOptions) -> Option<(usize, usize)> {
+    let mem = geometry.mem_align_bytes() as usize;
+    let block = geometry.offset_align_bytes() as usize;
+    (opts.bounce_unaligned && (mem > 1 || block > 1)).then_some((mem, block))
 }
 
 fn add_tag_stats(a: &mut TagStats, b: &TagStats) {

@@ -71,6 +71,8 @@ pub(crate) struct CoreCounters {
     pub bio_cache_misses: Counter,
     pub fixed_buf_requests: Counter,
     pub requeues: Counter,
+    pub bounce_ios: Counter,
+    pub bounce_bytes: Counter,
 }
 
 /// The core-local side of `in_flight` / `io_ticks` / `time_in_queue`.
@@ -196,6 +198,14 @@ pub struct IoStats {
     /// whose completion was short or failed, alone (so merging never
     /// changes an IO's result).
     pub requeues: u64,
+    /// IOs whose caller's buffer did not meet the device's direct-IO
+    /// alignment and went through an aligned bounce buffer and a copy (see
+    /// [`Device::read_at`](crate::Device::read_at) and
+    /// [`DeviceOptions::bounce_unaligned`](crate::DeviceOptions::bounce_unaligned)).
+    pub bounce_ios: u64,
+    /// Bytes those IOs covered (copied in before a write, out after a
+    /// read: at most this many).
+    pub bounce_bytes: u64,
     /// Tag allocation figures (batch sizes, partial batches, waits).
     pub tags: TagStats,
 }
@@ -217,6 +227,8 @@ impl IoStats {
         self.bio_cache_misses += c.bio_cache_misses.get();
         self.fixed_buf_requests += c.fixed_buf_requests.get();
         self.requeues += c.requeues.get();
+        self.bounce_ios += c.bounce_ios.get();
+        self.bounce_bytes += c.bounce_bytes.get();
     }
 
     /// The figures of the interval between the snapshot `earlier` and this
@@ -261,6 +273,8 @@ impl IoStats {
             bio_cache_misses: d(self.bio_cache_misses, earlier.bio_cache_misses),
             fixed_buf_requests: d(self.fixed_buf_requests, earlier.fixed_buf_requests),
             requeues: d(self.requeues, earlier.requeues),
+            bounce_ios: d(self.bounce_ios, earlier.bounce_ios),
+            bounce_bytes: d(self.bounce_bytes, earlier.bounce_bytes),
             tags: self.tags.delta(&earlier.tags),
         }
     }

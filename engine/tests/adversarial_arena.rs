@@ -85,7 +85,7 @@ fn more_buffers_than_arena_chunks_held_at_once_and_dropped_remotely() {
                     );
                 }
                 drop(all);
-                let reads = (0..200u64).map(|i| dev.read_at(i * 4096, 4096));
+                let reads = (0..200u64).map(|i| dev.read_alloc_at(i * 4096, 4096));
                 for (i, r) in futures::future::join_all(reads)
                     .await
                     .into_iter()
@@ -133,7 +133,8 @@ fn reads_across_end_of_file_into_reused_arena_chunks() {
                     .collect();
                 drop(junk);
                 let off = (round % 5) * 4096;
-                let reads = (0..4u64).map(|k| dev.read_at(off + k * 4096, 4096 * (1 + k as usize)));
+                let reads =
+                    (0..4u64).map(|k| dev.read_alloc_at(off + k * 4096, 4096 * (1 + k as usize)));
                 for (k, r) in futures::future::join_all(reads)
                     .await
                     .into_iter()
@@ -171,7 +172,7 @@ fn read_at_on_a_runtime_whose_registration_failed() {
             let st = arena_stats();
             println!("arena: {st:?}");
             let dev = Device::open(&path, DeviceOptions::default()).expect("open");
-            let reads = (0..64u64).map(|i| dev.read_at(i * 16384, 16384));
+            let reads = (0..64u64).map(|i| dev.read_alloc_at(i * 16384, 16384));
             for (i, r) in futures::future::join_all(reads)
                 .await
                 .into_iter()
@@ -184,7 +185,7 @@ fn read_at_on_a_runtime_whose_registration_failed() {
             let mut b = dev.alloc_buf(8192);
             b.as_mut_slice().fill(0x42);
             dev.write_at(b, 8192).await.0.expect("write");
-            let r = dev.read_at(8192, 8192).await.expect("read back");
+            let r = dev.read_alloc_at(8192, 8192).await.expect("read back");
             assert!(r.as_slice().iter().all(|&x| x == 0x42));
             if let Some(st) = st {
                 assert!(!st.registered, "a 1.1 GiB buffer was registered?");
@@ -214,7 +215,7 @@ fn io_futures_dropped_on_another_thread_give_their_buffers_back() {
             for i in 0..64u64 {
                 let b = dev.alloc_buf(4096);
                 assert!(b.is_from_arena());
-                let mut f = Box::pin(dev.read_into(b, i * 4096));
+                let mut f = Box::pin(dev.read_at(b, i * 4096));
                 let waker = futures::task::noop_waker();
                 let mut cx = std::task::Context::from_waker(&waker);
                 assert!(f.as_mut().poll(&mut cx).is_pending());
@@ -232,7 +233,7 @@ fn io_futures_dropped_on_another_thread_give_their_buffers_back() {
                 plugio_executor::sleep(Duration::from_millis(1)).await;
             }
             // The core learns of remote drops at the device's next IO.
-            drop(dev.read_at(0, 4096).await.expect("read"));
+            drop(dev.read_alloc_at(0, 4096).await.expect("read"));
             let bufs: Vec<DmaBuf> = (0..64).map(|_| dev.alloc_buf(4096)).collect();
             let from_arena = bufs.iter().filter(|b| b.is_from_arena()).count();
             assert_eq!(

@@ -323,7 +323,7 @@ fn run(s: &Scenario, faults: Vec<Fault>, c: Config) -> Vec<Out> {
                     let err = |e: plugio_device::Error| format!("{:?}", e.kind());
                     match op {
                         Op::Read { off, len } if drop_after.is_some() => {
-                            let read = dev.read_at(off, len as usize);
+                            let read = dev.read_alloc_at(off, len as usize);
                             let nap = async {
                                 for _ in 0..drop_after.unwrap_or(0) {
                                     plugio_executor::sleep(Duration::from_micros(1)).await;
@@ -338,7 +338,7 @@ fn run(s: &Scenario, faults: Vec<Fault>, c: Config) -> Vec<Out> {
                             }
                         }
                         Op::Read { off, len } => Out::Read(
-                            dev.read_at(off, len as usize)
+                            dev.read_alloc_at(off, len as usize)
                                 .await
                                 .map(|b| b.as_slice().to_vec())
                                 .map_err(err),
@@ -361,7 +361,7 @@ fn run(s: &Scenario, faults: Vec<Fault>, c: Config) -> Vec<Out> {
                             x.as_mut_slice().copy_from_slice(&data[..a as usize]);
                             let mut y = dev.alloc_buf(b as usize);
                             y.as_mut_slice().copy_from_slice(&data[a as usize..]);
-                            Out::Write(dev.writev(vec![x, y], off).await.0.map_err(err))
+                            Out::Write(dev.writev_at(vec![x, y], off).await.0.map_err(err))
                         }
                         Op::ReadV { off, lens } => {
                             let bufs = lens
@@ -372,7 +372,7 @@ fn run(s: &Scenario, faults: Vec<Fault>, c: Config) -> Vec<Out> {
                                     b
                                 })
                                 .collect();
-                            let (r, bufs) = dev.readv(bufs, off).await;
+                            let (r, bufs) = dev.readv_at(bufs, off).await;
                             Out::Read(
                                 r.map(|n| {
                                     let v: Vec<u8> = bufs
@@ -397,7 +397,7 @@ fn run(s: &Scenario, faults: Vec<Fault>, c: Config) -> Vec<Out> {
                             }
                             .map_err(err),
                         ),
-                        Op::Flush => Out::Flush(dev.flush().await.map_err(err)),
+                        Op::Flush => Out::Flush(dev.sync_data().await.map_err(err)),
                     }
                 }
             });
@@ -579,9 +579,9 @@ fn ios_dropped_while_being_reissued_leave_no_tag_and_no_corruption() {
                         rbuf.as_mut_slice().fill(0xEE);
                         let mut wbuf = dev.alloc_buf(8192);
                         wbuf.as_mut_slice().fill(0xC0 | (k as u8 & 0x0f));
-                        let r = dev.read_into(rbuf, off);
+                        let r = dev.read_at(rbuf, off);
                         let w = dev.write_at(wbuf, off + 4096);
-                        let r2 = dev.read_at(off + 2048, 4096);
+                        let r2 = dev.read_alloc_at(off + 2048, 4096);
                         let victims = futures::future::join3(r, w, r2);
                         let drive = steps(&tick, k);
                         futures::pin_mut!(victims, drive);
@@ -602,7 +602,7 @@ fn ios_dropped_while_being_reissued_leave_no_tag_and_no_corruption() {
                         }
                         assert_eq!(dev.tags_in_use(), 0);
                     }
-                    let got = dev.read_at(0, AREA as usize).await.expect("read back");
+                    let got = dev.read_alloc_at(0, AREA as usize).await.expect("read back");
                     for (b, chunk) in got.as_slice().chunks(512).enumerate() {
                         let first = chunk[0];
                         assert!(
@@ -647,7 +647,7 @@ fn ios_dropped_in_the_plug_and_waiting_for_tags_at_queue_depth_1() {
                         futs.push(futures::future::Either::Left(dev.write_at(b, i * 4096)));
                     } else {
                         futs.push(futures::future::Either::Right(
-                            dev.read_into(b, (i - 1) * 4096),
+                            dev.read_at(b, (i - 1) * 4096),
                         ));
                     }
                 }
@@ -669,7 +669,7 @@ fn ios_dropped_in_the_plug_and_waiting_for_tags_at_queue_depth_1() {
             let mut b = dev.alloc_buf(65536);
             b.as_mut_slice().fill(0x5a);
             dev.write_at(b, 0).await.0.expect("write");
-            let r = dev.read_at(0, 65536).await.expect("read");
+            let r = dev.read_alloc_at(0, 65536).await.expect("read");
             assert!(r.as_slice().iter().all(|&x| x == 0x5a));
             assert_eq!(dev.tags_in_use(), 0);
         });
@@ -744,7 +744,7 @@ fn many_devices_on_one_core_with_devices_closed_and_opened_mid_flight() {
                         let d3 = d.clone();
                         let id = *id;
                         futs.push(Box::pin(async move {
-                            let r = d3.read_at(roff, 8192).await.expect("read");
+                            let r = d3.read_alloc_at(roff, 8192).await.expect("read");
                             assert_eq!(
                                 r.as_slice(),
                                 &want[..],
@@ -788,7 +788,7 @@ fn many_devices_on_one_core_with_devices_closed_and_opened_mid_flight() {
                 let peek =
                     Device::with_backend(vm.clone(), None, DeviceOptions::default()).unwrap();
                 for _ in 0..1000 {
-                    let r = peek.read_at(60 * 1024, 4096).await.expect("peek");
+                    let r = peek.read_alloc_at(60 * 1024, 4096).await.expect("peek");
                     got.copy_from_slice(r.as_slice());
                     if got[0] != 0 {
                         break;
@@ -801,7 +801,7 @@ fn many_devices_on_one_core_with_devices_closed_and_opened_mid_flight() {
                 );
             }
             for (id, _, d, model) in &devs {
-                let r = d.read_at(0, AREA as usize).await.expect("read all");
+                let r = d.read_alloc_at(0, AREA as usize).await.expect("read all");
                 assert!(
                     r.as_slice() == &model[..],
                     "device {id} differs from its model"
@@ -864,7 +864,7 @@ fn executors_one_after_another_on_one_thread_share_devices_safely() {
                 let off = u64::from(round % 8) * 8192;
                 let mut w = dev.alloc_buf(8192);
                 w.as_mut_slice().fill(round as u8 + 1);
-                let (r, x) = futures::join!(dev.write_at(w, off), dev.read_at(off, 8192));
+                let (r, x) = futures::join!(dev.write_at(w, off), dev.read_alloc_at(off, 8192));
                 r.0.expect("write");
                 assert!(x
                     .expect("read")
@@ -872,7 +872,7 @@ fn executors_one_after_another_on_one_thread_share_devices_safely() {
                     .iter()
                     .all(|&v| v == round as u8 + 1));
                 // Leave one IO issued but unfinished on this executor.
-                let mut f: Held<'_> = Box::pin(dev.read_into(dev.alloc_buf(4096), off));
+                let mut f: Held<'_> = Box::pin(dev.read_at(dev.alloc_buf(4096), off));
                 let waker = futures::task::noop_waker();
                 let mut cx = std::task::Context::from_waker(&waker);
                 assert!(f.as_mut().poll(&mut cx).is_pending());
@@ -883,7 +883,7 @@ fn executors_one_after_another_on_one_thread_share_devices_safely() {
         }
         drop(held);
         // Off every executor: IO fails cleanly.
-        let mut f = Box::pin(dev.read_at(0, 4096));
+        let mut f = Box::pin(dev.read_alloc_at(0, 4096));
         let waker = futures::task::noop_waker();
         let mut cx = std::task::Context::from_waker(&waker);
         match f.as_mut().poll(&mut cx) {
@@ -985,7 +985,7 @@ proptest! {
                         async move {
                             let err = |e: plugio_device::Error| format!("{:?}", e.kind());
                             match op {
-                                Op::Read { off, len } => Out::Read(dev.read_at(off, len as usize).await.map(|b| b.as_slice().to_vec()).map_err(err)),
+                                Op::Read { off, len } => Out::Read(dev.read_alloc_at(off, len as usize).await.map(|b| b.as_slice().to_vec()).map_err(err)),
                                 Op::Write { off, len, fua, seed } => {
                                     let mut b = dev.alloc_buf(len as usize);
                                     b.as_mut_slice().copy_from_slice(&fill(seed, off, len as usize));
@@ -998,15 +998,15 @@ proptest! {
                                     x.as_mut_slice().copy_from_slice(&data[..a as usize]);
                                     let mut y = dev.alloc_buf(b as usize);
                                     y.as_mut_slice().copy_from_slice(&data[a as usize..]);
-                                    Out::Write(dev.writev(vec![x, y], off).await.0.map_err(err))
+                                    Out::Write(dev.writev_at(vec![x, y], off).await.0.map_err(err))
                                 }
                                 Op::ReadV { off, lens } => {
                                     let bufs = lens.iter().map(|&l| dev.alloc_buf(l as usize)).collect();
-                                    let (r, bufs) = dev.readv(bufs, off).await;
+                                    let (r, bufs) = dev.readv_at(bufs, off).await;
                                     Out::Read(r.map(|_| bufs.iter().flat_map(|b| b.as_slice().iter().copied()).collect()).map_err(err))
                                 }
                                 Op::Zero { off, len, discard } => Out::Flush(if discard { dev.discard(off, len).await } else { dev.write_zeroes(off, len).await }.map_err(err)),
-                        Op::Flush => Out::Flush(dev.flush().await.map_err(err)),
+                        Op::Flush => Out::Flush(dev.sync_data().await.map_err(err)),
                             }
                         }
                     });
@@ -1081,7 +1081,7 @@ fn short_transfers_resume_on_a_core_with_more_than_64_devices() {
             }
             // Now each alone: a 16 KiB read resumes 7 times.
             for (i, (_, d)) in devs.iter().enumerate().rev() {
-                let r = d.read_at(0, 16384).await.expect("read");
+                let r = d.read_alloc_at(0, 16384).await.expect("read");
                 assert_eq!(r.len(), 16384, "device {i}");
                 assert!(r.as_slice()[..1024].iter().all(|&x| x == i as u8));
                 assert_eq!(d.tags_in_use(), 0);
@@ -1191,7 +1191,7 @@ fn three_cores_share_two_tags_with_requeues_and_drops() {
                             assert_eq!(r.expect("write"), 4096);
                         }
                         // Some reads are dropped after a few sleeps.
-                        let dropped = dev.read_at(base, 16384);
+                        let dropped = dev.read_alloc_at(base, 16384);
                         let nap = async {
                             for _ in 0..(round % 4) {
                                 plugio_executor::sleep(Duration::from_micros(1)).await;
@@ -1199,7 +1199,7 @@ fn three_cores_share_two_tags_with_requeues_and_drops() {
                         };
                         futures::pin_mut!(dropped, nap);
                         let _ = futures::future::select(dropped, nap).await;
-                        let r = dev.read_at(base, 16384).await.expect("read");
+                        let r = dev.read_alloc_at(base, 16384).await.expect("read");
                         assert!(
                             r.as_slice().iter().all(|&x| x == byte),
                             "core {core} round {round}: read back wrong bytes"
@@ -1261,7 +1261,7 @@ fn thousands_of_ios_in_one_tick_on_a_file() {
                 for (r, _) in futures::future::join_all(writes).await {
                     assert_eq!(r.expect("write"), 4096);
                 }
-                let reads = order.iter().map(|&p| dev.read_at(p * 4096, 4096));
+                let reads = order.iter().map(|&p| dev.read_alloc_at(p * 4096, 4096));
                 for (r, &p) in futures::future::join_all(reads)
                     .await
                     .into_iter()
@@ -1295,7 +1295,7 @@ fn idle_core_states_retire_cleanly_across_executors() {
             ex.run(async move {
                 let mut b = dev.alloc_buf(4096);
                 b.as_mut_slice().fill(round as u8);
-                let (w, r) = futures::join!(dev.write_at(b, 0), dev.read_at(0, 4096));
+                let (w, r) = futures::join!(dev.write_at(b, 0), dev.read_alloc_at(0, 4096));
                 w.0.expect("write");
                 assert!(r
                     .expect("read")
@@ -1345,7 +1345,7 @@ fn huge_split_read_with_a_fault_in_a_middle_part() {
                 b.as_mut_slice().copy_from_slice(&data);
                 dev.write_at(b, 0).await.0.expect("write");
                 m.inject(fault);
-                let r = dev.read_at(0, BIG).await;
+                let r = dev.read_alloc_at(0, BIG).await;
                 if is_eio {
                     assert!(r.is_err(), "EIO in a middle part must fail the read");
                 } else {
@@ -1354,7 +1354,10 @@ fn huge_split_read_with_a_fault_in_a_middle_part() {
                     assert!(r.as_slice() == &data[..r.len()]);
                 }
                 // The device still serves reads around the bad block.
-                let after = dev.read_at(31 * 65536, 65536).await.expect("later part");
+                let after = dev
+                    .read_alloc_at(31 * 65536, 65536)
+                    .await
+                    .expect("later part");
                 assert!(after.as_slice() == &data[31 * 65536..32 * 65536]);
                 assert_eq!(dev.tags_in_use(), 0);
             });
@@ -1386,7 +1389,7 @@ fn an_io_dropped_in_the_plug_as_run_returns_does_not_pin_the_device() {
         // A new executor on this thread, with IO of its own.
         let other = Device::with_backend(mem_dev(2, 10), None, DeviceOptions::default()).unwrap();
         local().run(async {
-            other.read_at(0, 4096).await.expect("read");
+            other.read_alloc_at(0, 4096).await.expect("read");
         });
         assert_eq!(
             Arc::strong_count(&m),
@@ -1417,7 +1420,7 @@ fn an_executor_dropped_with_requeueing_io_in_flight_at_queue_depth_1() {
             let dev = Device::with_backend(backend, None, opts).unwrap();
             let ex = local();
             ex.run(async {
-                let ios = (0..6u64).map(|i| dev.read_at(i * 8192, 8192));
+                let ios = (0..6u64).map(|i| dev.read_alloc_at(i * 8192, 8192));
                 let all = futures::future::join_all(ios);
                 futures::pin_mut!(all);
                 let nap = async {
@@ -1430,7 +1433,10 @@ fn an_executor_dropped_with_requeueing_io_in_flight_at_queue_depth_1() {
             });
             drop(ex);
             local().run(async {
-                let r = dev.read_at(0, 8192).await.expect("read on a new executor");
+                let r = dev
+                    .read_alloc_at(0, 8192)
+                    .await
+                    .expect("read on a new executor");
                 assert_eq!(r.len(), 8192);
             });
             drop(dev);
@@ -1438,7 +1444,7 @@ fn an_executor_dropped_with_requeueing_io_in_flight_at_queue_depth_1() {
             let other =
                 Device::with_backend(mem_dev(3, 10), None, DeviceOptions::default()).unwrap();
             local().run(async {
-                other.read_at(0, 4096).await.expect("read");
+                other.read_alloc_at(0, 4096).await.expect("read");
             });
             assert_eq!(
                 Arc::strong_count(&m),
@@ -1467,7 +1473,7 @@ fn explicit_plug_held_across_awaits_and_past_its_executor() {
                     .0
                     .expect("write under a plug");
                 let r = dev
-                    .read_at(i * 4096, 4096)
+                    .read_alloc_at(i * 4096, 4096)
                     .await
                     .expect("read under a plug");
                 assert!(r.as_slice().iter().all(|&x| x == i as u8));
@@ -1482,12 +1488,12 @@ fn explicit_plug_held_across_awaits_and_past_its_executor() {
         });
         local().run(async {
             for i in 0..20u64 {
-                let r = dev.read_at(i * 4096, 4096).await.expect("read");
+                let r = dev.read_alloc_at(i * 4096, 4096).await.expect("read");
                 assert!(r.as_slice().iter().all(|&x| x == i as u8));
             }
             drop(guard);
             let r = dev
-                .read_at(0, 4096)
+                .read_alloc_at(0, 4096)
                 .await
                 .expect("read after the old guard");
             assert!(r.as_slice().iter().all(|&x| x == 0));
@@ -1520,9 +1526,9 @@ fn a_per_op_eagain_issues_the_request_again_with_the_same_result() {
             for _ in 0..3 {
                 m.inject(Fault::Eagain { ops: 1 });
             }
-            let r = dev.read_at(0, 8192).await.expect("read after EAGAIN");
+            let r = dev.read_alloc_at(0, 8192).await.expect("read after EAGAIN");
             assert!(r.as_slice()[..4096] == a[..] && r.as_slice()[4096..] == b[..]);
-            dev.flush().await.expect("flush after EAGAIN");
+            dev.sync_data().await.expect("flush after EAGAIN");
             dev.nop().await.expect("nop after EAGAIN");
             assert_eq!(dev.iostats().requeues, 4, "one requeue per EAGAIN");
             assert_eq!(dev.tags_in_use(), 0);
@@ -1540,11 +1546,14 @@ fn eagain_for_good_ends_the_io_with_the_error() {
         let dev = Device::with_backend(m.clone(), None, DeviceOptions::default()).unwrap();
         local().run(async move {
             m.inject(Fault::Eagain { ops: 1_000 });
-            let e = dev.read_at(0, 4096).await.expect_err("EAGAIN for good");
+            let e = dev
+                .read_alloc_at(0, 4096)
+                .await
+                .expect_err("EAGAIN for good");
             assert_eq!(e.errno(), libc::EAGAIN, "{e}");
             assert_eq!(dev.iostats().requeues, 64);
             m.clear_faults();
-            dev.read_at(0, 4096)
+            dev.read_alloc_at(0, 4096)
                 .await
                 .expect("read once the fault is gone");
             assert_eq!(dev.tags_in_use(), 0);
@@ -1595,7 +1604,10 @@ fn overlapping_writes_wait_only_for_what_they_overlap() {
                 "overlapping writes serialized more than their overlaps: {took:?}"
             );
             for off in 0..16usize {
-                let r = dev.read_at(off as u64 * 8192, 4096).await.expect("read");
+                let r = dev
+                    .read_alloc_at(off as u64 * 8192, 4096)
+                    .await
+                    .expect("read");
                 assert!(
                     r.as_slice() == &block(48 + off)[..],
                     "offset {off}: last writer wins"
@@ -1604,7 +1616,7 @@ fn overlapping_writes_wait_only_for_what_they_overlap() {
             // Write then read of the same block in one tick: the read sees it.
             let mut b = dev.alloc_buf(4096);
             b.as_mut_slice().fill(0xab);
-            let (w, r) = futures::join!(dev.write_at(b, 8192), dev.read_at(8192, 4096));
+            let (w, r) = futures::join!(dev.write_at(b, 8192), dev.read_alloc_at(8192, 4096));
             w.0.expect("write");
             assert!(r.expect("read").as_slice().iter().all(|&x| x == 0xab));
             assert_eq!(dev.tags_in_use(), 0);
@@ -1638,7 +1650,7 @@ fn handles_opened_twice_on_one_file_share_one_ordering_domain() {
                 let (ra, rb) = futures::join!(a.write_at(ba, off), b.write_at(bb, off + 4096));
                 ra.0.expect("write a");
                 rb.0.expect("write b");
-                let r = a.read_at(off, 8192).await.expect("read");
+                let r = a.read_alloc_at(off, 8192).await.expect("read");
                 assert!(
                     r.as_slice()[..4096].iter().all(|&x| x == 1),
                     "trial {trial}"
@@ -1664,7 +1676,7 @@ fn handles_opened_twice_on_one_file_share_one_ordering_domain() {
             // The shared state closed with its last handle; a new open with
             // the first options gets a fresh one.
             let d = Device::open(&path, DeviceOptions::default()).expect("open d");
-            d.read_at(0, 4096).await.expect("read d");
+            d.read_alloc_at(0, 4096).await.expect("read d");
             assert_eq!(d.iostats().write.ios, 0);
         });
     });
@@ -1700,7 +1712,7 @@ fn overlap_order_off_orders_nothing() {
                     dev.write_at(b, 0)
                 });
                 let (results, flushed) =
-                    futures::join!(futures::future::join_all(writes), dev.flush());
+                    futures::join!(futures::future::join_all(writes), dev.sync_data());
                 flushed.expect("flush");
                 for (r, _) in results {
                     r.expect("write");
@@ -1708,7 +1720,7 @@ fn overlap_order_off_orders_nothing() {
                 let took = m.now() - t0;
                 if ordered {
                     assert!(took >= 32 * LAT, "ordered: {took:?}");
-                    let r = dev.read_at(0, 4096).await.expect("read");
+                    let r = dev.read_alloc_at(0, 4096).await.expect("read");
                     assert!(r.as_slice().iter().all(|&x| x == 31), "last writer wins");
                 } else {
                     assert!(took <= 2 * LAT, "unordered: all at once: {took:?}");

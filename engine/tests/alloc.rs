@@ -103,7 +103,7 @@ fn steady_state_read_into_loop_allocates_nothing_per_io() {
         let dev = Device::open(&path, DeviceOptions::default()).expect("open");
         async fn pass(dev: &Device, mut b: plugio_device::DmaBuf, n: u64) -> plugio_device::DmaBuf {
             for i in 0..n {
-                let (r, back) = dev.read_into(b, i * 4096 % (4 << 20)).await;
+                let (r, back) = dev.read_at(b, i * 4096 % (4 << 20)).await;
                 assert_eq!(r.expect("read"), 4096);
                 b = back;
             }
@@ -139,7 +139,7 @@ fn steady_state_read_at_16_in_flight_allocates_nothing_per_io() {
                 // 16 reads in flight at once, buffers from the cache.
                 // (join_all of up to 30 futures makes exactly two vectors.)
                 for r in 0..n / 16 {
-                    let reads = (0..16u64).map(|i| dev.read_at((r * 16 + i) % 1024 * 4096, 4096));
+                    let reads = (0..16u64).map(|i| dev.read_alloc_at((r * 16 + i) % 1024 * 4096, 4096));
                     for b in futures::future::join_all(reads).await {
                         assert_eq!(b.expect("read").len(), 4096);
                     }

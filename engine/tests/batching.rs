@@ -50,9 +50,9 @@ fn adjacent_reads_into_adjacent_pages_merge_into_one_request_with_exact_bytes() 
         // File offsets 0, 4 KiB, 8 KiB into region offsets 4, 8, 12 KiB,
         // issued in one tick.
         let (a, b, c) = futures::join!(
-            dev.read_into(p1, 0),
-            dev.read_into(p2, 4096),
-            dev.read_into(p3, 8192)
+            dev.read_at(p1, 0),
+            dev.read_at(p2, 4096),
+            dev.read_at(p3, 8192)
         );
         for (i, (res, page)) in [a, b, c].into_iter().enumerate() {
             assert_eq!(res.expect("read"), 4096);
@@ -85,7 +85,7 @@ fn small_reads_spread_over_100_mib_are_not_merged_into_a_giant_read() {
             ..Default::default()
         };
         let dev = Device::open(&path, opts).expect("open buffered");
-        let reads = offsets.iter().map(|&o| dev.read_at(o, 100));
+        let reads = offsets.iter().map(|&o| dev.read_alloc_at(o, 100));
         let results = futures::future::join_all(reads).await;
         for (o, r) in offsets.iter().zip(results) {
             assert_eq!(r.expect("read").as_slice(), &pattern(*o, 100)[..]);
@@ -108,7 +108,7 @@ fn overlapping_writes_then_read(dev: Device) {
         let (wa, wb, r) = futures::join!(
             dev.write_at(a, 0),
             dev.write_at(b, 2048),
-            dev.read_at(0, 10240)
+            dev.read_alloc_at(0, 10240)
         );
         wa.0.expect("write A");
         wb.0.expect("write B");
@@ -116,7 +116,7 @@ fn overlapping_writes_then_read(dev: Device) {
         want[..8192].fill(0xAA);
         want[2048..6144].fill(0xBB);
         assert_eq!(r.expect("read").as_slice(), &want[..]);
-        let back = dev.read_at(0, 10240).await.expect("read back");
+        let back = dev.read_alloc_at(0, 10240).await.expect("read back");
         assert_eq!(back.as_slice(), &want[..]);
     });
 }
@@ -162,9 +162,9 @@ fn a_failing_merged_request_reissues_its_bios_alone() {
     let dev = Device::with_backend(m, None, DeviceOptions::default()).unwrap();
     local().run(async move {
         let (a, b, c) = futures::join!(
-            dev.read_at(0, 4096),
-            dev.read_at(4096, 4096),
-            dev.read_at(8192, 4096)
+            dev.read_alloc_at(0, 4096),
+            dev.read_alloc_at(4096, 4096),
+            dev.read_alloc_at(8192, 4096)
         );
         assert_eq!(a.expect("read before the bad block").len(), 4096);
         let e = b.expect_err("the read of the bad block fails");
@@ -199,7 +199,7 @@ fn a_short_transfer_mid_device_resumes_until_done() {
         let want = b.as_slice().to_vec();
         let (w, _) = dev.write_at(b, 65536).await;
         assert_eq!(w.expect("write"), 16384, "a short write resumes too");
-        let got = dev.read_at(65536, 16384).await.expect("read");
+        let got = dev.read_alloc_at(65536, 16384).await.expect("read");
         assert_eq!(got.len(), 16384);
         assert_eq!(got.as_slice(), &want[..]);
         let s = dev.iostats();
@@ -261,9 +261,9 @@ fn a_short_read_of_a_merged_request_gives_each_bio_its_share() {
     local().run(async {
         let dev = Device::open(&path, DeviceOptions::default()).expect("open");
         let (a, b, c) = futures::join!(
-            dev.read_at(0, 4096),
-            dev.read_at(4096, 4096),
-            dev.read_at(8192, 4096)
+            dev.read_alloc_at(0, 4096),
+            dev.read_alloc_at(4096, 4096),
+            dev.read_alloc_at(8192, 4096)
         );
         let (a, b, c) = (a.unwrap(), b.unwrap(), c.unwrap());
         assert_eq!((a.len(), b.len(), c.len()), (4096, 768, 0));
@@ -287,7 +287,7 @@ fn shuffled_sequential_reads(nomerges: u8) -> (u64, u64) {
             5u64, 4, 6, 7, 0, 1, 3, 2, 12, 13, 14, 15, 11, 10, 9, 8, 16, 17, 18, 19, 31, 30, 29,
             28, 20, 21, 22, 23, 27, 26, 25, 24,
         ];
-        let reads = order.iter().map(|&i| dev.read_at(i * 4096, 4096));
+        let reads = order.iter().map(|&i| dev.read_alloc_at(i * 4096, 4096));
         for r in futures::future::join_all(reads).await {
             assert_eq!(r.expect("read").len(), 4096);
         }
@@ -319,7 +319,7 @@ fn merges_stay_within_max_merge_bytes() {
     };
     let dev = Device::with_backend(m, None, opts).unwrap();
     local().run(async move {
-        let reads = (0..32u64).map(|i| dev.read_at(i * 4096, 4096));
+        let reads = (0..32u64).map(|i| dev.read_alloc_at(i * 4096, 4096));
         for r in futures::future::join_all(reads).await {
             r.expect("read");
         }
@@ -363,7 +363,8 @@ fn the_cached_clock_reads_once_per_batch() {
         local().run(async move {
             let before = plugio_engine::clock::reads();
             for round in 0..10u64 {
-                let reads = (0..32u64).map(|i| dev.read_at((round * 32 + i) % 200 * 4096, 4096));
+                let reads =
+                    (0..32u64).map(|i| dev.read_alloc_at((round * 32 + i) % 200 * 4096, 4096));
                 futures::future::join_all(reads).await;
             }
             plugio_engine::clock::reads() - before
@@ -394,7 +395,7 @@ fn iostats_off_counts_nothing_and_changes_no_result() {
         b.as_mut_slice().fill(3);
         dev.write_at(b, 0).await.0.expect("write");
         assert!(dev
-            .read_at(0, 4096)
+            .read_alloc_at(0, 4096)
             .await
             .unwrap()
             .as_slice()
@@ -412,8 +413,8 @@ fn iostats_look_like_diskstats() {
     local().run(async move {
         let b = dev.alloc_buf(8192);
         dev.write_at(b, 0).await.0.expect("write");
-        dev.flush().await.expect("flush");
-        dev.read_at(0, 4096).await.expect("read");
+        dev.sync_data().await.expect("flush");
+        dev.read_alloc_at(0, 4096).await.expect("read");
         let s = dev.iostats();
         assert_eq!((s.read.ios, s.read.sectors), (1, 8));
         assert_eq!((s.write.ios, s.write.sectors), (1, 16));

@@ -60,7 +60,7 @@ async fn io_round(dev: &Device) {
         assert_eq!(r.expect("write"), 4096);
     }
     for i in 0..64u64 {
-        let got = dev.read_at(i * 4096, 4096).await.expect("read");
+        let got = dev.read_alloc_at(i * 4096, 4096).await.expect("read");
         assert!(got.as_slice().iter().all(|&b| b == i as u8), "block {i}");
     }
 }
@@ -71,7 +71,7 @@ fn run_with_full_pool(ex: &LocalExecutor, path: std::path::PathBuf) -> usize {
         let stuck = fill_blocking_pool(&gate).await;
         let dev = Device::open(&path, DeviceOptions::default()).expect("open");
         io_round(&dev).await;
-        dev.flush().await.expect("flush");
+        dev.sync_data().await.expect("flush");
         let still_queued = BlockingPool::current().expect("core").queued();
         gate.open();
         for h in stuck {

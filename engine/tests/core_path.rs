@@ -46,8 +46,8 @@ fn write_then_read_back_through_the_whole_path() {
             .copy_from_slice(&pattern(4096, 64 * 1024, 7));
         let (res, _) = dev.write_at(buf, 4096).await;
         assert_eq!(res.expect("write"), 64 * 1024);
-        dev.flush().await.expect("flush");
-        let got = dev.read_at(4096, 64 * 1024).await.expect("read");
+        dev.sync_data().await.expect("flush");
+        let got = dev.read_alloc_at(4096, 64 * 1024).await.expect("read");
         assert_eq!(got.as_slice(), &pattern(4096, 64 * 1024, 7)[..]);
         assert_eq!(dev.tags_in_use(), 0);
     });
@@ -60,12 +60,12 @@ fn short_reads_at_end_of_file() {
     let ex = local();
     ex.run(async {
         let dev = Device::open(&path, DeviceOptions::default()).expect("open");
-        let a = dev.read_at(0, 8192).await.expect("read 0");
+        let a = dev.read_alloc_at(0, 8192).await.expect("read 0");
         assert_eq!(a.len(), 4864);
         assert_eq!(a.as_slice(), &pattern(0, 4864, 1)[..]);
-        let b = dev.read_at(4096, 4096).await.expect("read 4k");
+        let b = dev.read_alloc_at(4096, 4096).await.expect("read 4k");
         assert_eq!(b.len(), 768);
-        let c = dev.read_at(8192, 4096).await.expect("read 8k");
+        let c = dev.read_alloc_at(8192, 4096).await.expect("read 8k");
         assert_eq!(c.len(), 0);
     });
 }
@@ -88,7 +88,7 @@ fn dropped_in_flight_reads_never_corrupt_memory_or_leak_tags() {
             // 64 reads issued, then dropped while plugged or in flight.
             {
                 let mut futs: Vec<_> = (0..64u64)
-                    .map(|i| Box::pin(dev.read_at(((round * 64 + i) % 256) * 4096, 4096)))
+                    .map(|i| Box::pin(dev.read_alloc_at(((round * 64 + i) % 256) * 4096, 4096)))
                     .collect();
                 for f in futs.iter_mut() {
                     assert!(poll_once(f.as_mut()).is_pending());
@@ -100,7 +100,10 @@ fn dropped_in_flight_reads_never_corrupt_memory_or_leak_tags() {
             // Reuse memory right away: these buffers may land where the
             // dropped futures' buffers would have been.
             let mut junk: Vec<Vec<u8>> = (0..64).map(|_| vec![0xAB; 4096]).collect();
-            let check = dev.read_at((round % 256) * 4096, 4096).await.expect("read");
+            let check = dev
+                .read_alloc_at((round % 256) * 4096, 4096)
+                .await
+                .expect("read");
             let off = (round % 256) * 4096;
             assert_eq!(
                 check.as_slice(),
@@ -143,11 +146,11 @@ fn a_request_above_the_limit_is_split_and_parts_wait_for_tags() {
         // 64 requests through 4 tags.
         let (res, _) = dev.write_at(buf, 0).await;
         assert_eq!(res.expect("split write"), 256 * 1024);
-        let got = dev.read_at(0, 256 * 1024).await.expect("split read");
+        let got = dev.read_alloc_at(0, 256 * 1024).await.expect("split read");
         assert_eq!(got.as_slice(), &pattern(0, 256 * 1024, 9)[..]);
         // A split read across end of file: the prefix before EOF.
         let short = dev
-            .read_at(size as u64 - 8192, 64 * 1024)
+            .read_alloc_at(size as u64 - 8192, 64 * 1024)
             .await
             .expect("eof read");
         assert_eq!(short.len(), 8192);
@@ -166,25 +169,31 @@ fn bad_input_is_refused_before_submission_and_others_are_unaffected() {
             let dev = dev.clone();
             async move {
                 for i in 0..64u64 {
-                    let b = dev.read_at(i * 4096, 4096).await.expect("good read");
+                    let b = dev.read_alloc_at(i * 4096, 4096).await.expect("good read");
                     assert_eq!(b.as_slice(), &pattern(i * 4096, 4096, 5)[..]);
                 }
             }
         });
-        let err = dev.read_at(100, 4096).await.expect_err("unaligned offset");
+        let err = dev
+            .read_alloc_at(100, 4096)
+            .await
+            .expect_err("unaligned offset");
         assert!(matches!(
             err.kind(),
             ErrorKind::InvalidInput(InvalidInput::Alignment { what: "offset", .. })
         ));
         assert!(err.to_string().contains("offset"), "{err}");
-        let err = dev.read_at(0, 1000).await.expect_err("unaligned length");
+        let err = dev
+            .read_alloc_at(0, 1000)
+            .await
+            .expect_err("unaligned length");
         assert!(matches!(err.kind(), ErrorKind::InvalidInput(_)), "{err}");
-        let err = dev.read_at(0, 0).await.expect_err("zero length");
+        let err = dev.read_alloc_at(0, 0).await.expect_err("zero length");
         assert!(matches!(
             err.kind(),
             ErrorKind::InvalidInput(InvalidInput::Length { len_bytes: 0, .. })
         ));
-        let err = dev.read_at(0, 1 << 31).await.expect_err("too large");
+        let err = dev.read_alloc_at(0, 1 << 31).await.expect_err("too large");
         assert!(matches!(
             err.kind(),
             ErrorKind::InvalidInput(InvalidInput::Length { .. })
@@ -243,7 +252,7 @@ fn ten_thousand_ios(tag_sharing: plugio_engine::TagSharing) {
                     plugio_executor::spawn(async move {
                         let off = ((i * 7 + core) % 256) as u64 * 4096;
                         let t0 = Instant::now();
-                        let b = dev.read_at(off, 4096).await.expect("read");
+                        let b = dev.read_alloc_at(off, 4096).await.expect("read");
                         assert_eq!(b.as_slice(), &pattern(off, 4096, 11)[..]);
                         t0.elapsed()
                     })
@@ -292,11 +301,11 @@ fn shutdown_with_io_plugged_and_in_flight_ends_with_no_tags_in_use() {
                 for i in 0..256u64 {
                     let dev = dev.clone();
                     drop(plugio_executor::spawn(async move {
-                        let _ = dev.read_at(i * 4096, 4096).await;
+                        let _ = dev.read_alloc_at(i * 4096, 4096).await;
                     }));
                 }
                 // Issue more and never finish: shutdown finds them plugged.
-                let mut f = pin!(dev.read_at(0, 4096));
+                let mut f = pin!(dev.read_alloc_at(0, 4096));
                 let _ = poll_once(f.as_mut());
                 std::future::pending::<()>().await;
             }));
@@ -320,16 +329,16 @@ fn runtime_buffers_use_the_registered_arena() {
     ex.run(async {
         let registered = plugio_device::buf::arena_stats().is_some_and(|s| s.registered);
         let dev = Device::open(&path, DeviceOptions::default()).expect("open");
-        let got = dev.read_at(8192, 4096).await.expect("read_at");
+        let got = dev.read_alloc_at(8192, 4096).await.expect("read_at");
         assert_eq!(got.as_slice(), &pattern(8192, 4096, 3)[..]);
         let mut buf = dev.alloc_buf(8192);
         buf.as_mut_slice().copy_from_slice(&pattern(0, 8192, 9));
         let (res, _) = dev.write_at(buf, 65536).await;
         assert_eq!(res.expect("write"), 8192);
         let heap = plugio_device::DmaBuf::heap(4096, 4096);
-        let (res, _) = dev.read_into(heap, 65536).await;
+        let (res, _) = dev.read_at(heap, 65536).await;
         assert_eq!(res.expect("heap read"), 4096);
-        let back = dev.read_at(65536, 8192).await.expect("read back");
+        let back = dev.read_alloc_at(65536, 8192).await.expect("read back");
         assert_eq!(back.as_slice(), &pattern(0, 8192, 9)[..]);
         let fixed = dev.iostats().fixed_buf_requests;
         if registered {

@@ -90,7 +90,7 @@ fn engine(ops: &[Op], opts: DeviceOptions, seed: u64) -> (Vec<Option<Vec<u8>>>, 
                     match op {
                         Op::Read { lba, blocks } => {
                             let b = dev
-                                .read_at(lba * BLOCK, (blocks * BLOCK) as usize)
+                                .read_alloc_at(lba * BLOCK, (blocks * BLOCK) as usize)
                                 .await
                                 .expect("read");
                             Some(b.as_slice().to_vec())
@@ -112,7 +112,7 @@ fn engine(ops: &[Op], opts: DeviceOptions, seed: u64) -> (Vec<Option<Vec<u8>>>, 
             reads.push(h.await.expect("io task"));
         }
         let all = dev
-            .read_at(0, CAPACITY_BYTES as usize)
+            .read_alloc_at(0, CAPACITY_BYTES as usize)
             .await
             .expect("final read");
         assert_eq!(dev.tags_in_use(), 0);

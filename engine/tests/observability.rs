@@ -118,7 +118,7 @@ fn each_device_has_a_span_its_events_and_the_callers_are_in() {
         let ex = local();
         ex.run(async {
             let dev = Device::open(&path, DeviceOptions::default()).expect("open");
-            dev.read_at(0, 4096).await.expect("read");
+            dev.read_alloc_at(0, 4096).await.expect("read");
             let _in = dev.span().enter();
             tracing::info!(step = 1, "user event");
         });
@@ -155,11 +155,11 @@ fn iostats_delta_is_the_interval_between_two_snapshots() {
     ex.run(async {
         let dev = Device::open(&path, DeviceOptions::default()).expect("open");
         for i in 0..4 {
-            dev.read_at(i * 4096, 4096).await.expect("read");
+            dev.read_alloc_at(i * 4096, 4096).await.expect("read");
         }
         let before = dev.iostats();
         for i in 0..6 {
-            dev.read_at(i * 4096, 4096).await.expect("read");
+            dev.read_alloc_at(i * 4096, 4096).await.expect("read");
         }
         let (r, _) = dev.write_at(dev.alloc_buf(4096), 0).await;
         r.expect("write");
@@ -185,7 +185,7 @@ fn trace_io_emits_one_issued_and_one_completed_event_per_io_in_the_device_span()
         let ex = local();
         ex.run(async {
             let dev = Device::open(&path, DeviceOptions::default()).expect("open");
-            dev.read_at(8192, 4096).await.expect("read");
+            dev.read_alloc_at(8192, 4096).await.expect("read");
             let (r, _) = dev.write_at(dev.alloc_buf(4096), 0).await;
             r.expect("write");
         });
@@ -215,7 +215,7 @@ fn iostats_serialize_to_json() {
     let ex = local();
     let stats = ex.run(async {
         let dev = Device::open(&path, DeviceOptions::default()).expect("open");
-        dev.read_at(0, 4096).await.expect("read");
+        dev.read_alloc_at(0, 4096).await.expect("read");
         dev.iostats()
     });
     let json = serde_json::to_value(stats).expect("serialize");

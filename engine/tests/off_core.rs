@@ -19,7 +19,7 @@ fn io_polled_by_a_plain_block_on_is_no_driver_and_names_the_fix() {
     watchdog(30, || {
         let dir = tmpdir();
         let dev = file_device(&dir);
-        let err = futures::executor::block_on(dev.read_at(0, 4096)).expect_err("off a core");
+        let err = futures::executor::block_on(dev.read_alloc_at(0, 4096)).expect_err("off a core");
         assert_eq!(*err.kind(), ErrorKind::NoDriver);
         let msg = err.to_string();
         assert!(msg.contains("outside a plugio core"), "{msg}");
@@ -44,7 +44,7 @@ fn io_on_an_executor_without_the_driver_is_no_driver_and_names_the_fix() {
         let dev = file_device(&dir);
         let ex = plugio_executor::LocalExecutor::new();
         let err = ex
-            .run(async move { dev.read_at(0, 4096).await })
+            .run(async move { dev.read_alloc_at(0, 4096).await })
             .expect_err("no driver");
         assert_eq!(*err.kind(), ErrorKind::NoDriver);
         let msg = err.to_string();

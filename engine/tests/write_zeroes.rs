@@ -30,7 +30,7 @@ async fn fill_pattern(dev: &Device, len: u64) {
 /// Reads `[0, len)` back and checks: zero inside `zeroed`, the pattern
 /// elsewhere.
 async fn check_zeroed(dev: &Device, len: u64, zeroed: std::ops::Range<u64>) {
-    let got = dev.read_at(0, len as usize).await.expect("read back");
+    let got = dev.read_alloc_at(0, len as usize).await.expect("read back");
     assert_eq!(got.len() as u64, len);
     for (i, &b) in got.as_slice().iter().enumerate() {
         let i = i as u64;

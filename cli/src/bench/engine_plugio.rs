@@ -379,7 +379,7 @@ impl IoTask {
             }
             buf.set_len(self.bs_bytes);
             let (res, b) = match dir {
-                Dir::Read => self.dev.read_into(buf, offset).await,
+                Dir::Read => self.dev.read_at(buf, offset).await,
                 Dir::Write => self.dev.write_at(buf, offset).await,
             };
             buf = b;

@@ -702,7 +702,7 @@ async fn run_io(dev: &Device, seq: usize, io: TraceIo, keep_read: bool) -> Done 
     let (result, buf) = match io.op {
         TraceOp::Read => {
             let buf = dev.alloc_buf(len);
-            let (r, buf) = dev.read_into(buf, io.offset_bytes).await;
+            let (r, buf) = dev.read_at(buf, io.offset_bytes).await;
             (r, keep_read.then_some(buf))
         }
         TraceOp::Write => {
@@ -710,7 +710,7 @@ async fn run_io(dev: &Device, seq: usize, io: TraceIo, keep_read: bool) -> Done 
             pattern::fill(buf.as_mut_slice(), io.offset_bytes, seq as u64);
             (dev.write_at(buf, io.offset_bytes).await.0, None)
         }
-        TraceOp::Flush => (dev.flush().await.map(|()| 0), None),
+        TraceOp::Flush => (dev.sync_data().await.map(|()| 0), None),
         TraceOp::Discard => (
             dev.discard(io.offset_bytes, io.len_bytes)
                 .await

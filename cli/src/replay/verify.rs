@@ -221,7 +221,7 @@ pub async fn verify_all(
             let Some(&(off, len)) = pending.next() else {
                 break;
             };
-            reads.push(async move { (off, len, dev.read_at(off, len as usize).await) });
+            reads.push(async move { (off, len, dev.read_alloc_at(off, len as usize).await) });
         }
         let Some((off, len, res)) = reads.next().await else {
             break;

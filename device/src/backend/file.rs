@@ -153,17 +153,7 @@ impl OpenOptions {
                 Error::from_io(&e).with_path(path)
             }
         })?;
-        let is_block_device = file.metadata()?.file_type().is_block_device();
-        let geometry = Geometry::of_file(&file, self.direct).map_err(|e| e.with_path(path))?;
-        Ok(FileBackend {
-            fd: Arc::new(OwnedFd::from(file)),
-            cache: ManuallyDrop::new(Arc::new(FileCache::new())),
-            id: next_file_id(),
-            is_block_device,
-            geometry,
-            path: path.to_path_buf(),
-            kind: self.backend,
-        })
+        FileBackend::from_fd(OwnedFd::from(file), path, self.direct, self.backend)
     }
 }
 
@@ -193,6 +183,42 @@ pub struct FileBackend {
 }
 
 impl FileBackend {
+    /// A backend over `fd`, a file or block device already opened from
+    /// `path` (with `O_DIRECT` when `direct`; see
+    /// [`crate::fs_ops::open`]), served by `kind`. Reads the geometry
+    /// (`fstat`, `statx`, and sysfs for a block device).
+    ///
+    /// # Errors
+    /// [`ErrorKind::Unsupported`] for `BackendKind::Mem`; the `fstat`,
+    /// `statx` or sysfs error, with the path.
+    pub fn from_fd(fd: OwnedFd, path: &Path, direct: bool, kind: BackendKind) -> Result<Self> {
+        if kind == BackendKind::Mem {
+            return Err(Error::new(ErrorKind::Unsupported)
+                .with_context("a file cannot use the mem backend"));
+        }
+        let file = fs::File::from(fd);
+        let is_block_device = file
+            .metadata()
+            .map_err(|e| Error::from_io(&e).with_path(path))?
+            .file_type()
+            .is_block_device();
+        let geometry = Geometry::of_file(&file, direct).map_err(|e| e.with_path(path))?;
+        Ok(FileBackend {
+            fd: Arc::new(OwnedFd::from(file)),
+            cache: ManuallyDrop::new(Arc::new(FileCache::new())),
+            id: next_file_id(),
+            is_block_device,
+            geometry,
+            path: path.to_path_buf(),
+            kind,
+        })
+    }
+
+    /// The descriptor, shared: holding it keeps the file open.
+    pub fn fd(&self) -> &Arc<OwnedFd> {
+        &self.fd
+    }
+
     /// Opens `path` with default [`OpenOptions`] (read/write, `O_DIRECT`).
     ///
     /// # Errors
@@ -254,6 +280,12 @@ impl FileBackend {
         let Some(entry) = self.build_sqe(target, op) else {
             return false;
         };
+        if op.fixed_buf.is_some() {
+            let code = entry.get_opcode() as u8;
+            if code == opcode::ReadFixed::CODE || code == opcode::WriteFixed::CODE {
+                ring.count_fixed_buf_sqe();
+            }
+        }
         let preflush_flag = op.flags.contains(IoFlags::PREFLUSH);
         if direct && !preflush_flag && ring::fits_direct(handler, token) {
             ring.push_direct(entry, handler, token);
@@ -399,6 +431,10 @@ impl Backend for FileBackend {
 
     fn kind(&self) -> BackendKind {
         self.kind
+    }
+
+    fn file_fd(&self) -> Option<Arc<OwnedFd>> {
+        Some(self.fd.clone())
     }
 
     unsafe fn submit(&self, op: &IoOp<'_>, handler: HandlerId, token: u64) -> Result<()> {

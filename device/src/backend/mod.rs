@@ -59,6 +59,13 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// Which implementation this is.
     fn kind(&self) -> BackendKind;
 
+    /// The file's descriptor, for file-level operations on it (size,
+    /// metadata): `Some` for files and block devices, `None` (the default)
+    /// for backends without one (the simulated device).
+    fn file_fd(&self) -> Option<std::sync::Arc<std::os::fd::OwnedFd>> {
+        None
+    }
+
     /// Validates `op` against the geometry without queuing anything.
     ///
     /// # Errors

@@ -262,6 +262,9 @@ pub struct RingStats {
     pub eagain_resubmits: u64,
     /// CQEs reaped (wake reads included).
     pub cqes: u64,
+    /// SQEs queued with a registered-buffer opcode (`READ_FIXED`,
+    /// `WRITE_FIXED`): IO on a buffer of the core's registered arena.
+    pub fixed_buf_sqes: u64,
 }
 
 /// The core's io_uring plus its in-flight bookkeeping.
@@ -297,6 +300,8 @@ pub struct Ring {
     /// after the CQ pass (kept for its capacity).
     eagain: RefCell<Vec<u32>>,
     stats: RefCell<RingStats>,
+    /// [`RingStats::fixed_buf_sqes`], counted per SQE (a plain cell).
+    fixed_buf_sqes: Cell<u64>,
     /// The passthrough rings (interrupt-driven, polled), built on first use.
     cmd_rings: RefCell<[Option<Rc<CmdRing>>; 2]>,
     cmd_wake_buf: Box<Cell<u64>>,
@@ -366,6 +371,7 @@ impl Ring {
             reaped: RefCell::new(Reaped::default()),
             eagain: RefCell::new(Vec::new()),
             stats: RefCell::new(RingStats::default()),
+            fixed_buf_sqes: Cell::new(0),
             cmd_rings: RefCell::new([None, None]),
             cmd_wake_buf: Box::new(Cell::new(0)),
             cmd_wake_armed: Cell::new(false),
@@ -394,7 +400,16 @@ impl Ring {
 
     /// The push-back counters.
     pub fn stats(&self) -> RingStats {
-        *self.stats.borrow()
+        RingStats {
+            fixed_buf_sqes: self.fixed_buf_sqes.get(),
+            ..*self.stats.borrow()
+        }
+    }
+
+    /// Counts one SQE with a registered-buffer opcode.
+    #[inline]
+    pub(crate) fn count_fixed_buf_sqe(&self) {
+        self.fixed_buf_sqes.set(self.fixed_buf_sqes.get() + 1);
     }
 
     /// Ops pushed and not yet completed (the armed wake read excluded),
@@ -1375,6 +1390,25 @@ pub(crate) fn set_current(ring: Option<&Rc<Ring>>) {
     // try_with: the core may be dropped during thread teardown, after this
     // slot (a const slot without destructor stays usable until then).
     let _ = CURRENT.try_with(|c| c.set(ptr));
+}
+
+/// The counters of the calling thread's ring; `None` on a thread without
+/// a driver or whose driver has no ring (the sync fallback).
+pub fn current_stats() -> Option<RingStats> {
+    with_current(Ring::stats)
+}
+
+/// What the calling thread's ring supports (its probed opcodes:
+/// [`RingInfo::supports`]); `None` without a ring.
+pub fn current_info() -> Option<RingInfo> {
+    with_current(|r| r.info().clone())
+}
+
+/// Whether the calling thread's ring supports opcode `code`
+/// (`IORING_OP_*`, e.g. `io_uring::opcode::Statx::CODE`); false without a
+/// ring. No allocation: one bit test.
+pub fn current_supports(code: u8) -> bool {
+    with_current(|r| r.info().supports(code)).unwrap_or(false)
 }
 
 /// The ring of the current thread, if a driver with a ring is installed.

@@ -1,0 +1,383 @@
+//! [`DeviceCursor`]: sequential `AsyncRead` + `AsyncBufRead` +
+//! `AsyncWrite` + `AsyncSeek` (the `futures-io` traits) over a
+//! [`Device`], for codecs, compressors and anything else written against
+//! streams.
+//!
+//! # Mechanism
+//!
+//! The cursor keeps one window of the file in an aligned buffer from
+//! [`Device::alloc_buf`] (`window_bytes`, 128 KiB by default), starting at
+//! an offset aligned for the device's direct IO. Reads are served from the
+//! window and refill it a window at a time; writes go into it (after
+//! loading what the file holds there, so a partial block keeps its other
+//! bytes) and go to the device when the cursor leaves the window, on
+//! `flush` and on `close`. With `O_DIRECT` a window that ends inside a
+//! block is written rounded up to the block and the file is cut back to
+//! its true end (`set_len`), so the file never shows the padding once the
+//! flush completes. `flush` does not make the data durable: call
+//! [`Device::sync_data`] or [`Device::sync_all`] after it.
+//!
+//! Invariants:
+//! - `win_off` is a multiple of the device's offset alignment; the window
+//!   holds the file's bytes `[win_off, win_off + win_valid)` as this
+//!   cursor last saw or wrote them; `dirty` when some of them are not on
+//!   the device yet.
+//! - `size_bytes` is the file's size as this cursor knows it (from
+//!   `metadata` at creation, raised by its writes); the cursor assumes no
+//!   one else changes the file while it is in use.
+//! - At most one IO is in flight; while it is, the window's buffer is
+//!   lent to it (`buf` is `None`).
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use std::io::SeekFrom;
+
+use futures_io::{AsyncBufRead, AsyncRead, AsyncSeek, AsyncWrite};
+use plugio_device::{DmaBuf, Error};
+
+use crate::device::Device;
+
+/// Default window size in bytes.
+pub const DEFAULT_WINDOW_BYTES: usize = 128 * 1024;
+
+/// What an IO of the cursor gives back.
+enum Done {
+    /// A window load: bytes read, the buffer.
+    Load(Result<usize, Error>, DmaBuf),
+    /// A window write (and the cut back to the true end): the buffer.
+    Store(Result<(), Error>, DmaBuf),
+}
+
+type Op = Pin<Box<dyn Future<Output = Done> + Send>>;
+
+/// A sequential reader and writer over a [`Device`], with a position
+/// (see the [module docs](self)).
+///
+/// ```
+/// # plugio_engine::doc_example(|dev| async move {
+/// use futures::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt, SeekFrom};
+/// use plugio_engine::DeviceCursor;
+///
+/// let mut cur = DeviceCursor::new(dev.clone()).await?;
+/// cur.write_all(b"any length, any offset").await?;
+/// cur.close().await?; // on the device (durable after dev.sync_data())
+/// cur.seek(SeekFrom::Start(4)).await?;
+/// let mut word = [0u8; 6];
+/// cur.read_exact(&mut word).await?;
+/// assert_eq!(&word, b"length");
+/// # Ok(()) });
+/// ```
+pub struct DeviceCursor {
+    dev: Device,
+    pos: u64,
+    size_bytes: u64,
+    align: u64,
+    window_bytes: usize,
+    buf: Option<DmaBuf>,
+    win_off: u64,
+    win_valid: usize,
+    /// The window holds what the file has in its range (loaded, or known
+    /// to be past the end), so writes may go into it.
+    win_loaded: bool,
+    /// The position the last load was for: a load that did not reach it
+    /// means end of file.
+    loaded_for: Option<u64>,
+    dirty: bool,
+    op: Option<Op>,
+}
+
+impl std::fmt::Debug for DeviceCursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceCursor")
+            .field("pos", &self.pos)
+            .field("size_bytes", &self.size_bytes)
+            .field("win_off", &self.win_off)
+            .field("win_valid", &self.win_valid)
+            .field("dirty", &self.dirty)
+            .field("in_flight", &self.op.is_some())
+            .finish()
+    }
+}
+
+fn io_err(e: Error) -> io::Error {
+    e.into()
+}
+
+impl DeviceCursor {
+    /// A cursor at offset 0 of `dev` with a [`DEFAULT_WINDOW_BYTES`]
+    /// window; reads the file's size (a block device's capacity).
+    ///
+    /// # Errors
+    /// The `statx` error.
+    pub async fn new(dev: Device) -> Result<Self, Error> {
+        Self::with_window(dev, DEFAULT_WINDOW_BYTES).await
+    }
+
+    /// [`new`](Self::new) with a window of `window_bytes` (rounded up to
+    /// the device's offset alignment, at least one block).
+    ///
+    /// # Errors
+    /// The `statx` error.
+    pub async fn with_window(dev: Device, window_bytes: usize) -> Result<Self, Error> {
+        let size_bytes = match dev.geometry().capacity_bytes {
+            Some(c) => c,
+            None => dev.metadata().await?.len_bytes,
+        };
+        let align = u64::from(dev.geometry().offset_align_bytes().max(1));
+        let window_bytes = (window_bytes.max(1) as u64).next_multiple_of(align) as usize;
+        let buf = dev.alloc_buf(window_bytes);
+        Ok(Self {
+            dev,
+            pos: 0,
+            size_bytes,
+            align,
+            window_bytes,
+            buf: Some(buf),
+            win_off: 0,
+            win_valid: 0,
+            win_loaded: false,
+            loaded_for: None,
+            dirty: false,
+            op: None,
+        })
+    }
+
+    /// The position, in bytes from the start.
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        &self.dev
+    }
+
+    /// The file's size as this cursor sees it (its own writes included,
+    /// flushed or not).
+    pub fn len_bytes(&self) -> u64 {
+        self.size_bytes.max(self.win_off + self.win_valid as u64)
+    }
+
+    /// Drives the IO in flight, if any, to its end and takes its result.
+    fn poll_op(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let Some(op) = self.op.as_mut() else {
+            return Poll::Ready(Ok(()));
+        };
+        let done = ready!(op.as_mut().poll(cx));
+        self.op = None;
+        Poll::Ready(match done {
+            Done::Load(r, mut buf) => {
+                let n = r.map_err(io_err);
+                self.win_valid = *n.as_ref().unwrap_or(&0);
+                self.win_loaded = n.is_ok();
+                buf.set_len(self.window_bytes);
+                self.buf = Some(buf);
+                n.map(drop)
+            }
+            Done::Store(r, mut buf) => {
+                buf.set_len(self.window_bytes);
+                self.buf = Some(buf);
+                if r.is_err() {
+                    // What the file holds there is unknown now.
+                    self.win_valid = 0;
+                    self.win_loaded = false;
+                }
+                self.dirty = false;
+                self.loaded_for = None;
+                r.map_err(io_err)
+            }
+        })
+    }
+
+    /// Starts writing the dirty window: rounded up to the alignment, then
+    /// the file cut back to its true end when the padding went past it.
+    fn start_store(&mut self) {
+        let mut buf = self.buf.take().expect("the window buffer is home");
+        let valid = self.win_valid;
+        let padded = (valid as u64).next_multiple_of(self.align) as usize;
+        buf.set_len(padded);
+        buf.as_mut_slice()[valid..].fill(0);
+        let end = self.win_off + valid as u64;
+        self.size_bytes = self.size_bytes.max(end);
+        let true_end = self.size_bytes;
+        let cut = self.win_off + padded as u64 > true_end;
+        let (dev, off) = (self.dev.clone(), self.win_off);
+        self.op = Some(Box::pin(async move {
+            let (r, buf) = dev.write_all_at(buf, off).await;
+            let r = match r {
+                Ok(()) if cut => dev.set_len(true_end).await,
+                r => r,
+            };
+            Done::Store(r, buf)
+        }));
+    }
+
+    /// Starts loading the window that holds `pos`.
+    fn start_load(&mut self, pos: u64) {
+        let buf = self.buf.take().expect("the window buffer is home");
+        self.win_off = pos / self.align * self.align;
+        self.win_valid = 0;
+        self.win_loaded = false;
+        self.loaded_for = Some(pos);
+        let (dev, off) = (self.dev.clone(), self.win_off);
+        self.op = Some(Box::pin(async move {
+            let (r, buf) = dev.read_at(buf, off).await;
+            Done::Load(r, buf)
+        }));
+    }
+
+    /// Whether the window holds a byte at `pos`.
+    fn window_has(&self, pos: u64) -> bool {
+        self.win_loaded && pos >= self.win_off && pos < self.win_off + self.win_valid as u64
+    }
+
+    /// Makes the window hold `pos` for reading: `Ok(false)` at end of
+    /// file.
+    fn poll_window_for_read(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<bool>> {
+        loop {
+            ready!(self.poll_op(cx))?;
+            if self.window_has(self.pos) {
+                return Poll::Ready(Ok(true));
+            }
+            if self.pos >= self.len_bytes() || self.loaded_for == Some(self.pos) {
+                return Poll::Ready(Ok(false));
+            }
+            if self.dirty {
+                self.start_store();
+                continue;
+            }
+            self.start_load(self.pos);
+        }
+    }
+
+    /// Makes the window take a write at `pos`: it covers `pos`, holds the
+    /// file's bytes before it in the window, and has room.
+    fn poll_window_for_write(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        loop {
+            ready!(self.poll_op(cx))?;
+            let end = self.win_off + self.window_bytes as u64;
+            if self.win_loaded && self.pos >= self.win_off && self.pos < end {
+                let at = (self.pos - self.win_off) as usize;
+                if at > self.win_valid {
+                    // Past the end of the file: a hole reads as zeroes.
+                    let buf = self.buf.as_mut().expect("home");
+                    buf.as_mut_slice()[self.win_valid..at].fill(0);
+                    self.win_valid = at;
+                }
+                return Poll::Ready(Ok(()));
+            }
+            if self.dirty {
+                self.start_store();
+                continue;
+            }
+            let win_off = self.pos / self.align * self.align;
+            if win_off >= self.len_bytes() {
+                // Nothing of the file there: no need to read it.
+                self.win_off = win_off;
+                self.win_valid = 0;
+                self.win_loaded = true;
+                continue;
+            }
+            self.start_load(self.pos);
+        }
+    }
+}
+
+impl AsyncRead for DeviceCursor {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        out: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        if out.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        let avail = ready!(self.as_mut().poll_fill_buf(cx))?;
+        let n = avail.len().min(out.len());
+        out[..n].copy_from_slice(&avail[..n]);
+        self.consume(n);
+        Poll::Ready(Ok(n))
+    }
+}
+
+impl AsyncBufRead for DeviceCursor {
+    fn poll_fill_buf(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<&[u8]>> {
+        let this = self.get_mut();
+        if !ready!(this.poll_window_for_read(cx))? {
+            return Poll::Ready(Ok(&[]));
+        }
+        let at = (this.pos - this.win_off) as usize;
+        let buf = this.buf.as_ref().expect("the window buffer is home");
+        Poll::Ready(Ok(&buf.as_slice()[at..this.win_valid]))
+    }
+
+    fn consume(mut self: Pin<&mut Self>, amt: usize) {
+        self.pos += amt as u64;
+    }
+}
+
+impl AsyncWrite for DeviceCursor {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if data.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        ready!(this.poll_window_for_write(cx))?;
+        let at = (this.pos - this.win_off) as usize;
+        let n = (this.window_bytes - at).min(data.len());
+        let buf = this.buf.as_mut().expect("the window buffer is home");
+        buf.as_mut_slice()[at..at + n].copy_from_slice(&data[..n]);
+        this.win_valid = this.win_valid.max(at + n);
+        this.dirty = true;
+        this.loaded_for = None;
+        this.pos += n as u64;
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        ready!(this.poll_op(cx))?;
+        if this.dirty {
+            this.start_store();
+            ready!(this.poll_op(cx))?;
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.poll_flush(cx)
+    }
+}
+
+impl AsyncSeek for DeviceCursor {
+    fn poll_seek(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        to: SeekFrom,
+    ) -> Poll<io::Result<u64>> {
+        let this = self.get_mut();
+        ready!(this.poll_op(cx))?;
+        let (base, delta) = match to {
+            SeekFrom::Start(n) => (n, 0),
+            SeekFrom::Current(d) => (this.pos, d),
+            SeekFrom::End(d) => (this.len_bytes(), d),
+        };
+        match base.checked_add_signed(delta) {
+            Some(pos) => {
+                this.pos = pos;
+                Poll::Ready(Ok(pos))
+            }
+            None => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("seek to {base} + {delta} is before the start or past u64"),
+            ))),
+        }
+    }
+}

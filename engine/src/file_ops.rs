@@ -1,0 +1,413 @@
+//! File-level operations on a [`Device`] and on paths: [`OpenOptions`]
+//! (an async open), [`Device::set_len`], [`Device::fallocate`],
+//! [`Device::metadata`], and the free functions of [`fs`] (`rename`,
+//! `remove_file`, `create_dir_all`, `sync_dir`, `metadata`). Each goes
+//! through the core's io_uring where the kernel has the opcode and through
+//! the runtime's blocking pool otherwise (see
+//! [`plugio_device::fs_ops`]); none blocks the core.
+//!
+//! Durability follows std's names: [`Device::sync_all`] is `fsync`,
+//! [`Device::sync_data`] is `fdatasync`, and [`fs::sync_dir`] makes the
+//! names in a directory durable (a file's `fsync` does not cover its
+//! name).
+//!
+//! Invariant: these operations are not ordered against the device's IO in
+//! flight (as the kernel does not order `ftruncate` against `pwrite`s in
+//! flight): await the IO first.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::Path;
+use std::sync::Arc;
+
+use plugio_device::fs_ops::{self, FileType, Metadata};
+use plugio_device::{Error, ErrorKind, InvalidInput, IoFlags, OpKind};
+
+use crate::bio::BioBuf;
+use crate::device::Device;
+use crate::options::DeviceOptions;
+
+/// How [`Device::fallocate`] changes a range (`fallocate(2)` modes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FallocateMode {
+    /// Allocate blocks for the range, extending the file when it ends past
+    /// the end (mode 0): later writes there cannot fail for lack of space.
+    Allocate,
+    /// Allocate without changing the file size (`FALLOC_FL_KEEP_SIZE`).
+    AllocateKeepSize,
+    /// Zero the range (`FALLOC_FL_ZERO_RANGE`), writing zeroes where the
+    /// file system refuses the mode (tmpfs): see
+    /// [`Device::write_zeroes`].
+    ZeroRange,
+    /// Free the range's blocks, keeping the size (`FALLOC_FL_PUNCH_HOLE |
+    /// FALLOC_FL_KEEP_SIZE`); it reads back as zeroes. Same as
+    /// [`Device::discard`].
+    PunchHole,
+}
+
+impl Device {
+    /// The file's descriptor (and owner), or `Unsupported` for a backend
+    /// without one.
+    fn fd(&self) -> Result<Arc<OwnedFd>, Error> {
+        self.shared().backend.file_fd().ok_or_else(|| {
+            Error::new(ErrorKind::Unsupported)
+                .with_context("this device has no file descriptor (a simulated device)")
+        })
+    }
+
+    /// Sets the file's size to `len_bytes`, cutting it or extending it
+    /// with a hole, as [`std::fs::File::set_len`] (`ftruncate`;
+    /// `IORING_OP_FTRUNCATE` on Linux 6.9 and later, the blocking pool
+    /// before). Not ordered against IO in flight: await it first. The size
+    /// change is durable after [`sync_all`](Self::sync_all).
+    ///
+    /// ```
+    /// # plugio_engine::doc_example(|dev| async move {
+    /// dev.set_len(1 << 20).await?;
+    /// assert_eq!(dev.metadata().await?.len_bytes, 1 << 20);
+    /// # Ok(()) });
+    /// ```
+    ///
+    /// # Errors
+    /// `Unsupported` for a device without a file (simulated); the kernel's
+    /// error (`EINVAL` for a block device, `PermissionDenied` when opened
+    /// read-only) otherwise.
+    pub async fn set_len(&self, len_bytes: u64) -> Result<(), Error> {
+        if self.options().read_only {
+            return Err(Error::new(ErrorKind::PermissionDenied)
+                .with_context("the device was opened read-only (DeviceOptions::read_only)"));
+        }
+        let fd = self.fd()?;
+        fs_ops::ftruncate(fd.as_raw_fd(), fd, len_bytes).await
+    }
+
+    /// The file's metadata (`statx` of the open descriptor): size, type,
+    /// times, allocated blocks.
+    ///
+    /// ```
+    /// # plugio_engine::doc_example(|dev| async move {
+    /// let meta = dev.metadata().await?;
+    /// assert!(meta.is_file());
+    /// assert_eq!(meta.len_bytes, 0);
+    /// # Ok(()) });
+    /// ```
+    ///
+    /// # Errors
+    /// `Unsupported` for a device without a file; the kernel's error.
+    pub async fn metadata(&self) -> Result<Metadata, Error> {
+        let fd = self.fd()?;
+        fs_ops::metadata_fd(fd.as_raw_fd(), fd).await
+    }
+
+    /// Allocates, zeroes or frees `[offset_bytes, offset_bytes +
+    /// len_bytes)` (`fallocate(2)`, `IORING_OP_FALLOCATE`) through the
+    /// device's IO path, ordered against overlapping IO as a write is.
+    /// [`FallocateMode::ZeroRange`] falls back to writing zeroes where the
+    /// file system refuses it (tmpfs), as [`write_zeroes`](Self::write_zeroes)
+    /// does.
+    ///
+    /// ```
+    /// # plugio_engine::doc_example(|dev| async move {
+    /// use plugio_engine::FallocateMode;
+    /// dev.fallocate(0, 1 << 20, FallocateMode::Allocate).await?;
+    /// assert_eq!(dev.metadata().await?.len_bytes, 1 << 20);
+    /// dev.fallocate(0, 4096, FallocateMode::ZeroRange).await?;
+    /// # Ok(()) });
+    /// ```
+    ///
+    /// # Errors
+    /// Invalid input (a range off the direct-IO alignment, zero length)
+    /// before submission; `Unsupported` where the file system lacks the
+    /// mode (except `ZeroRange`); `OutOfSpace`.
+    pub async fn fallocate(
+        &self,
+        offset_bytes: u64,
+        len_bytes: u64,
+        mode: FallocateMode,
+    ) -> Result<(), Error> {
+        let mode = match mode {
+            FallocateMode::Allocate => 0,
+            FallocateMode::AllocateKeepSize => libc::FALLOC_FL_KEEP_SIZE,
+            FallocateMode::ZeroRange => return self.write_zeroes(offset_bytes, len_bytes).await,
+            FallocateMode::PunchHole => return self.discard(offset_bytes, len_bytes).await,
+        };
+        self.io(
+            OpKind::Fallocate { mode },
+            IoFlags::NONE,
+            offset_bytes,
+            len_bytes,
+            BioBuf::None,
+        )
+        .await
+        .into_result()
+        .map(drop)
+    }
+}
+
+/// How to open a file as a [`Device`], asynchronously: the open (and the
+/// stat before it) go through the core's io_uring
+/// (`IORING_OP_OPENAT`/`STATX`) or the blocking pool, never blocking the
+/// core, unlike [`Device::open`]. Shaped like [`std::fs::OpenOptions`].
+///
+/// Defaults: read-write, no create, no truncate, `O_DIRECT` on, the other
+/// [`DeviceOptions`] at their defaults.
+///
+/// ```
+/// # plugio_engine::doc_dir(|dir| async move {
+/// use plugio_engine::OpenOptions;
+/// let path = dir.join("table.db");
+/// let dev = OpenOptions::new().create(true).direct(false).open(&path).await?;
+/// let (r, _) = dev.write_all_at(b"hello".to_vec(), 0).await;
+/// r?;
+/// dev.sync_all().await?;
+/// let ro = OpenOptions::new().read_only(true).direct(false).open(&path).await?;
+/// let (r, buf) = ro.read_exact_at(vec![0u8; 5], 0).await;
+/// r?;
+/// assert_eq!(&buf, b"hello");
+/// # Ok(()) });
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpenOptions {
+    options: DeviceOptions,
+    create: bool,
+    truncate: bool,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl OpenOptions {
+    /// Read-write, no create, no truncate, `O_DIRECT`, default
+    /// [`DeviceOptions`].
+    pub fn new() -> Self {
+        Self {
+            options: DeviceOptions::default(),
+            create: false,
+            truncate: false,
+        }
+    }
+
+    /// Create the file when it does not exist (`O_CREAT`, mode `0o666`
+    /// before the umask). Default false.
+    pub fn create(&mut self, yes: bool) -> &mut Self {
+        self.create = yes;
+        self
+    }
+
+    /// Cut an existing file to 0 bytes (`O_TRUNC`). Default false.
+    pub fn truncate(&mut self, yes: bool) -> &mut Self {
+        self.truncate = yes;
+        self
+    }
+
+    /// Open for reading only (`O_RDONLY`; writes are refused before
+    /// submission). Default false: read-write.
+    pub fn read_only(&mut self, yes: bool) -> &mut Self {
+        self.options.read_only = yes;
+        self
+    }
+
+    /// Bypass the page cache (`O_DIRECT`). Default true; file systems that
+    /// refuse it (tmpfs) need false.
+    pub fn direct(&mut self, yes: bool) -> &mut Self {
+        self.options.direct = yes;
+        self
+    }
+
+    /// All the device's options (queue depth, plugging, merging...);
+    /// `read_only` and `direct` are the ones of [`read_only`](Self::read_only)
+    /// and [`direct`](Self::direct).
+    pub fn device_options(&mut self, options: DeviceOptions) -> &mut Self {
+        self.options = options;
+        self
+    }
+
+    /// Opens `path`. A file this process already has open with equal
+    /// device options shares its state, as with [`Device::open`].
+    ///
+    /// # Errors
+    /// Invalid options; `NotFound` without `create`;
+    /// [`InvalidInput::PathKind`] for a directory, FIFO, socket or other
+    /// character device (checked before opening);
+    /// [`ErrorKind::DirectIoRefused`] when the file system refuses
+    /// `O_DIRECT` (open with `direct(false)`); the kernel's other errors,
+    /// with the path.
+    pub async fn open(&self, path: impl AsRef<Path>) -> Result<Device, Error> {
+        let path = path.as_ref();
+        let opts = &self.options;
+        opts.validate()?;
+        if plugio_device::is_passthrough_path(path) {
+            return Device::open(path, opts.clone());
+        }
+        match fs_ops::metadata(path).await {
+            Ok(m) => check_kind(&m).map_err(|e| e.with_path(path))?,
+            Err(e) if *e.kind() == ErrorKind::NotFound && self.create => {}
+            Err(e) => return Err(e),
+        }
+        let mut flags = if opts.read_only {
+            libc::O_RDONLY
+        } else {
+            libc::O_RDWR
+        };
+        if self.create {
+            flags |= libc::O_CREAT;
+        }
+        if self.truncate {
+            flags |= libc::O_TRUNC;
+        }
+        if opts.direct {
+            flags |= libc::O_DIRECT;
+        }
+        let fd = fs_ops::open(path, flags, 0o666).await.map_err(|e| {
+            if opts.direct
+                && *e.kind()
+                    == (ErrorKind::Io {
+                        errno: libc::EINVAL,
+                    })
+            {
+                Error::new(ErrorKind::DirectIoRefused).with_path(path)
+            } else {
+                e
+            }
+        })?;
+        Device::from_fd(fd, path, opts.clone())
+    }
+}
+
+/// Refuses what is not a file or a block device, as
+/// [`plugio_device::check_path_kind`] does.
+fn check_kind(m: &Metadata) -> Result<(), Error> {
+    let found = match m.file_type {
+        FileType::File | FileType::BlockDevice => return Ok(()),
+        FileType::Dir => "a directory",
+        FileType::Fifo => "a FIFO (named pipe)",
+        FileType::Socket => "a socket",
+        FileType::CharDevice => "a character device",
+        FileType::Symlink => "neither a file nor a device",
+    };
+    Err(Error::invalid(InvalidInput::PathKind { found }))
+}
+
+/// File-system operations on paths, each through the core's io_uring
+/// where the kernel has the opcode and the blocking pool otherwise (never
+/// blocking the core). Call them from a task on a plugio core.
+pub mod fs {
+    use std::path::Path;
+
+    use plugio_device::fs_ops;
+    pub use plugio_device::fs_ops::{FileType, Metadata};
+    use plugio_device::Error;
+
+    /// Renames `from` to `to`, replacing `to` if it exists, as
+    /// [`std::fs::rename`] (`IORING_OP_RENAMEAT`). Durable after
+    /// [`sync_dir`] of both parents.
+    ///
+    /// ```
+    /// # plugio_engine::doc_dir(|dir| async move {
+    /// use plugio_engine::fs;
+    /// let (a, b) = (dir.join("wal.tmp"), dir.join("wal"));
+    /// plugio_engine::OpenOptions::new().create(true).direct(false).open(&a).await?;
+    /// fs::rename(&a, &b).await?;
+    /// fs::sync_dir(&dir).await?;
+    /// assert!(fs::metadata(&b).await?.is_file());
+    /// # Ok(()) });
+    /// ```
+    ///
+    /// # Errors
+    /// The kernel's error, typed, with the source path.
+    pub async fn rename(from: impl AsRef<Path>, to: impl AsRef<Path>) -> Result<(), Error> {
+        fs_ops::rename(from.as_ref(), to.as_ref()).await
+    }
+
+    /// Removes a file, as [`std::fs::remove_file`]
+    /// (`IORING_OP_UNLINKAT`).
+    ///
+    /// ```
+    /// # plugio_engine::doc_dir(|dir| async move {
+    /// use plugio_engine::{fs, ErrorKind};
+    /// let path = dir.join("old.sst");
+    /// plugio_engine::OpenOptions::new().create(true).direct(false).open(&path).await?;
+    /// fs::remove_file(&path).await?;
+    /// let gone = fs::metadata(&path).await.unwrap_err();
+    /// assert_eq!(*gone.kind(), ErrorKind::NotFound);
+    /// # Ok(()) });
+    /// ```
+    ///
+    /// # Errors
+    /// `NotFound`; the kernel's other errors, with the path.
+    pub async fn remove_file(path: impl AsRef<Path>) -> Result<(), Error> {
+        fs_ops::unlink(path.as_ref(), false).await
+    }
+
+    /// Removes an empty directory, as [`std::fs::remove_dir`].
+    ///
+    /// ```
+    /// # plugio_engine::doc_dir(|dir| async move {
+    /// use plugio_engine::fs;
+    /// let sub = dir.join("empty");
+    /// fs::create_dir_all(&sub).await?;
+    /// fs::remove_dir(&sub).await?;
+    /// assert!(fs::metadata(&sub).await.is_err());
+    /// # Ok(()) });
+    /// ```
+    ///
+    /// # Errors
+    /// The kernel's error (`ENOTEMPTY`...), with the path.
+    pub async fn remove_dir(path: impl AsRef<Path>) -> Result<(), Error> {
+        fs_ops::unlink(path.as_ref(), true).await
+    }
+
+    /// Creates a directory and every missing parent, as
+    /// [`std::fs::create_dir_all`] (`IORING_OP_MKDIRAT`, after `statx`
+    /// finds the deepest existing parent).
+    ///
+    /// ```
+    /// # plugio_engine::doc_dir(|dir| async move {
+    /// use plugio_engine::fs;
+    /// let deep = dir.join("db/000001/wal");
+    /// fs::create_dir_all(&deep).await?;
+    /// fs::create_dir_all(&deep).await?; // already there: fine
+    /// assert!(fs::metadata(&deep).await?.is_dir());
+    /// # Ok(()) });
+    /// ```
+    ///
+    /// # Errors
+    /// A parent that is not a directory; the kernel's error, with the path.
+    pub async fn create_dir_all(path: impl AsRef<Path>) -> Result<(), Error> {
+        fs_ops::create_dir_all(path.as_ref()).await
+    }
+
+    /// Makes the names in directory `path` durable: opens it and `fsync`s
+    /// it. A database calls it after creating, renaming or removing a file
+    /// (the file's own `sync_all` covers its data and size, not its name).
+    ///
+    /// ```
+    /// # plugio_engine::doc_dir(|dir| async move {
+    /// plugio_engine::fs::sync_dir(&dir).await?;
+    /// # Ok(()) });
+    /// ```
+    ///
+    /// # Errors
+    /// The kernel's error, with the path.
+    pub async fn sync_dir(path: impl AsRef<Path>) -> Result<(), Error> {
+        fs_ops::sync_dir(path.as_ref()).await
+    }
+
+    /// The metadata of `path`, symlinks followed (`IORING_OP_STATX`).
+    ///
+    /// ```
+    /// # plugio_engine::doc_dir(|dir| async move {
+    /// let meta = plugio_engine::fs::metadata(&dir).await?;
+    /// assert!(meta.is_dir());
+    /// # Ok(()) });
+    /// ```
+    ///
+    /// # Errors
+    /// `NotFound`; the kernel's other errors, with the path.
+    pub async fn metadata(path: impl AsRef<Path>) -> Result<Metadata, Error> {
+        fs_ops::metadata(path.as_ref()).await
+    }
+}

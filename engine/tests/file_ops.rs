@@ -1,0 +1,223 @@
+//! File-level operations (OpenOptions, set_len, fallocate, rename,
+//! remove_file, remove_dir, create_dir_all, sync_dir, metadata, sync_all,
+//! sync_data) on ext4 (a directory under the target dir, on the disk) and
+//! tmpfs (/dev/shm), each through io_uring (a core with a ring: the kernel
+//! here has every opcode) and through the blocking pool (a core whose
+//! driver has no ring).
+
+use std::path::{Path, PathBuf};
+
+use plugio_device::fs_ops::{last_path, OpPath};
+use plugio_device::{DeviceDriver, ErrorKind, InvalidInput, RingConfig};
+use plugio_engine::{fs, FallocateMode, OpenOptions};
+use plugio_executor::LocalExecutor;
+
+/// Where the file systems under test are.
+fn dirs() -> Vec<(&'static str, tempfile::TempDir)> {
+    let mut v = vec![(
+        "ext4",
+        tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("disk temp dir"),
+    )];
+    match tempfile::tempdir_in("/dev/shm") {
+        Ok(d) => v.push(("tmpfs", d)),
+        Err(e) => eprintln!("no /dev/shm here ({e}): tmpfs not tested"),
+    }
+    v
+}
+
+fn with_ring() -> LocalExecutor {
+    plugio_engine::runtime::local(RingConfig::default()).expect("runtime")
+}
+
+fn without_ring() -> LocalExecutor {
+    LocalExecutor::builder()
+        .driver(|_| Ok(Box::new(DeviceDriver::without_ring()?)))
+        .build()
+        .expect("ring-less runtime")
+}
+
+/// Asserts the last file operation went the `want` way.
+fn went(want: OpPath, what: &str) {
+    assert_eq!(last_path(), Some(want), "{what}");
+}
+
+/// Every operation on `dir` (whose file system is `fs_name`), checking
+/// each went the `path` way.
+async fn every_operation(dir: PathBuf, fs_name: &str, path: OpPath) {
+    let tmpfs = fs_name == "tmpfs";
+    let file = dir.join("data.db");
+    // Open: create, O_DIRECT where the file system takes it (tmpfs does
+    // since Linux 6.6; before, the open says to open buffered).
+    let direct = OpenOptions::new().create(true).open(&file).await;
+    went(path, "open");
+    let dev = match direct {
+        Ok(dev) => dev,
+        Err(e) => {
+            assert!(tmpfs, "{fs_name}: {e}");
+            assert_eq!(*e.kind(), ErrorKind::DirectIoRefused, "{e}");
+            OpenOptions::new()
+                .create(true)
+                .direct(false)
+                .open(&file)
+                .await
+                .expect("buffered open")
+        }
+    };
+    // Write, sync_data, sync_all.
+    let (r, _) = dev.write_all_at(vec![7u8; 8192], 0).await;
+    r.expect("write");
+    dev.sync_data().await.expect("sync_data");
+    dev.sync_all().await.expect("sync_all");
+    // metadata of the device and of the path.
+    let meta = dev.metadata().await.expect("Device::metadata");
+    went(path, "statx of the descriptor");
+    assert!(meta.is_file());
+    assert_eq!(meta.len_bytes, 8192);
+    let by_path = fs::metadata(&file).await.expect("fs::metadata");
+    went(path, "statx of the path");
+    assert_eq!((by_path.ino, by_path.len_bytes), (meta.ino, 8192));
+    // set_len: extend (a hole), then cut.
+    dev.set_len(1 << 20).await.expect("set_len up");
+    went(path, "ftruncate");
+    assert_eq!(dev.metadata().await.expect("meta").len_bytes, 1 << 20);
+    let (r, buf) = dev.read_exact_at(vec![1u8; 4096], 65536).await;
+    r.expect("read the hole");
+    assert!(buf.iter().all(|&b| b == 0), "a hole reads as zeroes");
+    dev.set_len(4096).await.expect("set_len down");
+    assert_eq!(dev.metadata().await.expect("meta").len_bytes, 4096);
+    // fallocate: allocate (grows), keep size, zero range (tmpfs: written
+    // zeroes), punch hole.
+    dev.fallocate(0, 65536, FallocateMode::Allocate)
+        .await
+        .expect("allocate");
+    let m = dev.metadata().await.expect("meta");
+    assert_eq!(m.len_bytes, 65536);
+    assert!(m.blocks_512 >= 128, "allocated: {} blocks", m.blocks_512);
+    dev.fallocate(65536, 65536, FallocateMode::AllocateKeepSize)
+        .await
+        .expect("allocate, keep size");
+    assert_eq!(dev.metadata().await.expect("meta").len_bytes, 65536);
+    let (r, _) = dev.write_all_at(vec![9u8; 8192], 8192).await;
+    r.expect("write");
+    dev.fallocate(8192, 4096, FallocateMode::ZeroRange)
+        .await
+        .expect("zero range");
+    dev.fallocate(12288, 4096, FallocateMode::PunchHole)
+        .await
+        .expect("punch hole");
+    let (r, buf) = dev.read_exact_at(vec![1u8; 8192], 8192).await;
+    r.expect("read back");
+    assert!(buf.iter().all(|&b| b == 0), "zeroed and punched");
+    // Truncate on open, read-only.
+    drop(dev);
+    let dev = OpenOptions::new()
+        .truncate(true)
+        .direct(false)
+        .open(&file)
+        .await
+        .expect("truncate");
+    assert_eq!(dev.metadata().await.expect("meta").len_bytes, 0);
+    drop(dev);
+    let ro = OpenOptions::new()
+        .read_only(true)
+        .direct(false)
+        .open(&file)
+        .await
+        .expect("read-only");
+    let (r, _) = ro.write_at(vec![1u8; 512], 0).await;
+    assert_eq!(
+        *r.expect_err("read-only").kind(),
+        ErrorKind::PermissionDenied
+    );
+    assert_eq!(
+        *ro.set_len(0).await.expect_err("read-only").kind(),
+        ErrorKind::PermissionDenied
+    );
+    drop(ro);
+    // Refused paths: missing without create, a directory.
+    let missing = OpenOptions::new()
+        .direct(false)
+        .open(dir.join("missing"))
+        .await;
+    assert_eq!(*missing.expect_err("missing").kind(), ErrorKind::NotFound);
+    let a_dir = OpenOptions::new().direct(false).open(&dir).await;
+    assert!(matches!(
+        a_dir.expect_err("a directory").kind(),
+        ErrorKind::InvalidInput(InvalidInput::PathKind {
+            found: "a directory"
+        })
+    ));
+    // Directories.
+    let deep = dir.join("a/b/c");
+    fs::create_dir_all(&deep).await.expect("create_dir_all");
+    went(path, "mkdir");
+    fs::create_dir_all(&deep)
+        .await
+        .expect("again: already there");
+    assert!(fs::metadata(&deep).await.expect("meta").is_dir());
+    let blocked = fs::create_dir_all(file.join("sub")).await;
+    assert!(blocked.is_err(), "a file in the way");
+    // rename + sync_dir, remove_file, remove_dir.
+    let moved = deep.join("moved.db");
+    fs::rename(&file, &moved).await.expect("rename");
+    went(path, "rename");
+    fs::sync_dir(&deep).await.expect("sync_dir");
+    went(path, "fsync of the directory");
+    fs::sync_dir(&dir).await.expect("sync_dir");
+    assert_eq!(
+        *fs::metadata(&file).await.expect_err("moved away").kind(),
+        ErrorKind::NotFound
+    );
+    fs::remove_file(&moved).await.expect("remove_file");
+    went(path, "unlink");
+    assert!(fs::metadata(&moved).await.is_err());
+    fs::remove_dir(&deep).await.expect("remove_dir");
+    assert!(fs::metadata(&deep).await.is_err());
+    let err = fs::remove_file(&moved).await.expect_err("gone");
+    assert_eq!(*err.kind(), ErrorKind::NotFound);
+    assert!(err.to_string().contains("moved.db"), "{err}");
+}
+
+fn run_everywhere(ex: fn() -> LocalExecutor, path: OpPath) {
+    for (name, dir) in dirs() {
+        let root: &Path = dir.path();
+        ex().run(every_operation(root.to_path_buf(), name, path));
+    }
+}
+
+#[test]
+fn every_file_operation_through_io_uring_on_ext4_and_tmpfs() {
+    run_everywhere(with_ring, OpPath::Ring);
+}
+
+#[test]
+fn every_file_operation_through_the_blocking_pool_on_ext4_and_tmpfs() {
+    run_everywhere(without_ring, OpPath::Blocking);
+}
+
+/// An open whose future is dropped while its SQE is in flight does not
+/// leak the descriptor the kernel returns, and nothing is freed early.
+#[test]
+fn a_dropped_open_closes_its_descriptor() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
+    let file = dir.path().join("f");
+    std::fs::write(&file, b"x").expect("fixture");
+    let fds = || std::fs::read_dir("/proc/self/fd").expect("fds").count();
+    with_ring().run(async {
+        let before = fds();
+        for _ in 0..64 {
+            let mut fut = Box::pin(plugio_device::fs_ops::open(&file, libc::O_RDONLY, 0));
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            assert!(std::future::Future::poll(fut.as_mut(), &mut cx).is_pending());
+            drop(fut);
+        }
+        // Let the CQEs come back.
+        for _ in 0..100 {
+            plugio_executor::sleep(std::time::Duration::from_millis(2)).await;
+            if fds() <= before {
+                break;
+            }
+        }
+        assert!(fds() <= before, "descriptors leaked: {} > {before}", fds());
+    });
+}

@@ -1,0 +1,384 @@
+//! IO on the caller's own memory (`IoBuf`/`IoBufMut`): every buffer type
+//! round-trips with and without O_DIRECT; unaligned memory is bounced
+//! (counted) or refused when bouncing is off; registered buffers go out as
+//! READ_FIXED/WRITE_FIXED; a future dropped mid-IO keeps the buffer alive
+//! until the kernel is done; the exact and vectored forms.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use plugio_device::{ErrorKind, InvalidInput, RingConfig};
+use plugio_engine::{Device, DeviceOptions, DmaBuf, IoBuf, IoBufMut, Region};
+
+fn tmpdir() -> tempfile::TempDir {
+    // The target dir is on the disk (ext4 here), which takes O_DIRECT.
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir")
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed))
+        .collect()
+}
+
+fn local() -> plugio_executor::LocalExecutor {
+    plugio_engine::runtime::local(RingConfig::default()).expect("local executor")
+}
+
+fn open(path: &std::path::Path, direct: bool) -> Device {
+    Device::open(
+        path,
+        DeviceOptions {
+            direct,
+            ..DeviceOptions::default()
+        },
+    )
+    .expect("open")
+}
+
+/// A `BytesMut` whose address is `misalign` bytes past a
+/// 4096 boundary, empty, with a capacity of exactly `len`.
+fn bytes_mut_at(len: usize, misalign: usize) -> BytesMut {
+    let mut whole = BytesMut::zeroed(len + 8192);
+    let skip = (4096 - whole.as_ptr() as usize % 4096) % 4096 + misalign;
+    let mut tail = whole.split_off(skip);
+    let mut exact = tail.split_to(len);
+    exact.clear();
+    assert_eq!(
+        (exact.as_ptr() as usize % 4096, exact.capacity()),
+        (misalign, len)
+    );
+    exact
+}
+
+fn misaligned(b: &impl IoBuf, align: usize) -> bool {
+    b.stable_ptr() as usize % align != 0
+}
+
+/// Writes `buf` at `off`, reads it back into `into`, checks the bytes, and
+/// returns how many of the two IOs had memory off the device's alignment.
+async fn round_trip<W: IoBuf, R: IoBufMut + AsRef<[u8]>>(
+    dev: &Device,
+    buf: W,
+    into: R,
+    off: u64,
+) -> u64 {
+    let align = dev.geometry().mem_align_bytes() as usize;
+    let expect = {
+        // SAFETY: the IoBuf contract (initialised bytes at stable_ptr).
+        unsafe { std::slice::from_raw_parts(buf.stable_ptr(), buf.bytes_init()) }.to_vec()
+    };
+    let mut unaligned = u64::from(misaligned(&buf, align));
+    let (r, _) = dev.write_at(buf, off).await;
+    assert_eq!(r.expect("write"), expect.len());
+    unaligned += u64::from(misaligned(&into, align));
+    let (r, back) = dev.read_at(into, off).await;
+    assert_eq!(r.expect("read"), expect.len());
+    assert_eq!(back.as_ref(), &expect[..]);
+    unaligned
+}
+
+#[test]
+fn every_buffer_type_round_trips_with_and_without_o_direct() {
+    let dir = tmpdir();
+    for direct in [true, false] {
+        let path = dir.path().join(format!("types-{direct}"));
+        std::fs::write(&path, vec![0u8; 1 << 20]).expect("fixture");
+        local().run(async {
+            let dev = open(&path, direct);
+            let len = 8192;
+            let mut expected = 0;
+            // Vec<u8> (heap memory: 16-byte aligned, not 4096).
+            expected += round_trip(&dev, pattern(len, 1), Vec::with_capacity(len), 0).await;
+            // Box<[u8]>.
+            let boxed = pattern(len, 2).into_boxed_slice();
+            expected += round_trip(&dev, boxed, vec![0u8; len].into_boxed_slice(), 8192).await;
+            // BytesMut on a 4096 boundary (no bounce even with O_DIRECT).
+            let mut aligned = bytes_mut_at(len, 0);
+            aligned.extend_from_slice(&pattern(len, 3));
+            let n = round_trip(&dev, aligned, bytes_mut_at(len, 0), 16384).await;
+            assert_eq!(n, 0, "aligned BytesMut");
+            // BytesMut one byte past a boundary (bounced with O_DIRECT).
+            let mut off_by_one = bytes_mut_at(len, 1);
+            off_by_one.extend_from_slice(&pattern(len, 4));
+            let n = round_trip(&dev, off_by_one, bytes_mut_at(len, 1), 24576).await;
+            assert_eq!(n, if direct { 2 } else { 0 }, "misaligned BytesMut");
+            expected += n;
+            // DmaBuf (from alloc_buf) and a Region's page.
+            let mut d = dev.alloc_buf(len);
+            d.as_mut_slice().copy_from_slice(&pattern(len, 5));
+            expected += round_trip(&dev, d, DmaBuf::heap(len, 4096), 32768).await;
+            let mut pages = Region::new(2 * len, 4096).into_pages(len);
+            let into = pages.pop().expect("page");
+            let mut page = pages.pop().expect("page");
+            page.as_mut_slice().copy_from_slice(&pattern(len, 6));
+            let (r, page) = dev.write_at(page, 40960).await;
+            assert_eq!(r.expect("page write"), len);
+            let (r, into) = dev.read_at(into, 40960).await;
+            assert_eq!(r.expect("page read"), len);
+            assert_eq!(into.as_slice(), page.as_slice());
+            let stats = dev.iostats();
+            if direct {
+                assert!(expected >= 2, "at least the off-by-one BytesMut bounced");
+                assert_eq!(stats.bounce_ios, expected);
+                assert!(stats.bounce_bytes >= expected * len as u64 / 2);
+            } else {
+                assert_eq!(stats.bounce_ios, 0, "buffered IO never bounces");
+            }
+        });
+    }
+}
+
+#[test]
+fn unaligned_memory_is_refused_when_bouncing_is_off() {
+    let dir = tmpdir();
+    let path = dir.path().join("strict");
+    std::fs::write(&path, vec![0u8; 65536]).expect("fixture");
+    local().run(async {
+        let dev = Device::open(
+            &path,
+            DeviceOptions {
+                bounce_unaligned: false,
+                ..DeviceOptions::default()
+            },
+        )
+        .expect("open");
+        let buf = bytes_mut_at(4096, 1);
+        let (r, buf) = dev.read_at(buf, 0).await;
+        let err = r.expect_err("unaligned read refused");
+        assert!(
+            matches!(
+                err.kind(),
+                ErrorKind::InvalidInput(InvalidInput::Alignment {
+                    what: "buffer address",
+                    ..
+                })
+            ),
+            "{err}"
+        );
+        assert!(buf.capacity() >= 4096, "the buffer comes back");
+        let vec = vec![1u8; 4096];
+        let off = misaligned(&vec, dev.geometry().mem_align_bytes() as usize);
+        let (r, _) = dev.write_at(vec, 0).await;
+        assert_eq!(r.is_err(), off, "a Vec is refused exactly when it is off");
+        assert_eq!(dev.iostats().bounce_ios, 0);
+        // An aligned buffer still goes.
+        let (r, _) = dev.read_at(bytes_mut_at(4096, 0), 0).await;
+        assert_eq!(r.expect("aligned read"), 4096);
+    });
+}
+
+/// Buffers of the core's registered arena go to the ring with the
+/// registered-buffer opcodes, counted where the SQE is built
+/// (`RingStats::fixed_buf_sqes`): `alloc_buf`, `read_alloc_at`, a
+/// `DmaBuf::new` the arena served, and the bounce buffer of unaligned
+/// memory; a heap `DmaBuf` does not.
+#[test]
+fn registered_buffers_reach_the_ring_as_fixed_opcodes() {
+    let dir = tmpdir();
+    let path = dir.path().join("fixed");
+    std::fs::write(&path, pattern(1 << 20, 9)).expect("fixture");
+    local().run(async {
+        let registered = plugio_device::buf::arena_stats().is_some_and(|s| s.registered);
+        let fixed = || {
+            plugio_device::ring::current_stats()
+                .expect("a ring")
+                .fixed_buf_sqes
+        };
+        let dev = open(&path, true);
+        let before = fixed();
+        let got = dev.read_alloc_at(4096, 4096).await.expect("read_alloc_at");
+        assert_eq!(got.as_slice(), &pattern(1 << 20, 9)[4096..8192]);
+        let mut buf = dev.alloc_buf(8192);
+        buf.as_mut_slice().fill(3);
+        let (r, buf) = dev.write_at(buf, 65536).await;
+        r.expect("write");
+        let (r, _) = dev.read_at(DmaBuf::new(4096), 0).await;
+        r.expect("DmaBuf::new read");
+        // (A heap Vec may be aligned by chance; this one never is.)
+        let (r, _) = dev.read_at(bytes_mut_at(4096, 1), 0).await;
+        r.expect("bounced read");
+        let n_fixed = fixed() - before;
+        let (r, _) = dev.read_at(DmaBuf::heap(4096, 4096), 0).await;
+        r.expect("heap read");
+        assert_eq!(fixed() - before, n_fixed, "a heap buffer is not fixed");
+        drop(buf);
+        if registered {
+            assert_eq!(n_fixed, 4, "four IOs on arena memory");
+            assert_eq!(dev.iostats().fixed_buf_requests, 4);
+        } else {
+            eprintln!("buffer registration refused here (memlock): nothing is fixed");
+            assert_eq!(n_fixed, 0);
+        }
+    });
+}
+
+/// A buffer that records when it is dropped.
+struct Tracked {
+    bytes: Vec<u8>,
+    dropped: Arc<AtomicBool>,
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.dropped.store(true, Ordering::SeqCst);
+    }
+}
+
+// SAFETY: delegates to the Vec, whose heap memory does not move.
+unsafe impl IoBuf for Tracked {
+    fn stable_ptr(&self) -> *const u8 {
+        self.bytes.as_ptr()
+    }
+    fn bytes_init(&self) -> usize {
+        self.bytes.len()
+    }
+    fn bytes_total(&self) -> usize {
+        self.bytes.capacity()
+    }
+}
+
+// SAFETY: as the Vec's impl.
+unsafe impl IoBufMut for Tracked {
+    fn stable_mut_ptr(&mut self) -> *mut u8 {
+        self.bytes.as_mut_ptr()
+    }
+    unsafe fn set_init(&mut self, len_bytes: usize) {
+        // SAFETY: forwarded contract.
+        unsafe { self.bytes.set_len(len_bytes) }
+    }
+}
+
+/// A read future dropped while its IO is in flight hands the caller's
+/// buffer to the engine, which drops it only after the IO completed. (The
+/// explicit plug's guard sends the read to the device at once; completions
+/// come only in the core's park, so the read is still in flight when the
+/// future is dropped right after.)
+#[test]
+fn a_dropped_read_keeps_the_buffer_until_the_io_completes() {
+    use plugio_device::backend::mem::{MemConfig, MemDevice};
+    local().run(async {
+        let mem = MemDevice::new(MemConfig {
+            mem_align_bytes: 1,
+            ..MemConfig::default()
+        });
+        let dev =
+            Device::with_backend(Arc::new(mem), None, DeviceOptions::default()).expect("device");
+        let dropped = Arc::new(AtomicBool::new(false));
+        let buf = Tracked {
+            bytes: Vec::with_capacity(4096),
+            dropped: dropped.clone(),
+        };
+        {
+            let mut fut = Box::pin(dev.read_at(buf, 0));
+            let plug = dev.plug(1).expect("plug");
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            assert!(fut.as_mut().poll(&mut cx).is_pending());
+            drop(plug); // flushes: the read goes to the device
+            assert_eq!(dev.tags_in_use(), 1, "the read is in flight");
+        }
+        assert!(
+            !dropped.load(Ordering::SeqCst),
+            "dropped with its future while the IO was in flight"
+        );
+        for _ in 0..1000 {
+            if dropped.load(Ordering::SeqCst) {
+                break;
+            }
+            plugio_executor::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(
+            dropped.load(Ordering::SeqCst),
+            "freed once the IO completed"
+        );
+        assert_eq!(dev.tags_in_use(), 0);
+    });
+}
+
+#[test]
+fn exact_forms_name_the_offset_and_length_at_end_of_file() {
+    let dir = tmpdir();
+    let path = dir.path().join("eof");
+    std::fs::write(&path, pattern(6000, 1)).expect("fixture");
+    local().run(async {
+        let dev = open(&path, false);
+        let (r, buf) = dev.read_exact_at(vec![0u8; 4096], 0).await;
+        r.expect("the first 4096 bytes are there");
+        assert_eq!(buf, pattern(6000, 1)[..4096]);
+        let (r, buf) = dev.read_exact_at(vec![0u8; 4096], 4096).await;
+        let err = r.expect_err("only 1904 bytes left");
+        assert_eq!(
+            *err.kind(),
+            ErrorKind::UnexpectedEof {
+                offset_bytes: 4096,
+                len_bytes: 4096,
+                done_bytes: 1904
+            }
+        );
+        let text = err.to_string();
+        assert!(text.contains("4096") && text.contains("1904"), "{text}");
+        assert_eq!(
+            std::io::Error::from(err).kind(),
+            std::io::ErrorKind::UnexpectedEof
+        );
+        assert_eq!(buf, pattern(6000, 1)[4096..], "the bytes before the end");
+        // Vectored: all of both buffers, or the same error.
+        let (r, _) = dev
+            .writev_all_at(vec![pattern(3000, 2), pattern(5192, 3)], 8192)
+            .await;
+        r.expect("writev_all_at");
+        let (r, bufs) = dev
+            .readv_exact_at(vec![vec![0u8; 3000], vec![0u8; 5192]], 8192)
+            .await;
+        r.expect("readv_exact_at");
+        assert_eq!(
+            (&bufs[0][..], &bufs[1][..]),
+            (&pattern(3000, 2)[..], &pattern(5192, 3)[..])
+        );
+        let (r, _) = dev
+            .readv_exact_at(vec![vec![0u8; 4096], vec![0u8; 4096]], 12288)
+            .await;
+        assert!(matches!(
+            r.expect_err("past the end").kind(),
+            ErrorKind::UnexpectedEof {
+                offset_bytes: 12288,
+                len_bytes: 8192,
+                done_bytes: 4096
+            }
+        ));
+    });
+}
+
+/// Vectored IO with O_DIRECT over segments that are not block multiples
+/// goes through one bounce buffer and still lands byte for byte.
+#[test]
+fn vectored_io_over_odd_segments_bounces_as_one() {
+    let dir = tmpdir();
+    let path = dir.path().join("vec");
+    std::fs::write(&path, vec![0u8; 65536]).expect("fixture");
+    local().run(async {
+        let dev = open(&path, true);
+        let parts = vec![pattern(1000, 1), pattern(3096, 2), pattern(4096, 3)];
+        let all: Vec<u8> = parts.concat();
+        let (r, _) = dev.writev_at(parts, 4096).await;
+        assert_eq!(r.expect("writev"), 8192);
+        let (r, bufs) = dev
+            .readv_at(
+                vec![
+                    Vec::with_capacity(100),
+                    Vec::with_capacity(7992),
+                    Vec::with_capacity(100),
+                ],
+                4096,
+            )
+            .await;
+        assert_eq!(r.expect("readv"), 8192);
+        assert_eq!(bufs.concat(), all);
+        let lens: Vec<usize> = bufs.iter().map(Vec::len).collect();
+        assert_eq!(lens, [100, 7992, 100], "each buffer filled to its capacity");
+        assert_eq!(dev.iostats().bounce_ios, 2);
+    });
+}
