@@ -87,7 +87,7 @@ pub struct DeviceOptions {
     /// in [`IoStats::bounce_ios`](crate::IoStats::bounce_ios) and
     /// `bounce_bytes`. Default true. `false` refuses such IO before
     /// submission with
-    /// [`InvalidInput::Alignment`](plugio_device::InvalidInput::Alignment)
+    /// [`InvalidInput::Alignment`]
     /// (`what: "buffer address"`), for callers that want every copy to be
     /// their own. Offsets and lengths must be aligned either way (a copy
     /// cannot fix them).
