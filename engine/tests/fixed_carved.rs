@@ -68,8 +68,8 @@ fn carved_registered_memory_goes_out_fixed_alone_and_merged() {
         let mut region = registered_region.unwrap_or_else(|| DmaBuf::heap(16 * BS, BS));
         let expect = |n: u64| if registered { n } else { 0 };
         let base = region.as_mut_slice().as_mut_ptr();
-        // SAFETY: every piece is inside the 64 KiB region.
         let piece = |i: usize| Carved {
+            // SAFETY: every piece is inside the 64 KiB region.
             ptr: unsafe { base.add(i * BS) },
             len: BS,
         };
