@@ -74,7 +74,8 @@ impl LocalBuilder {
     ///
     /// ```
     /// use plugio_executor::LocalExecutor;
-    ///     ///
+    /// use std::time::Duration;
+    ///
     /// let ex = LocalExecutor::builder().blocking_keep_alive(Duration::from_millis(50)).build()?;
     /// # drop(ex);
     /// # Ok::<_, std::io::Error>(())
