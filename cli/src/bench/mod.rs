@@ -38,6 +38,7 @@ pub mod error;
 pub mod limits;
 pub mod options;
 pub mod peers;
+mod plots;
 pub mod report;
 pub mod stats;
 pub mod target;
