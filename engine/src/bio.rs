@@ -408,6 +408,7 @@ impl BioTable {
     }
 
     /// Takes the result of a completed bio and frees its slot.
+    #[inline]
     pub fn take_result(&mut self, id: BioId) -> Option<BioResult> {
         let bio = self.get_mut(id)?;
         if bio.state != BioState::Done {
