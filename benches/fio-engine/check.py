@@ -5,7 +5,7 @@
              RESULT.json STDERR
 
 Without --expect-error every job must end with error 0, have moved data
-(read or write bytes > 0) through the external plugio engine, and, for a
+(read, write or trim bytes > 0) through the external plugio engine, and, for a
 job with verify set and do_verify on, have read data back (the verify
 pass); STDERR must have no verify or io_u error line. With --expect-error
 ERRNO every job must end with exactly that error (the run failed
@@ -39,7 +39,7 @@ def check_ok(job, global_opts, problems):
         problems.append(f"{name}: ioengine is {opts.get('ioengine')!r}, not the plugio engine")
     if job["error"] != 0:
         problems.append(f"{name}: error {job['error']}")
-    moved = job["read"]["io_bytes"] + job["write"]["io_bytes"]
+    moved = job["read"]["io_bytes"] + job["write"]["io_bytes"] + job["trim"]["io_bytes"]
     if moved <= 0:
         problems.append(f"{name}: no data moved")
     verify = opts.get("verify", "0") not in ("0", "none")

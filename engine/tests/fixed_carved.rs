@@ -69,7 +69,7 @@ fn carved_registered_memory_goes_out_fixed_alone_and_merged() {
         let expect = |n: u64| if registered { n } else { 0 };
         let base = region.as_mut_slice().as_mut_ptr();
         let piece = |i: usize| Carved {
-            // SAFETY: every piece is inside the 64 KiB region.
+            // SAFETY: every piece (i < 16) is inside the 64 KiB region.
             ptr: unsafe { base.add(i * BS) },
             len: BS,
         };

@@ -3,7 +3,13 @@
 //! Each core is one OS thread (optionally pinned to a CPU) that owns its
 //! tasks, timers, tick-end hooks and a [`Driver`]. Tasks never move between
 //! cores. A [`Runtime`] starts N cores; a [`LocalExecutor`] runs one core on
-//! the calling thread.
+//! the calling thread, either until a future completes
+//! ([`LocalExecutor::run`]) or one tick per call
+//! ([`LocalExecutor::run_once`], [`LocalExecutor::run_once_timeout`]) for
+//! an embedder that owns the loop (a C plug-in such as the fio engine in
+//! `benches/fio-engine`, a foreign event loop). An embedder with several
+//! threads makes one `LocalExecutor` per thread; a [`Runtime`]'s cores
+//! run their own loops.
 //!
 //! # The tick
 //!

@@ -65,19 +65,36 @@ impl Op {
 }
 
 /// A finished IO: its cookie (the shim's io_u pointer) and its result,
-/// the bytes moved (`>= 0`, short at end of file) or a negative errno.
+/// the bytes moved (`>= 0`, short at end of file; a trim's whole length)
+/// or a negative errno.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(C)]
 pub struct Completion {
     /// The `cookie` given to [`FioCore::queue`].
     pub cookie: usize,
-    /// Bytes moved (0 for sync and trim), or `-errno`.
+    /// Bytes moved (0 for a sync, the length for a trim), or `-errno`.
     pub result: i64,
 }
 
 /// A file opened by [`FioCore::open`]: an index into the core's devices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DevId(pub usize);
+
+/// [`FioCore::queue`] on a device id that names no open device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NoSuchDevice(pub DevId);
+
+impl std::fmt::Display for NoSuchDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "plugio fio engine: IO queued on device {}, which is not open (open_file first)",
+            self.0 .0
+        )
+    }
+}
+
+impl std::error::Error for NoSuchDevice {}
 
 /// One IO handed from `queue` to the engine task.
 struct Submission {
@@ -93,7 +110,8 @@ struct Submission {
 #[derive(Default)]
 struct Shared {
     submitted: RefCell<VecDeque<Submission>>,
-    done: RefCell<VecDeque<Completion>>,
+    /// Completions not yet returned by `getevents`, oldest first.
+    done: RefCell<Vec<Completion>>,
     /// The engine task's waker, stored at its last poll.
     task_waker: RefCell<Option<Waker>>,
 }
@@ -223,14 +241,14 @@ impl FioCore {
     /// next [`FioCore::commit`] (or `getevents`), and completes through
     /// [`FioCore::getevents`] with `cookie`.
     ///
+    /// # Errors
+    /// [`NoSuchDevice`] when `id` names no open device (fio never queues
+    /// IO on a closed file); nothing is queued then.
+    ///
     /// # Safety
     /// For `Read` and `Write`, `buf` must be valid for `len_bytes` bytes of
     /// reads and writes until `getevents` returns this IO's completion, and
-    /// nothing else may touch it meanwhile. `id` must name an open device.
-    ///
-    /// # Panics
-    /// When `id` names no open device (fio never queues IO on a closed
-    /// file).
+    /// nothing else may touch it meanwhile.
     pub unsafe fn queue(
         &self,
         id: DevId,
@@ -239,10 +257,8 @@ impl FioCore {
         buf: *mut u8,
         len_bytes: usize,
         cookie: usize,
-    ) {
-        let dev = self
-            .device(id)
-            .unwrap_or_else(|| panic!("plugio fio engine: IO queued on closed file {}", id.0));
+    ) -> Result<(), NoSuchDevice> {
+        let dev = self.device(id).ok_or(NoSuchDevice(id))?;
         self.shared.submitted.borrow_mut().push_back(Submission {
             dev,
             op,
@@ -252,6 +268,7 @@ impl FioCore {
             cookie,
         });
         self.outstanding.set(self.outstanding.get() + 1);
+        Ok(())
     }
 
     /// fio's `commit`: one executor tick (`LocalExecutor::run_once`): the
@@ -296,7 +313,13 @@ impl FioCore {
         out.clear();
         let mut done = self.shared.done.borrow_mut();
         let n = done.len().min(max);
-        out.extend(done.drain(..n));
+        if n == done.len() {
+            // The common case (max is fio's iodepth_batch_complete_max):
+            // hand the whole queue over, keep the other vector's capacity.
+            std::mem::swap(out, &mut *done);
+        } else {
+            out.extend(done.drain(..n));
+        }
         self.outstanding.set(self.outstanding.get() - n);
         n
     }
@@ -352,14 +375,14 @@ async fn serve(shared: Rc<Shared>, iodepth: usize) {
     std::future::poll_fn(move |cx| {
         slots.register(cx.waker());
         let mut done = shared.done.borrow_mut();
-        slots.poll_ready(&mut *done);
+        slots.poll_ready(&mut done);
         while slots.has_free() {
             let Some(s) = shared.submitted.borrow_mut().pop_front() else {
                 break;
             };
             let cookie = s.cookie;
             if let Some(c) = slots.start(run_io(s), cookie) {
-                done.push_back(c);
+                done.push(c);
             }
         }
         let mut stored = shared.task_waker.borrow_mut();
@@ -390,11 +413,13 @@ async fn run_io(s: Submission) -> i64 {
             .map(|n| n as i64),
         Op::Sync => s.dev.sync_all().await.map(|()| 0),
         Op::DataSync => s.dev.sync_data().await.map(|()| 0),
+        // The bytes discarded: fio counts a trim's length as its
+        // transfer (`xfer_buflen - resid`).
         Op::Trim => s
             .dev
             .discard(s.offset_bytes, s.len_bytes as u64)
             .await
-            .map(|()| 0),
+            .map(|()| s.len_bytes as i64),
     };
     result.unwrap_or_else(|e| -i64::from(e.errno()))
 }

@@ -212,24 +212,24 @@ pub unsafe extern "C" fn plugio_fio_queue(
 ) -> c_int {
     // SAFETY: the caller's contract.
     let h = unsafe { &*h };
-    let Some(op) = Op::from_raw(op) else {
+    let (Some(op), Some(id)) = (Op::from_raw(op), dev.checked_sub(1)) else {
         return libc::EINVAL;
     };
-    if dev == 0 || h.core.device(DevId(dev - 1)).is_none() {
-        return libc::EINVAL;
-    }
-    // SAFETY: the caller's contract (the buffer), and the device is open.
-    unsafe {
+    // SAFETY: the caller's contract (the buffer).
+    let queued = unsafe {
         h.core.queue(
-            DevId(dev - 1),
+            DevId(id),
             op,
             offset,
             buf.cast(),
             len as usize,
             cookie as usize,
-        );
+        )
+    };
+    match queued {
+        Ok(()) => 0,
+        Err(_) => libc::EINVAL,
     }
-    0
 }
 
 /// `commit`: one tick (the plug flush, one `io_uring_enter`). Returns 0,

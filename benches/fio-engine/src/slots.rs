@@ -121,7 +121,7 @@ impl<F: Future<Output = i64>> IoSlots<F> {
 
     /// Polls every slot woken since the last call and pushes the
     /// completions of the finished ones onto `done`.
-    pub fn poll_ready(&mut self, done: &mut impl Extend<Completion>) {
+    pub fn poll_ready(&mut self, done: &mut Vec<Completion>) {
         for w in 0..self.ready.bits.len() {
             // Acquire: pairs with the Release fetch_or of the slot wakers.
             let mut bits = self.ready.bits[w].swap(0, Ordering::Acquire);
@@ -129,7 +129,7 @@ impl<F: Future<Output = i64>> IoSlots<F> {
                 let i = w * 64 + bits.trailing_zeros() as usize;
                 bits &= bits - 1;
                 if let Some(c) = self.poll_slot(i) {
-                    done.extend(Some(c));
+                    done.push(c);
                 }
             }
         }

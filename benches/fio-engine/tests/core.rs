@@ -51,7 +51,8 @@ fn writes_then_reads_back_through_queue_commit_getevents() {
         // SAFETY: each io_u buffer is BS bytes, ours until its completion.
         unsafe {
             std::ptr::write_bytes(b, i as u8 + 1, BS);
-            core.queue(dev, Op::Write, (i * BS) as u64, b, BS, i);
+            core.queue(dev, Op::Write, (i * BS) as u64, b, BS, i)
+                .expect("queue");
         }
     }
     core.commit();
@@ -66,7 +67,7 @@ fn writes_then_reads_back_through_queue_commit_getevents() {
     }
     for (i, &b) in bufs.iter().enumerate() {
         // SAFETY: as above.
-        unsafe { core.queue(dev, Op::Read, (i * BS) as u64, b, BS, 100 + i) };
+        unsafe { core.queue(dev, Op::Read, (i * BS) as u64, b, BS, 100 + i) }.expect("queue");
     }
     core.commit();
     let done = wait_all(&core, 16);
@@ -87,7 +88,7 @@ fn one_commit_is_one_plug_flush_for_the_whole_batch() {
     let bufs = io_us(&core, 8);
     for (i, &b) in bufs.iter().enumerate() {
         // SAFETY: each io_u buffer is BS bytes, ours until its completion.
-        unsafe { core.queue(dev, Op::Read, (i * 2 * BS) as u64, b, BS, i) };
+        unsafe { core.queue(dev, Op::Read, (i * 2 * BS) as u64, b, BS, i) }.expect("queue");
     }
     let before = core.device(dev).expect("dev").iostats();
     core.commit();
@@ -109,7 +110,7 @@ fn adjacent_ios_of_one_commit_merge() {
     let bufs = io_us(&core, 32);
     for (i, &b) in bufs.iter().enumerate() {
         // SAFETY: each io_u buffer is BS bytes, ours until its completion.
-        unsafe { core.queue(dev, Op::Read, (i * BS) as u64, b, BS, i) };
+        unsafe { core.queue(dev, Op::Read, (i * BS) as u64, b, BS, i) }.expect("queue");
     }
     core.commit();
     let done = wait_all(&core, 32);
@@ -130,7 +131,7 @@ fn getevents_returns_at_most_max_and_keeps_the_rest() {
     let bufs = io_us(&core, 8);
     for (i, &b) in bufs.iter().enumerate() {
         // SAFETY: each io_u buffer is BS bytes, ours until its completion.
-        unsafe { core.queue(dev, Op::Read, (i * BS) as u64, b, BS, i) };
+        unsafe { core.queue(dev, Op::Read, (i * BS) as u64, b, BS, i) }.expect("queue");
     }
     core.commit();
     let mut out = Vec::new();
@@ -170,13 +171,16 @@ fn errors_reach_the_completion_as_negative_errnos() {
     // SAFETY: each io_u buffer is BS bytes, ours until its completion.
     unsafe {
         // Unaligned offset and sub-block length under O_DIRECT.
-        core.queue(dev, Op::Read, 1000, bufs[0], BS, 0);
-        core.queue(dev, Op::Write, 0, bufs[1], 100, 1);
+        core.queue(dev, Op::Read, 1000, bufs[0], BS, 0)
+            .expect("queue");
+        core.queue(dev, Op::Write, 0, bufs[1], 100, 1)
+            .expect("queue");
         // Past the end of a regular file: no error, 0 bytes (pread's
         // answer; fio sees the whole length as resid).
-        core.queue(dev, Op::Read, 1 << 30, bufs[2], BS, 2);
+        core.queue(dev, Op::Read, 1 << 30, bufs[2], BS, 2)
+            .expect("queue");
         // A good one among them.
-        core.queue(dev, Op::Read, 0, bufs[3], BS, 3);
+        core.queue(dev, Op::Read, 0, bufs[3], BS, 3).expect("queue");
     }
     core.commit();
     let mut done = wait_all(&core, 4);
@@ -196,27 +200,30 @@ fn sync_datasync_and_trim_complete() {
     let bufs = io_us(&core, 1);
     // SAFETY: the io_u buffer is BS bytes, ours until its completion.
     unsafe {
-        core.queue(dev, Op::Write, 0, bufs[0], BS, 0);
+        core.queue(dev, Op::Write, 0, bufs[0], BS, 0)
+            .expect("queue");
     }
     core.commit();
     assert_eq!(wait_all(&core, 1)[0].result, BS as i64);
     // SAFETY: no buffer for these ops.
     unsafe {
-        core.queue(dev, Op::Sync, 0, std::ptr::null_mut(), 0, 1);
-        core.queue(dev, Op::DataSync, 0, std::ptr::null_mut(), 0, 2);
+        core.queue(dev, Op::Sync, 0, std::ptr::null_mut(), 0, 1)
+            .expect("queue");
+        core.queue(dev, Op::DataSync, 0, std::ptr::null_mut(), 0, 2)
+            .expect("queue");
     }
     core.commit();
     let done = wait_all(&core, 2);
     assert!(done.iter().all(|c| c.result == 0), "{done:?}");
     // SAFETY: no buffer for a trim.
-    unsafe { core.queue(dev, Op::Trim, 0, std::ptr::null_mut(), 65536, 3) };
+    unsafe { core.queue(dev, Op::Trim, 0, std::ptr::null_mut(), 65536, 3) }.expect("queue");
     core.commit();
     let done = wait_all(&core, 1);
     // ext4 and xfs punch the range; a file system without discard says
     // EOPNOTSUPP: either way the trim completes exactly once.
     assert!(
-        done[0].result == 0 || done[0].result == -i64::from(libc::EOPNOTSUPP),
-        "{done:?}"
+        done[0].result == 65536 || done[0].result == -i64::from(libc::EOPNOTSUPP),
+        "a trim counts its length: {done:?}"
     );
 }
 
@@ -240,7 +247,7 @@ fn iomem_free_waits_for_the_io_in_flight() {
     let bufs = io_us(&core, 32);
     for (i, &b) in bufs.iter().enumerate() {
         // SAFETY: each io_u buffer is BS bytes, ours until its completion.
-        unsafe { core.queue(dev, Op::Read, (i * BS) as u64, b, BS, i) };
+        unsafe { core.queue(dev, Op::Read, (i * BS) as u64, b, BS, i) }.expect("queue");
     }
     core.commit();
     core.iomem_free();
@@ -263,7 +270,8 @@ fn io_u_memory_is_used_in_place_and_registered_memory_goes_out_fixed() {
         // every other block, so nothing merges.
         unsafe {
             std::ptr::write_bytes(b, 0x40 + i as u8, BS);
-            core.queue(dev, Op::Write, (i * 2 * BS) as u64, b, BS, i);
+            core.queue(dev, Op::Write, (i * 2 * BS) as u64, b, BS, i)
+                .expect("queue");
         }
     }
     core.commit();
@@ -300,7 +308,7 @@ fn unaligned_io_u_memory_bounces_or_is_refused_as_configured() {
         // SAFETY: 100 + BS bytes fit in the allocation.
         let buf = unsafe { base.add(100) };
         // SAFETY: as above; ours until the completion.
-        unsafe { core.queue(dev, Op::Read, 0, buf, BS, 0) };
+        unsafe { core.queue(dev, Op::Read, 0, buf, BS, 0) }.expect("queue");
         core.commit();
         let done = wait_all(&core, 1);
         let s = core.device(dev).expect("dev").iostats();
@@ -312,4 +320,18 @@ fn unaligned_io_u_memory_bounces_or_is_refused_as_configured() {
             assert_eq!(s.bounce_ios, 0);
         }
     }
+}
+
+#[test]
+fn queue_on_a_closed_file_is_refused_and_nothing_is_queued() {
+    let f = file(1 << 20);
+    let core = FioCore::new(config(1)).expect("core");
+    let dev = core.open(f.path(), true, true).expect("open");
+    core.close(dev);
+    let bufs = io_us(&core, 1);
+    // SAFETY: refused before the buffer is used.
+    let err = unsafe { core.queue(dev, Op::Read, 0, bufs[0], BS, 0) }.expect_err("closed");
+    assert_eq!(err, plugio_fio::NoSuchDevice(dev));
+    assert!(err.to_string().contains("not open"), "{err}");
+    assert_eq!(core.outstanding(), 0);
 }
