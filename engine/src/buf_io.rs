@@ -86,11 +86,15 @@ impl<B: IoBuf> BufSet for One<B> {
     }
     #[inline]
     fn fixed_index(&self) -> Option<u16> {
-        // A type test the compiler resolves: only a DmaBuf can be a chunk
-        // of the registered arena.
+        // A type test the compiler resolves for a DmaBuf chunk of the
+        // registered arena; any other buffer counts when its memory lies
+        // inside the registered arena (carved out of it by its owner).
         (&self.0 as &dyn Any)
             .downcast_ref::<DmaBuf>()
             .and_then(DmaBuf::fixed_index)
+            .or_else(|| {
+                plugio_device::buf::registered_index_of(self.0.stable_ptr(), self.0.bytes_total())
+            })
     }
     fn gather(&self, out: &mut [u8]) {
         out.copy_from_slice(init_bytes(&self.0));

@@ -211,9 +211,25 @@ fn build_iovecs(bios: &BioTable, rq: &mut Request) {
             bio_iovecs(bio, p, &mut rq.iovecs);
         }
     }
-    if let [p] = rq.pieces.as_slice() {
-        rq.fixed_buf = bios.get(p.bio).and_then(|b| b.buf.fixed());
+    if rq.iovecs.len() == 1 {
+        // One contiguous run of memory (one piece, or merged bios whose
+        // buffers are adjacent, as fio's io_u buffers often are):
+        // registered when every piece lies in the same registered buffer.
+        rq.fixed_buf = common_fixed(bios, &rq.pieces);
     }
+}
+
+/// The registered buffer every piece's bio lies in, if they share one.
+fn common_fixed(bios: &BioTable, pieces: &[Piece]) -> Option<u16> {
+    let mut common = None;
+    for p in pieces {
+        let index = bios.get(p.bio).and_then(|b| b.buf.fixed())?;
+        if common.is_some_and(|c| c != index) {
+            return None;
+        }
+        common = Some(index);
+    }
+    common
 }
 
 fn bio_iovecs(bio: &Bio, p: &Piece, out: &mut Vec<libc::iovec>) {

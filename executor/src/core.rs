@@ -435,8 +435,31 @@ impl Core {
             if stop(self) {
                 return None;
             }
-            self.park_and_count(hook_pending);
+            self.park_and_count(hook_pending, None);
         }
+    }
+
+    /// One tick for an embedder that drives the core from its own loop
+    /// (`LocalExecutor::run_once`): a park that waits at most `wait` (and
+    /// not at all while work is ready), the tick, then a park that does
+    /// not block, so that what the tick queued for the driver (the
+    /// engine's SQEs) is submitted before returning. Returns whether work
+    /// is ready at once: a task in the run queue, a remote wake, or a hook
+    /// that reported pending work.
+    pub(crate) fn run_once(&self, wait: Option<Duration>) -> bool {
+        let _enter = self.enter();
+        // No main future here: a wake of the last `block_on`'s main future
+        // must not keep every later park from waiting.
+        // Relaxed: same-thread flag; the waker's wake is seen by `park`.
+        self.main_wake.woken.store(false, Relaxed);
+        // The first park only waits or collects: the last call's second
+        // park submitted what its tick queued.
+        self.park_and_count(false, wait);
+        let hook_pending = self.tick();
+        self.park_and_count(hook_pending, Some(Duration::ZERO));
+        // SAFETY: core thread.
+        let queued = unsafe { self.shared.run_queue.len() };
+        hook_pending || queued != 0 || !self.shared.remote.is_empty()
     }
 
     /// One tick up to the park: remote wakes, timers, the ready batch,
@@ -468,9 +491,10 @@ impl Core {
         hook_pending
     }
 
-    /// Parks (see `park`), counts it, and publishes the tick's statistics.
-    fn park_and_count(&self, hook_pending: bool) {
-        let blocked = self.park(hook_pending);
+    /// Parks (see `park`; `cap` bounds the wait, `None` leaves it to the
+    /// timers), counts it, and publishes the tick's statistics.
+    fn park_and_count(&self, hook_pending: bool, cap: Option<Duration>) {
+        let blocked = self.park(hook_pending, cap);
         let mut stats = self.stats.get();
         if blocked {
             stats.parks += 1;
@@ -548,8 +572,10 @@ impl Core {
         pending
     }
 
-    /// Parks the driver; returns true when it was a blocking park.
-    fn park(&self, hook_pending: bool) -> bool {
+    /// Parks the driver, for at most `cap` when given (`None`: until the
+    /// nearest timer, or an event); returns true when it was a blocking
+    /// park.
+    fn park(&self, hook_pending: bool, cap: Option<Duration>) -> bool {
         // Relaxed: same-thread flag (remote wakers are handled below).
         let must_poll = hook_pending
             // SAFETY: core thread.
@@ -564,7 +590,11 @@ impl Core {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
-            next.map(|d| d.saturating_duration_since(Instant::now()))
+            let until_timer = next.map(|d| d.saturating_duration_since(Instant::now()));
+            match (until_timer, cap) {
+                (Some(t), Some(c)) => Some(t.min(c)),
+                (t, c) => t.or(c),
+            }
         };
         let blocking = timeout != Some(Duration::ZERO);
         if blocking {

@@ -3,7 +3,13 @@
 //! Each core is one OS thread (optionally pinned to a CPU) that owns its
 //! tasks, timers, tick-end hooks and a [`Driver`]. Tasks never move between
 //! cores. A [`Runtime`] starts N cores; a [`LocalExecutor`] runs one core on
-//! the calling thread.
+//! the calling thread, either until a future completes
+//! ([`LocalExecutor::run`]) or one tick per call
+//! ([`LocalExecutor::run_once`], [`LocalExecutor::run_once_timeout`]) for
+//! an embedder that owns the loop (a C plug-in such as the fio engine in
+//! `benches/fio-engine`, a foreign event loop). An embedder with several
+//! threads makes one `LocalExecutor` per thread; a [`Runtime`]'s cores
+//! run their own loops.
 //!
 //! # The tick
 //!
@@ -39,6 +45,10 @@
 //!   `Ready`, like plugio's own timers, channels and join handles. The
 //!   engine's IO future does not: its first poll always returns `Pending`.
 //! - **Statistics** ([`TickStats`], [`tick_stats`], [`Runtime::tick_stats`]).
+//! - **Blocking pools** ([`blocking`], [`spawn_blocking`]): each runtime
+//!   and local executor owns a bounded pool for blocking calls and a
+//!   separate one for the device crate's sync IO backend, found from the
+//!   current core and shut down after its cores.
 //! - **Wakers**: a task's waker used on the task's own core (cloned, woken
 //!   by value or by reference, dropped), and the re-poll it causes, do no
 //!   locked atomic operation: the task's wake flag and the references held

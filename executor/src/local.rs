@@ -1,8 +1,9 @@
 //! `LocalExecutor`: one core on the calling thread, no threads started.
 //!
 //! Invariants: the executor is core 0 of no runtime; its tasks only run
-//! inside [`LocalExecutor::run`]; dropping it cancels the tasks it still
-//! owns (on this thread), then shuts its blocking pools down.
+//! inside [`LocalExecutor::run`] or [`LocalExecutor::run_once`] (one tick
+//! per call, for embedders); dropping it cancels the tasks it still owns
+//! (on this thread), then shuts its blocking pools down.
 
 use crate::blocking::{PoolConfig, Pools};
 use crate::core::{Core, CoreConfig};
@@ -195,7 +196,96 @@ impl LocalExecutor {
         }
     }
 
-    /// Queues a `!Send` future; it runs during the next [`LocalExecutor::run`].
+    /// One tick, then return: for embedders that drive plugio from their
+    /// own loop (a C plug-in such as a fio ioengine, a foreign event loop)
+    /// instead of handing the thread to [`LocalExecutor::run`].
+    ///
+    /// It parks the driver without blocking (collecting the events already
+    /// there: for the io_uring driver, the completions in the CQ, which
+    /// wake their tasks), runs one tick (remote wakes, expired timers, one
+    /// batch of ready tasks, the tick-end hooks: the engine's plug flush),
+    /// then parks again without blocking, so that what the tick queued (the
+    /// engine's SQEs) is submitted before it returns. It never waits;
+    /// [`LocalExecutor::run_once_timeout`] waits for an event first.
+    ///
+    /// Returns `true` when more work is ready at once (a task is queued, a
+    /// remote wake arrived, or a tick-end hook reported pending work), so
+    /// calling again would make progress without waiting; `false` when the
+    /// executor would now wait for an event (an IO completion, a timer, a
+    /// wake from another thread).
+    ///
+    /// Tasks spawned with [`LocalExecutor::spawn_local`] before the call run
+    /// in its tick; tasks spawned inside it (and tasks woken by the tick's
+    /// own hooks) run in the next call.
+    ///
+    /// ```
+    /// use std::cell::Cell;
+    /// use std::rc::Rc;
+    /// use plugio_executor::{yield_now, LocalExecutor};
+    ///
+    /// let ex = LocalExecutor::new();
+    /// let steps = Rc::new(Cell::new(0));
+    /// let s = steps.clone();
+    /// let task = ex.spawn_local(async move {
+    ///     for _ in 0..3 {
+    ///         s.set(s.get() + 1);
+    ///         yield_now().await;
+    ///     }
+    /// });
+    /// // The embedder's loop: one tick per call, until the task is done.
+    /// assert!(ex.run_once(), "the task yielded: it is ready again");
+    /// assert_eq!(steps.get(), 1);
+    /// while ex.run_once() {}
+    /// assert_eq!(steps.get(), 3);
+    /// assert!(task.is_finished());
+    /// ```
+    ///
+    /// # Panics
+    /// When called on a plugio core (from inside a task of this or another
+    /// executor). A panic of a task goes to its `JoinHandle`, as in `run`.
+    pub fn run_once(&self) -> bool {
+        self.run_once_timeout(Some(Duration::ZERO))
+    }
+
+    /// Like [`LocalExecutor::run_once`], but first waits up to `timeout`
+    /// for an event when nothing is ready (`None`: without limit, as `run`
+    /// does; the nearest timer still ends the wait). The wait is the
+    /// driver's park (for the io_uring driver, one `io_uring_enter` that
+    /// submits and waits for completions); it returns early on an event, a
+    /// wake from another thread, or a timer, and does not wait at all while
+    /// a task is ready. Then one tick runs and what it queued is submitted,
+    /// as in `run_once`.
+    ///
+    /// A loop that needs `n` completions calls this until it has them, with
+    /// the time it has left:
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use plugio_executor::{sleep, LocalExecutor};
+    ///
+    /// let ex = LocalExecutor::new();
+    /// let timer = ex.spawn_local(sleep(Duration::from_millis(5)));
+    /// let deadline = Instant::now() + Duration::from_secs(10);
+    /// while !timer.is_finished() {
+    ///     let left = deadline.saturating_duration_since(Instant::now());
+    ///     assert!(!left.is_zero(), "the timer did not fire");
+    ///     // Sleeps until the timer (not a busy loop), then runs its task.
+    ///     ex.run_once_timeout(Some(left));
+    /// }
+    /// ```
+    ///
+    /// # Panics
+    /// As [`LocalExecutor::run_once`].
+    pub fn run_once_timeout(&self, timeout: Option<Duration>) -> bool {
+        assert!(
+            !Core::is_inside_core(),
+            "LocalExecutor::run_once called on a plugio core; await the future instead"
+        );
+        self.core.run_once(timeout)
+    }
+
+    /// Queues a `!Send` future; it runs during the next [`LocalExecutor::run`]
+    /// or [`LocalExecutor::run_once`].
     pub fn spawn_local<F>(&self, future: F) -> JoinHandle<F::Output>
     where
         F: Future + 'static,

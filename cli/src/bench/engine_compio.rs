@@ -8,7 +8,7 @@
 //! Settings (compio's own, from its `ProactorBuilder` docs): `capacity` =
 //! the larger of its default 1024 and `iodepth`, `coop_taskrun(true)` and
 //! `taskrun_flag(true)` ("optimize performance for most cases, especially
-//! [as] compio is a single thread runtime"; the flag "should be enabled
+//! \[as\] compio is a single thread runtime"; the flag "should be enabled
 //! with coop_taskrun"), no SQPOLL; the kernel refusing those flags falls
 //! back to none, with a note. compio has no registered buffers and its
 //! `File` does not use registered files: with the default `--fixedbufs 1

@@ -82,6 +82,25 @@ thread_local! {
     static THREAD_TOKEN: Cell<u64> = const { Cell::new(0) };
     static CONFIG: Cell<ArenaConfig> = Cell::new(ArenaConfig::default());
     static ARENA: RefCell<Option<Rc<Arena>>> = const { RefCell::new(None) };
+    /// The registered arena of this thread as `(base address, bytes,
+    /// registered-buffer index)`; 0 bytes while none is registered. Set
+    /// with the arena's fixed index (const-initialised: one load per
+    /// lookup in `registered_index_of`).
+    static REGISTERED: Cell<(usize, usize, u16)> = const { Cell::new((0, 0, 0)) };
+}
+
+/// The registered-buffer index of the memory `[addr, addr + len_bytes)`
+/// when it lies inside this thread's registered arena, so that IO on it
+/// may go out as `READ_FIXED`/`WRITE_FIXED` on this thread's ring; `None`
+/// otherwise (another thread's arena, an unregistered arena, other
+/// memory). Any memory carved out of the arena counts, not only whole
+/// [`DmaBuf`] chunks: an embedder that takes the arena as one chunk and
+/// lays out its own buffers in it (the fio engine's io_u memory) gets
+/// fixed-buffer IO on them too.
+pub fn registered_index_of(addr: *const u8, len_bytes: usize) -> Option<u16> {
+    let (base, size, index) = REGISTERED.try_with(Cell::get).ok()?;
+    let start = (addr as usize).checked_sub(base)?;
+    (size > 0 && start.checked_add(len_bytes)? <= size).then_some(index)
 }
 
 fn next_token() -> u64 {
@@ -189,11 +208,21 @@ impl Arena {
     }
 
     /// Records the registered-buffer index (or `None` when unregistered).
+    /// Called on the owner thread, by its driver.
     pub fn set_fixed_index(&self, index: Option<u16>) {
         // Relaxed: written and read on the owner thread only.
         self.shared
             .fixed_index
             .store(index.map_or(NOT_FIXED, u32::from), Ordering::Relaxed);
+        let range = match index {
+            Some(i) => (
+                self.shared.base.as_ptr() as usize,
+                self.shared.layout.size(),
+                i,
+            ),
+            None => (0, 0, 0),
+        };
+        let _ = REGISTERED.try_with(|r| r.set(range));
     }
 
     /// The registered-buffer index of this arena on this thread's ring.
@@ -280,5 +309,37 @@ mod tests {
         let c = arena.take(4096, 4096).expect("returned chunk reused");
         assert!(c.is_from_arena());
         assert!(arena.take(8192, 4096).is_none(), "too big for a chunk");
+    }
+
+    #[test]
+    fn registered_index_of_covers_memory_inside_the_registered_arena_only() {
+        let arena = Arena::new(ArenaConfig {
+            chunk_bytes: 8192,
+            nr_chunks: 2,
+        })
+        .expect("arena");
+        let base = arena.iovec().iov_base as *const u8;
+        assert_eq!(registered_index_of(base, 4096), None, "not registered yet");
+        arena.set_fixed_index(Some(3));
+        // SAFETY: offsets inside (or one past) the 16 KiB allocation.
+        let (mid, end) = unsafe { (base.add(4096), base.add(16384)) };
+        assert_eq!(registered_index_of(base, 16384), Some(3), "all of it");
+        assert_eq!(
+            registered_index_of(mid, 4096),
+            Some(3),
+            "a piece of a chunk"
+        );
+        assert_eq!(registered_index_of(mid, 16384), None, "runs past the end");
+        assert_eq!(registered_index_of(end, 1), None, "after it");
+        assert_eq!(
+            registered_index_of(base.wrapping_sub(1), 2),
+            None,
+            "before it"
+        );
+        let mid_addr = mid as usize;
+        let other = std::thread::spawn(move || registered_index_of(mid_addr as *const u8, 1));
+        assert_eq!(other.join().expect("thread"), None, "another thread's ring");
+        arena.set_fixed_index(None);
+        assert_eq!(registered_index_of(mid, 4096), None, "unregistered");
     }
 }

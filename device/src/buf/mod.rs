@@ -22,7 +22,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 pub(crate) use arena::Arena;
-pub use arena::{arena_stats, configure_arena, ArenaConfig, ArenaStats};
+pub use arena::{arena_stats, configure_arena, registered_index_of, ArenaConfig, ArenaStats};
 pub(crate) use arena::{current_arena, ArenaShared};
 
 /// The default alignment of buffers (bytes): the page size, which covers the

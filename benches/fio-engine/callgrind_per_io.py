@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Instructions per IO from pairs of callgrind runs (benches/fio-engine/instructions.sh).
+
+    callgrind_per_io.py DIR N
+
+DIR holds ENGINE-WORKLOAD-IOS.out (callgrind) and .json (fio) for IOS = N
+and 3N. Per IO = (cost at 3N - cost at N) / 2N, so fio's start-up cancels
+out. Prints a markdown table by object, then the plugio engine library's
+functions with the most instructions per IO.
+"""
+
+import collections
+import json
+import os
+import re
+import sys
+
+COST = re.compile(r"^[0-9+\-*]")
+
+
+def self_costs(path):
+    """Self instruction counts by (object, function)."""
+    names = {}
+    costs = collections.Counter()
+    ob = fn = "?"
+    after_calls = False
+
+    def name(kind, rest):
+        m = re.match(r"\((\d+)\)(?: (.*))?", rest)
+        if not m:
+            return rest
+        key = (kind, m.group(1))
+        if m.group(2) is not None:
+            names[key] = m.group(2)
+        return names.get(key, rest)
+
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if line.startswith("ob="):
+                ob = name("ob", line[3:])
+            elif line.startswith("fn="):
+                fn = name("fn", line[3:])
+            elif line.startswith(("cob=", "cfi=", "cfl=")):
+                kind = "ob" if line.startswith("cob=") else "fl"
+                name(kind, line.split("=", 1)[1])
+            elif line.startswith("cfn="):
+                name("fn", line[4:])
+            elif line.startswith("calls="):
+                after_calls = True
+            elif COST.match(line):
+                if after_calls:
+                    after_calls = False  # inclusive cost of the call
+                    continue
+                parts = line.split()
+                if len(parts) >= 2:
+                    costs[(ob, fn)] += int(parts[1])
+    return costs
+
+
+def crate_of(fn):
+    """Which part of the engine library a function belongs to."""
+    for prefix, part in [
+        ("plugio_engine", "plugio-engine (bio, plug, merge, tags, dispatch, completion)"),
+        ("plugio_device", "plugio-device (ring, backend)"),
+        ("plugio_executor", "plugio-executor (ticks, parks, wakers)"),
+        ("plugio_fio", "the fio glue (C ABI, FioCore, IoSlots)"),
+        ("<plugio_fio", "the fio glue (C ABI, FioCore, IoSlots)"),
+        ("<plugio_engine", "plugio-engine (bio, plug, merge, tags, dispatch, completion)"),
+        ("<plugio_device", "plugio-device (ring, backend)"),
+        ("<plugio_executor", "plugio-executor (ticks, parks, wakers)"),
+    ]:
+        if fn.startswith(prefix):
+            return part
+    if fn.startswith("plugio_") and "::" not in fn:
+        return "the fio glue (C ABI, FioCore, IoSlots)"
+    if "poll_fn" in fn or "futures" in fn or "raw_waker" in fn or "Wake" in fn:
+        return "wakers and poll_fn (std, futures; the glue's engine task)"
+    return "other (std, alloc, io-uring crate)"
+
+
+def short_ob(ob):
+    base = os.path.basename(ob)
+    if base.startswith("libplugio_fio"):
+        return "plugio engine (libplugio_fio.so)"
+    if base == "fio":
+        return "fio"
+    if base.startswith("libc"):
+        return "libc"
+    return base
+
+
+def main():
+    d, n = sys.argv[1], int(sys.argv[2])
+    rows = collections.OrderedDict()
+    plugio_fns = {}
+    for workload in ["randread", "seqread"]:
+        for engine in ["io_uring", "plugio"]:
+            runs = []
+            for ios in (n, 3 * n):
+                base = os.path.join(d, f"{engine}-{workload}-{ios}")
+                job = json.load(open(base + ".json"))["jobs"][0]
+                if job["error"] or job["read"]["total_ios"] != ios:
+                    sys.exit(f"{base}: error {job['error']}, {job['read']['total_ios']} IOs")
+                runs.append(self_costs(base + ".out"))
+            diff = collections.Counter()
+            for k in set(runs[0]) | set(runs[1]):
+                diff[k] = runs[1][k] - runs[0][k]
+            by_ob = collections.Counter()
+            for (ob, _fn), c in diff.items():
+                by_ob[short_ob(ob)] += c
+            rows[(workload, engine)] = {k: v / (2 * n) for k, v in by_ob.items()}
+            if engine == "plugio":
+                plugio_fns[workload] = {
+                    fn: c / (2 * n)
+                    for (ob, fn), c in diff.items()
+                    if short_ob(ob).startswith("plugio")
+                }
+    cols = ["fio", "plugio engine (libplugio_fio.so)", "libc"]
+    print("| workload | engine | total | " + " | ".join(cols) + " | other |")
+    print("|---|---|---|" + "---|" * (len(cols) + 1))
+    for (workload, engine), obs in rows.items():
+        total = sum(obs.values())
+        other = total - sum(obs.get(c, 0) for c in cols)
+        cells = [f"{round(obs.get(c, 0)):,}" for c in cols]
+        print(f"| {workload} | {engine} | {round(total):,} | " + " | ".join(cells) + f" | {round(other):,} |")
+    for workload, fns in plugio_fns.items():
+        groups = collections.Counter()
+        for fn, c in fns.items():
+            groups[crate_of(fn)] += c
+        print()
+        print(f"plugio engine library, {workload}, instructions per IO by crate:")
+        print()
+        print("| part | instructions/IO |")
+        print("|---|---|")
+        for g, c in groups.most_common():
+            print(f"| {g} | {c:,.0f} |")
+    for workload, fns in plugio_fns.items():
+        print()
+        print(f"plugio engine library, {workload}, instructions per IO by function (self):")
+        print()
+        print("| function | instructions/IO |")
+        print("|---|---|")
+        for fn, c in sorted(fns.items(), key=lambda x: -x[1])[:15]:
+            fn = fn.replace("|", "\\|")
+            print(f"| `{fn[:110]}` | {c:,.0f} |")
+
+
+if __name__ == "__main__":
+    main()

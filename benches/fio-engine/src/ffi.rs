@@ -1,0 +1,362 @@
+//! The C ABI the shim (`c/plugio_fio.c`) calls; declared for C in
+//! `c/plugio_fio.h`.
+//!
+//! Invariants: every function here is called on the fio job thread that
+//! made the core (fio's `FIO_NO_OFFLOAD`); no panic crosses into C (each
+//! entry point that can panic catches it, reports it and returns an
+//! error); pointers handed to C are `Box::into_raw` of the Rust values and
+//! come back once, to the matching free function.
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::os::unix::ffi::OsStrExt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::time::Duration;
+
+use plugio_device::ErrorKind;
+
+use crate::config::EngineConfig;
+use crate::core::{Completion, DevId, FioCore, Op};
+
+/// The state the shim keeps in `td->io_ops_data` (opaque to C).
+pub struct CoreHandle {
+    core: FioCore,
+    events: Vec<Completion>,
+}
+
+/// Writes `msg` into the C buffer `buf` of `len` bytes, NUL-terminated and
+/// cut to fit.
+///
+/// # Safety
+/// `buf` is null or valid for `len` bytes of writes.
+unsafe fn write_msg(buf: *mut c_char, len: usize, msg: &str) {
+    if buf.is_null() || len == 0 {
+        return;
+    }
+    let n = msg.len().min(len - 1);
+    // SAFETY: the caller's contract; `n + 1 <= len`.
+    unsafe {
+        std::ptr::copy_nonoverlapping(msg.as_ptr().cast::<c_char>(), buf, n);
+        *buf.add(n) = 0;
+    }
+}
+
+/// A panic's message, for the shim to log.
+fn panic_msg(p: &(dyn std::any::Any + Send)) -> String {
+    let what = p
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into());
+    format!("plugio: panic: {what}")
+}
+
+/// `init`: makes the job thread's core; null on error, with the message in
+/// `err`.
+///
+/// # Safety
+/// `cfg` points to a valid config; `err` is valid for `err_len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn plugio_fio_core_new(
+    cfg: *const EngineConfig,
+    err: *mut c_char,
+    err_len: usize,
+) -> *mut CoreHandle {
+    // SAFETY: the caller's contract.
+    let cfg = unsafe { *cfg };
+    match catch_unwind(|| FioCore::new(cfg)) {
+        Ok(Ok(core)) => Box::into_raw(Box::new(CoreHandle {
+            core,
+            events: Vec::with_capacity(cfg.iodepth as usize),
+        })),
+        Ok(Err(e)) => {
+            // SAFETY: the caller's contract.
+            unsafe { write_msg(err, err_len, &format!("plugio: {e}")) };
+            std::ptr::null_mut()
+        }
+        Err(p) => {
+            // SAFETY: the caller's contract.
+            unsafe { write_msg(err, err_len, &panic_msg(&*p)) };
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// `cleanup`: waits for the core's IO in flight, then frees it.
+///
+/// # Safety
+/// `h` came from `plugio_fio_core_new` and is not used again.
+#[no_mangle]
+pub unsafe extern "C" fn plugio_fio_core_free(h: *mut CoreHandle) {
+    if h.is_null() {
+        return;
+    }
+    // SAFETY: the caller's contract: the pointer is ours, given back once.
+    let h = unsafe { Box::from_raw(h) };
+    if let Err(p) = catch_unwind(AssertUnwindSafe(|| drop(h))) {
+        eprintln!("{}", panic_msg(&*p));
+    }
+}
+
+/// `iomem_alloc`: the io_u memory (null when the allocation failed);
+/// `*registered` says whether it is registered with the ring.
+///
+/// # Safety
+/// `h` is a live core; `registered` is valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn plugio_fio_iomem_alloc(
+    h: *mut CoreHandle,
+    len: usize,
+    registered: *mut c_int,
+) -> *mut c_void {
+    // SAFETY: the caller's contract.
+    let h = unsafe { &*h };
+    match catch_unwind(AssertUnwindSafe(|| h.core.iomem_alloc(len))) {
+        Ok((ptr, reg)) => {
+            // SAFETY: the caller's contract.
+            unsafe { *registered = c_int::from(reg) };
+            ptr.cast()
+        }
+        Err(p) => {
+            eprintln!("{}", panic_msg(&*p));
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// `iomem_free`: waits for the IO in flight, then frees the io_u memory.
+///
+/// # Safety
+/// `h` is a live core.
+#[no_mangle]
+pub unsafe extern "C" fn plugio_fio_iomem_free(h: *mut CoreHandle) {
+    // SAFETY: the caller's contract.
+    let h = unsafe { &*h };
+    if let Err(p) = catch_unwind(AssertUnwindSafe(|| h.core.iomem_free())) {
+        eprintln!("{}", panic_msg(&*p));
+    }
+}
+
+/// `open_file`: opens `path`; returns the device id + 1 (0 on error, with
+/// `*errno_out` the errno, `*direct_refused` set when the file system
+/// refused `O_DIRECT`, and the message in `err`).
+///
+/// # Safety
+/// `h` is a live core; `path` a NUL-terminated string; `errno_out` and
+/// `direct_refused` valid for writes; `err` valid for `err_len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn plugio_fio_open(
+    h: *mut CoreHandle,
+    path: *const c_char,
+    direct: c_int,
+    read_only: c_int,
+    errno_out: *mut c_int,
+    direct_refused: *mut c_int,
+    err: *mut c_char,
+    err_len: usize,
+) -> usize {
+    // SAFETY: the caller's contract.
+    let (h, path) = unsafe { (&*h, CStr::from_ptr(path)) };
+    let path = Path::new(std::ffi::OsStr::from_bytes(path.to_bytes()));
+    let res = catch_unwind(AssertUnwindSafe(|| {
+        h.core.open(path, direct != 0, read_only != 0)
+    }));
+    let (errno, refused, msg) = match res {
+        Ok(Ok(id)) => return id.0 + 1,
+        Ok(Err(e)) => (
+            e.errno(),
+            *e.kind() == ErrorKind::DirectIoRefused,
+            format!("plugio: {e}"),
+        ),
+        Err(p) => (libc::EIO, false, panic_msg(&*p)),
+    };
+    // SAFETY: the caller's contract.
+    unsafe {
+        *errno_out = errno;
+        *direct_refused = c_int::from(refused);
+        write_msg(err, err_len, &msg);
+    }
+    0
+}
+
+/// `close_file`: lets go of device `dev` (an id from `plugio_fio_open`).
+///
+/// # Safety
+/// `h` is a live core.
+#[no_mangle]
+pub unsafe extern "C" fn plugio_fio_close(h: *mut CoreHandle, dev: usize) {
+    // SAFETY: the caller's contract.
+    let h = unsafe { &*h };
+    if dev == 0 {
+        return;
+    }
+    if let Err(p) = catch_unwind(AssertUnwindSafe(|| h.core.close(DevId(dev - 1)))) {
+        eprintln!("{}", panic_msg(&*p));
+    }
+}
+
+/// `queue`: hands one IO to the core; returns 0, or `EINVAL` for an op
+/// value or a device the core does not know (nothing is queued then).
+///
+/// # Safety
+/// `h` is a live core; `buf` as [`FioCore::queue`] requires.
+#[no_mangle]
+pub unsafe extern "C" fn plugio_fio_queue(
+    h: *mut CoreHandle,
+    dev: usize,
+    op: u32,
+    offset: u64,
+    buf: *mut c_void,
+    len: u64,
+    cookie: *mut c_void,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    let h = unsafe { &*h };
+    let (Some(op), Some(id)) = (Op::from_raw(op), dev.checked_sub(1)) else {
+        return libc::EINVAL;
+    };
+    // SAFETY: the caller's contract (the buffer).
+    let queued = unsafe {
+        h.core.queue(
+            DevId(id),
+            op,
+            offset,
+            buf.cast(),
+            len as usize,
+            cookie as usize,
+        )
+    };
+    match queued {
+        Ok(()) => 0,
+        Err(_) => libc::EINVAL,
+    }
+}
+
+/// `commit`: one tick (the plug flush, one `io_uring_enter`). Returns 0,
+/// or `-EIO` after a panic (reported on stderr).
+///
+/// # Safety
+/// `h` is a live core.
+#[no_mangle]
+pub unsafe extern "C" fn plugio_fio_commit(h: *mut CoreHandle) -> c_int {
+    // SAFETY: the caller's contract.
+    let h = unsafe { &*h };
+    match catch_unwind(AssertUnwindSafe(|| h.core.commit())) {
+        Ok(()) => 0,
+        Err(p) => {
+            eprintln!("{}", panic_msg(&*p));
+            -libc::EIO
+        }
+    }
+}
+
+/// `getevents`: waits for `min` completions or `timeout_ns` (negative: no
+/// limit), returns how many are ready (at most `max`), or `-EIO` after a
+/// panic. The events are then read with [`plugio_fio_event`].
+///
+/// # Safety
+/// `h` is a live core.
+#[no_mangle]
+pub unsafe extern "C" fn plugio_fio_getevents(
+    h: *mut CoreHandle,
+    min: u32,
+    max: u32,
+    timeout_ns: i64,
+) -> c_int {
+    // SAFETY: the caller's contract; nothing else borrows the handle now.
+    let h = unsafe { &mut *h };
+    let timeout = u64::try_from(timeout_ns).ok().map(Duration::from_nanos);
+    let CoreHandle { core, events } = h;
+    match catch_unwind(AssertUnwindSafe(|| {
+        core.getevents(min as usize, max as usize, timeout, events)
+    })) {
+        Ok(n) => n as c_int,
+        Err(p) => {
+            eprintln!("{}", panic_msg(&*p));
+            -libc::EIO
+        }
+    }
+}
+
+/// `event`: the cookie of event `i` of the last `getevents`, and its
+/// result in `*result` (bytes, or `-errno`). Null when `i` is out of range.
+///
+/// # Safety
+/// `h` is a live core; `result` is valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn plugio_fio_event(
+    h: *mut CoreHandle,
+    i: u32,
+    result: *mut i64,
+) -> *mut c_void {
+    // SAFETY: the caller's contract.
+    let h = unsafe { &*h };
+    match h.events.get(i as usize) {
+        Some(c) => {
+            // SAFETY: the caller's contract.
+            unsafe { *result = c.result };
+            c.cookie as *mut c_void
+        }
+        None => std::ptr::null_mut(),
+    }
+}
+
+/// The iostats of device `dev` and the core's tick counts, one line, into
+/// `buf` (for `plugio_stats`).
+///
+/// # Safety
+/// `h` is a live core; `buf` is valid for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn plugio_fio_stats(
+    h: *mut CoreHandle,
+    dev: usize,
+    buf: *mut c_char,
+    len: usize,
+) {
+    // SAFETY: the caller's contract.
+    let h = unsafe { &*h };
+    let Some(d) = dev.checked_sub(1).and_then(|i| h.core.device(DevId(i))) else {
+        return;
+    };
+    let s = d.iostats();
+    let t = h.core.tick_stats();
+    let msg = format!(
+        "plugio: {}: bios {} requests {} ({:.2} bios/request), plug flushes {}, \
+         merges read {} write {}, fixed-buffer requests {}, bounced IOs {}, requeues {}; \
+         this job's core: {} ticks, {} blocking parks",
+        d.path()
+            .map_or_else(|| "?".into(), |p| p.display().to_string()),
+        s.bios,
+        s.requests,
+        s.bios_per_request(),
+        s.plug_flushes,
+        s.read.merges,
+        s.write.merges,
+        s.fixed_buf_requests,
+        s.bounce_ios,
+        s.requeues,
+        t.ticks,
+        t.parks,
+    );
+    // SAFETY: the caller's contract.
+    unsafe { write_msg(buf, len, &msg) };
+}
+
+#[cfg(plugio_fio_shim)]
+extern "C" {
+    /// The shim's `struct ioengine_ops` (`c/plugio_fio.c`).
+    fn plugio_fio_ioengine_ops() -> *mut c_void;
+}
+
+/// The symbol fio looks up after `dlopen` (`get_ioengine`, fio's
+/// `get_ioengine_t`): fills in the engine's ops. Only in a build with the
+/// shim (`FIO_SRC` set when building).
+///
+/// # Safety
+/// `ops` is valid for a write (fio passes its own local).
+#[cfg(plugio_fio_shim)]
+#[no_mangle]
+pub unsafe extern "C" fn get_ioengine(ops: *mut *mut c_void) {
+    // SAFETY: the caller's contract; the shim's ops are a static.
+    unsafe { *ops = plugio_fio_ioengine_ops() };
+}

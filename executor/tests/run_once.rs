@@ -1,0 +1,211 @@
+//! `LocalExecutor::run_once` / `run_once_timeout`: one tick per call for an
+//! embedder's loop (a fio ioengine, a foreign event loop).
+
+mod common;
+
+use plugio_executor::{
+    channel, register_tick_hook, sleep, yield_now, Driver, LocalExecutor, ThreadDriver, TickHook,
+    Unpark,
+};
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What happened, in order: a park with its timeout, or a hook call.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Event {
+    Park(Option<Duration>),
+    Hook,
+    Task,
+}
+
+type Log = Rc<RefCell<Vec<Event>>>;
+
+/// A driver that logs every park.
+struct LoggingDriver {
+    inner: ThreadDriver,
+    log: Log,
+}
+
+impl Driver for LoggingDriver {
+    fn park(&self, timeout: Option<Duration>) -> std::io::Result<()> {
+        self.log.borrow_mut().push(Event::Park(timeout));
+        self.inner.park(timeout)
+    }
+
+    fn unparker(&self) -> Arc<dyn Unpark> {
+        self.inner.unparker()
+    }
+}
+
+struct LoggingHook(Log);
+
+impl TickHook for LoggingHook {
+    fn tick_end(&self) -> bool {
+        self.0.borrow_mut().push(Event::Hook);
+        false
+    }
+}
+
+fn logging_executor() -> (LocalExecutor, Log) {
+    let log: Log = Rc::new(RefCell::new(Vec::new()));
+    let l2 = log.clone();
+    let ex = LocalExecutor::builder()
+        .driver(move |_| {
+            Ok(Box::new(LoggingDriver {
+                inner: ThreadDriver::new(),
+                log: l2,
+            }) as Box<dyn Driver>)
+        })
+        .build()
+        .expect("build");
+    (ex, log)
+}
+
+#[test]
+fn run_once_collects_ticks_then_submits_without_blocking() {
+    let (ex, log) = logging_executor();
+    let l2 = log.clone();
+    // The task registers the hook in the first tick and yields once.
+    let task = ex.spawn_local(async move {
+        register_tick_hook(Rc::new(LoggingHook(l2.clone())));
+        l2.borrow_mut().push(Event::Task);
+        yield_now().await;
+        l2.borrow_mut().push(Event::Task);
+    });
+    assert!(ex.run_once(), "the task yielded, so work is ready");
+    assert!(!ex.run_once(), "the task finished: nothing is ready");
+    assert!(task.is_finished());
+    let zero = Event::Park(Some(Duration::ZERO));
+    assert_eq!(
+        *log.borrow(),
+        vec![
+            // Call 1: collect, the tick (task then hooks), submit.
+            zero,
+            Event::Task,
+            Event::Hook,
+            zero,
+            // Call 2: the same, with the task's second poll.
+            zero,
+            Event::Task,
+            Event::Hook,
+            zero,
+        ]
+    );
+    assert_eq!(ex.tick_stats().ticks, 2);
+    assert_eq!(ex.tick_stats().parks, 0, "run_once never blocks");
+}
+
+#[test]
+fn run_once_on_an_idle_executor_returns_false_at_once() {
+    let (ex, log) = logging_executor();
+    for _ in 0..3 {
+        assert!(!ex.run_once());
+    }
+    let parks = log.borrow();
+    assert_eq!(parks.len(), 6);
+    assert!(parks
+        .iter()
+        .all(|e| *e == Event::Park(Some(Duration::ZERO))));
+}
+
+#[test]
+fn run_once_timeout_waits_at_most_its_timeout_when_idle() {
+    let (ex, log) = logging_executor();
+    assert!(!ex.run_once_timeout(Some(Duration::from_millis(2))));
+    assert_eq!(
+        *log.borrow(),
+        vec![
+            Event::Park(Some(Duration::from_millis(2))),
+            Event::Park(Some(Duration::ZERO)),
+        ]
+    );
+    assert_eq!(ex.tick_stats().parks, 1, "the first park blocked");
+}
+
+#[test]
+fn run_once_timeout_does_not_wait_while_a_task_is_ready() {
+    let (ex, log) = logging_executor();
+    let task = ex.spawn_local(async {});
+    // A limit of an hour: if the park waited, the test would hang.
+    ex.run_once_timeout(Some(Duration::from_secs(3600)));
+    assert!(task.is_finished());
+    assert_eq!(log.borrow()[0], Event::Park(Some(Duration::ZERO)));
+}
+
+#[test]
+fn run_once_timeout_wakes_for_a_timer_before_its_timeout() {
+    common::with_watchdog(Duration::from_secs(60), || {
+        let (ex, log) = logging_executor();
+        let fired = Rc::new(Cell::new(false));
+        let f2 = fired.clone();
+        ex.spawn_local(async move {
+            sleep(Duration::from_millis(1)).await;
+            f2.set(true);
+        });
+        ex.run_once(); // registers the timer
+        let mut calls = 0;
+        while !fired.get() {
+            // An unbounded wait: only the timer can end it.
+            ex.run_once_timeout(None);
+            calls += 1;
+        }
+        assert!(calls >= 1);
+        // Every blocking park of those calls was bounded by the timer.
+        assert!(log.borrow().iter().all(|e| *e != Event::Park(None)));
+    });
+}
+
+#[test]
+fn run_once_timeout_without_limit_returns_on_a_wake_from_another_thread() {
+    common::with_watchdog(Duration::from_secs(60), || {
+        let ex = LocalExecutor::new();
+        let (tx, mut rx) = channel::bounded::<u32>(1);
+        let got = ex.spawn_local(async move { rx.recv().await });
+        ex.run_once(); // the task waits on the channel
+        assert!(!got.is_finished());
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(5));
+            tx.try_send(7).expect("send");
+        });
+        // Waits without a limit: only the cross-thread wake ends it, and the
+        // same call runs the woken task.
+        ex.run_once_timeout(None);
+        assert!(got.is_finished());
+        assert_eq!(ex.run(got).expect("join"), Some(7));
+        sender.join().expect("sender");
+    });
+}
+
+#[test]
+fn run_once_and_run_can_be_mixed() {
+    let ex = LocalExecutor::new();
+    let counter = Rc::new(Cell::new(0u32));
+    let c2 = counter.clone();
+    ex.spawn_local(async move {
+        loop {
+            c2.set(c2.get() + 1);
+            yield_now().await;
+        }
+    });
+    ex.run_once();
+    ex.run_once();
+    assert_eq!(counter.get(), 2);
+    ex.run(async {
+        for _ in 0..5 {
+            yield_now().await;
+        }
+    });
+    assert!(counter.get() > 2);
+}
+
+#[test]
+#[should_panic(expected = "run_once called on a plugio core")]
+fn run_once_inside_a_task_panics() {
+    let ex = LocalExecutor::new();
+    ex.run(async {
+        let inner = LocalExecutor::new();
+        inner.run_once();
+    });
+}
