@@ -19,20 +19,21 @@ plugio = { path = "$root" }
 [workspace]
 TOML
 cat >"$dir/src/main.rs" <<'RS'
-use plugio::{Device, DeviceOptions, RingConfig};
+use plugio::{OpenOptions, RingConfig};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let path = std::env::args().nth(1).expect("path");
     let ex = plugio::runtime::local(RingConfig::default())?;
     ex.run(async {
-        let dev = Device::open(&path, DeviceOptions::default())?;
+        let dev = OpenOptions::new().create(true).truncate(true).open(&path).await?;
         let mut page = dev.alloc_buf(4096);
         page.as_mut_slice().fill(7);
-        let (written, page) = dev.write_at(page, 0).await;
+        let (written, page) = dev.write_all_at(page, 0).await;
         written?;
-        dev.flush().await?;
-        let back = dev.read_at(0, 4096).await?;
-        assert_eq!(back.as_slice(), page.as_slice());
+        dev.sync_all().await?;
+        let (read, back) = dev.read_exact_at(vec![0u8; 4096], 0).await;
+        read?;
+        assert_eq!(back, page.as_slice());
         Ok::<_, plugio::Error>(())
     })?;
     println!("consumer: wrote, synced and read back 4096 bytes");

@@ -420,15 +420,19 @@ fn main() -> std::process::ExitCode {
 
 fn try_main() -> Result<(), Box<dyn StdError>> {
     let dir = tempfile::tempdir_in(std::env::current_dir()?)?;
-    let path = std::env::args()
-        .nth(1)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| dir.path().join("pool.db"));
+    let given = std::env::args().nth(1).map(PathBuf::from);
+    // Without an argument the file lives in a temporary directory that is
+    // deleted on exit: say so rather than print a path that will not exist.
+    let shown = given.as_ref().map_or_else(
+        || "a temporary file, deleted on exit".to_owned(),
+        |p| p.display().to_string(),
+    );
+    let path = given.unwrap_or_else(|| dir.path().join("pool.db"));
     let ex = plugio::runtime::local(RingConfig::default())?;
     ex.run(run(&path))?;
     println!(
         "buffer_pool: every page on disk matches the model ({})",
-        path.display()
+        shown
     );
     Ok(())
 }

@@ -373,10 +373,14 @@ fn main() -> std::process::ExitCode {
 
 fn try_main() -> Result<(), Box<dyn StdError>> {
     let dir = tempfile::tempdir_in(std::env::current_dir()?)?;
-    let path = std::env::args()
-        .nth(1)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| dir.path().join("wal.log"));
+    let given = std::env::args().nth(1).map(PathBuf::from);
+    // Without an argument the file lives in a temporary directory that is
+    // deleted on exit: say so rather than print a path that will not exist.
+    let shown = given.as_ref().map_or_else(
+        || "a temporary file, deleted on exit".to_owned(),
+        |p| p.display().to_string(),
+    );
+    let path = given.unwrap_or_else(|| dir.path().join("wal.log"));
     let ex = plugio::runtime::local(RingConfig::default())?;
     for durability in [Durability::Fua, Durability::Fdatasync] {
         ex.run(run(&path, durability))?;
@@ -385,9 +389,6 @@ fn try_main() -> Result<(), Box<dyn StdError>> {
         let dev = OpenOptions::new().open(&path).await?;
         misaligned_write_is_refused(&dev).await
     })?;
-    println!(
-        "wal: all records read back in LSN order ({})",
-        path.display()
-    );
+    println!("wal: all records read back in LSN order ({})", shown);
     Ok(())
 }

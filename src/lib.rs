@@ -39,6 +39,41 @@
 //! opcode and the blocking pool otherwise; [`DeviceCursor`] gives the
 //! `futures-io` stream traits.
 //!
+//! On several cores, one thread each (thread-per-core: a task stays on the
+//! core it was spawned on, and each core plugs and submits its own IO):
+//!
+//! ```
+//! use plugio::{Device, DeviceOptions, RingConfig, ShutdownMode};
+//!
+//! let rt = plugio::runtime::builder(RingConfig::default()).cores(2).build()?;
+//! let path = std::env::temp_dir().join(format!("plugio-cores-{}.db", std::process::id()));
+//! std::fs::write(&path, vec![0u8; 2 * 4096])?;
+//! let handles: Vec<_> = (0..2u64)
+//!     .map(|core| {
+//!         let path = path.clone();
+//!         rt.spawn_on(core as usize, async move {
+//!             let dev = Device::open(&path, DeviceOptions::default())?;
+//!             let mut page = dev.alloc_buf(4096);
+//!             page.as_mut_slice().fill(core as u8 + 1);
+//!             let (n, _) = dev.write_at(page, core * 4096).await;
+//!             n
+//!         })
+//!     })
+//!     .collect();
+//! for h in handles {
+//!     assert_eq!(rt.block_on(h).expect("the task ran")?, 4096);
+//! }
+//! rt.shutdown(ShutdownMode::Wait)?;
+//! assert_eq!(std::fs::read(&path)?[4096], 2);
+//! std::fs::remove_file(&path)?;
+//! # Ok::<_, Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! The book, *plugio for database developers* (`book/` in the repository:
+//! `mdbook serve book`), has the tutorials (a write-ahead log, a buffer
+//! pool, a sharded key-value store), the concepts, tuning and
+//! troubleshooting.
+//!
 //! The crates behind the facade, in dependency order: [`executor`]
 //! (thread-per-core runtime, tick hooks, park driver seam) <- [`device`]
 //! (io_uring rings, file/block/sync/mem backends, geometry, DMA buffers)

@@ -213,6 +213,7 @@ impl Bio {
 
     /// Sets the buffer of a fresh bio (whose buffer is empty: nothing to
     /// drop, so no drop call on the hot path).
+    #[inline]
     pub(crate) fn set_buf(&mut self, buf: BioBuf) {
         let old = std::mem::replace(&mut self.buf, buf);
         debug_assert!(matches!(old, BioBuf::None), "a fresh bio holds no buffer");
@@ -362,6 +363,7 @@ impl BioTable {
     }
 
     /// The bio named by `id`, if the id is current (shared access).
+    #[inline]
     pub fn get(&self, id: BioId) -> Option<&Bio> {
         self.slots
             .get(id.index as usize)

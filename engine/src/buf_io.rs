@@ -34,7 +34,7 @@ use plugio_device::{DmaBuf, Error, ErrorKind, IoFlags, OpKind};
 
 use crate::bio::{forget_if_none, BioBuf, BioResult, Keep, Seg};
 use crate::buf::{IoBuf, IoBufMut};
-use crate::device::{issue, BioInit, Device, Issued, MAX_IO_BYTES};
+use crate::device::{issue_inline, BioInit, Device, Issued, MAX_IO_BYTES};
 use crate::shared::DeviceShared;
 
 /// One caller buffer.
@@ -351,7 +351,7 @@ impl<'a, S: BufSet, D: Direction<S>> BufIo<'a, S, D> {
             buf,
             bounced: self.bounce.is_some(),
         };
-        match issue(self.shared, init, cx) {
+        match issue_inline(self.shared, init, cx) {
             Ok(issued) => {
                 self.issued = Some(issued);
                 Poll::Pending
@@ -361,7 +361,7 @@ impl<'a, S: BufSet, D: Direction<S>> BufIo<'a, S, D> {
     }
 
     /// Hands the buffers back with the result.
-    #[inline]
+    #[inline(always)]
     fn finish(&mut self, r: BioResult) -> (Result<usize, Error>, S::Out) {
         self.issued = None;
         let Some(mut bufs) = self.bufs.take() else {

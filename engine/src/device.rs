@@ -555,7 +555,7 @@ impl Device {
     }
 
     /// Checks an IO against the device before it gets a bio.
-    #[inline]
+    #[inline(always)]
     fn check(shared: &DeviceShared, init: &BioInit) -> Result<(), Error> {
         check_len(init.len_bytes, init.op.has_data())?;
         if init.op.has_range() {
@@ -609,6 +609,7 @@ impl Device {
 
 /// Refuses a zero length for a data op and a length above
 /// [`MAX_IO_BYTES`].
+#[inline]
 fn check_len(len_bytes: u64, has_data: bool) -> Result<(), Error> {
     if has_data && len_bytes == 0 {
         // `max_bytes: 0` is how the error says "zero is not allowed".
@@ -676,23 +677,12 @@ pub(crate) struct Issued {
     at: Option<std::time::Instant>,
 }
 
-/// [`issue_inline`] as one function, for the generic owned-buffer futures
-/// (one copy of the path for all their buffer types).
-#[inline(never)]
-pub(crate) fn issue(
-    shared: &Arc<DeviceShared>,
-    init: BioInit,
-    cx: &Context<'_>,
-) -> Result<Issued, BioResult> {
-    issue_inline(shared, init, cx)
-}
-
 /// Checks `init` and plugs it as a bio on the calling core; the bio's
 /// waker is `cx`'s. The bio's result (an error, with the memory handed
-/// back) when it is refused or there is no core here. Inlined into the
-/// no-data future's poll (the NOP and flush path).
+/// back) when it is refused or there is no core here. Inlined into the IO
+/// futures' polls (as the single IO future's poll had it).
 #[inline(always)]
-fn issue_inline(
+pub(crate) fn issue_inline(
     shared: &Arc<DeviceShared>,
     init: BioInit,
     cx: &Context<'_>,

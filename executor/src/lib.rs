@@ -45,6 +45,10 @@
 //!   `Ready`, like plugio's own timers, channels and join handles. The
 //!   engine's IO future does not: its first poll always returns `Pending`.
 //! - **Statistics** ([`TickStats`], [`tick_stats`], [`Runtime::tick_stats`]).
+//! - **Blocking pools** ([`blocking`], [`spawn_blocking`]): each runtime
+//!   and local executor owns a bounded pool for blocking calls and a
+//!   separate one for the device crate's sync IO backend, found from the
+//!   current core and shut down after its cores.
 //! - **Wakers**: a task's waker used on the task's own core (cloned, woken
 //!   by value or by reference, dropped), and the re-poll it causes, do no
 //!   locked atomic operation: the task's wake flag and the references held
