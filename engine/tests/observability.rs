@@ -104,7 +104,9 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Recorder {
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn record(f: impl FnOnce()) -> Vec<Seen> {
