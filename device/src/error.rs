@@ -104,6 +104,24 @@ pub enum ErrorKind {
         /// log page.
         more: bool,
     },
+    /// A read or write inside the device moved no data twice in a row
+    /// for the same range, where the device has no end of file (a block
+    /// device, NVMe namespace or mem device: O_DIRECT returns a short count
+    /// only at end of file) or the op was a write. The device or backend is
+    /// misbehaving. The engine issues such a request once more before it
+    /// returns this.
+    NoProgress {
+        /// Where the IO stopped moving data, in bytes from the start of the
+        /// device.
+        offset_bytes: u64,
+        /// What was left of the IO from there, in bytes.
+        len_bytes: u64,
+    },
+    /// IO through a runtime that was built before this process was
+    /// `fork()`ed: a child shares its parent's io_uring rings and
+    /// registered buffers, so it may not use them. Build a new runtime (and
+    /// open the devices again) in the child.
+    Forked,
     /// Any other errno from the kernel.
     Io {
         /// The positive errno value.
@@ -215,7 +233,8 @@ impl Error {
             ErrorKind::PermissionDenied => libc::EPERM,
             ErrorKind::NotFound => libc::ENOENT,
             ErrorKind::NoDriver => libc::ENXIO,
-            ErrorKind::Nvme { .. } => libc::EIO,
+            ErrorKind::Nvme { .. } | ErrorKind::NoProgress { .. } => libc::EIO,
+            ErrorKind::Forked => libc::EPERM,
             ErrorKind::Io { errno } => *errno,
         }
     }
@@ -300,6 +319,19 @@ impl fmt::Display for Error {
                 nvme_status_name(*sct, *sc),
                 if *dnr { " dnr" } else { "" },
                 if *more { " more" } else { "" }
+            )?,
+            ErrorKind::NoProgress {
+                offset_bytes,
+                len_bytes,
+            } => write!(
+                f,
+                "no progress: {len_bytes} bytes at offset {offset_bytes} moved no data twice \
+                 in a row, inside the device (not an end of file)"
+            )?,
+            ErrorKind::Forked => write!(
+                f,
+                "this runtime was built before fork(): a child process may not use its \
+                 parent's io_uring rings; build a new runtime in the child"
             )?,
             ErrorKind::Io { errno } => {
                 write!(f, "{}", io::Error::from_raw_os_error(*errno))?;

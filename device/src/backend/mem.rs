@@ -93,6 +93,18 @@ pub enum Fault {
         /// Where reads stop.
         lba: u64,
     },
+    /// The next `ops` reads or writes (as `on` says; each uses one up,
+    /// `u64::MAX` for every one) move at most `bytes` bytes and return that
+    /// partial count, as a device may: a read any count, a write whole
+    /// logical blocks (its count rounded down to one).
+    Partial {
+        /// The most bytes one op moves.
+        bytes: u64,
+        /// Which ops it applies to.
+        on: FaultOn,
+        /// Ops left to cut short.
+        ops: u64,
+    },
     /// Writes fail with `ENOSPC` once `bytes` have been written in total.
     EnospcAfter {
         /// Total bytes the device accepts.
@@ -389,8 +401,14 @@ impl MemInner {
         let first = op.offset_bytes / self.block;
         let lbas = first..(op.offset_bytes + op.len_bytes).div_ceil(self.block);
         match op.kind {
-            OpKind::Read => self.read(&st, op, lbas),
-            OpKind::Write => self.write(&mut st, op, lbas),
+            OpKind::Read => {
+                let cap = take_partial(&mut st.faults, FaultOn::Read);
+                self.read(&st, op, lbas, cap)
+            }
+            OpKind::Write => {
+                let cap = take_partial(&mut st.faults, FaultOn::Write);
+                self.write(&mut st, op, lbas, cap)
+            }
             OpKind::Flush | OpKind::Fsync => {
                 flush(&mut st, self.block);
                 0
@@ -408,11 +426,11 @@ impl MemInner {
         }
     }
 
-    fn read(&self, st: &MemState, op: &OwnedOp, lbas: Range<u64>) -> i32 {
+    fn read(&self, st: &MemState, op: &OwnedOp, lbas: Range<u64>, cap: u64) -> i32 {
         if hits_eio(&st.faults, &lbas, FaultOn::Read) {
             return -libc::EIO;
         }
-        let mut len = op.len_bytes;
+        let mut len = op.len_bytes.min(cap);
         for f in &st.faults {
             if let Fault::ShortRead { lba } = f {
                 if lbas.contains(lba) {
@@ -436,7 +454,7 @@ impl MemInner {
         len as i32
     }
 
-    fn write(&self, st: &mut MemState, op: &OwnedOp, lbas: Range<u64>) -> i32 {
+    fn write(&self, st: &mut MemState, op: &OwnedOp, lbas: Range<u64>, cap: u64) -> i32 {
         if hits_eio(&st.faults, &lbas, FaultOn::Write) {
             return -libc::EIO;
         }
@@ -447,15 +465,26 @@ impl MemInner {
         if limit.is_some_and(|limit| st.written_bytes + op.len_bytes > limit) {
             return -libc::ENOSPC;
         }
+        // A partial write moves whole blocks.
+        let len = if cap < op.len_bytes {
+            cap - cap % self.block
+        } else {
+            op.len_bytes
+        };
+        let lbas = lbas.start..lbas.start + len / self.block;
         let mut pos = op.offset_bytes as usize;
+        let mut left = len as usize;
         for iov in &op.iovecs {
-            // SAFETY: as in read; the source memory is only read.
-            let src = unsafe { std::slice::from_raw_parts(iov.iov_base.cast::<u8>(), iov.iov_len) };
-            st.volatile[pos..pos + src.len()].copy_from_slice(src);
+            let n = iov.iov_len.min(left);
+            // SAFETY: as in read; the source memory is only read, n <=
+            // iov_len.
+            let src = unsafe { std::slice::from_raw_parts(iov.iov_base.cast::<u8>(), n) };
+            st.volatile[pos..pos + n].copy_from_slice(src);
             if op.flags.contains(IoFlags::FUA) {
-                st.durable[pos..pos + src.len()].copy_from_slice(src);
+                st.durable[pos..pos + n].copy_from_slice(src);
             }
-            pos += src.len();
+            pos += n;
+            left -= n;
         }
         if op.flags.contains(IoFlags::FUA) {
             for b in lbas {
@@ -464,8 +493,8 @@ impl MemInner {
         } else {
             st.dirty.extend(lbas);
         }
-        st.written_bytes += op.len_bytes;
-        op.len_bytes as i32
+        st.written_bytes += len;
+        len as i32
     }
 }
 
@@ -476,6 +505,24 @@ fn flush(st: &mut MemState, block: u64) {
         let r = b as usize * block..(b as usize + 1) * block;
         let (vol, dur) = (&st.volatile, &mut st.durable);
         dur[r.clone()].copy_from_slice(&vol[r]);
+    }
+}
+
+/// The most bytes this op moves: a `Partial` fault that applies to `kind`
+/// uses up one of its ops and caps it; `u64::MAX` otherwise.
+fn take_partial(faults: &mut [Fault], kind: FaultOn) -> u64 {
+    let partial = faults.iter_mut().find_map(|f| match f {
+        Fault::Partial { bytes, on, ops } if (*on == kind || *on == FaultOn::Both) && *ops > 0 => {
+            Some((*bytes, ops))
+        }
+        _ => None,
+    });
+    match partial {
+        Some((bytes, ops)) => {
+            *ops = ops.saturating_sub(u64::from(*ops != u64::MAX));
+            bytes
+        }
+        None => u64::MAX,
     }
 }
 
