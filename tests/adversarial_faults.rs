@@ -213,7 +213,8 @@ fn a_short_read_inside_a_merged_request_does_not_change_other_bios_results() {
     });
 }
 
-/// Power cut with writes in flight: those fail with EIO exactly once;
+/// Power cut with writes in flight: those fail with ENODEV (the device
+/// went away under them) exactly once;
 /// FUA and flushed writes survive; unflushed ones are lost; IO after the
 /// cut works.
 #[test]
@@ -258,7 +259,12 @@ fn power_cut_mid_stream() {
             m2.power_cut();
             for h in hs {
                 let e = h.await.expect("task").expect_err("in flight at the cut");
-                assert_eq!(e.kind(), &ErrorKind::Io { errno: libc::EIO });
+                assert_eq!(
+                    e.kind(),
+                    &ErrorKind::Io {
+                        errno: libc::ENODEV
+                    }
+                );
             }
             assert_eq!(done.get(), 8);
             let b = dev.read_at(0, 12288).await.expect("read after cut");

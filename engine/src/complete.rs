@@ -16,9 +16,10 @@
 //!   a request that holds several bios ends the bios it covers in full and
 //!   issues every other bio (or the uncovered rest of one) again as a
 //!   request of its own, which then completes as that bio alone would.
-//!   (Known limit: that holds for errors tied to blocks; after a failure of
-//!   the whole device at one instant, such as the mem device's power cut,
-//!   the retried bios may succeed where unmerged ones failed.)
+//!   An error of the whole device at one instant (`device_wide`: a device
+//!   gone offline, such as the mem device's power cut) fails every bio of
+//!   the request instead: each was in flight then and would have failed
+//!   alone, while issued again after that instant it could succeed.
 //! - A short read or write of one bio resumes at the last aligned boundary
 //!   it reached (O_DIRECT cannot resume elsewhere) as a new request at the
 //!   front of the device's FIFO. A result with no aligned progress (0
@@ -299,7 +300,8 @@ fn complete_request(d: &mut CoreDev, slot: u32, status: Status, now: u64, ctx: &
                 (aligned > 0).then_some(aligned)
             }
         }
-        Status::Errno(_) | Status::Nvme(_) if several => Some(0),
+        Status::Errno(e) if several && !device_wide(e) => Some(0),
+        Status::Nvme(_) if several => Some(0),
         _ => None,
     };
     match reissue_from {
@@ -314,6 +316,21 @@ fn complete_request(d: &mut CoreDev, slot: u32, status: Status, now: u64, ctx: &
             ctx.requeued = true;
         }
     }
+}
+
+/// An errno that fails the whole device at one instant rather than some
+/// of its blocks, as the kernel's `blk_status_to_errno` reports a device
+/// gone offline (`BLK_STS_OFFLINE`: `ENODEV`), a transport or nexus
+/// failure (`ENOLINK`, `EBADE`), or a removed device (`ENXIO`,
+/// `ESHUTDOWN`). Every bio of a request failed by one was in flight at
+/// that instant and would have failed alone too: the request's bios all
+/// get it, none is issued again (issued after the instant, it could
+/// succeed where it would have failed unmerged).
+fn device_wide(errno: i32) -> bool {
+    matches!(
+        errno,
+        libc::ENODEV | libc::ENXIO | libc::ESHUTDOWN | libc::ENOLINK | libc::EBADE
+    )
 }
 
 /// A per-op `-EAGAIN` (the device layer delivers it for direct

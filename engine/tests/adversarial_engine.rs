@@ -1101,7 +1101,7 @@ fn short_transfers_resume_on_a_core_with_more_than_64_devices() {
 // ---------------------------------------------------------------------
 
 /// Eight adjacent 4 KiB writes in flight when the power is cut: each one
-/// fails with EIO (its op never took effect), whatever `nomerges` says.
+/// fails with ENODEV (its op never took effect), whatever `nomerges` says.
 /// The results of the three settings must be the same.
 fn writes_in_flight_at_a_power_cut(nomerges: u8) -> Vec<Result<usize, String>> {
     let m = mem_dev(5, 200);
@@ -1133,20 +1133,29 @@ fn writes_in_flight_at_a_power_cut(nomerges: u8) -> Vec<Result<usize, String>> {
     })
 }
 
-/// Known limitation (left for the reliability issue's merging and ordering
-/// work): a merged request that fails is issued again bio by bio, which
-/// keeps results equal for errors tied to blocks (a bad LBA) but not for a
-/// failure of the whole device at one instant: after the mem device's
-/// power cut the retried writes succeed where unmerged ones failed with
-/// EIO. The fix needs a way to tell media errors from device-wide ones.
+/// A merged request that fails is issued again bio by bio, which keeps
+/// results equal for errors tied to blocks (a bad LBA). A failure of the
+/// whole device at one instant is not retried: the mem device's power cut
+/// fails the ops in flight with `ENODEV` (a device gone offline), and
+/// every write in flight gets it, merged or not (retried after the cut,
+/// merged ones used to succeed where unmerged ones failed).
 #[test]
-#[ignore = "known: a merged request failed by a power cut is retried bio by bio after the cut and succeeds (see the comment)"]
 fn writes_in_flight_at_a_power_cut_fail_alike_for_every_nomerges() {
     watchdog(60, || {
         let none = writes_in_flight_at_a_power_cut(2);
         let one = writes_in_flight_at_a_power_cut(1);
         let all = writes_in_flight_at_a_power_cut(0);
         println!("nomerges 2: {none:?}\nnomerges 1: {one:?}\nnomerges 0: {all:?}");
+        let gone = format!(
+            "{:?}",
+            plugio_device::ErrorKind::Io {
+                errno: libc::ENODEV
+            }
+        );
+        assert!(
+            none.iter().all(|r| r.as_ref().err() == Some(&gone)),
+            "every write in flight at the cut fails: {none:?}"
+        );
         assert_eq!(none, all, "merging changed the results of a power cut");
         assert_eq!(
             none, one,

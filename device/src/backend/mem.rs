@@ -15,7 +15,9 @@
 //! - [`MemDevice::power_cut`] drops every dirty block (or, in
 //!   [`PowerCutMode::Torn`], keeps a seeded random subset, so multi-block
 //!   writes tear at block granularity); ops still in flight then fail with
-//!   `EIO`.
+//!   `ENODEV`, as the block layer fails the IO of a device that went
+//!   offline (`BLK_STS_OFFLINE`): an error of the whole device at one
+//!   instant, not of the blocks (those are `EIO`, [`Fault::Eio`]).
 //!
 //! Invariants: the op's effect happens exactly once, at its completion;
 //! with the same seed, config and submission order, results and latencies
@@ -296,7 +298,8 @@ impl MemDevice {
 
     /// Cuts the power: unflushed blocks are lost (or torn, per
     /// [`PowerCutMode`]), reads then see the durable image, and ops still
-    /// in flight complete with `EIO`.
+    /// in flight complete with `ENODEV` (the device went away under them;
+    /// ops submitted after the cut are served again).
     pub fn power_cut(&self) {
         let mut st = self.inner.lock();
         let st = &mut *st;
@@ -385,7 +388,7 @@ impl MemInner {
         let mut st = self.lock();
         st.vnow = st.vnow.max(deadline);
         if st.generation != generation {
-            return -libc::EIO;
+            return -libc::ENODEV;
         }
         let eagain = st.faults.iter_mut().find_map(|f| match f {
             Fault::Eagain { ops } if *ops > 0 => Some(ops),

@@ -282,10 +282,10 @@ impl Checker<'_> {
     }
 }
 
-/// The errors the injected faults cause: EIO (bad blocks, IO in flight at
-/// a power cut), ENOSPC, and a read that made no progress.
+/// The errors the injected faults cause: EIO (bad blocks), ENODEV (IO in
+/// flight at the power cut), ENOSPC, and IO that made no progress.
 fn expected_error(kind: &ErrorKind) -> bool {
-    matches!(kind, ErrorKind::Io { errno } if *errno == libc::EIO)
+    matches!(kind, ErrorKind::Io { errno } if *errno == libc::EIO || *errno == libc::ENODEV)
         || matches!(kind, ErrorKind::OutOfSpace | ErrorKind::NoProgress { .. })
 }
 
