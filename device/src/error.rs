@@ -53,6 +53,14 @@ pub enum InvalidInput {
         /// Which option, its value and what to use instead.
         detail: String,
     },
+    /// The file (or device) is already open in this process through a
+    /// handle with other options; one file is one device state with one
+    /// set of options (one ordering domain, one tag set). `detail` names
+    /// the options that differ.
+    AlreadyOpen {
+        /// The options that differ: `name: open value vs asked value`.
+        detail: String,
+    },
     /// The path is not something plugio does IO on (a directory, FIFO,
     /// socket or character device other than an NVMe generic one); see
     /// [`check_path_kind`](crate::check_path_kind).
@@ -284,6 +292,12 @@ impl fmt::Display for InvalidInput {
             ),
             InvalidInput::Segments { detail } => write!(f, "bad segments: {detail}"),
             InvalidInput::Config { detail } => write!(f, "bad option: {detail}"),
+            InvalidInput::AlreadyOpen { detail } => write!(
+                f,
+                "the file is already open in this process with other options ({detail}); \
+                 open it with the same options (or clone that handle) to share its device \
+                 state and write ordering, or drop every handle of it first"
+            ),
             InvalidInput::PathKind { found } => write!(
                 f,
                 "the path is {found}: use a regular file, a block device or an NVMe \

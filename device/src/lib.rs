@@ -65,6 +65,7 @@ pub mod buf;
 pub mod core;
 pub mod driver;
 pub mod error;
+pub mod fork;
 pub mod fs;
 pub mod geometry;
 pub mod info;

@@ -305,6 +305,11 @@ fn complete_request(d: &mut CoreDev, slot: u32, status: Status, now: u64, ctx: &
         _ => None,
     };
     match reissue_from {
+        None if matches!(status, Status::Submit(_)) && plugio_device::fork::check().is_err() => {
+            // Plugged before a fork, dispatched in the child: the backend
+            // refused it as `Forked`, which the errno alone does not say.
+            fail_with(d, slot, ctx, |_, _| plugio_device::ErrorKind::Forked);
+        }
         None => {
             let rq = d.rqs.get(slot);
             rq.split_result(status.as_share(), |p, share| {
@@ -381,15 +386,28 @@ fn stalled_once(d: &mut CoreDev, slot: u32, status: Status) -> bool {
 /// of it from there (the bio's range, whatever the requests it was cut
 /// into or merged with).
 fn fail_stalled(d: &mut CoreDev, slot: u32, ctx: &mut Ctx<'_>) {
-    let rq = d.rqs.get(slot);
-    for p in &rq.pieces {
+    let offset_bytes = d.rqs.get(slot).offset_bytes;
+    fail_with(d, slot, ctx, |bio, p| {
+        plugio_device::ErrorKind::NoProgress {
+            offset_bytes,
+            len_bytes: bio.len_bytes - p.bio_offset,
+        }
+    });
+}
+
+/// Ends every piece of request `slot` with the error `kind(bio, piece)`
+/// (kept unless the bio already has one).
+fn fail_with(
+    d: &mut CoreDev,
+    slot: u32,
+    ctx: &mut Ctx<'_>,
+    kind: impl Fn(&crate::bio::Bio, &Piece) -> plugio_device::ErrorKind,
+) {
+    for p in &d.rqs.get(slot).pieces {
         if let Some(bio) = ctx.bios.get_mut(p.bio) {
-            let kind = plugio_device::ErrorKind::NoProgress {
-                offset_bytes: rq.offset_bytes,
-                len_bytes: bio.len_bytes - p.bio_offset,
-            };
+            let k = kind(bio, p);
             bio.error
-                .get_or_insert_with(|| plugio_device::Error::new(kind));
+                .get_or_insert_with(|| plugio_device::Error::new(k));
         }
         finish_piece(ctx.bios, p, -i64::from(libc::EIO), ctx.wakes);
     }

@@ -1639,7 +1639,6 @@ fn overlapping_writes_wait_only_for_what_they_overlap() {
 /// symlink) are one device: a write through the first and an overlapping
 /// write through the second, issued in that order in one tick, land in
 /// that order in every trial, and both show in either handle's iostats.
-/// A handle with other options is a separate device with its own iostats.
 #[test]
 fn handles_opened_twice_on_one_file_share_one_ordering_domain() {
     watchdog(120, || {
@@ -1673,22 +1672,63 @@ fn handles_opened_twice_on_one_file_share_one_ordering_domain() {
             }
             assert_eq!(a.iostats().write.ios, b.iostats().write.ios);
             assert!(a.iostats().write.ios >= 400, "{:?}", a.iostats().write);
-            let other = DeviceOptions {
-                queue_depth: 8,
-                ..DeviceOptions::default()
-            };
-            let c = Device::open(&path, other).expect("open c");
-            assert_eq!(
-                c.iostats().write.ios,
-                0,
-                "other options: a device of its own"
-            );
             drop((a, b));
             // The shared state closed with its last handle; a new open with
             // the first options gets a fresh one.
             let d = Device::open(&path, DeviceOptions::default()).expect("open d");
             d.read_at(0, 4096).await.expect("read d");
             assert_eq!(d.iostats().write.ios, 0);
+        });
+    });
+}
+
+/// One file has one set of options. A second open with other options
+/// while a handle is open (through the path, a symlink or a hard link)
+/// used to give a second device state whose writes were not ordered
+/// against the first's; it is refused, naming the options that differ,
+/// and nothing of the open state changes. Once every handle is gone the
+/// file opens with the new options.
+#[test]
+fn a_second_open_with_other_options_is_refused_while_the_first_is_open() {
+    watchdog(60, || {
+        use plugio_device::{ErrorKind, InvalidInput};
+        let dir = common::tmpdir();
+        let path = dir.path().join("options");
+        std::fs::write(&path, vec![0u8; 1 << 20]).unwrap();
+        let link = dir.path().join("options-link");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        let hard = dir.path().join("options-hard");
+        std::fs::hard_link(&path, &hard).unwrap();
+        local().run(async move {
+            let a = Device::open(&path, DeviceOptions::default()).expect("open a");
+            a.write_at(a.alloc_buf(4096), 0).await.0.expect("write a");
+            let other = DeviceOptions {
+                queue_depth: 8,
+                nomerges: 2,
+                ..DeviceOptions::default()
+            };
+            for p in [&path, &link, &hard] {
+                let e = Device::open(p, other.clone()).expect_err("other options while open");
+                let ErrorKind::InvalidInput(InvalidInput::AlreadyOpen { detail }) = e.kind() else {
+                    panic!("{p:?}: {e:?}");
+                };
+                assert_eq!(detail, "queue_depth: 256 vs 8, nomerges: 0 vs 2");
+                // The text of book/src/troubleshooting.md.
+                assert_eq!(
+                    e.to_string(),
+                    "invalid input: the file is already open in this process with other \
+                     options (queue_depth: 256 vs 8, nomerges: 0 vs 2); open it with the \
+                     same options (or clone that handle) to share its device state and \
+                     write ordering, or drop every handle of it first"
+                );
+            }
+            // The refusals took no handle and changed nothing.
+            let b = Device::open(&hard, DeviceOptions::default()).expect("same options");
+            assert_eq!(b.iostats().write.ios, 1);
+            drop((a, b));
+            let c = Device::open(&link, other).expect("other options once closed");
+            assert_eq!(c.iostats().write.ios, 0, "a fresh device state");
+            c.read_at(0, 4096).await.expect("read c");
         });
     });
 }

@@ -549,6 +549,8 @@ impl Backend for MemDevice {
 
     unsafe fn submit(&self, op: &IoOp<'_>, handler: HandlerId, token: u64) -> Result<()> {
         check_op(&self.geometry, op)?;
+        // As every backend: nothing through a core built before a fork.
+        crate::fork::check()?;
         let (deadline, generation) = {
             let mut st = self.inner.lock();
             (self.deadline(&mut st), st.generation)

@@ -60,27 +60,32 @@ struct Job {
 unsafe impl Send for Job {}
 
 struct Pool {
-    sender: Mutex<mpsc::Sender<Job>>,
+    /// The job queue, and the fork generation its threads were spawned in
+    /// (a forked child has none of them: it spawns its own).
+    sender: Mutex<(u64, mpsc::Sender<Job>)>,
 }
 
 fn pool() -> &'static Pool {
     static POOL: OnceLock<Pool> = OnceLock::new();
-    POOL.get_or_init(|| {
-        let (sender, receiver) = mpsc::channel::<Job>();
-        let receiver = Arc::new(Mutex::new(receiver));
-        for i in 0..POOL_THREADS {
-            let receiver = receiver.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("plugio-sync-{i}"))
-                .spawn(move || worker(&receiver));
-            if let Err(e) = spawned {
-                tracing::error!(error = %e, "cannot spawn a sync pool thread");
-            }
-        }
-        Pool {
-            sender: Mutex::new(sender),
-        }
+    POOL.get_or_init(|| Pool {
+        sender: Mutex::new((crate::fork::generation(), spawn_pool())),
     })
+}
+
+/// Spawns the pool's threads; returns their queue.
+fn spawn_pool() -> mpsc::Sender<Job> {
+    let (sender, receiver) = mpsc::channel::<Job>();
+    let receiver = Arc::new(Mutex::new(receiver));
+    for i in 0..POOL_THREADS {
+        let receiver = receiver.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("plugio-sync-{i}"))
+            .spawn(move || worker(&receiver));
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "cannot spawn a sync pool thread");
+        }
+    }
+    sender
 }
 
 fn worker(receiver: &Mutex<mpsc::Receiver<Job>>) {
@@ -118,12 +123,17 @@ pub(crate) fn submit_to_pool(
         handler,
         token,
     };
-    pool()
-        .sender
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .send(job)
-        .map_err(|_| Error::from_errno(libc::EAGAIN).with_context("sync pool has no threads"))?;
+    {
+        let mut sender = pool().sender.lock().unwrap_or_else(PoisonError::into_inner);
+        let generation = crate::fork::generation();
+        if sender.0 != generation {
+            // A forked child: the parent's pool threads are not here.
+            *sender = (generation, spawn_pool());
+        }
+        sender.1.send(job).map_err(|_| {
+            Error::from_errno(libc::EAGAIN).with_context("sync pool has no threads")
+        })?;
+    }
     with_core(|core| core.add_external());
     Ok(())
 }
