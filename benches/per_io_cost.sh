@@ -38,7 +38,7 @@ done
 
 log() { echo "per_io_cost.sh: $*" >&2; }
 mkdir -p "$WORK"
-(cd "$ROOT" && cargo build --release -q -p plugio)
+(cd "$ROOT" && cargo build --release -q -p plugio-cli)
 PLUGIO=$ROOT/target/release/plugio
 OUT=$WORK/results.jsonl
 : > "$OUT"

@@ -44,7 +44,7 @@ command -v fio >/dev/null || { log "fio is missing (apt-get install -y fio)"; ex
 command -v zstd >/dev/null || { log "zstd is missing (apt-get install -y zstd)"; exit 2; }
 mkdir -p "$WORK"
 if [ -z "${PLUGIO:-}" ]; then
-  (cd "$ROOT" && cargo build --release -q -p plugio)
+  (cd "$ROOT" && cargo build --release -q -p plugio-cli)
   PLUGIO=$ROOT/target/release/plugio
 fi
 RESULTS=$WORK/results.jsonl

@@ -41,9 +41,6 @@ pub use plugio_executor::{
     sleep, spawn, spawn_local, timeout, yield_now, JoinHandle, LocalExecutor, Runtime, ShutdownMode,
 };
 
-// `plugio replay`: IO traces replayed through the engine (docs inside).
-pub mod replay;
-
 /// `Result` with plugio's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

@@ -193,6 +193,8 @@ pub(crate) struct Core {
     handlers: RefCell<Vec<Option<Rc<dyn CompletionHandler>>>>,
     inbox: Arc<Inbox>,
     timers: RefCell<BinaryHeap<Reverse<Timed>>>,
+    // Only the simulated device (`test-util`) schedules timed completions.
+    #[cfg_attr(not(any(test, feature = "test-util")), allow(dead_code))]
     timer_seq: Cell<u64>,
     /// Ops handed to other threads (pool) or to the deadline heap whose
     /// completions have not been delivered yet.
@@ -354,6 +356,7 @@ impl Core {
 
     /// Schedules `action` to run at `deadline`; its return value is the
     /// completion result delivered to `handler` with `token`.
+    #[cfg_attr(not(any(test, feature = "test-util")), allow(dead_code))]
     pub fn schedule(&self, deadline: Instant, handler: HandlerId, token: u64, action: TimedAction) {
         let seq = self.timer_seq.get();
         self.timer_seq.set(seq + 1);

@@ -57,6 +57,20 @@ impl Unpark for ThreadUnpark {
     }
 }
 
+/// True when the calling thread's IO goes through an io_uring: a driver
+/// with a ring is installed here. False on a thread without a plugio
+/// driver, and where io_uring was refused (`io_uring_disabled`, a seccomp
+/// filter, an old kernel) and [`DeviceDriver::new`] fell back to the sync
+/// thread pool; tools use it to say which path they measured.
+///
+/// ```
+/// // Not on a plugio core: no ring.
+/// assert!(!plugio_device::driver::uring_active());
+/// ```
+pub fn uring_active() -> bool {
+    crate::ring::with_current(|_| ()).is_some()
+}
+
 impl DeviceDriver {
     /// Creates the driver for the calling thread with an io_uring built from
     /// `config`. Where io_uring is refused (`io_uring_disabled`, seccomp

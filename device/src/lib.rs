@@ -21,7 +21,8 @@
 //!   token)`. Implementations: [`FileBackend`] (io_uring, O_DIRECT, fixed
 //!   buffers/files; with `OpenOptions::backend(BackendKind::Sync)`, or on a
 //!   thread whose driver has no ring, the `sync` thread pool),
-//!   [`MemDevice`] (simulated, seeded) and [`NvmeBackend`] (NVMe
+//!   `MemDevice` (simulated, seeded, with fault injection and power cuts;
+//!   behind the `test-util` feature) and [`NvmeBackend`] (NVMe
 //!   passthrough on `/dev/ngXnY`, with its own SQE128/CQE32 ring per core
 //!   driven by the same park; see [`backend::nvme`]).
 //! - [`CompletionHandler::complete`]`(token, result)`: `result` is the byte
@@ -44,8 +45,9 @@
 //!
 //! On top sits a high-level ownership-passing async API, [`File`], used by
 //! direct users and this crate's tests; [`describe`] renders what
-//! `plugio info PATH` prints; [`testing`] has a `block_on` that parks a
-//! driver, a recording completion handler and an O_DIRECT-capable temp dir.
+//! `plugio info PATH` prints; `testing` (behind the `test-util` feature,
+//! as tokio's test helpers are) has a `block_on` that parks a driver, a
+//! recording completion handler and an O_DIRECT-capable temp dir.
 //!
 //! # Invariants
 //!
@@ -73,9 +75,11 @@ pub mod op;
 pub mod path_kind;
 pub mod ring;
 mod sync;
+#[cfg(any(test, feature = "test-util"))]
 pub mod testing;
 
 pub use backend::file::{FileBackend, OpenOptions};
+#[cfg(any(test, feature = "test-util"))]
 pub use backend::mem::{MemConfig, MemDevice};
 pub use backend::nvme::{is_passthrough_path, NvmeBackend, NvmeOptions};
 pub use backend::{check_op, Backend, BackendKind};

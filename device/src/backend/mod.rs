@@ -25,6 +25,9 @@ use crate::geometry::Geometry;
 use crate::op::IoOp;
 
 pub mod file;
+/// The simulated device (test double with faults and power cuts): behind
+/// the `test-util` feature.
+#[cfg(any(test, feature = "test-util"))]
 pub mod mem;
 pub mod nvme;
 pub mod sync;

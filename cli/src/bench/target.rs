@@ -266,7 +266,7 @@ fn fill_temp(
     };
     bar.set_style(
         ProgressStyle::with_template(
-            "{msg} [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
+            "{msg} [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec}, ETA {eta})",
         )
         .unwrap_or_else(|_| ProgressStyle::default_bar())
         .progress_chars("=> "),

@@ -13,7 +13,7 @@ use std::fs::OpenOptions;
 use std::io::{Seek, SeekFrom, Write};
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -110,6 +110,10 @@ pub fn parse_whole<T: TryFrom<u64>>(text: &str) -> Result<T, String> {
 /// The JSON result: the run's settings and its [`ReplayReport`].
 #[derive(Debug, Serialize)]
 pub struct CliReport {
+    /// `schema_version`, `command`, `plugio_version`, `kernel`, `machine`
+    /// (the vocabulary of [`crate::json`]).
+    #[serde(flatten)]
+    pub meta: crate::json::RunMeta,
     /// The trace path.
     pub trace: String,
     /// Its format.
@@ -129,6 +133,9 @@ pub struct CliReport {
     pub trace_ios: [u64; 4],
     /// Trace lines that held no replayed IO.
     pub skipped_lines: u64,
+    /// What could not be done as asked (also printed as `note:` lines on
+    /// standard error), as `plugio bench`'s `notes`.
+    pub notes: Vec<String>,
     /// The replay.
     #[serde(flatten)]
     pub report: ReplayReport,
@@ -142,6 +149,9 @@ pub struct CliReport {
 /// by SIGPIPE).
 pub fn main(args: ReplayArgs) -> Result<(), ReplayError> {
     let r = run(&args)?;
+    for n in &r.notes {
+        eprintln!("note: {n}");
+    }
     let text = if args.json {
         let mut j = serde_json::to_string_pretty(&r)
             .map_err(|e| ReplayError::io("writing the JSON report", e.into()))?;
@@ -204,8 +214,10 @@ pub fn run(args: &ReplayArgs) -> Result<CliReport, ReplayError> {
             return Err(e);
         }
     };
-    let report = replay_on_runtime(args, &trace, created, dev)?;
+    let mut notes = Vec::new();
+    let report = replay_on_runtime(args, &trace, created, dev, &mut notes)?;
     Ok(CliReport {
+        meta: crate::json::RunMeta::now("replay"),
         trace: args.trace.display().to_string(),
         format: trace.format,
         action: args.action,
@@ -215,6 +227,7 @@ pub fn run(args: &ReplayArgs) -> Result<CliReport, ReplayError> {
         nomerges: args.nomerges,
         trace_ios: trace.counts(),
         skipped_lines: trace.skipped_lines,
+        notes,
         report,
     })
 }
@@ -350,6 +363,7 @@ fn replay_on_runtime(
     trace: &Trace,
     created: bool,
     dev: Device,
+    notes: &mut Vec<String>,
 ) -> Result<ReplayReport, ReplayError> {
     let ring = RingConfig {
         sq_entries: args.iodepth.clamp(32, 4096).next_power_of_two(),
@@ -361,15 +375,21 @@ fn replay_on_runtime(
             .collect(),
     );
     let driver_counters = counters.clone();
+    // Set by a core whose driver came up without io_uring (the sync pool
+    // served its IO): the report says so.
+    let fell_back = Arc::new(AtomicBool::new(false));
+    let core_fell_back = fell_back.clone();
     let rt = plugio_executor::Builder::new()
         .cores(args.cpus)
         .thread_name("plugio-replay")
         .driver(move |core| {
             let enters = driver_counters[core.min(driver_counters.len() - 1)].clone();
-            Ok(Box::new(CountingDriver {
-                inner: DeviceDriver::new(&ring)?,
-                enters,
-            }) as Box<dyn Driver>)
+            let inner = DeviceDriver::new(&ring)?;
+            if inner.ring_info().is_none() {
+                // Relaxed: read after the shutdown joined the cores.
+                core_fell_back.store(true, Ordering::Relaxed);
+            }
+            Ok(Box::new(CountingDriver { inner, enters }) as Box<dyn Driver>)
         })
         .build()
         .map_err(|e| ReplayError::io("starting the replay runtime", e))?;
@@ -413,5 +433,9 @@ fn replay_on_runtime(
             std::io::Error::other(e.to_string()),
         )
     })?;
+    // Relaxed: see the store; the shutdown above joined the cores.
+    if fell_back.load(Ordering::Relaxed) {
+        notes.push(crate::FALLBACK_NOTE.to_owned());
+    }
     Ok(report)
 }

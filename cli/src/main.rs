@@ -10,7 +10,10 @@
 //! the run created and ends the process by that signal (see [`signals`]).
 
 mod bench;
+mod info_json;
 mod signals;
+
+use info_json::info_json;
 
 #[global_allocator]
 static GLOBAL: bench::alloc_count::CountingAlloc = bench::alloc_count::CountingAlloc;
@@ -21,7 +24,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use nix::sys::signal::Signal;
-use plugio::replay::ReplayError;
+use plugio_cli::json::{ErrorBody, ErrorDoc, RunMeta};
+use plugio_cli::replay::ReplayError;
 use plugio_device::ErrorKind;
 
 /// plugio: a thread-per-core async storage IO runtime with a userspace
@@ -44,6 +48,9 @@ enum Command {
     Info {
         /// The file or block device.
         path: PathBuf,
+        /// Print one JSON object (the vocabulary of `bench --json`).
+        #[arg(long)]
+        json: bool,
     },
     /// Build the peer-comparison table and plots from JSON results
     /// (benches/compare.sh runs this).
@@ -52,7 +59,7 @@ enum Command {
     /// Replay an IO trace (CSV, fio iolog, blkparse text; zstd or plain)
     /// onto a file or block device, with optional verification.
     #[command(allow_negative_numbers = true)]
-    Replay(plugio::replay::cli::ReplayArgs),
+    Replay(plugio_cli::replay::cli::ReplayArgs),
 }
 
 /// How a failed command ends: an exit code and its message, or the signal
@@ -88,12 +95,22 @@ impl From<ReplayError> for Failure {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    init_tracing();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(&e),
+    };
+    let (name, json) = match &cli.command {
+        Command::Bench(a) => ("bench", a.json),
+        Command::Info { json, .. } => ("info", *json),
+        Command::CompareReport(_) => ("compare-report", false),
+        Command::Replay(a) => ("replay", a.json),
+    };
     let res = match cli.command {
         Command::Bench(args) => bench::main(args).map(drop).map_err(Failure::from),
-        Command::Info { path } => info(&path),
+        Command::Info { path, json } => info(&path, json),
         Command::CompareReport(args) => bench::compare::main(&args).map_err(Failure::from),
-        Command::Replay(args) => plugio::replay::cli::main(args).map_err(Failure::from),
+        Command::Replay(args) => plugio_cli::replay::cli::main(args).map_err(Failure::from),
     };
     // Everything the command created (the bench's temporary file) was
     // dropped, so removed, by now.
@@ -101,15 +118,73 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Exit { code, message }) => {
             eprintln!("plugio: error: {message}");
+            if json {
+                print_error_doc(name, code, &message);
+            }
             ExitCode::from(code)
         }
         Err(Failure::Signal(sig)) => signals::die_of(sig),
     }
 }
 
-/// `plugio info PATH`.
-fn info(path: &Path) -> Result<(), Failure> {
-    let text = plugio_device::describe(path).map_err(|e| {
+/// Installs a `tracing` subscriber on stderr: `RUST_LOG` when set, else
+/// warnings and errors (the library's io_uring fallback and registration
+/// warnings).
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .try_init();
+}
+
+/// A command line clap refused: its message (and exit status 2), plus the
+/// JSON error document when `--json` was on the line.
+fn usage_error(e: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind as K;
+    let code = e.exit_code();
+    let _ = e.print();
+    if matches!(e.kind(), K::DisplayHelp | K::DisplayVersion) {
+        return ExitCode::from(code as u8);
+    }
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--json") {
+        let name = args.get(1).map_or("plugio", String::as_str);
+        let rendered = e.render().to_string();
+        let first = rendered.lines().next().unwrap_or("invalid command line");
+        let message = first.trim_start_matches("error: ").to_owned();
+        print_error_doc(name, code as u8, &message);
+    }
+    ExitCode::from(code as u8)
+}
+
+/// Prints the JSON document of a failed `--json` run on stdout (a closed
+/// stdout is ignored: the exit status still tells).
+fn print_error_doc(command: &str, code: u8, message: &str) {
+    let doc = ErrorDoc {
+        meta: RunMeta::now(command),
+        error: ErrorBody {
+            kind: if code == 2 { "usage" } else { "run" }.to_owned(),
+            message: message.to_owned(),
+            exit_code: code,
+        },
+    };
+    if let Ok(text) = serde_json::to_string(&doc) {
+        let _ = writeln!(std::io::stdout(), "{text}");
+    }
+}
+
+/// `plugio info PATH [--json]`.
+fn info(path: &Path, json: bool) -> Result<(), Failure> {
+    let described = if json {
+        info_json(path).map(|v| v.to_string())
+    } else {
+        plugio_device::describe(path)
+    };
+    let text = described.map_err(|e| {
         let message = match e.kind() {
             ErrorKind::NotFound => format!(
                 "{} does not exist: give the path of a file or block device",

@@ -10,7 +10,7 @@
 //! its last write. [`report`] holds the figures; [`cli`] the command.
 //!
 //! ```no_run
-//! use plugio::replay::{self, ReplayOptions, Timing};
+//! use plugio_cli::replay::{self, ReplayOptions, Timing};
 //! use plugio::{Device, DeviceOptions, RingConfig};
 //!
 //! let trace = replay::trace::load("q.csv.zst".as_ref(), &Default::default())?;

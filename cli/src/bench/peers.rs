@@ -21,12 +21,11 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Instant;
 
-use hdrhistogram::Histogram;
 use plugio_device::DmaBuf;
 
 use super::error::BenchError;
 use super::options::Job;
-use super::stats::{self, Counters, Dir, IoBudget, IoPattern, Sampler};
+use super::stats::{self, Counters, Dir, IoBudget, IoPattern, Latencies, Sampler};
 use super::target::Target;
 use super::EngineOutput;
 
@@ -157,9 +156,9 @@ impl Task {
                 return Err(e);
             }
         };
-        self.counters.worker(self.core).add_io(n as u64);
+        self.counters.worker(self.core).add_io(io.dir, n as u64);
         if let Some(t0) = io.started {
-            stats::record_latency(t0.elapsed());
+            stats::record_latency(io.dir, t0.elapsed());
         }
         Ok(())
     }
@@ -167,7 +166,7 @@ impl Task {
 
 /// What one job's thread hands back: its latency histogram and what it
 /// could not do as asked.
-pub type JobResult = Result<(Histogram<u64>, Vec<String>), String>;
+pub type JobResult = Result<(Latencies, Vec<String>), String>;
 
 /// Runs `job_main(core)` on one thread per job, pinned to the job's CPU
 /// (the allowed CPUs in turn), and merges the histograms and notes they
@@ -219,10 +218,10 @@ where
             })
             .collect()
     });
-    let mut latency = stats::new_histogram();
+    let mut latency = Latencies::default();
     for r in results {
         let (hist, job_notes) = r.map_err(|e| BenchError::engine(name, e))?;
-        stats::merge_into(&mut latency, &hist);
+        latency.merge(&hist);
         for n in job_notes {
             if !notes.contains(&n) {
                 notes.push(n);

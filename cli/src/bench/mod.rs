@@ -38,14 +38,13 @@ pub mod error;
 pub mod limits;
 pub mod options;
 pub mod peers;
+mod plots;
 pub mod report;
 pub mod stats;
 pub mod target;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-use hdrhistogram::Histogram;
 
 pub use error::BenchError;
 pub use options::{BenchArgs, EngineKind, Job};
@@ -57,8 +56,8 @@ use target::Target;
 /// What an engine hands back when its workers have stopped.
 #[derive(Debug)]
 pub struct EngineOutput {
-    /// Sampled IO latencies in ns, all workers merged.
-    pub latency: Histogram<u64>,
+    /// Sampled IO latencies in ns by direction, all workers merged.
+    pub latency: stats::Latencies,
     /// Things the run could not do as asked (printed and put in the JSON).
     pub notes: Vec<String>,
     /// Final iostats (plugio engines).

@@ -16,14 +16,13 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Instant;
 
-use hdrhistogram::Histogram;
 use io_uring::{opcode, squeue, types, IoUring};
 use plugio_device::DmaBuf;
 use rand::RngCore;
 
 use super::error::BenchError;
 use super::options::Job;
-use super::stats::{self, Counters, Dir, IoBudget, IoPattern, Sampler};
+use super::stats::{self, Counters, Dir, IoBudget, IoPattern, Latencies, Sampler};
 use super::target::Target;
 use super::EngineOutput;
 
@@ -36,7 +35,12 @@ pub const BATCH_SUBMIT: usize = 32;
 pub const BATCH_COMPLETE: usize = 32;
 
 /// What a worker thread returns: its latencies and its notes.
-type WorkerResult = Result<(Histogram<u64>, Vec<String>), BenchError>;
+/// `user_data` is the slot, with this bit set for a write (the report
+/// counts reads and writes apart).
+const WRITE_SHIFT: u32 = 32;
+const SLOT_MASK: u64 = (1 << WRITE_SHIFT) - 1;
+
+type WorkerResult = Result<(Latencies, Vec<String>), BenchError>;
 
 /// Runs the raw io_uring loop on `job.cores` threads until stopped.
 ///
@@ -70,11 +74,11 @@ pub fn run(
             })
             .collect()
     });
-    let mut latency = stats::new_histogram();
+    let mut latency = Latencies::default();
     let mut notes = Vec::new();
     for r in results {
         let (h, n) = r?;
-        stats::merge_into(&mut latency, &h);
+        latency.merge(&h);
         for note in n {
             if !notes.contains(&note) {
                 notes.push(note);
@@ -289,7 +293,8 @@ impl<'a> Worker<'a> {
                 .offset(offset)
                 .build(),
         };
-        e.user_data(u64::from(slot))
+        let write = u64::from(dir == Dir::Write) << WRITE_SHIFT;
+        e.user_data(u64::from(slot) | write)
     }
 
     /// Prepares up to [`BATCH_SUBMIT`] SQEs; returns how many.
@@ -360,7 +365,12 @@ impl<'a> Worker<'a> {
         let worker = self.counters.worker(self.core);
         let nop = self.job.nop;
         for cqe in self.ring.completion() {
-            let slot = cqe.user_data() as usize;
+            let slot = (cqe.user_data() & SLOT_MASK) as usize;
+            let dir = if cqe.user_data() >> WRITE_SHIFT == 1 {
+                Dir::Write
+            } else {
+                Dir::Read
+            };
             let res = cqe.result();
             if res < 0 {
                 return Err(BenchError::engine(
@@ -374,9 +384,9 @@ impl<'a> Worker<'a> {
                     format!("short IO: {res} of {bs} bytes"),
                 ));
             }
-            worker.add_io(res as u64);
+            worker.add_io(dir, res as u64);
             if let Some(t0) = self.started[slot].take() {
-                stats::record_latency(t0.elapsed());
+                stats::record_latency(dir, t0.elapsed());
             }
             self.free.push(slot as u32);
             self.reaped += 1;

@@ -10,12 +10,10 @@
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use hdrhistogram::Histogram;
-
 use super::engine_psync::{job_buf, open_target, pio};
 use super::error::BenchError;
 use super::options::Job;
-use super::stats::{self, Counters, IoBudget, IoPattern, Sampler};
+use super::stats::{self, Counters, IoBudget, IoPattern, Latencies, Sampler};
 use super::target::Target;
 use super::EngineOutput;
 
@@ -32,7 +30,7 @@ pub fn run(
 ) -> Result<EngineOutput, BenchError> {
     let file = Arc::new(open_target(job, target)?);
     let cpus = plugio_executor::allowed_cpus().unwrap_or_default();
-    let results: Vec<Result<Histogram<u64>, String>> = std::thread::scope(|s| {
+    let results: Vec<Result<Latencies, String>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..job.cores)
             .map(|core| {
                 let (file, counters) = (file.clone(), counters.clone());
@@ -57,9 +55,9 @@ pub fn run(
             })
             .collect()
     });
-    let mut latency = stats::new_histogram();
+    let mut latency = Latencies::default();
     for r in results {
-        stats::merge_into(&mut latency, &r.map_err(|e| BenchError::engine(NAME, e))?);
+        latency.merge(&r.map_err(|e| BenchError::engine(NAME, e))?);
     }
     Ok(EngineOutput {
         latency,
@@ -74,7 +72,7 @@ async fn core_main(
     file: Arc<std::fs::File>,
     counters: Arc<Counters>,
     core: usize,
-) -> Result<Histogram<u64>, String> {
+) -> Result<Latencies, String> {
     let cursor = Arc::new(AtomicU64::new(IoPattern::start_block(
         job, size_bytes, core,
     )));
@@ -121,9 +119,9 @@ async fn io_task(
         .await
         .map_err(|e| format!("blocking call: {e}"))?;
         buf = b;
-        counters.worker(core).add_io(r? as u64);
+        counters.worker(core).add_io(dir, r? as u64);
         if let Some(t0) = t0 {
-            stats::record_latency(t0.elapsed());
+            stats::record_latency(dir, t0.elapsed());
         }
     }
     Ok(())

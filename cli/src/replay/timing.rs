@@ -88,7 +88,7 @@ impl Schedule {
     pub fn lag(&self) -> Option<LatencySummary> {
         match self.timing {
             Timing::None => None,
-            Timing::Original => LatencySummary::of(&self.lag),
+            Timing::Original => report::summary(&self.lag),
         }
     }
 }

@@ -31,38 +31,14 @@ pub fn record(h: &mut Histogram<u64>, ns: u64) {
     h.saturating_record(ns.clamp(1, MAX_TRACKED_NS));
 }
 
-/// Percentiles of a latency histogram, ns.
-#[derive(Debug, Clone, Copy, Default, Serialize)]
-pub struct LatencySummary {
-    /// Values recorded.
-    pub samples: u64,
-    /// Mean.
-    pub mean_ns: u64,
-    /// Median.
-    pub p50_ns: u64,
-    /// 90th percentile.
-    pub p90_ns: u64,
-    /// 99th percentile.
-    pub p99_ns: u64,
-    /// 99.9th percentile.
-    pub p999_ns: u64,
-    /// Largest.
-    pub max_ns: u64,
-}
+/// Percentiles of a latency histogram, ns: the JSON vocabulary's summary,
+/// shared with `plugio bench` (every replayed IO is recorded:
+/// `sample_every` is 1).
+pub use crate::json::LatencySummary;
 
-impl LatencySummary {
-    /// The summary of `h`; `None` when it is empty.
-    pub fn of(h: &Histogram<u64>) -> Option<LatencySummary> {
-        (!h.is_empty()).then(|| LatencySummary {
-            samples: h.len(),
-            mean_ns: h.mean() as u64,
-            p50_ns: h.value_at_quantile(0.50),
-            p90_ns: h.value_at_quantile(0.90),
-            p99_ns: h.value_at_quantile(0.99),
-            p999_ns: h.value_at_quantile(0.999),
-            max_ns: h.max(),
-        })
-    }
+/// The summary of `h`; `None` when it is empty.
+pub fn summary(h: &Histogram<u64>) -> Option<LatencySummary> {
+    (!h.is_empty()).then(|| LatencySummary::of(h, 1))
 }
 
 /// One op's figures.
@@ -351,12 +327,12 @@ mod tests {
         assert_eq!(human_bytes(1536.0), "1.5 KiB");
         assert_eq!(human_bytes(100.0), "100 B");
         let mut h = new_histogram();
-        assert!(LatencySummary::of(&h).is_none());
+        assert!(summary(&h).is_none());
         for v in 1..=100u64 {
             record(&mut h, v * 1000);
         }
         record(&mut h, 0);
-        let l = LatencySummary::of(&h).unwrap();
+        let l = summary(&h).unwrap();
         assert_eq!(l.samples, 101);
         assert!(l.p50_ns <= l.p99_ns && l.p99_ns <= l.max_ns);
         assert!((99_000..=100_100).contains(&l.max_ns));

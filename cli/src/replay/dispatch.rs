@@ -646,7 +646,7 @@ impl<'a> Dispatcher<'a> {
                     op: op.name(),
                     ios: a.ios,
                     bytes: a.bytes,
-                    latency: report::LatencySummary::of(&a.latency),
+                    latency: report::summary(&a.latency),
                 }
             })
             .collect();

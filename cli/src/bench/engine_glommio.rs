@@ -16,13 +16,12 @@ use std::sync::Arc;
 
 use glommio::io::{BufferedFile, DmaFile, OpenOptions};
 use glommio::{LocalExecutorBuilder, Placement};
-use hdrhistogram::Histogram;
 use nix::sys::resource::{getrlimit, setrlimit, Resource, RLIM_INFINITY};
 use rand::RngCore;
 
 use super::error::BenchError;
 use super::options::Job;
-use super::stats::{self, Counters, Dir, IoBudget, IoPattern, Sampler};
+use super::stats::{self, Counters, Dir, IoBudget, IoPattern, Latencies, Sampler};
 use super::target::Target;
 use super::EngineOutput;
 
@@ -103,11 +102,11 @@ pub fn run(
             .map_err(|e| BenchError::engine(NAME, format!("starting an executor: {e}")))?;
         handles.push(h);
     }
-    let mut latency = stats::new_histogram();
+    let mut latency = Latencies::default();
     let mut first_err = None;
     for h in handles {
         match h.join() {
-            Ok(Ok(hist)) => stats::merge_into(&mut latency, &hist),
+            Ok(Ok(hist)) => latency.merge(&hist),
             Ok(Err(e)) => {
                 first_err.get_or_insert(e);
             }
@@ -138,7 +137,7 @@ async fn core_main(
     size_bytes: u64,
     counters: Arc<Counters>,
     core: usize,
-) -> Result<Histogram<u64>, String> {
+) -> Result<Latencies, String> {
     let mut o = OpenOptions::new();
     o.read(true).write(job.rw.writes());
     let file = if job.direct {
@@ -209,9 +208,9 @@ impl IoTask {
                     self.bs
                 ));
             }
-            self.counters.worker(self.core).add_io(n as u64);
+            self.counters.worker(self.core).add_io(dir, n as u64);
             if let Some(t0) = t0 {
-                stats::record_latency(t0.elapsed());
+                stats::record_latency(dir, t0.elapsed());
             }
         }
         Ok(())

@@ -9,13 +9,12 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use hdrhistogram::Histogram;
 use plugio_device::DmaBuf;
 use rand::RngCore;
 
 use super::error::BenchError;
 use super::options::Job;
-use super::stats::{self, Counters, Dir, IoBudget, IoPattern, Sampler};
+use super::stats::{Counters, Dir, IoBudget, IoPattern, Latencies, Sampler};
 use super::target::Target;
 use super::EngineOutput;
 
@@ -77,7 +76,7 @@ pub fn run(
     let budgets: Vec<IoBudget> = (0..job.cores)
         .map(|_| IoBudget::new(job.number_ios))
         .collect();
-    let results: Vec<Result<Histogram<u64>, String>> = std::thread::scope(|s| {
+    let results: Vec<Result<Latencies, String>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|i| {
                 let (file, counters) = (&file, counters.clone());
@@ -94,16 +93,16 @@ pub fn run(
                     super::engine_raw::pin_to(cpu);
                     let mut buf = job_buf(job);
                     let mut sampler = Sampler::new(job.clat_sample);
-                    let mut hist = stats::new_histogram();
+                    let mut hist = Latencies::default();
                     let worker = counters.worker(i);
                     counters.mark_started();
                     while !counters.stopped() && budget.take_shared() {
                         let (dir, offset) = pattern.next_io();
                         let t0 = sampler.start();
                         let n = pio(file, dir, &mut buf, offset)?;
-                        worker.add_io(n as u64);
+                        worker.add_io(dir, n as u64);
                         if let Some(t0) = t0 {
-                            hist.saturating_record((t0.elapsed().as_nanos() as u64).max(1));
+                            hist.record(dir, t0.elapsed());
                         }
                     }
                     Ok(hist)
@@ -115,9 +114,9 @@ pub fn run(
             .map(|h| h.join().unwrap_or_else(|_| Err("a thread panicked".into())))
             .collect()
     });
-    let mut latency = stats::new_histogram();
+    let mut latency = Latencies::default();
     for r in results {
-        stats::merge_into(&mut latency, &r.map_err(|e| BenchError::engine(NAME, e))?);
+        latency.merge(&r.map_err(|e| BenchError::engine(NAME, e))?);
     }
     Ok(EngineOutput {
         latency,

@@ -9,6 +9,8 @@
 use std::io::Write;
 use std::time::Duration;
 
+use hdrhistogram::Histogram;
+use plugio_cli::json::{LatencySummary, RunMeta};
 use plugio_engine::IoStats;
 use serde::{Deserialize, Serialize};
 
@@ -145,23 +147,35 @@ impl Second {
     }
 }
 
-/// Latency percentiles in ns over the sampled IOs.
+/// Latency percentiles in ns over the sampled IOs: the JSON vocabulary's
+/// [`LatencySummary`] (shared with `plugio replay`).
+pub type Latency = LatencySummary;
+
+/// The figures of one direction (fio's `read:` and `write:` sections).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Latency {
-    /// IOs whose latency was recorded.
-    pub samples: u64,
-    /// One IO in this many was recorded.
-    pub sample_every: u32,
-    /// Mean.
-    pub mean_ns: f64,
-    /// Median.
-    pub p50_ns: u64,
-    /// 99th percentile.
-    pub p99_ns: u64,
-    /// 99.9th percentile.
-    pub p999_ns: u64,
-    /// Largest.
-    pub max_ns: u64,
+pub struct DirFigures {
+    /// IOs completed.
+    pub ios: u64,
+    /// Bytes moved.
+    pub bytes: u64,
+    /// `ios / runtime_s`.
+    pub iops: f64,
+    /// `bytes / runtime_s`, in MiB/s.
+    pub bw_mib_s: f64,
+    /// Latency of this direction's sampled IOs.
+    pub latency: Latency,
+}
+
+impl DirFigures {
+    fn new(ios: u64, bytes: u64, secs: f64, h: &Histogram<u64>, every: u32) -> DirFigures {
+        DirFigures {
+            ios,
+            bytes,
+            iops: ios as f64 / secs,
+            bw_mib_s: bytes as f64 / secs / (1u64 << 20) as f64,
+            latency: LatencySummary::of(h, every),
+        }
+    }
 }
 
 /// Plug and ring figures over the whole run (`None`: not available for
@@ -195,9 +209,13 @@ pub struct PlugFigures {
     pub diskstats: Option<String>,
 }
 
-/// The result of one run (`--json` prints it).
+/// The result of one run (`--json` prints it, in the vocabulary of
+/// [`plugio_cli::json`]).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BenchResult {
+    /// `schema_version`, `command`, `plugio_version`, `kernel`, `machine`.
+    #[serde(flatten)]
+    pub meta: RunMeta,
     /// `--tag`, if given.
     pub tag: Option<String>,
     /// Engine name.
@@ -252,8 +270,12 @@ pub struct BenchResult {
     /// Heap allocations (all threads, the whole run including setup) per
     /// IO.
     pub allocs_per_io: Option<f64>,
-    /// Latency percentiles.
+    /// Latency percentiles, reads and writes together.
     pub latency: Latency,
+    /// Reads (and NOPs) alone.
+    pub read: DirFigures,
+    /// Writes alone.
+    pub write: DirFigures,
     /// Plug and ring figures.
     pub plug: PlugFigures,
     /// Per-second samples.
@@ -281,16 +303,17 @@ impl BenchResult {
     ) -> BenchResult {
         let total = counters.total();
         let secs = timeline.elapsed.as_secs_f64().max(1e-9);
-        let h = &output.latency;
-        let latency = Latency {
-            samples: h.len(),
-            sample_every: job.clat_sample,
-            mean_ns: if h.is_empty() { 0.0 } else { h.mean() },
-            p50_ns: h.value_at_quantile(0.50),
-            p99_ns: h.value_at_quantile(0.99),
-            p999_ns: h.value_at_quantile(0.999),
-            max_ns: h.max(),
-        };
+        let lat = &output.latency;
+        let every = job.clat_sample;
+        let latency = LatencySummary::of(&lat.all(), every);
+        let read = DirFigures::new(
+            total.ios - total.write_ios,
+            total.bytes - total.write_bytes,
+            secs,
+            &lat.read,
+            every,
+        );
+        let write = DirFigures::new(total.write_ios, total.write_bytes, secs, &lat.write, every);
         let io = output.iostats;
         let d = io.as_ref().map(PlugDelta::of);
         let plug = PlugFigures {
@@ -309,6 +332,7 @@ impl BenchResult {
             diskstats: io.as_ref().map(|s| s.diskstats_line("plugio")),
         };
         BenchResult {
+            meta: RunMeta::now("bench"),
             tag: job.tag.clone(),
             engine: engine_name(job.engine).to_owned(),
             rw: format!("{:?}", job.rw).to_lowercase(),
@@ -342,6 +366,8 @@ impl BenchResult {
             cpu_ns_per_io: ratio(cpu.as_nanos() as u64, total.ios),
             allocs_per_io: None,
             latency,
+            read,
+            write,
             plug,
             seconds: timeline.seconds,
             notes: output.notes,
@@ -468,6 +494,58 @@ pub fn fmt_bytes(n: u64) -> String {
     format!("{n}B")
 }
 
+/// `p50=…, p90=…, p99=…, p99.9=…, max=…, mean=…` in microseconds.
+fn percentiles_us(l: &Latency) -> String {
+    format!(
+        "p50={}, p90={}, p99={}, p99.9={}, max={}, mean={:.1}",
+        us(l.p50_ns),
+        us(l.p90_ns),
+        us(l.p99_ns),
+        us(l.p999_ns),
+        us(l.max_ns),
+        l.mean_ns / 1000.0
+    )
+}
+
+/// The names of the fields of a `/proc/diskstats` line after major, minor
+/// and device name (Documentation/admin-guide/iostats.rst).
+const DISKSTATS_FIELDS: [&str; 17] = [
+    "reads",
+    "reads_merged",
+    "sectors_read",
+    "read_ms",
+    "writes",
+    "writes_merged",
+    "sectors_written",
+    "write_ms",
+    "in_flight",
+    "io_ms",
+    "weighted_ms",
+    "discards",
+    "discards_merged",
+    "sectors_discarded",
+    "discard_ms",
+    "flushes",
+    "flush_ms",
+];
+
+/// A `/proc/diskstats` line as `name=value` pairs, zero fields left out
+/// (the raw line is in the JSON's `plug.diskstats`).
+fn label_diskstats(line: &str) -> String {
+    let values: Vec<&str> = line.split_whitespace().skip(3).collect();
+    let pairs: Vec<String> = DISKSTATS_FIELDS
+        .iter()
+        .zip(&values)
+        .filter(|(_, v)| **v != "0")
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    if pairs.is_empty() {
+        "all zero".to_owned()
+    } else {
+        pairs.join(" ")
+    }
+}
+
 fn us(ns: u64) -> String {
     format!("{:.1}", ns as f64 / 1000.0)
 }
@@ -518,22 +596,40 @@ pub fn print_result(job: &Job, r: &BenchResult) -> Result<(), BenchError> {
     if l.samples > 0 {
         writeln!(
             out,
-            "  clat (usec): p50={}, p99={}, p99.9={}, max={}, mean={:.1} ({} samples, 1 IO in {})",
-            us(l.p50_ns),
-            us(l.p99_ns),
-            us(l.p999_ns),
-            us(l.max_ns),
-            l.mean_ns / 1000.0,
+            "  clat (usec): {} ({} samples, 1 IO in {})",
+            percentiles_us(l),
             l.samples,
             l.sample_every
         )
         .map_err(io)?;
     }
+    // Mixed runs: each direction on its own, as fio's `read:`/`write:`.
+    if r.read.ios > 0 && r.write.ios > 0 {
+        for (name, d) in [("read", &r.read), ("write", &r.write)] {
+            writeln!(
+                out,
+                "  {name}: IOPS={:.0}, BW={:.1}MiB/s ({} IOs), clat (usec): {}",
+                d.iops,
+                d.bw_mib_s,
+                d.ios,
+                percentiles_us(&d.latency)
+            )
+            .map_err(io)?;
+        }
+    }
+    let below_one = [p.submit_per_call, p.reap_per_call]
+        .iter()
+        .any(|v| v.is_some_and(|v| v < 1.0));
     writeln!(
         out,
-        "  ring: IOS/call={}/{}",
+        "  ring: IOS/call={}/{} (SQEs submitted/CQEs reaped per io_uring_enter{})",
         opt_f(p.submit_per_call, 1),
-        opt_f(p.reap_per_call, 1)
+        opt_f(p.reap_per_call, 1),
+        if below_one {
+            "; below 1: some enters only waited, as an idle or throttled core does"
+        } else {
+            ""
+        }
     )
     .map_err(io)?;
     if let Some(m) = p.merges {
@@ -552,7 +648,7 @@ pub fn print_result(job: &Job, r: &BenchResult) -> Result<(), BenchError> {
         .map_err(io)?;
     }
     if let Some(d) = &p.diskstats {
-        writeln!(out, "  diskstats: {}", d.trim_start()).map_err(io)?;
+        writeln!(out, "  diskstats: {}", label_diskstats(d)).map_err(io)?;
     }
     out.flush().map_err(io)
 }

@@ -374,6 +374,20 @@ fn compare_report_writes_the_section_and_plots() {
         let name = format!("tmp__{engine}__randread4k__qd{qd}__r1.json");
         std::fs::write(results.join(name), v.to_string()).expect("write result");
     }
+    for (engine, rep) in [("plugio", 1), ("plugio", 2), ("raw", 1)] {
+        let v = bench_json(&[
+            "--engine",
+            engine,
+            "--rw",
+            "read",
+            "--iodepth",
+            "32",
+            "--runtime",
+            "0.3",
+        ]);
+        let name = format!("tmp__{engine}__seqread4k__qd32__r{rep}.json");
+        std::fs::write(results.join(name), v.to_string()).expect("write result");
+    }
     let md = dir.path().join("RESULTS.md");
     std::fs::write(&md, "# Results\n\n## Other\nkept\n").expect("write md");
     let plots = dir.path().join("plots");
@@ -395,4 +409,17 @@ fn compare_report_writes_the_section_and_plots() {
     );
     let svg = std::fs::read_to_string(plots.join("iops_vs_qd_tmp.svg")).expect("plot written");
     assert!(svg.contains("<svg") && svg.contains("plugio"));
+    let bars = std::fs::read_to_string(plots.join("seqread_tmp.svg")).expect("bar plot written");
+    // Axis titles on both plots; one colour per engine across plots (plugio
+    // is #1F77B4 in each); the bars carry their values (IOPS end in K or M
+    // on a machine this fast, else a plain number) and min-max bars.
+    assert!(
+        svg.contains("queue depth (IOs in flight per core)"),
+        "{svg}"
+    );
+    assert!(bars.contains("IOPS (median; bar: min-max)") && bars.contains("engine"));
+    assert!(svg.contains("#1F77B4") && bars.contains("#1F77B4"));
+    // Value labels: left-anchored texts beside the bars, one per engine.
+    let value_labels = bars.matches(r#"text-anchor="start""#).count();
+    assert_eq!(value_labels, 2, "one value label per engine: {bars}");
 }

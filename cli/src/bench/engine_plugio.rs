@@ -8,11 +8,10 @@
 //! thread (tasks and its [`StatsDriver`]); the device is opened before the
 //! tasks start and closed after every task has ended.
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hdrhistogram::Histogram;
 use plugio_device::{DeviceDriver, DmaBuf, RingConfig};
 use plugio_engine::{Device, DeviceOptions};
 use plugio_executor::{Driver, JoinHandle, Placement, ShutdownMode, Unpark};
@@ -20,7 +19,7 @@ use rand::RngCore;
 
 use super::error::BenchError;
 use super::options::{Ablation, IdleWait, Job};
-use super::stats::{self, Counters, Dir, IoBudget, IoPattern, Sampler};
+use super::stats::{self, Counters, Dir, IoBudget, IoPattern, Latencies, Sampler};
 use super::target::Target;
 use super::EngineOutput;
 
@@ -201,6 +200,11 @@ pub fn run(
     let arena = arena_config(job);
     let driver_counters = counters.clone();
     let idle_wait = job.idle_wait;
+    // Set by a core whose driver came up without io_uring (refused by the
+    // kernel, a seccomp filter or `io_uring_disabled`): the sync pool
+    // served its IO, and the report says so.
+    let fell_back = Arc::new(AtomicBool::new(false));
+    let core_fell_back = fell_back.clone();
     let rt = plugio_executor::Builder::new()
         .cores(job.cores)
         .placement(Placement::Pinned)
@@ -212,6 +216,11 @@ pub fn run(
                 plugio_device::buf::configure_arena(arena);
             }
             let inner = DeviceDriver::new(&ring)?;
+            if inner.ring_info().is_none() {
+                // Relaxed: read after the runtime's shutdown joined the
+                // core threads, which orders it.
+                core_fell_back.store(true, Ordering::Relaxed);
+            }
             Ok(Box::new(StatsDriver::new(
                 inner,
                 driver_counters.clone(),
@@ -238,11 +247,11 @@ pub fn run(
         })
         .collect();
     counters.mark_started();
-    let mut latency = stats::new_histogram();
+    let mut latency = Latencies::default();
     let mut first_err = None;
     for h in handles {
         match futures::executor::block_on(h) {
-            Ok(Ok(hist)) => stats::merge_into(&mut latency, &hist),
+            Ok(Ok(hist)) => latency.merge(&hist),
             Ok(Err(e)) => {
                 first_err.get_or_insert(e);
             }
@@ -260,6 +269,10 @@ pub fn run(
     }
     if let Some(e) = first_err {
         return Err(BenchError::engine(NAME, e));
+    }
+    // Relaxed: see the store; the shutdown above joined the cores.
+    if fell_back.load(Ordering::Relaxed) {
+        notes.push(plugio_cli::FALLBACK_NOTE.to_owned());
     }
     Ok(EngineOutput {
         latency,
@@ -279,7 +292,7 @@ struct CoreJob {
 }
 
 impl CoreJob {
-    async fn run(self) -> Result<Histogram<u64>, String> {
+    async fn run(self) -> Result<Latencies, String> {
         let cursor = Arc::new(AtomicU64::new(IoPattern::start_block(
             &self.job,
             self.size_bytes,
@@ -372,9 +385,9 @@ impl IoTask {
             buf = b;
             let n =
                 res.map_err(|e| format!("{dir:?} of {} bytes at {offset}: {e}", self.bs_bytes))?;
-            worker.add_io(n as u64);
+            worker.add_io(dir, n as u64);
             if let Some(t0) = t0 {
-                stats::record_latency(t0.elapsed());
+                stats::record_latency(dir, t0.elapsed());
             }
         }
         Ok(())
@@ -385,9 +398,9 @@ impl IoTask {
         while !self.counters.stopped() && self.budget.take_local() {
             let t0 = self.sampler.start();
             self.dev.nop().await.map_err(|e| format!("nop: {e}"))?;
-            worker.add_io(0);
+            worker.add_io(Dir::Read, 0);
             if let Some(t0) = t0 {
-                stats::record_latency(t0.elapsed());
+                stats::record_latency(Dir::Read, t0.elapsed());
             }
         }
         Ok(())

@@ -16,7 +16,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use plotters::prelude::*;
 use serde_json::Value;
 
 use super::error::BenchError;
@@ -46,18 +45,18 @@ pub struct CompareArgs {
 
 /// The grouping key of a result.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct Key {
-    target: String,
-    engine: String,
-    workload: String,
-    qd: u32,
+pub(super) struct Key {
+    pub(super) target: String,
+    pub(super) engine: String,
+    pub(super) workload: String,
+    pub(super) qd: u32,
 }
 
 /// The figures of the runs of one key.
 #[derive(Debug, Clone, Default)]
-struct Runs {
-    iops: Vec<f64>,
-    cpu_ns_per_io: Vec<f64>,
+pub(super) struct Runs {
+    pub(super) iops: Vec<f64>,
+    pub(super) cpu_ns_per_io: Vec<f64>,
     /// What the engine could not do as asked (its `notes`), each once.
     notes: Vec<String>,
 }
@@ -73,7 +72,7 @@ fn all_notes(map: &BTreeMap<Key, Runs>) -> Vec<String> {
 }
 
 /// Median, min and max of `v` (`None` when empty).
-fn stats(v: &[f64]) -> Option<(f64, f64, f64)> {
+pub(super) fn stats(v: &[f64]) -> Option<(f64, f64, f64)> {
     if v.is_empty() {
         return None;
     }
@@ -162,7 +161,7 @@ fn load(dir: &Path) -> Result<BTreeMap<Key, Runs>, BenchError> {
 }
 
 /// `1.23M`, `456K`, `789`.
-fn fmt_iops(v: f64) -> String {
+pub(super) fn fmt_iops(v: f64) -> String {
     if v >= 1e6 {
         format!("{:.2}M", v / 1e6)
     } else if v >= 1e3 {
@@ -204,7 +203,7 @@ const ENGINES: &[&str] = &[
     "fio",
 ];
 
-fn median_of(
+pub(super) fn median_of(
     map: &BTreeMap<Key, Runs>,
     target: &str,
     engine: &str,
@@ -220,7 +219,7 @@ fn median_of(
     map.get(&key).and_then(|r| stats(&r.iops)).map(|s| s.0)
 }
 
-fn targets_of(map: &BTreeMap<Key, Runs>, workload: &str) -> Vec<String> {
+pub(super) fn targets_of(map: &BTreeMap<Key, Runs>, workload: &str) -> Vec<String> {
     let mut t: Vec<String> = map
         .keys()
         .filter(|k| k.workload == workload)
@@ -230,7 +229,7 @@ fn targets_of(map: &BTreeMap<Key, Runs>, workload: &str) -> Vec<String> {
     t
 }
 
-fn engines_of(map: &BTreeMap<Key, Runs>, workload: &str) -> Vec<String> {
+pub(super) fn engines_of(map: &BTreeMap<Key, Runs>, workload: &str) -> Vec<String> {
     let mut found: Vec<String> = Vec::new();
     for k in map.keys().filter(|k| k.workload == workload) {
         if !found.contains(&k.engine) {
@@ -504,7 +503,7 @@ pub fn main(args: &CompareArgs) -> Result<(), BenchError> {
     }
     std::fs::create_dir_all(&args.plots)
         .map_err(|e| BenchError::io(format!("creating {}", args.plots.display()), e))?;
-    let plots = plot_all(&args.plots, &map)?;
+    let plots = super::plots::plot_all(&args.plots, &map)?;
     let text = section(args, &map, &plots)?;
     let doc =
         std::fs::read_to_string(&args.markdown).unwrap_or_else(|_| "# Benchmark results\n".into());
@@ -517,162 +516,6 @@ pub fn main(args: &CompareArgs) -> Result<(), BenchError> {
         args.plots.display()
     );
     Ok(())
-}
-
-fn plot_err(e: impl std::fmt::Display) -> BenchError {
-    BenchError::engine("plot", e)
-}
-
-fn plot_all(dir: &Path, map: &BTreeMap<Key, Runs>) -> Result<Vec<PathBuf>, BenchError> {
-    let mut written = Vec::new();
-    for target in targets_of(map, "randread4k") {
-        let qds: Vec<u32> = {
-            let mut q: Vec<u32> = map
-                .keys()
-                .filter(|k| k.workload == "randread4k" && k.target == target)
-                .map(|k| k.qd)
-                .collect();
-            q.sort_unstable();
-            q.dedup();
-            q
-        };
-        if qds.len() < 2 {
-            continue;
-        }
-        let path = dir.join(format!("iops_vs_qd_{target}.svg"));
-        qd_plot(&path, &target, map, &qds)?;
-        written.push(path);
-    }
-    for (workload, title, file, cpu) in [
-        (
-            "seqread4k",
-            "Sequential 4 KiB reads, 32 tasks (IOPS; plugio-nomerges: merging off)",
-            "seqread",
-            false,
-        ),
-        (
-            "nop",
-            "NOP: CPU ns per IO (lower is better)",
-            "nop_cpu",
-            true,
-        ),
-    ] {
-        for target in targets_of(map, workload) {
-            let bars: Vec<(String, f64)> = map
-                .iter()
-                .filter(|(k, _)| k.workload == workload && k.target == target)
-                .filter_map(|(k, r)| {
-                    let v = if cpu { &r.cpu_ns_per_io } else { &r.iops };
-                    stats(v).map(|s| (k.engine.clone(), s.0))
-                })
-                .collect();
-            if bars.is_empty() {
-                continue;
-            }
-            let path = dir.join(format!("{file}_{target}.svg"));
-            let unit: fn(f64) -> String = if cpu { |v| format!("{v:.0}") } else { fmt_iops };
-            bar_plot(&path, &format!("{title}, {target}"), &bars, unit)?;
-            written.push(path);
-        }
-    }
-    Ok(written)
-}
-
-fn qd_plot(
-    path: &Path,
-    target: &str,
-    map: &BTreeMap<Key, Runs>,
-    qds: &[u32],
-) -> Result<(), BenchError> {
-    let engines = engines_of(map, "randread4k");
-    let max = map
-        .iter()
-        .filter(|(k, _)| k.workload == "randread4k" && k.target == target)
-        .filter_map(|(_, r)| stats(&r.iops).map(|s| s.2))
-        .fold(1.0, f64::max);
-    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
-    root.fill(&WHITE).map_err(plot_err)?;
-    let x_max = f64::from(*qds.last().unwrap_or(&1)).log2().max(1.0);
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!("4 KiB random reads, {target}: IOPS vs queue depth"),
-            ("sans-serif", 20),
-        )
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(80)
-        .build_cartesian_2d(0f64..x_max, 0f64..max * 1.1)
-        .map_err(plot_err)?;
-    chart
-        .configure_mesh()
-        .x_desc("queue depth (log2)")
-        .y_desc("IOPS")
-        .x_label_formatter(&|x| format!("{:.0}", 2f64.powf(*x)))
-        .y_label_formatter(&|y| fmt_iops(*y))
-        .draw()
-        .map_err(plot_err)?;
-    for (i, e) in engines.iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
-        let pts: Vec<(f64, f64)> = qds
-            .iter()
-            .filter_map(|q| {
-                median_of(map, target, e, "randread4k", *q).map(|v| (f64::from(*q).log2(), v))
-            })
-            .collect();
-        chart
-            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
-            .map_err(plot_err)?
-            .label(e.as_str())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-            });
-        chart
-            .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled())))
-            .map_err(plot_err)?;
-    }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()
-        .map_err(plot_err)?;
-    root.present().map_err(plot_err)
-}
-
-fn bar_plot(
-    path: &Path,
-    title: &str,
-    bars: &[(String, f64)],
-    unit: fn(f64) -> String,
-) -> Result<(), BenchError> {
-    let max = bars.iter().map(|b| b.1).fold(1.0, f64::max);
-    let root = SVGBackend::new(path, (900, 120 + 50 * bars.len() as u32)).into_drawing_area();
-    root.fill(&WHITE).map_err(plot_err)?;
-    let n = bars.len() as i32;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 20))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(90)
-        .build_cartesian_2d(0f64..max * 1.15, 0i32..n)
-        .map_err(plot_err)?;
-    let labels: Vec<String> = bars.iter().map(|b| b.0.clone()).collect();
-    chart
-        .configure_mesh()
-        .disable_y_mesh()
-        .y_labels(bars.len())
-        .y_label_formatter(&|y| labels.get(*y as usize).cloned().unwrap_or_default())
-        .x_label_formatter(&|x| unit(*x))
-        .draw()
-        .map_err(plot_err)?;
-    chart
-        .draw_series(bars.iter().enumerate().map(|(i, (_, v))| {
-            let color = Palette99::pick(i).to_rgba().filled();
-            Rectangle::new([(0.0, i as i32), (*v, i as i32 + 1)], color)
-        }))
-        .map_err(plot_err)?;
-    root.present().map_err(plot_err)
 }
 
 #[cfg(test)]

@@ -32,6 +32,10 @@ pub struct Snapshot {
     pub ios: u64,
     /// Bytes moved by completed IOs.
     pub bytes: u64,
+    /// Of `ios`, the writes (the rest are reads, or NOPs).
+    pub write_ios: u64,
+    /// Of `bytes`, those written.
+    pub write_bytes: u64,
     /// `io_uring_enter` calls (0 where the engine does not say).
     pub enters: u64,
     /// SQEs submitted (0 where the engine does not say).
@@ -46,6 +50,8 @@ impl Snapshot {
         Snapshot {
             ios: self.ios.saturating_sub(earlier.ios),
             bytes: self.bytes.saturating_sub(earlier.bytes),
+            write_ios: self.write_ios.saturating_sub(earlier.write_ios),
+            write_bytes: self.write_bytes.saturating_sub(earlier.write_bytes),
             enters: self.enters.saturating_sub(earlier.enters),
             submitted: self.submitted.saturating_sub(earlier.submitted),
             reaped: self.reaped.saturating_sub(earlier.reaped),
@@ -55,6 +61,8 @@ impl Snapshot {
     fn add(&mut self, other: &Snapshot) {
         self.ios += other.ios;
         self.bytes += other.bytes;
+        self.write_ios += other.write_ios;
+        self.write_bytes += other.write_bytes;
         self.enters += other.enters;
         self.submitted += other.submitted;
         self.reaped += other.reaped;
@@ -66,25 +74,28 @@ impl Snapshot {
 pub struct WorkerCounters {
     ios: AtomicU64,
     bytes: AtomicU64,
+    write_ios: AtomicU64,
+    write_bytes: AtomicU64,
     enters: AtomicU64,
     submitted: AtomicU64,
     reaped: AtomicU64,
 }
 
 impl WorkerCounters {
-    /// Counts one completed IO of `bytes`. Call only from the worker's
-    /// own thread.
+    /// Counts one completed IO of `bytes` in direction `dir` (a NOP counts
+    /// as a read of 0 bytes). Call only from the worker's own thread.
     #[inline]
-    pub fn add_io(&self, bytes: u64) {
-        // Relaxed: single writer (this thread); the reporter only reads a
-        // figure for display, nothing else is published through it.
-        self.ios
-            .store(self.ios.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        // Relaxed: as above.
-        self.bytes.store(
-            self.bytes.load(Ordering::Relaxed) + bytes,
-            Ordering::Relaxed,
-        );
+    pub fn add_io(&self, dir: Dir, bytes: u64) {
+        // Relaxed (all): single writer (this thread); the reporter only
+        // reads figures for display, nothing else is published through them.
+        let bump =
+            |c: &AtomicU64, by: u64| c.store(c.load(Ordering::Relaxed) + by, Ordering::Relaxed);
+        bump(&self.ios, 1);
+        bump(&self.bytes, bytes);
+        if dir == Dir::Write {
+            bump(&self.write_ios, 1);
+            bump(&self.write_bytes, bytes);
+        }
     }
 
     /// Sets the ring-call figures (running totals). Call only from the
@@ -105,6 +116,8 @@ impl WorkerCounters {
         Snapshot {
             ios: self.ios.load(Ordering::Relaxed),
             bytes: self.bytes.load(Ordering::Relaxed),
+            write_ios: self.write_ios.load(Ordering::Relaxed),
+            write_bytes: self.write_bytes.load(Ordering::Relaxed),
             enters: self.enters.load(Ordering::Relaxed),
             submitted: self.submitted.load(Ordering::Relaxed),
             reaped: self.reaped.load(Ordering::Relaxed),
@@ -372,29 +385,73 @@ impl Sampler {
     }
 }
 
-thread_local! {
-    static LATENCY: RefCell<Option<Histogram<u64>>> = const { RefCell::new(None) };
+/// Sampled IO latencies in ns, by direction (a NOP counts as a read).
+#[derive(Debug, Clone)]
+pub struct Latencies {
+    /// Reads (and NOPs).
+    pub read: Histogram<u64>,
+    /// Writes.
+    pub write: Histogram<u64>,
 }
 
-/// Records `elapsed` in this thread's latency histogram.
-#[inline]
-pub fn record_latency(elapsed: Duration) {
-    LATENCY.with(|h| {
-        let mut h = h.borrow_mut();
-        let h = h.get_or_insert_with(new_histogram);
+impl Default for Latencies {
+    fn default() -> Self {
+        Latencies {
+            read: new_histogram(),
+            write: new_histogram(),
+        }
+    }
+}
+
+impl Latencies {
+    /// Records one IO's latency.
+    #[inline]
+    pub fn record(&mut self, dir: Dir, elapsed: Duration) {
+        let h = match dir {
+            Dir::Read => &mut self.read,
+            Dir::Write => &mut self.write,
+        };
         h.saturating_record((elapsed.as_nanos() as u64).max(1));
+    }
+
+    /// Adds `other`'s samples into `self`.
+    pub fn merge(&mut self, other: &Latencies) {
+        merge_into(&mut self.read, &other.read);
+        merge_into(&mut self.write, &other.write);
+    }
+
+    /// Both directions in one histogram.
+    pub fn all(&self) -> Histogram<u64> {
+        let mut h = self.read.clone();
+        merge_into(&mut h, &self.write);
+        h
+    }
+}
+
+thread_local! {
+    static LATENCY: RefCell<Option<Latencies>> = const { RefCell::new(None) };
+}
+
+/// Records `elapsed` for an IO in direction `dir` in this thread's
+/// latency histograms.
+#[inline]
+pub fn record_latency(dir: Dir, elapsed: Duration) {
+    LATENCY.with(|h| {
+        h.borrow_mut()
+            .get_or_insert_with(Latencies::default)
+            .record(dir, elapsed);
     });
 }
 
-/// Takes this thread's latency histogram (empty when nothing was
+/// Takes this thread's latency histograms (empty when nothing was
 /// recorded).
-pub fn take_latency() -> Histogram<u64> {
-    LATENCY.with(|h| h.borrow_mut().take().unwrap_or_else(new_histogram))
+pub fn take_latency() -> Latencies {
+    LATENCY.with(|h| h.borrow_mut().take().unwrap_or_default())
 }
 
 /// Adds `from` into `into`, ignoring values out of range (none are: both
 /// share bounds).
-pub fn merge_into(into: &mut Histogram<u64>, from: &Histogram<u64>) {
+fn merge_into(into: &mut Histogram<u64>, from: &Histogram<u64>) {
     if let Err(e) = into.add(from) {
         tracing::warn!(error = %e, "latency histogram merge failed");
     }

@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use plugio::device::backend::mem::{Latency, MemClock, MemConfig, MemDevice};
-use plugio::replay::pattern::{self, Found};
-use plugio::replay::{self, ReplayOptions, Timing, TraceIo, TraceOp, Unwritten};
 use plugio::{Device, DeviceOptions, RingConfig};
+use plugio_cli::replay::pattern::{self, Found};
+use plugio_cli::replay::{self, ReplayOptions, Timing, TraceIo, TraceOp, Unwritten};
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
 
@@ -621,7 +621,7 @@ fn cli_bad_options_exit_2_with_a_message() {
 
 fn shared_trace(name: &str) -> String {
     let p: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/traces")
+        .join("../../shared/traces")
         .join(name)
         .join("q.csv.zst");
     assert!(

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
-use plugio::replay::cli::parse_whole;
+use plugio_cli::replay::cli::parse_whole;
 
 use super::error::BenchError;
 

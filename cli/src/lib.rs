@@ -1,0 +1,18 @@
+//! The library half of the `plugio` command (the unpublished `plugio-cli`
+//! crate): [`replay`], IO traces replayed through the engine, and [`json`],
+//! the JSON vocabulary every subcommand's `--json` shares. The command
+//! itself (`bench`, `info`, `replay`) is `src/main.rs`.
+//!
+//! Invariants: nothing here is part of the `plugio` library a database
+//! depends on; `tests/deps.rs` checks that the library's dependency tree
+//! names none of this crate's tools (clap, plotters, zstd, the peers).
+
+pub mod json;
+pub mod replay;
+
+/// The note a `bench` or `replay` run gets when io_uring was refused and
+/// plugio's sync thread pool did the IO (the fallback is announced in the
+/// text and in the JSON `notes`, not silent).
+pub const FALLBACK_NOTE: &str = "io_uring was refused on this machine (seccomp, io_uring_disabled \
+     or an old kernel): plugio ran on its sync thread pool (pread/pwrite), so these figures \
+     measure that path; `plugio info PATH` says why";
