@@ -202,6 +202,8 @@ pub(crate) struct Core {
     ring: RefCell<Option<Rc<Ring>>>,
     /// `DeviceDriver`s alive on this thread (0 or 1).
     drivers: Cell<usize>,
+    /// The fork generation the driver was installed in (see `fork`).
+    fork_generation: Cell<u64>,
 }
 
 thread_local! {
@@ -241,13 +243,30 @@ impl Core {
             external: Cell::new(0),
             ring: RefCell::new(None),
             drivers: Cell::new(0),
+            fork_generation: Cell::new(0),
         }
     }
 
-    /// Notes that a `DeviceDriver` was installed (+1) or dropped (-1).
+    /// Notes that a `DeviceDriver` was installed (+1, in the current fork
+    /// generation) or dropped (-1).
     pub fn driver_count_add(&self, delta: isize) {
+        if delta > 0 {
+            self.fork_generation.set(crate::fork::generation());
+        }
         self.drivers
             .set(self.drivers.get().saturating_add_signed(delta));
+    }
+
+    /// This thread's driver was installed before a fork of the process:
+    /// IO through it is refused (see `fork`).
+    #[inline]
+    pub fn stale(&self) -> bool {
+        self.drivers.get() > 0 && self.fork_generation.get() != crate::fork::generation()
+    }
+
+    /// The fork generation of this thread's driver, if one is installed.
+    pub fn driver_generation(&self) -> Option<u64> {
+        (self.drivers.get() > 0).then(|| self.fork_generation.get())
     }
 
     /// The inbox other threads post to.

@@ -109,7 +109,14 @@ impl DeviceDriver {
     }
 
     fn install(ring: Option<Rc<Ring>>) -> Result<Self> {
+        crate::fork::install();
         let core = with_core(Rc::clone);
+        if core.stale() {
+            return Err(Error::from_errno(libc::EBUSY).with_context(
+                "this thread's DeviceDriver was built before fork(): build the child's \
+                 runtime on new threads (plugio_engine::runtime::builder), not this one",
+            ));
+        }
         if core.ring().is_some() {
             return Err(Error::from_errno(libc::EBUSY)
                 .with_context("a DeviceDriver is already installed on this thread"));
@@ -140,9 +147,15 @@ impl DeviceDriver {
         self.ring.as_ref().map(|r| r.stats())
     }
 
-    /// Ops in flight on this core's ring.
+    /// Ops in flight on this core's ring (none of the parent's are this
+    /// process's in a forked child).
     pub fn in_flight(&self) -> usize {
-        self.ring.as_ref().map_or(0, |r| r.in_flight())
+        self.live_ring().map_or(0, |r| r.in_flight())
+    }
+
+    /// The ring, unless it is a forked child's copy of its parent's.
+    fn live_ring(&self) -> Option<&Rc<Ring>> {
+        self.ring.as_ref().filter(|r| !r.stale())
     }
 
     #[cfg(test)]
@@ -162,7 +175,15 @@ impl DeviceDriver {
             let until = deadline.saturating_duration_since(now);
             timeout = Some(timeout.map_or(until, |t| t.min(until)));
         }
-        match &self.ring {
+        // In a forked child the parent's ring is left alone: the core
+        // parks as one without a ring (its IO is refused; timers still
+        // run), for at most 10 ms at a time, since a wake from another
+        // thread still goes to the ring's eventfd.
+        if self.ring.is_some() && self.live_ring().is_none() {
+            let cap = Duration::from_millis(10);
+            timeout = Some(timeout.map_or(cap, |t| t.min(cap)));
+        }
+        match self.live_ring() {
             Some(ring) => {
                 ring.park(&self.core, timeout)?;
             }
@@ -208,6 +229,11 @@ impl DeviceDriver {
     /// completed and been delivered, so no buffer the kernel or a pool
     /// thread still uses is freed when the thread's state goes away.
     fn drain(&self) {
+        if self.core.stale() {
+            // A forked child: what was in flight is the parent's (its
+            // ring, its pool threads), and completes there.
+            return;
+        }
         let mut waited = Duration::ZERO;
         let step = Duration::from_millis(100);
         while self.in_flight() > 0 || self.core.external() > 0 {

@@ -53,6 +53,14 @@ pub enum InvalidInput {
         /// Which option, its value and what to use instead.
         detail: String,
     },
+    /// The file (or device) is already open in this process through a
+    /// handle with other options; one file is one device state with one
+    /// set of options (one ordering domain, one tag set). `detail` names
+    /// the options that differ.
+    AlreadyOpen {
+        /// The options that differ: `name: open value vs asked value`.
+        detail: String,
+    },
     /// The path is not something plugio does IO on (a directory, FIFO,
     /// socket or character device other than an NVMe generic one); see
     /// [`check_path_kind`](crate::check_path_kind).
@@ -128,6 +136,24 @@ pub enum ErrorKind {
         /// Bytes written.
         done_bytes: u64,
     },
+    /// A read or write inside the device moved no data twice in a row
+    /// for the same range, where the device has no end of file (a block
+    /// device, NVMe namespace or mem device: O_DIRECT returns a short count
+    /// only at end of file) or the op was a write. The device or backend is
+    /// misbehaving. The engine issues such a request once more before it
+    /// returns this.
+    NoProgress {
+        /// Where the IO stopped moving data, in bytes from the start of the
+        /// device.
+        offset_bytes: u64,
+        /// What was left of the IO from there, in bytes.
+        len_bytes: u64,
+    },
+    /// IO through a runtime that was built before this process was
+    /// `fork()`ed: a child shares its parent's io_uring rings and
+    /// registered buffers, so it may not use them. Build a new runtime (and
+    /// open the devices again) in the child.
+    Forked,
     /// Any other errno from the kernel.
     Io {
         /// The positive errno value.
@@ -241,7 +267,9 @@ impl Error {
             ErrorKind::NoDriver => libc::ENXIO,
             ErrorKind::Nvme { .. }
             | ErrorKind::UnexpectedEof { .. }
-            | ErrorKind::WriteZero { .. } => libc::EIO,
+            | ErrorKind::WriteZero { .. }
+            | ErrorKind::NoProgress { .. } => libc::EIO,
+            ErrorKind::Forked => libc::EPERM,
             ErrorKind::Io { errno } => *errno,
         }
     }
@@ -291,6 +319,12 @@ impl fmt::Display for InvalidInput {
             ),
             InvalidInput::Segments { detail } => write!(f, "bad segments: {detail}"),
             InvalidInput::Config { detail } => write!(f, "bad option: {detail}"),
+            InvalidInput::AlreadyOpen { detail } => write!(
+                f,
+                "the file is already open in this process with other options ({detail}); \
+                 open it with the same options (or clone that handle) to share its device \
+                 state and write ordering, or drop every handle of it first"
+            ),
             InvalidInput::PathKind { found } => write!(
                 f,
                 "the path is {found}: use a regular file, a block device or an NVMe \
@@ -344,6 +378,19 @@ impl fmt::Display for Error {
             } => write!(
                 f,
                 "write made no progress: {done_bytes} of {len_bytes} bytes written at offset {offset_bytes}"
+            )?,
+            ErrorKind::NoProgress {
+                offset_bytes,
+                len_bytes,
+            } => write!(
+                f,
+                "no progress: {len_bytes} bytes at offset {offset_bytes} moved no data twice \
+                 in a row, inside the device (not an end of file)"
+            )?,
+            ErrorKind::Forked => write!(
+                f,
+                "this runtime was built before fork(): a child process may not use its \
+                 parent's io_uring rings; build a new runtime in the child"
             )?,
             ErrorKind::Io { errno } => {
                 write!(f, "{}", io::Error::from_raw_os_error(*errno))?;

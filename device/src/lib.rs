@@ -67,6 +67,7 @@ pub mod buf;
 pub mod core;
 pub mod driver;
 pub mod error;
+pub mod fork;
 pub mod fs;
 pub mod fs_ops;
 pub mod geometry;

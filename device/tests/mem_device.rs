@@ -167,7 +167,9 @@ fn in_flight_ops_fail_after_a_power_cut() {
     };
     assert_eq!(
         out.0.expect_err("lost").kind(),
-        &ErrorKind::Io { errno: libc::EIO }
+        &ErrorKind::Io {
+            errno: libc::ENODEV
+        }
     );
     assert_eq!(dev.durable_bytes(0..512), vec![0; 512]);
 }

@@ -16,13 +16,19 @@
 //!   a request that holds several bios ends the bios it covers in full and
 //!   issues every other bio (or the uncovered rest of one) again as a
 //!   request of its own, which then completes as that bio alone would.
-//!   (Known limit: that holds for errors tied to blocks; after a failure of
-//!   the whole device at one instant, such as the mem device's power cut,
-//!   the retried bios may succeed where unmerged ones failed.)
+//!   An error of the whole device at one instant (`device_wide`: a device
+//!   gone offline, such as the mem device's power cut) fails every bio of
+//!   the request instead: each was in flight then and would have failed
+//!   alone, while issued again after that instant it could succeed.
 //! - A short read or write of one bio resumes at the last aligned boundary
 //!   it reached (O_DIRECT cannot resume elsewhere) as a new request at the
-//!   front of the device's FIFO; only a result with no aligned progress (0
-//!   bytes, or less than one alignment unit) ends it short: end of file.
+//!   front of the device's FIFO. A result with no aligned progress (0
+//!   bytes, or less than one alignment unit) ends a read short only where
+//!   the device can have an end of file inside it (a regular file: no
+//!   capacity in its geometry). Elsewhere, and for writes, it is a stall:
+//!   the request is issued once more as it is, and a second stall in a row
+//!   ends its bio with `ErrorKind::NoProgress` naming the range. So
+//!   `Ok(n < len)` means end of file, and nothing else.
 //! - A bio is finished when its last request completes; an orphaned bio
 //!   (its future was dropped) is freed then, with its buffer.
 //! - A per-op `-EAGAIN` (delivered for direct submissions) sends the same
@@ -235,7 +241,9 @@ fn complete_device<C: Completed>(
         puts.push(rq.tag);
         d.tags_held -= 1;
         d.writes_in_flight -= u32::from(rq.op.is_some_and(OpKind::is_write));
-        if status == Status::Errno(libc::EAGAIN) && requeue_again(d, slot) {
+        if (status == Status::Errno(libc::EAGAIN) && requeue_again(d, slot))
+            || stalled_once(d, slot, status)
+        {
             ctx.requeued = true;
             continue;
         }
@@ -283,13 +291,25 @@ fn complete_request(d: &mut CoreDev, slot: u32, status: Status, now: u64, ctx: &
             } else {
                 let align = d.offset_align_bytes;
                 let aligned = n - n % align;
+                if aligned == 0 && !(op == OpKind::Read && d.short_read_is_eof) {
+                    // The second stall in a row (`stalled_once` let the
+                    // first one go again).
+                    fail_stalled(d, slot, ctx);
+                    return;
+                }
                 (aligned > 0).then_some(aligned)
             }
         }
-        Status::Errno(_) | Status::Nvme(_) if several => Some(0),
+        Status::Errno(e) if several && !device_wide(e) => Some(0),
+        Status::Nvme(_) if several => Some(0),
         _ => None,
     };
     match reissue_from {
+        None if matches!(status, Status::Submit(_)) && plugio_device::fork::check().is_err() => {
+            // Plugged before a fork, dispatched in the child: the backend
+            // refused it as `Forked`, which the errno alone does not say.
+            fail_with(d, slot, ctx, |_, _| plugio_device::ErrorKind::Forked);
+        }
         None => {
             let rq = d.rqs.get(slot);
             rq.split_result(status.as_share(), |p, share| {
@@ -303,6 +323,21 @@ fn complete_request(d: &mut CoreDev, slot: u32, status: Status, now: u64, ctx: &
     }
 }
 
+/// An errno that fails the whole device at one instant rather than some
+/// of its blocks, as the kernel's `blk_status_to_errno` reports a device
+/// gone offline (`BLK_STS_OFFLINE`: `ENODEV`), a transport or nexus
+/// failure (`ENOLINK`, `EBADE`), or a removed device (`ENXIO`,
+/// `ESHUTDOWN`). Every bio of a request failed by one was in flight at
+/// that instant and would have failed alone too: the request's bios all
+/// get it, none is issued again (issued after the instant, it could
+/// succeed where it would have failed unmerged).
+fn device_wide(errno: i32) -> bool {
+    matches!(
+        errno,
+        libc::ENODEV | libc::ENXIO | libc::ESHUTDOWN | libc::ENOLINK | libc::EBADE
+    )
+}
+
 /// A per-op `-EAGAIN` (the device layer delivers it for direct
 /// submissions instead of resubmitting): request `slot` goes back, as it
 /// is, to the front of its FIFO (it was the oldest of what came after it)
@@ -314,6 +349,75 @@ fn requeue_again(d: &mut CoreDev, slot: u32) -> bool {
         return false;
     }
     rq.eagain_retries += 1;
+    requeue_front(d, slot);
+    true
+}
+
+/// A stall: a single-piece read or write that moved no aligned data (0
+/// bytes, or less than one alignment unit) where that is no end of file
+/// (see the module invariants). The first stall in a row sends request
+/// `slot` back, as it is, to the front of its FIFO and returns true; the
+/// second returns false, and `complete_request` ends the bio with
+/// `ErrorKind::NoProgress`.
+fn stalled_once(d: &mut CoreDev, slot: u32, status: Status) -> bool {
+    let Status::Bytes(n) = status else {
+        return false;
+    };
+    let eof = d.short_read_is_eof;
+    let rq = d.rqs.get_mut(slot);
+    let stall = n < rq.len_bytes
+        && n < d.offset_align_bytes
+        && rq.pieces.len() == 1
+        && match rq.op {
+            Some(OpKind::Read) => !eof,
+            Some(OpKind::Write) => true,
+            _ => false,
+        };
+    if !stall || rq.stalls > 0 {
+        return false;
+    }
+    rq.stalls += 1;
+    requeue_front(d, slot);
+    true
+}
+
+/// Ends the one bio piece of stalled request `slot` with
+/// `ErrorKind::NoProgress` naming where the IO stopped and what was left
+/// of it from there (the bio's range, whatever the requests it was cut
+/// into or merged with).
+fn fail_stalled(d: &mut CoreDev, slot: u32, ctx: &mut Ctx<'_>) {
+    let offset_bytes = d.rqs.get(slot).offset_bytes;
+    fail_with(d, slot, ctx, |bio, p| {
+        plugio_device::ErrorKind::NoProgress {
+            offset_bytes,
+            len_bytes: bio.len_bytes - p.bio_offset,
+        }
+    });
+}
+
+/// Ends every piece of request `slot` with the error `kind(bio, piece)`
+/// (kept unless the bio already has one).
+fn fail_with(
+    d: &mut CoreDev,
+    slot: u32,
+    ctx: &mut Ctx<'_>,
+    kind: impl Fn(&crate::bio::Bio, &Piece) -> plugio_device::ErrorKind,
+) {
+    for p in &d.rqs.get(slot).pieces {
+        if let Some(bio) = ctx.bios.get_mut(p.bio) {
+            let k = kind(bio, p);
+            bio.error
+                .get_or_insert_with(|| plugio_device::Error::new(k));
+        }
+        finish_piece(ctx.bios, p, -i64::from(libc::EIO), ctx.wakes);
+    }
+}
+
+/// Sends request `slot`, as it is, back to the front of its FIFO (it was
+/// the oldest of what came after it), to be dispatched again with a new
+/// tag.
+fn requeue_front(d: &mut CoreDev, slot: u32) {
+    let rq = d.rqs.get_mut(slot);
     rq.state = RqState::Waiting;
     let writes = rq.op.is_some_and(OpKind::is_write);
     d.writes_waiting += u32::from(writes);
@@ -322,7 +426,6 @@ fn requeue_again(d: &mut CoreDev, slot: u32) -> bool {
         d.pending.requeues += 1;
         d.pending.dirty = true;
     }
-    true
 }
 
 /// How many per-op `-EAGAIN` results in a row a request is issued again

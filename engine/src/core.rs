@@ -74,6 +74,10 @@ pub(crate) struct EngineCore {
     pub scratch_failed: RefCell<Vec<Done>>,
     pub wake_list: RefCell<Vec<Waker>>,
     pub flushing: Cell<bool>,
+    /// The fork generation of this thread's device driver (see
+    /// `plugio_device::fork`): IO is refused where it is not the current
+    /// one (a forked child).
+    fork_generation: Option<u64>,
 }
 
 /// The hook and handler registered with the executor and the device layer
@@ -153,6 +157,14 @@ impl EngineCore {
         Ok(Self::create(core, uid))
     }
 
+    /// This core was built before a fork of the process (we are in the
+    /// child): its IO is refused with `ErrorKind::Forked`.
+    #[inline]
+    pub fn forked(&self) -> bool {
+        self.fork_generation
+            .is_some_and(|g| g != plugio_device::fork::generation())
+    }
+
     /// Builds and registers the engine state of executor core `uid`.
     fn create(core: usize, uid: u64) -> Rc<EngineCore> {
         let hooks = Rc::new(CoreHooks {
@@ -174,6 +186,7 @@ impl EngineCore {
             scratch_failed: RefCell::default(),
             wake_list: RefCell::default(),
             flushing: Cell::new(false),
+            fork_generation: plugio_device::fork::driver_generation(),
         });
         let _ = hooks.core.set(Rc::downgrade(&c));
         CORES.with(|cores| {

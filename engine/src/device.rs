@@ -75,9 +75,9 @@ impl Device {
     /// clone of it would (one ordering domain, so overlapping IO through
     /// any of the handles keeps program order; one tag set; one set of
     /// iostats). Hard links, symlinks and device nodes of one disk count
-    /// as the same file. With different options the file is opened as a
-    /// separate device, and IO through it is not ordered against IO
-    /// through the other.
+    /// as the same file. One file has one set of options: while a handle
+    /// of it is open, an open with other options is refused (it would be a
+    /// second device state whose IO is not ordered against the first's).
     ///
     /// # Errors
     /// Invalid options; the path does not exist or cannot be opened;
@@ -85,7 +85,9 @@ impl Device {
     /// once, without opening it, when the path is a directory, FIFO, socket
     /// or other character device (see [`plugio_device::check_path_kind`]);
     /// [`ErrorKind::DirectIoRefused`](plugio_device::ErrorKind::DirectIoRefused)
-    /// when the file system refuses `O_DIRECT` (set `direct: false`).
+    /// when the file system refuses `O_DIRECT` (set `direct: false`);
+    /// [`InvalidInput::AlreadyOpen`] when the file is open through a
+    /// handle with other options (the message names them).
     pub fn open(path: impl AsRef<Path>, options: DeviceOptions) -> Result<Device, Error> {
         options.validate()?;
         let path = path.as_ref();
@@ -93,8 +95,10 @@ impl Device {
         plugio_device::check_path_kind(path)?;
         let key = crate::open_files::FileKey::of(path);
         let mut registry = crate::open_files::Registry::lock();
-        if let Some(shared) = key.and_then(|k| registry.find(k, &options)) {
-            return Ok(Device { shared });
+        if let Some(k) = key {
+            if let Some(shared) = registry.find(k, &options)? {
+                return Ok(Device { shared });
+            }
         }
         let device = if plugio_device::is_passthrough_path(path) {
             let ns = plugio_device::backend::nvme::NvmeBackend::open(path)?;
@@ -125,8 +129,10 @@ impl Device {
         let file = std::fs::File::from(fd);
         let key = crate::open_files::FileKey::of_file(&file);
         let mut registry = crate::open_files::Registry::lock();
-        if let Some(shared) = key.and_then(|k| registry.find(k, &options)) {
-            return Ok(Device { shared });
+        if let Some(k) = key {
+            if let Some(shared) = registry.find(k, &options)? {
+                return Ok(Device { shared });
+            }
         }
         let backend = plugio_device::FileBackend::from_fd(
             file.into(),
@@ -139,6 +145,11 @@ impl Device {
             registry.insert(k, &device.shared);
         }
         Ok(device)
+    }
+
+    /// A handle on `shared` whose handle count was already raised for it.
+    pub(crate) fn from_shared(shared: Arc<DeviceShared>) -> Device {
+        Device { shared }
     }
 
     /// Wraps an already opened backend (a `MemDevice`, a `SyncBackend`, a
@@ -693,7 +704,12 @@ pub(crate) fn issue_inline(
             buf: init.buf,
         });
     }
+    // A forked child may not use its parent's rings (the fork guard).
     let core = match EngineCore::current() {
+        Ok(c) if c.forked() => Err(plugio_device::fork::forked_error()),
+        other => other,
+    };
+    let core = match core {
         Ok(c) => c,
         Err(e) => {
             return Err(BioResult {

@@ -14,11 +14,20 @@
 //!   `handles` count is raised from a non-zero value atomically): a closed
 //!   state, which its cores are letting go of, is never revived.
 //! - The registry holds only weak references: it keeps nothing open.
+//! - A file has one set of options: an open with other options while a
+//!   state of the file has a handle is refused (`InvalidInput::AlreadyOpen`,
+//!   naming the options that differ), never given a second, unordered
+//!   state.
+//! - In a forked child the parent's entries are ignored (dropped): their
+//!   states hold the parent's IO in flight at the fork (see
+//!   `plugio_device::fork`).
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+
+use plugio_device::{Error, InvalidInput};
 
 use crate::options::DeviceOptions;
 use crate::shared::DeviceShared;
@@ -54,7 +63,8 @@ impl FileKey {
     }
 }
 
-type Entries = Vec<(FileKey, Weak<DeviceShared>)>;
+/// `(file, fork generation of the open, state)`.
+type Entries = Vec<(FileKey, u64, Weak<DeviceShared>)>;
 
 static OPEN: Mutex<Entries> = Mutex::new(Vec::new());
 
@@ -67,39 +77,67 @@ impl Registry {
         Registry(OPEN.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
-    /// A new handle's share of the open state of `key` with options equal
-    /// to `opts`, if there is one that still has a handle.
-    pub fn find(&mut self, key: FileKey, opts: &DeviceOptions) -> Option<Arc<DeviceShared>> {
-        self.0.retain(|(_, w)| w.strong_count() > 0);
-        let shared = self
+    /// A new handle's share of the open state of `key`, if there is one
+    /// that still has a handle (`Ok(None)`: open the file).
+    ///
+    /// # Errors
+    /// [`InvalidInput::AlreadyOpen`] when that state has other options.
+    pub fn find(
+        &mut self,
+        key: FileKey,
+        opts: &DeviceOptions,
+    ) -> Result<Option<Arc<DeviceShared>>, Error> {
+        let generation = plugio_device::fork::generation();
+        self.0
+            .retain(|(_, g, w)| *g == generation && w.strong_count() > 0);
+        for shared in self
             .0
             .iter()
-            .filter(|(k, _)| *k == key)
-            .filter_map(|(_, w)| w.upgrade())
-            .find(|s| s.opts == *opts)?;
-        // Raise the handle count only from a non-zero value. Relaxed: the
-        // count's closing decision pairs Device::drop's Release decrement
-        // with is_closed's Acquire load; this increment, like a clone,
-        // publishes nothing.
-        let mut n = shared.handles.load(Ordering::Relaxed);
-        loop {
-            if n == 0 {
-                return None;
+            .filter(|(k, _, _)| *k == key)
+            .filter_map(|(_, _, w)| w.upgrade())
+        {
+            if !raise_handles(&shared) {
+                // Closing: its cores are letting go of it.
+                continue;
             }
-            match shared.handles.compare_exchange_weak(
-                n,
-                n + 1,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return Some(shared),
-                Err(now) => n = now,
+            if shared.opts == *opts {
+                return Ok(Some(shared));
             }
+            let detail = shared.opts.differences(opts).join(", ");
+            // The handle raised above goes again (a Device drop).
+            drop(crate::Device::from_shared(shared));
+            return Err(Error::invalid(InvalidInput::AlreadyOpen { detail }));
         }
+        Ok(None)
     }
 
     /// Records the state of a file just opened.
     pub fn insert(&mut self, key: FileKey, shared: &Arc<DeviceShared>) {
-        self.0.push((key, Arc::downgrade(shared)));
+        self.0.push((
+            key,
+            plugio_device::fork::generation(),
+            Arc::downgrade(shared),
+        ));
+    }
+}
+
+/// Raises the handle count of `shared` if it is not zero (a closed state
+/// is never revived); false when it was zero.
+fn raise_handles(shared: &DeviceShared) -> bool {
+    // Relaxed: the count's closing decision pairs Device::drop's Release
+    // decrement with is_closed's Acquire load; this increment, like a
+    // clone, publishes nothing.
+    let mut n = shared.handles.load(Ordering::Relaxed);
+    loop {
+        if n == 0 {
+            return false;
+        }
+        match shared
+            .handles
+            .compare_exchange_weak(n, n + 1, Ordering::Relaxed, Ordering::Relaxed)
+        {
+            Ok(_) => return true,
+            Err(now) => n = now,
+        }
     }
 }

@@ -145,6 +145,44 @@ impl Default for DeviceOptions {
 }
 
 impl DeviceOptions {
+    /// The options that differ between `self` (an open device's) and
+    /// `asked`, as `name: self vs asked`.
+    pub(crate) fn differences(&self, asked: &DeviceOptions) -> Vec<String> {
+        let mut out = Vec::new();
+        macro_rules! cmp {
+            ($($field:ident),*) => {$(
+                if self.$field != asked.$field {
+                    out.push(format!(
+                        "{}: {:?} vs {:?}",
+                        stringify!($field),
+                        self.$field,
+                        asked.$field
+                    ));
+                }
+            )*};
+        }
+        cmp!(
+            queue_depth,
+            plug_max_count,
+            plug_flush_bytes,
+            tag_sharing,
+            tag_batch,
+            tag_batch_retry,
+            max_request_bytes,
+            nomerges,
+            max_merge_bytes,
+            bio_cache,
+            buffer_cache,
+            iostats,
+            cached_clock,
+            direct,
+            read_only,
+            overlap_order,
+            backend
+        );
+        out
+    }
+
     /// Checks the options.
     ///
     /// # Errors

@@ -211,6 +211,11 @@ pub(crate) struct CoreDev {
     /// Where a short transfer may resume (the device's offset alignment
     /// for direct IO, 1 otherwise).
     pub offset_align_bytes: u64,
+    /// A read that moves no data has reached the end of the file: true
+    /// where the device has no capacity of its own (a regular file, whose
+    /// size moves); a device with one has no end of file inside it (reads
+    /// past it are refused before submission).
+    pub short_read_is_eof: bool,
     /// Scratch list of request slots (kept for its capacity).
     pub scratch_slots: Vec<u32>,
 }
@@ -251,6 +256,7 @@ impl CoreDev {
             plug_max_count: o.plug_max_count,
             plug_flush_bytes: o.plug_flush_bytes,
             offset_align_bytes: u64::from(shared.geometry.offset_align_bytes().max(1)),
+            short_read_is_eof: shared.geometry.capacity_bytes.is_none(),
             scratch_slots: Vec::new(),
         }
     }

@@ -79,6 +79,9 @@ pub(crate) struct Request {
     pub node: Node,
     /// Per-op `-EAGAIN` results in a row (see `complete::requeue_again`).
     pub eagain_retries: u8,
+    /// Completions in a row that moved no data where the device has no end
+    /// of file (see `complete::stalled`).
+    pub stalls: u8,
 }
 
 impl Request {
@@ -98,6 +101,7 @@ impl Request {
         self.nr_segs = 0;
         self.mergeable = false;
         self.eagain_retries = 0;
+        self.stalls = 0;
     }
 
     /// Splits `result` (bytes or -errno) between the pieces in order: each

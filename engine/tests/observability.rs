@@ -96,6 +96,19 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Recorder {
 
 /// Runs `f` with the recorder as this thread's subscriber; returns what it
 /// saw.
+/// Serializes the tests of this file. tracing caches each callsite's
+/// interest when it is first hit: a test without a subscriber that opens a
+/// device while another test is installing its scoped subscriber can cache
+/// "never" for the `device opened` callsite against the new subscriber (a
+/// race in the callsite registry), and that test then misses the event.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn record(f: impl FnOnce()) -> Vec<Seen> {
     let recorder = Recorder::default();
     let subscriber = tracing_subscriber::registry().with(recorder.clone());
@@ -112,6 +125,7 @@ fn fixture(dir: &tempfile::TempDir) -> std::path::PathBuf {
 
 #[test]
 fn each_device_has_a_span_its_events_and_the_callers_are_in() {
+    let _serial = serial();
     let dir = tmpdir();
     let path = fixture(&dir);
     let seen = record(|| {
@@ -149,6 +163,7 @@ fn each_device_has_a_span_its_events_and_the_callers_are_in() {
 
 #[test]
 fn iostats_delta_is_the_interval_between_two_snapshots() {
+    let _serial = serial();
     let dir = tmpdir();
     let path = fixture(&dir);
     let ex = local();
@@ -179,6 +194,7 @@ fn iostats_delta_is_the_interval_between_two_snapshots() {
 #[cfg(feature = "trace-io")]
 #[test]
 fn trace_io_emits_one_issued_and_one_completed_event_per_io_in_the_device_span() {
+    let _serial = serial();
     let dir = tmpdir();
     let path = fixture(&dir);
     let seen = record(|| {
@@ -210,6 +226,7 @@ fn trace_io_emits_one_issued_and_one_completed_event_per_io_in_the_device_span()
 #[cfg(feature = "serde")]
 #[test]
 fn iostats_serialize_to_json() {
+    let _serial = serial();
     let dir = tmpdir();
     let path = fixture(&dir);
     let ex = local();

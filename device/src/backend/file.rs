@@ -415,11 +415,18 @@ impl FileBackend {
             "unchecked op submitted: {op:?}: {:?}",
             check_op(&self.geometry, op)
         );
-        if self.kind == BackendKind::Uring
-            && ring::with_current(|ring| self.queue(ring, op, handler, token, direct)) == Some(true)
-        {
-            return Ok(());
+        if self.kind == BackendKind::Uring {
+            // A ring from before a fork is the parent's: never touched.
+            match ring::with_current(|ring| {
+                (!ring.stale()).then(|| self.queue(ring, op, handler, token, direct))
+            }) {
+                Some(Some(true)) => return Ok(()),
+                Some(None) => return Err(crate::fork::forked_error()),
+                Some(Some(false)) | None => {}
+            }
         }
+        // The pool's threads are not in a child either.
+        crate::fork::check()?;
         submit_to_pool(&self.fd, self.is_block_device, op, handler, token)
     }
 }

@@ -15,7 +15,9 @@
 //! - [`MemDevice::power_cut`] drops every dirty block (or, in
 //!   [`PowerCutMode::Torn`], keeps a seeded random subset, so multi-block
 //!   writes tear at block granularity); ops still in flight then fail with
-//!   `EIO`.
+//!   `ENODEV`, as the block layer fails the IO of a device that went
+//!   offline (`BLK_STS_OFFLINE`): an error of the whole device at one
+//!   instant, not of the blocks (those are `EIO`, [`Fault::Eio`]).
 //!
 //! Invariants: the op's effect happens exactly once, at its completion;
 //! with the same seed, config and submission order, results and latencies
@@ -92,6 +94,18 @@ pub enum Fault {
     ShortRead {
         /// Where reads stop.
         lba: u64,
+    },
+    /// The next `ops` reads or writes (as `on` says; each uses one up,
+    /// `u64::MAX` for every one) move at most `bytes` bytes and return that
+    /// partial count, as a device may: a read any count, a write whole
+    /// logical blocks (its count rounded down to one).
+    Partial {
+        /// The most bytes one op moves.
+        bytes: u64,
+        /// Which ops it applies to.
+        on: FaultOn,
+        /// Ops left to cut short.
+        ops: u64,
     },
     /// Writes fail with `ENOSPC` once `bytes` have been written in total.
     EnospcAfter {
@@ -284,7 +298,8 @@ impl MemDevice {
 
     /// Cuts the power: unflushed blocks are lost (or torn, per
     /// [`PowerCutMode`]), reads then see the durable image, and ops still
-    /// in flight complete with `EIO`.
+    /// in flight complete with `ENODEV` (the device went away under them;
+    /// ops submitted after the cut are served again).
     pub fn power_cut(&self) {
         let mut st = self.inner.lock();
         let st = &mut *st;
@@ -373,7 +388,7 @@ impl MemInner {
         let mut st = self.lock();
         st.vnow = st.vnow.max(deadline);
         if st.generation != generation {
-            return -libc::EIO;
+            return -libc::ENODEV;
         }
         let eagain = st.faults.iter_mut().find_map(|f| match f {
             Fault::Eagain { ops } if *ops > 0 => Some(ops),
@@ -389,8 +404,14 @@ impl MemInner {
         let first = op.offset_bytes / self.block;
         let lbas = first..(op.offset_bytes + op.len_bytes).div_ceil(self.block);
         match op.kind {
-            OpKind::Read => self.read(&st, op, lbas),
-            OpKind::Write => self.write(&mut st, op, lbas),
+            OpKind::Read => {
+                let cap = take_partial(&mut st.faults, FaultOn::Read);
+                self.read(&st, op, lbas, cap)
+            }
+            OpKind::Write => {
+                let cap = take_partial(&mut st.faults, FaultOn::Write);
+                self.write(&mut st, op, lbas, cap)
+            }
             OpKind::Flush | OpKind::Fsync => {
                 flush(&mut st, self.block);
                 0
@@ -408,11 +429,11 @@ impl MemInner {
         }
     }
 
-    fn read(&self, st: &MemState, op: &OwnedOp, lbas: Range<u64>) -> i32 {
+    fn read(&self, st: &MemState, op: &OwnedOp, lbas: Range<u64>, cap: u64) -> i32 {
         if hits_eio(&st.faults, &lbas, FaultOn::Read) {
             return -libc::EIO;
         }
-        let mut len = op.len_bytes;
+        let mut len = op.len_bytes.min(cap);
         for f in &st.faults {
             if let Fault::ShortRead { lba } = f {
                 if lbas.contains(lba) {
@@ -436,7 +457,7 @@ impl MemInner {
         len as i32
     }
 
-    fn write(&self, st: &mut MemState, op: &OwnedOp, lbas: Range<u64>) -> i32 {
+    fn write(&self, st: &mut MemState, op: &OwnedOp, lbas: Range<u64>, cap: u64) -> i32 {
         if hits_eio(&st.faults, &lbas, FaultOn::Write) {
             return -libc::EIO;
         }
@@ -447,15 +468,26 @@ impl MemInner {
         if limit.is_some_and(|limit| st.written_bytes + op.len_bytes > limit) {
             return -libc::ENOSPC;
         }
+        // A partial write moves whole blocks.
+        let len = if cap < op.len_bytes {
+            cap - cap % self.block
+        } else {
+            op.len_bytes
+        };
+        let lbas = lbas.start..lbas.start + len / self.block;
         let mut pos = op.offset_bytes as usize;
+        let mut left = len as usize;
         for iov in &op.iovecs {
-            // SAFETY: as in read; the source memory is only read.
-            let src = unsafe { std::slice::from_raw_parts(iov.iov_base.cast::<u8>(), iov.iov_len) };
-            st.volatile[pos..pos + src.len()].copy_from_slice(src);
+            let n = iov.iov_len.min(left);
+            // SAFETY: as in read; the source memory is only read, n <=
+            // iov_len.
+            let src = unsafe { std::slice::from_raw_parts(iov.iov_base.cast::<u8>(), n) };
+            st.volatile[pos..pos + n].copy_from_slice(src);
             if op.flags.contains(IoFlags::FUA) {
-                st.durable[pos..pos + src.len()].copy_from_slice(src);
+                st.durable[pos..pos + n].copy_from_slice(src);
             }
-            pos += src.len();
+            pos += n;
+            left -= n;
         }
         if op.flags.contains(IoFlags::FUA) {
             for b in lbas {
@@ -464,8 +496,8 @@ impl MemInner {
         } else {
             st.dirty.extend(lbas);
         }
-        st.written_bytes += op.len_bytes;
-        op.len_bytes as i32
+        st.written_bytes += len;
+        len as i32
     }
 }
 
@@ -476,6 +508,24 @@ fn flush(st: &mut MemState, block: u64) {
         let r = b as usize * block..(b as usize + 1) * block;
         let (vol, dur) = (&st.volatile, &mut st.durable);
         dur[r.clone()].copy_from_slice(&vol[r]);
+    }
+}
+
+/// The most bytes this op moves: a `Partial` fault that applies to `kind`
+/// uses up one of its ops and caps it; `u64::MAX` otherwise.
+fn take_partial(faults: &mut [Fault], kind: FaultOn) -> u64 {
+    let partial = faults.iter_mut().find_map(|f| match f {
+        Fault::Partial { bytes, on, ops } if (*on == kind || *on == FaultOn::Both) && *ops > 0 => {
+            Some((*bytes, ops))
+        }
+        _ => None,
+    });
+    match partial {
+        Some((bytes, ops)) => {
+            *ops = ops.saturating_sub(u64::from(*ops != u64::MAX));
+            bytes
+        }
+        None => u64::MAX,
     }
 }
 
@@ -499,6 +549,8 @@ impl Backend for MemDevice {
 
     unsafe fn submit(&self, op: &IoOp<'_>, handler: HandlerId, token: u64) -> Result<()> {
         check_op(&self.geometry, op)?;
+        // As every backend: nothing through a core built before a fork.
+        crate::fork::check()?;
         let (deadline, generation) = {
             let mut st = self.inner.lock();
             (self.deadline(&mut st), st.generation)

@@ -13,7 +13,7 @@
 //!   submitted it; `EINTR`/`EAGAIN` are retried inside the job.
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use plugio_executor::blocking::BlockingPool;
 
@@ -68,13 +68,22 @@ unsafe impl Send for Job {}
 /// The pool a job runs on: the sync IO pool of the runtime whose core
 /// submits it, or, on a thread that drives IO without a plugio executor
 /// (a `DeviceDriver` parked by hand), one process-wide pool of
-/// [`POOL_THREADS`] threads.
+/// [`POOL_THREADS`] threads, made again in a forked child (the parent's
+/// threads are not there; the pool remembers the fork generation it was
+/// made in).
 fn pool() -> BlockingPool {
-    static DRIVER_ONLY: OnceLock<BlockingPool> = OnceLock::new();
+    static DRIVER_ONLY: Mutex<Option<(u64, BlockingPool)>> = Mutex::new(None);
     BlockingPool::current_sync_io().unwrap_or_else(|| {
-        DRIVER_ONLY
-            .get_or_init(|| BlockingPool::new("plugio-sync", POOL_THREADS))
-            .clone()
+        let generation = crate::fork::generation();
+        let mut slot = DRIVER_ONLY.lock().unwrap_or_else(PoisonError::into_inner);
+        match &*slot {
+            Some((g, pool)) if *g == generation => pool.clone(),
+            _ => {
+                let pool = BlockingPool::new("plugio-sync", POOL_THREADS);
+                *slot = Some((generation, pool.clone()));
+                pool
+            }
+        }
     })
 }
 

@@ -3,7 +3,9 @@
 //! Invariants: a chunk is in exactly one place: the owner's local free list,
 //! the return stack, or a live `DmaBuf`. `fixed_index` is written only by
 //! the owner thread (when its driver registers or forgets the arena) and
-//! read only by the owner thread.
+//! read only by the owner thread. The arena's pages are `MADV_WIPEONFORK`:
+//! a forked child gets zeroed pages, never the registered ones shared
+//! copy-on-write (see `crate::fork`).
 
 use std::alloc::Layout;
 use std::cell::{Cell, RefCell};
@@ -103,6 +105,23 @@ pub fn registered_index_of(addr: *const u8, len_bytes: usize) -> Option<u16> {
     (size > 0 && start.checked_add(len_bytes)? <= size).then_some(index)
 }
 
+/// `MADV_WIPEONFORK` on the arena's pages (whole pages: the allocation is
+/// page-aligned and a multiple of pages): a forked child gets zeroed
+/// pages there instead of sharing the registered (pinned) ones
+/// copy-on-write with this process (see `fork`). Logged once where the
+/// kernel refuses (before 4.14).
+fn wipe_on_fork(base: NonNull<u8>, len: usize) {
+    // SAFETY: `[base, base + len)` is this arena's own page-aligned
+    // allocation; the advice changes only what a child inherits.
+    let rc = unsafe { libc::madvise(base.as_ptr().cast(), len, libc::MADV_WIPEONFORK) };
+    if rc != 0 {
+        static LOGGED: std::sync::Once = std::sync::Once::new();
+        LOGGED.call_once(|| {
+            tracing::warn!(error = %std::io::Error::last_os_error(), "MADV_WIPEONFORK refused on the buffer arena");
+        });
+    }
+}
+
 fn next_token() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     // Relaxed: only uniqueness matters.
@@ -162,6 +181,7 @@ impl Arena {
         let layout = Layout::from_size_align(total, 4096).ok()?;
         // SAFETY: non-zero size checked above.
         let base = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })?;
+        wipe_on_fork(base, total);
         Some(Self {
             shared: Arc::new(ArenaShared {
                 base,

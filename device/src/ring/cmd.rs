@@ -119,6 +119,8 @@ fn build_uring(polled: bool) -> Result<IoUring<squeue::Entry128, cqueue::Entry32
     let mut last = None;
     for coop in [true, false] {
         let mut builder = IoUring::<squeue::Entry128, cqueue::Entry32>::builder();
+        // Not shared with a forked child (see `fork`).
+        builder.dontfork();
         if coop {
             builder.setup_coop_taskrun();
         }

@@ -136,6 +136,9 @@ pub(super) fn build(config: &RingConfig) -> Result<(IoUring, RingInfo)> {
     let mut last_err = None;
     for level in attempts {
         let mut builder = IoUring::builder();
+        // MADV_DONTFORK on the SQ, CQ and SQE mappings: a forked child
+        // never shares them with this process (see `fork`).
+        builder.dontfork();
         if let Some(cq) = config.cq_entries {
             builder.setup_cqsize(cq);
         }

@@ -269,7 +269,11 @@ pub struct RingStats {
 
 /// The core's io_uring plus its in-flight bookkeeping.
 pub struct Ring {
-    uring: RefCell<IoUring>,
+    /// Dropped by hand: a ring left stale by a fork is leaked in the child
+    /// (its mappings are not there; see `fork`).
+    uring: std::mem::ManuallyDrop<RefCell<IoUring>>,
+    /// The fork generation the ring was built in (see `fork`).
+    fork_generation: u64,
     slots: RefCell<Slots>,
     /// Direct ops pushed whose CQE has not been reaped.
     direct_in_flight: Cell<usize>,
@@ -336,6 +340,7 @@ impl Ring {
     /// io_uring is unavailable (`ENOSYS`, `EPERM` from `io_uring_disabled`
     /// or seccomp) or the eventfd cannot be created.
     pub fn new(config: &RingConfig) -> Result<Self> {
+        crate::fork::install();
         let (uring, info) = config::build(config)?;
         let unpark = Arc::new(RingUnpark::new()?);
         let cache_slot = {
@@ -351,7 +356,8 @@ impl Ring {
         // wrapped generation to match).
         let gen = RING_GEN.fetch_add(1, Ordering::Relaxed).max(1);
         let ring = Self {
-            uring: RefCell::new(uring),
+            uring: std::mem::ManuallyDrop::new(RefCell::new(uring)),
+            fork_generation: crate::fork::generation(),
             slots: RefCell::new(Slots::default()),
             direct_in_flight: Cell::new(0),
             backlog: RefCell::new(VecDeque::new()),
@@ -386,6 +392,14 @@ impl Ring {
         };
         ring.arm_wake();
         Ok(ring)
+    }
+
+    /// The ring was built before a fork of this process: this is the
+    /// child's copy of the parent's ring, which the child never touches
+    /// (see `fork`).
+    #[inline]
+    pub(crate) fn stale(&self) -> bool {
+        self.fork_generation != crate::fork::generation()
     }
 
     /// What the ring was set up with and what the kernel supports.
@@ -932,6 +946,9 @@ impl Ring {
     /// module docs for the wait policy). Handles every transient
     /// push-back. Returns how many completions were delivered.
     pub(crate) fn park(&self, core: &Core, timeout: Option<Duration>) -> Result<usize> {
+        if self.stale() {
+            return Err(crate::fork::forked_error());
+        }
         self.flush_backlog();
         let cmd_busy = self.cmd_before_enter()?;
         let nowait = cmd_busy || timeout.is_some_and(|t| t.is_zero());
@@ -1300,6 +1317,10 @@ impl Ring {
 
 impl Drop for Ring {
     fn drop(&mut self) {
+        if self.stale() {
+            self.drop_stale();
+            return;
+        }
         self.cancel_wake();
         if self.wake_armed.get() {
             // The kernel may still write the wake buffer: leak it rather
@@ -1320,11 +1341,43 @@ impl Drop for Ring {
             // still hold: leak them rather than close under it.
             std::mem::forget(std::mem::take(&mut *self.files.borrow_mut()));
         }
+        self.release_cache_slot();
+        // SAFETY: dropped once, here, and not used after.
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.uring) };
+    }
+}
+
+impl Ring {
+    fn release_cache_slot(&self) {
         if self.cache_slot < CACHED_RINGS {
             // After this the slot may go to a new ring, whose new
             // generation makes this ring's cache entries stale.
             *RING_SLOTS.lock().unwrap_or_else(PoisonError::into_inner) &= !(1 << self.cache_slot);
         }
+    }
+
+    /// The drop of a ring in a forked child: nothing that reaches the
+    /// kernel's ring (no cancel SQE, no unmapping: the mappings are
+    /// `MADV_DONTFORK`, absent here, and their addresses may hold the
+    /// child's own mappings by now); only the child's copy of the
+    /// descriptor is closed. Buffers the parent's kernel ring may write
+    /// and the passthrough rings are leaked.
+    fn drop_stale(&mut self) {
+        let fd = self.uring.borrow().as_raw_fd();
+        std::mem::forget(std::mem::replace(
+            &mut self.wake_buf,
+            Box::new(Cell::new(0)),
+        ));
+        std::mem::forget(std::mem::replace(
+            &mut self.cmd_wake_buf,
+            Box::new(Cell::new(0)),
+        ));
+        std::mem::forget(self.cmd_rings.borrow_mut().clone());
+        // SAFETY: `fd` is this process's copy of the ring's descriptor,
+        // owned by the `IoUring` that is never dropped (ManuallyDrop);
+        // closing it leaves the parent's ring open.
+        unsafe { libc::close(fd) };
+        self.release_cache_slot();
     }
 }
 

@@ -461,12 +461,17 @@ impl Backend for NvmeBackend {
 
 /// This core's main ring, which owns and drives the passthrough ring.
 fn current_ring() -> Result<std::rc::Rc<ring::Ring>> {
-    ring::current().ok_or_else(|| {
+    let ring = ring::current().ok_or_else(|| {
         Error::new(ErrorKind::NoDriver).with_context(
             "NVMe passthrough needs this core's io_uring (a DeviceDriver with a ring; \
              io_uring may be disabled here); the block device /dev/nvmeXnY works without it",
         )
-    })
+    })?;
+    if ring.stale() {
+        // The parent's ring, in a forked child: never touched.
+        return Err(crate::fork::forked_error());
+    }
+    Ok(ring)
 }
 
 /// `/dev/nvmeXnY` -> `/dev/ngXnY`; other paths unchanged; a path that is
