@@ -52,7 +52,7 @@ static struct fio_option options[] = {
 		.lname	= "plugio tags per device",
 		.type	= FIO_OPT_INT,
 		.off1	= offsetof(struct plugio_options, queue_depth),
-		.help	= "Tags of the device: requests in flight at once (DeviceOptions::queue_depth); 0 = iodepth",
+		.help	= "Tags of the device: requests in flight at once (DeviceOptions::queue_depth); 0 = iodepth x numjobs, at least 256",
 		.def	= "0",
 		.minval	= 0,
 		.maxval	= 65536,
@@ -238,6 +238,7 @@ static int plugio_init(struct thread_data *td)
 	cfg.sq_entries = o->sq_entries;
 	cfg.iomem_bytes = plugio_iomem_bytes(td);
 	cfg.bounce_unaligned = o->bounce_unaligned;
+	cfg.numjobs = td->o.numjobs;
 
 	d = calloc(1, sizeof(*d));
 	if (!d)
@@ -295,7 +296,12 @@ static void plugio_iomem_free(struct thread_data *td)
 static int plugio_open_file(struct thread_data *td, struct fio_file *f)
 {
 	struct plugio_data *d = pdata(td);
-	int read_only_job = read_only || !(td_write(td) || td_trim(td));
+	/* fio's --readonly: read-only, always. A job that only reads opens
+	 * the file for writing too where it can, to share the device of a
+	 * job thread writing the same file (see Access::Reads). */
+	uint32_t access = read_only ? PLUGIO_FIO_READ_ONLY
+		: (td_write(td) || td_trim(td)) ? PLUGIO_FIO_READ_WRITE
+		: PLUGIO_FIO_READS;
 	int err = 0, refused = 0;
 	char msg[512], what[FIO_VERROR_SIZE];
 	size_t dev;
@@ -308,7 +314,7 @@ static int plugio_open_file(struct thread_data *td, struct fio_file *f)
 
 	msg[0] = 0;
 	dev = plugio_fio_open(d->core, f->file_name, td->o.odirect,
-			      read_only_job, &err, &refused, msg, sizeof(msg));
+			      access, &err, &refused, msg, sizeof(msg));
 	if (!dev) {
 		/* The messages fio's own open (filesetup.c) gives. */
 		if (refused)

@@ -26,7 +26,7 @@ struct plugio_fio_config {
 	uint32_t sq_entries;
 	uint64_t iomem_bytes;
 	uint32_t bounce_unaligned;
-	uint32_t reserved;
+	uint32_t numjobs;
 };
 
 /* `CONFIG_BYTES` in src/config.rs. */
@@ -41,6 +41,13 @@ enum plugio_fio_op {
 	PLUGIO_FIO_TRIM = 4,
 };
 
+/* `Access` in src/core.rs. */
+enum plugio_fio_access {
+	PLUGIO_FIO_READ_WRITE = 0,
+	PLUGIO_FIO_READS = 1,
+	PLUGIO_FIO_READ_ONLY = 2,
+};
+
 struct plugio_fio_core;
 
 struct plugio_fio_core *plugio_fio_core_new(const struct plugio_fio_config *cfg,
@@ -51,7 +58,7 @@ void *plugio_fio_iomem_alloc(struct plugio_fio_core *core, size_t len,
 void plugio_fio_iomem_free(struct plugio_fio_core *core);
 /* Returns a device id (> 0), or 0 with *errno_out, *direct_refused, err. */
 size_t plugio_fio_open(struct plugio_fio_core *core, const char *path,
-		       int direct, int read_only, int *errno_out,
+		       int direct, uint32_t access, int *errno_out,
 		       int *direct_refused, char *err, size_t err_len);
 void plugio_fio_close(struct plugio_fio_core *core, size_t dev);
 int plugio_fio_queue(struct plugio_fio_core *core, size_t dev, uint32_t op,

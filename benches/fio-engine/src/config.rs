@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 use plugio_device::RingConfig;
+use plugio_engine::options::DEFAULT_QUEUE_DEPTH;
 use plugio_engine::DeviceOptions;
 
 /// The size of [`EngineConfig`] in bytes, checked by the shim.
@@ -17,15 +18,18 @@ pub const CONFIG_BYTES: usize = 72;
 
 /// The engine's settings for one fio job thread.
 ///
-/// Defaults ([`EngineConfig::default`]) are plugio's own defaults, with the
-/// tags set to fio's `iodepth`.
+/// Defaults ([`EngineConfig::default`]) are plugio's own defaults, with at
+/// least as many tags as the job can have IOs in flight.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EngineConfig {
     /// fio's `iodepth`: the most io_us in flight at once. At least 1.
     pub iodepth: u32,
     /// `plugio_queue_depth`: the device's tags (`DeviceOptions::queue_depth`);
-    /// 0 means `iodepth`.
+    /// 0 means `iodepth × numjobs`, at least plugio's default 256 (at most
+    /// 65536): the job threads of one job that share a file share its
+    /// tags, and jobs whose depths all fit in 256 open it with equal
+    /// options.
     pub queue_depth: u32,
     /// `plugio_nomerges`: 0 all merges, 1 the one-hit merge only, 2 none.
     pub nomerges: u32,
@@ -63,8 +67,9 @@ pub struct EngineConfig {
     /// and a copy (`DeviceOptions::bounce_unaligned`) when nonzero, and is
     /// refused with `EINVAL` when 0.
     pub bounce_unaligned: u32,
-    /// Padding (keeps the size a multiple of 8); 0.
-    pub reserved: u32,
+    /// fio's `numjobs` (0 counts as 1): how many job threads of this job
+    /// may share a file (and its tags).
+    pub numjobs: u32,
 }
 
 impl Default for EngineConfig {
@@ -86,7 +91,7 @@ impl Default for EngineConfig {
             sq_entries: 0,
             iomem_bytes: 0,
             bounce_unaligned: u32::from(dev.bounce_unaligned),
-            reserved: 0,
+            numjobs: 1,
         }
     }
 }
@@ -96,7 +101,8 @@ impl EngineConfig {
     /// `read_only` come from the job (`direct=`, whether it writes).
     pub fn device_options(&self, direct: bool, read_only: bool) -> DeviceOptions {
         let queue_depth = if self.queue_depth == 0 {
-            self.iodepth.max(1)
+            let depth = u64::from(self.iodepth.max(1)) * u64::from(self.numjobs.max(1));
+            depth.clamp(u64::from(DEFAULT_QUEUE_DEPTH), 65536) as u32
         } else {
             self.queue_depth
         };
@@ -149,7 +155,13 @@ mod tests {
         };
         let dev = cfg.device_options(true, false);
         let plain = DeviceOptions::default();
-        assert_eq!(dev.queue_depth, 128);
+        assert_eq!(dev.queue_depth, plain.queue_depth, "256 covers QD128");
+        let deep = EngineConfig {
+            iodepth: 128,
+            numjobs: 4,
+            ..EngineConfig::default()
+        };
+        assert_eq!(deep.device_options(true, false).queue_depth, 512);
         assert_eq!(dev.nomerges, plain.nomerges);
         assert_eq!(dev.plug_max_count, plain.plug_max_count);
         assert_eq!(dev.plug_flush_bytes, plain.plug_flush_bytes);

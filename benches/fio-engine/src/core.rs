@@ -76,6 +76,35 @@ pub struct Completion {
     pub result: i64,
 }
 
+/// How [`FioCore::open`] opens a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Access {
+    /// For reading and writing (a job that writes or trims).
+    ReadWrite = 0,
+    /// The job only reads: opened for writing too where the file allows
+    /// it, so that it shares the plugio device of a job thread that writes
+    /// the same file at the same time (one file is one device state per
+    /// process, with one set of options); read-only where it cannot be
+    /// written (permissions, a read-only file system). fio itself never
+    /// lets the job write (`fio_ro_check`).
+    Reads = 1,
+    /// Read-only, always (fio's `--readonly`).
+    ReadOnly = 2,
+}
+
+impl Access {
+    /// The access with the value the shim passes (`enum plugio_fio_access`).
+    pub fn from_raw(raw: u32) -> Option<Access> {
+        Some(match raw {
+            0 => Access::ReadWrite,
+            1 => Access::Reads,
+            2 => Access::ReadOnly,
+            _ => return None,
+        })
+    }
+}
+
 /// A file opened by [`FioCore::open`]: an index into the core's devices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DevId(pub usize);
@@ -198,13 +227,24 @@ impl FioCore {
     }
 
     /// fio's `open_file`: opens `path` through plugio, with `O_DIRECT` when
-    /// `direct`, for reading only when `read_only`.
+    /// `direct`, with the [`Access`] the job needs.
     ///
     /// # Errors
     /// `Device::open`'s: `ErrorKind::DirectIoRefused` when the file system
-    /// refuses `O_DIRECT`, the open's errno otherwise.
-    pub fn open(&self, path: &Path, direct: bool, read_only: bool) -> Result<DevId, Error> {
-        let dev = Device::open(path, self.config.device_options(direct, read_only))?;
+    /// refuses `O_DIRECT`; `InvalidInput::AlreadyOpen` when another job
+    /// thread of this process has the file open with other options
+    /// (`direct=`, the `plugio_*` options, or read-only against writing);
+    /// the open's errno otherwise.
+    pub fn open(&self, path: &Path, direct: bool, access: Access) -> Result<DevId, Error> {
+        let open = |read_only| Device::open(path, self.config.device_options(direct, read_only));
+        let dev = match access {
+            Access::ReadWrite => open(false)?,
+            Access::ReadOnly => open(true)?,
+            Access::Reads => match open(false) {
+                Err(e) if cannot_write(&e) => open(true)?,
+                other => other?,
+            },
+        };
         let mut devices = self.devices.borrow_mut();
         let slot = devices.iter().position(Option::is_none);
         let id = match slot {
@@ -365,6 +405,12 @@ impl Drop for FioCore {
         self.devices.borrow_mut().clear();
         self.ex.run_once();
     }
+}
+
+/// Whether `e` says the file cannot be opened for writing (permissions, a
+/// read-only file system).
+fn cannot_write(e: &Error) -> bool {
+    matches!(e.kind(), plugio_device::ErrorKind::PermissionDenied) || e.errno() == libc::EROFS
 }
 
 /// The engine task: takes the IOs handed over by `queue` (as many as it

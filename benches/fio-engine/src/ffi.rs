@@ -16,7 +16,7 @@ use std::time::Duration;
 use plugio_device::ErrorKind;
 
 use crate::config::EngineConfig;
-use crate::core::{Completion, DevId, FioCore, Op};
+use crate::core::{Access, Completion, DevId, FioCore, Op};
 
 /// The state the shim keeps in `td->io_ops_data` (opaque to C).
 pub struct CoreHandle {
@@ -137,9 +137,10 @@ pub unsafe extern "C" fn plugio_fio_iomem_free(h: *mut CoreHandle) {
     }
 }
 
-/// `open_file`: opens `path`; returns the device id + 1 (0 on error, with
-/// `*errno_out` the errno, `*direct_refused` set when the file system
-/// refused `O_DIRECT`, and the message in `err`).
+/// `open_file`: opens `path` with `access` (`enum plugio_fio_access`, see
+/// [`Access`]); returns the device id + 1 (0 on error, with `*errno_out`
+/// the errno, `*direct_refused` set when the file system refused
+/// `O_DIRECT`, and the message in `err`).
 ///
 /// # Safety
 /// `h` is a live core; `path` a NUL-terminated string; `errno_out` and
@@ -149,7 +150,7 @@ pub unsafe extern "C" fn plugio_fio_open(
     h: *mut CoreHandle,
     path: *const c_char,
     direct: c_int,
-    read_only: c_int,
+    access: u32,
     errno_out: *mut c_int,
     direct_refused: *mut c_int,
     err: *mut c_char,
@@ -158,9 +159,13 @@ pub unsafe extern "C" fn plugio_fio_open(
     // SAFETY: the caller's contract.
     let (h, path) = unsafe { (&*h, CStr::from_ptr(path)) };
     let path = Path::new(std::ffi::OsStr::from_bytes(path.to_bytes()));
-    let res = catch_unwind(AssertUnwindSafe(|| {
-        h.core.open(path, direct != 0, read_only != 0)
-    }));
+    let res = match Access::from_raw(access) {
+        Some(access) => catch_unwind(AssertUnwindSafe(|| h.core.open(path, direct != 0, access))),
+        None => Ok(Err(plugio_device::Error::from_errno(libc::EINVAL)
+            .with_context(
+                "plugio_fio_open: an access value the engine does not know",
+            ))),
+    };
     let (errno, refused, msg) = match res {
         Ok(Ok(id)) => return id.0 + 1,
         Ok(Err(e)) => (

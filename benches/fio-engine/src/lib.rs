@@ -48,4 +48,4 @@ pub mod ffi;
 mod slots;
 
 pub use crate::config::EngineConfig;
-pub use crate::core::{Completion, DevId, FioCore, NoSuchDevice, Op};
+pub use crate::core::{Access, Completion, DevId, FioCore, NoSuchDevice, Op};

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use plugio_fio::{Completion, EngineConfig, FioCore, Op};
+use plugio_fio::{Access, Completion, EngineConfig, FioCore, Op};
 
 const BS: usize = 4096;
 
@@ -45,7 +45,7 @@ fn io_us(core: &FioCore, n: usize) -> Vec<*mut u8> {
 fn writes_then_reads_back_through_queue_commit_getevents() {
     let f = file(1 << 20);
     let core = FioCore::new(config(16)).expect("core");
-    let dev = core.open(f.path(), true, false).expect("open");
+    let dev = core.open(f.path(), true, Access::ReadWrite).expect("open");
     let bufs = io_us(&core, 16);
     for (i, &b) in bufs.iter().enumerate() {
         // SAFETY: each io_u buffer is BS bytes, ours until its completion.
@@ -84,7 +84,7 @@ fn writes_then_reads_back_through_queue_commit_getevents() {
 fn one_commit_is_one_plug_flush_for_the_whole_batch() {
     let f = file(1 << 20);
     let core = FioCore::new(config(8)).expect("core");
-    let dev = core.open(f.path(), true, true).expect("open");
+    let dev = core.open(f.path(), true, Access::Reads).expect("open");
     let bufs = io_us(&core, 8);
     for (i, &b) in bufs.iter().enumerate() {
         // SAFETY: each io_u buffer is BS bytes, ours until its completion.
@@ -106,7 +106,7 @@ fn one_commit_is_one_plug_flush_for_the_whole_batch() {
 fn adjacent_ios_of_one_commit_merge() {
     let f = file(1 << 20);
     let core = FioCore::new(config(32)).expect("core");
-    let dev = core.open(f.path(), true, true).expect("open");
+    let dev = core.open(f.path(), true, Access::Reads).expect("open");
     let bufs = io_us(&core, 32);
     for (i, &b) in bufs.iter().enumerate() {
         // SAFETY: each io_u buffer is BS bytes, ours until its completion.
@@ -127,7 +127,7 @@ fn adjacent_ios_of_one_commit_merge() {
 fn getevents_returns_at_most_max_and_keeps_the_rest() {
     let f = file(1 << 20);
     let core = FioCore::new(config(8)).expect("core");
-    let dev = core.open(f.path(), true, true).expect("open");
+    let dev = core.open(f.path(), true, Access::Reads).expect("open");
     let bufs = io_us(&core, 8);
     for (i, &b) in bufs.iter().enumerate() {
         // SAFETY: each io_u buffer is BS bytes, ours until its completion.
@@ -166,7 +166,7 @@ fn getevents_never_waits_for_io_that_was_not_queued() {
 fn errors_reach_the_completion_as_negative_errnos() {
     let f = file(64 * 1024);
     let core = FioCore::new(config(4)).expect("core");
-    let dev = core.open(f.path(), true, false).expect("open");
+    let dev = core.open(f.path(), true, Access::ReadWrite).expect("open");
     let bufs = io_us(&core, 4);
     // SAFETY: each io_u buffer is BS bytes, ours until its completion.
     unsafe {
@@ -196,7 +196,7 @@ fn errors_reach_the_completion_as_negative_errnos() {
 fn sync_datasync_and_trim_complete() {
     let f = file(1 << 20);
     let core = FioCore::new(config(4)).expect("core");
-    let dev = core.open(f.path(), false, false).expect("open");
+    let dev = core.open(f.path(), false, Access::ReadWrite).expect("open");
     let bufs = io_us(&core, 1);
     // SAFETY: the io_u buffer is BS bytes, ours until its completion.
     unsafe {
@@ -231,11 +231,17 @@ fn sync_datasync_and_trim_complete() {
 fn open_errors_name_the_errno() {
     let core = FioCore::new(config(1)).expect("core");
     let err = core
-        .open(std::path::Path::new("/nonexistent/plugio-fio"), true, true)
+        .open(
+            std::path::Path::new("/nonexistent/plugio-fio"),
+            true,
+            Access::Reads,
+        )
         .expect_err("no such file");
     assert_eq!(err.errno(), libc::ENOENT);
     let dir = tempfile::tempdir().expect("dir");
-    let err = core.open(dir.path(), true, true).expect_err("a directory");
+    let err = core
+        .open(dir.path(), true, Access::Reads)
+        .expect_err("a directory");
     assert_eq!(err.errno(), libc::EINVAL);
 }
 
@@ -243,7 +249,7 @@ fn open_errors_name_the_errno() {
 fn iomem_free_waits_for_the_io_in_flight() {
     let f = file(1 << 20);
     let core = FioCore::new(config(32)).expect("core");
-    let dev = core.open(f.path(), true, true).expect("open");
+    let dev = core.open(f.path(), true, Access::Reads).expect("open");
     let bufs = io_us(&core, 32);
     for (i, &b) in bufs.iter().enumerate() {
         // SAFETY: each io_u buffer is BS bytes, ours until its completion.
@@ -261,7 +267,7 @@ fn iomem_free_waits_for_the_io_in_flight() {
 fn io_u_memory_is_used_in_place_and_registered_memory_goes_out_fixed() {
     let f = file(1 << 20);
     let core = FioCore::new(config(8)).expect("core");
-    let dev = core.open(f.path(), true, false).expect("open");
+    let dev = core.open(f.path(), true, Access::ReadWrite).expect("open");
     let (base, registered) = core.iomem_alloc(8 * BS + 4096);
     // SAFETY: inside the allocation just made.
     let bufs: Vec<*mut u8> = (0..8).map(|i| unsafe { base.add(i * BS) }).collect();
@@ -302,7 +308,7 @@ fn unaligned_io_u_memory_bounces_or_is_refused_as_configured() {
             ..config(2)
         })
         .expect("core");
-        let dev = core.open(f.path(), true, true).expect("open");
+        let dev = core.open(f.path(), true, Access::Reads).expect("open");
         let (base, _) = core.iomem_alloc(2 * BS + 4096);
         // fio's iomem_align=100: the buffer starts 100 bytes in.
         // SAFETY: 100 + BS bytes fit in the allocation.
@@ -326,7 +332,7 @@ fn unaligned_io_u_memory_bounces_or_is_refused_as_configured() {
 fn queue_on_a_closed_file_is_refused_and_nothing_is_queued() {
     let f = file(1 << 20);
     let core = FioCore::new(config(1)).expect("core");
-    let dev = core.open(f.path(), true, true).expect("open");
+    let dev = core.open(f.path(), true, Access::Reads).expect("open");
     core.close(dev);
     let bufs = io_us(&core, 1);
     // SAFETY: refused before the buffer is used.
@@ -334,4 +340,65 @@ fn queue_on_a_closed_file_is_refused_and_nothing_is_queued() {
     assert_eq!(err, plugio_fio::NoSuchDevice(dev));
     assert!(err.to_string().contains("not open"), "{err}");
     assert_eq!(core.outstanding(), 0);
+}
+
+#[test]
+fn job_threads_that_read_and_write_one_file_share_its_device_in_either_order() {
+    let f = file(1 << 20);
+    for reader_first in [false, true] {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let path = f.path().to_path_buf();
+        // The other job thread: opens when told, keeps the file open until
+        // told again (one plugio core per thread).
+        let other = std::thread::spawn(move || {
+            let core = FioCore::new(config(1)).expect("core");
+            rx.recv().expect("go");
+            let access = if reader_first {
+                Access::ReadWrite
+            } else {
+                Access::Reads
+            };
+            let id = core.open(&path, true, access).expect("second open shares");
+            assert!(!core.device(id).expect("dev").options().read_only);
+            done_tx.send(()).expect("done");
+        });
+        let core = FioCore::new(config(1)).expect("core");
+        let access = if reader_first {
+            Access::Reads
+        } else {
+            Access::ReadWrite
+        };
+        let id = core.open(f.path(), true, access).expect("first open");
+        tx.send(()).expect("go");
+        done_rx.recv().expect("second open finished");
+        other.join().expect("other thread");
+        core.close(id);
+    }
+}
+
+#[test]
+fn other_options_on_an_open_file_are_refused_with_plugio_s_message() {
+    let f = file(1 << 20);
+    let strict = FioCore::new(config(1)).expect("core");
+    let id = strict
+        .open(f.path(), true, Access::ReadOnly)
+        .expect("read-only");
+    assert!(strict.device(id).expect("dev").options().read_only);
+    let path = f.path().to_path_buf();
+    std::thread::spawn(move || {
+        let other = FioCore::new(config(1)).expect("core");
+        // Writing a file held read-only (fio's --readonly), and another
+        // direct= setting: refused, EINVAL, saying why.
+        for (direct, access) in [(true, Access::ReadWrite), (false, Access::ReadOnly)] {
+            let err = other
+                .open(&path, direct, access)
+                .expect_err("other options");
+            assert_eq!(err.errno(), libc::EINVAL);
+            assert!(err.to_string().contains("already open"), "{err}");
+        }
+    })
+    .join()
+    .expect("other thread");
+    strict.close(id);
 }
