@@ -9,7 +9,7 @@
 //! Invariants:
 //! - [`generation`] counts the forks this process came through: a
 //!   `pthread_atfork` child handler, installed when the first driver is
-//!   created ([`install`]), adds one in every child.
+//!   created (`install`), adds one in every child.
 //! - A driver, a ring and the sync pool record the generation they were
 //!   built in. One from an older generation is *stale*: every submission
 //!   on a thread whose driver is stale fails at once with
