@@ -1290,14 +1290,26 @@ impl Ring {
         n
     }
 
+    /// Cancels the armed eventfd reads (the wake read and the passthrough
+    /// ring's), so that their buffers can be freed with the ring; a read
+    /// the kernel did not give back within about a second stays armed (and
+    /// its buffer is leaked by the drop).
     fn cancel_wake(&self) {
-        if !self.wake_armed.get() {
+        let reads = [
+            (WAKE_UD, &self.wake_armed),
+            (CMD_WAKE_UD, &self.cmd_wake_armed),
+        ];
+        let mut armed = false;
+        for (ud, flag) in reads {
+            if flag.get() {
+                let cancel = opcode::AsyncCancel::new(ud).build().user_data(CANCEL_UD);
+                self.push_sqe(&cancel);
+                armed = true;
+            }
+        }
+        if !armed {
             return;
         }
-        let cancel = opcode::AsyncCancel::new(WAKE_UD)
-            .build()
-            .user_data(CANCEL_UD);
-        self.push_sqe(&cancel);
         for _ in 0..100 {
             if self.enter(1, Some(Duration::from_millis(10))).is_err() {
                 break;
@@ -1307,8 +1319,14 @@ impl Ring {
                 let cq = uring.completion();
                 cq.collect()
             };
-            if batch.iter().any(|c| c.user_data() == WAKE_UD) {
-                self.wake_armed.set(false);
+            for c in &batch {
+                for (ud, flag) in reads {
+                    if c.user_data() == ud {
+                        flag.set(false);
+                    }
+                }
+            }
+            if reads.iter().all(|(_, flag)| !flag.get()) {
                 return;
             }
         }
