@@ -253,6 +253,7 @@ pub use plugio_engine::IoStats;
 /// let path = dir.join("t.db");
 /// let dev = OpenOptions::new().create(true).truncate(true).direct(false).open(&path).await?;
 /// dev.set_len(8192).await?;
+/// drop(dev); // one set of options per open file at a time
 /// let ro = OpenOptions::new().read_only(true).direct(false).open(&path).await?;
 /// assert!(ro.write_at(vec![0u8; 1], 0).await.0.is_err());
 /// # Ok(()) });

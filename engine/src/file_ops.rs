@@ -160,6 +160,8 @@ impl Device {
 /// let (r, _) = dev.write_all_at(b"hello".to_vec(), 0).await;
 /// r?;
 /// dev.sync_all().await?;
+/// // A file is open with one set of options at a time: close it first.
+/// drop(dev);
 /// let ro = OpenOptions::new().read_only(true).direct(false).open(&path).await?;
 /// let (r, buf) = ro.read_exact_at(vec![0u8; 5], 0).await;
 /// r?;
