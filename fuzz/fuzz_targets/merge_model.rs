@@ -105,7 +105,7 @@ fn run(input: &Input) {
                         Op::Read { lba, n } => {
                             let (off, len) = range(lba, n);
                             Out::Read(
-                                dev.read_at(off as u64, len)
+                                dev.read_alloc_at(off as u64, len)
                                     .await
                                     .expect("read")
                                     .as_slice()
@@ -125,7 +125,7 @@ fn run(input: &Input) {
                             )
                         }
                         Op::Flush => {
-                            dev.flush().await.expect("flush");
+                            dev.sync_data().await.expect("flush");
                             Out::Flush
                         }
                     }
@@ -140,7 +140,10 @@ fn run(input: &Input) {
                 std::task::Poll::Ready(v) => v,
                 std::task::Poll::Pending => all.await,
             };
-            let img = dev.read_at(0, BLOCKS * BLOCK).await.expect("read all");
+            let img = dev
+                .read_alloc_at(0, BLOCKS * BLOCK)
+                .await
+                .expect("read all");
             (got, img.as_slice().to_vec())
         })
     });
