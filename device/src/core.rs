@@ -22,114 +22,16 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
-use plugio_executor::Unpark;
+use plugio_executor::{ThreadUnpark, Unpark};
 
+pub(crate) use crate::completion::{Completion, DeliverBatch};
+pub use crate::completion::{CompletionHandler, HandlerId};
 use crate::ring::Ring;
-
-/// Receives completions on the core where it was registered.
-///
-/// `result` is the byte count transferred (`>= 0`; 0 on a read means end of
-/// file) or a negative errno, exactly like a CQE's `res`. Map it with
-/// [`Error::from_errno`](crate::Error::from_errno). Transient errnos
-/// (`EAGAIN`, `EINTR`, `EBUSY`) never reach a handler.
-pub trait CompletionHandler {
-    /// Called once per submitted op, on the core's thread, inside `park`.
-    /// The handler may submit new ops; they are queued for the next enter.
-    fn complete(&self, token: u64, result: i32);
-
-    /// Called with several completions at once: each `(token, result)`
-    /// pair is one submitted op's completion, exactly as
-    /// [`complete`](Self::complete) would receive it, in CQE order. The
-    /// ring calls this once per reap for each run of consecutive CQEs of
-    /// this handler (usually one call per park), so a handler can take its
-    /// per-core state once per batch. The slice is only valid for the call.
-    /// The default calls `complete` for each pair.
-    fn complete_batch(&self, completions: &[(u64, i32)]) {
-        for &(token, result) in completions {
-            self.complete(token, result);
-        }
-    }
-}
-
-/// Names a [`CompletionHandler`] registered on one core. Only meaningful on
-/// the thread that registered it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct HandlerId(pub(crate) u32);
-
-/// One completion waiting to be delivered.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Completion {
-    pub handler: HandlerId,
-    pub token: u64,
-    pub result: i32,
-}
-
-/// Completions reaped from a ring and not yet delivered: the
-/// `(token, result)` pairs in order, and the handler of each run of
-/// consecutive pairs (run-length encoded: one entry per handler change),
-/// so a run is a slice [`complete_batch`] takes as it is.
-///
-/// [`complete_batch`]: CompletionHandler::complete_batch
-#[derive(Default)]
-pub(crate) struct Reaped {
-    done: Vec<(u64, i32)>,
-    /// `(handler, length)` of each run of `done`, in order.
-    runs: Vec<(HandlerId, usize)>,
-}
-
-impl Reaped {
-    #[inline]
-    pub fn push(&mut self, c: Completion) {
-        match self.runs.last_mut() {
-            Some((h, n)) if *h == c.handler => *n += 1,
-            _ => self.runs.push((c.handler, 1)),
-        }
-        self.done.push((c.token, c.result));
-    }
-
-    pub fn len(&self) -> usize {
-        self.done.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.done.is_empty()
-    }
-
-    pub fn clear(&mut self) {
-        self.done.clear();
-        self.runs.clear();
-    }
-
-    pub fn capacity(&self) -> usize {
-        self.done.capacity()
-    }
-
-    /// Calls each handler once per run of its consecutive completions.
-    pub fn deliver(&self, core: &Core) {
-        debug_assert_eq!(
-            self.runs.iter().map(|&(_, n)| n).sum::<usize>(),
-            self.done.len()
-        );
-        let mut start = 0;
-        for &(handler, n) in &self.runs {
-            core.deliver_batch(handler, &self.done[start..start + n]);
-            start += n;
-        }
-    }
-}
 
 /// The cross-thread side of a core: where other threads post completions.
 pub(crate) struct Inbox {
     queue: Mutex<Vec<Completion>>,
     unpark: Mutex<Arc<dyn Unpark>>,
-}
-
-struct ThreadUnpark(std::thread::Thread);
-
-impl Unpark for ThreadUnpark {
-    fn unpark(&self) {
-        self.0.unpark();
-    }
 }
 
 impl Inbox {
@@ -223,6 +125,11 @@ pub(crate) fn with_core<R>(f: impl FnOnce(&Rc<Core>) -> R) -> R {
     CORE.with(f)
 }
 
+/// The ring of the current thread, if a driver with a ring is installed.
+pub(crate) fn current_ring() -> Option<Rc<Ring>> {
+    with_core(|core| core.ring())
+}
+
 impl Drop for Core {
     fn drop(&mut self) {
         // The ring goes with the core: forget the fast pointer to it.
@@ -236,7 +143,7 @@ impl Core {
             handlers: RefCell::new(Vec::new()),
             inbox: Arc::new(Inbox {
                 queue: Mutex::new(Vec::new()),
-                unpark: Mutex::new(Arc::new(ThreadUnpark(std::thread::current()))),
+                unpark: Mutex::new(Arc::new(ThreadUnpark::current())),
             }),
             timers: RefCell::new(BinaryHeap::new()),
             timer_seq: Cell::new(0),
@@ -420,6 +327,13 @@ impl Core {
     }
 }
 
+impl DeliverBatch for Core {
+    #[inline]
+    fn deliver_batch(&self, id: HandlerId, completions: &[(u64, i32)]) {
+        Core::deliver_batch(self, id, completions);
+    }
+}
+
 /// Registers `handler` on the current thread's core and returns its id.
 /// Ops submitted with this id complete on this thread, inside the driver's
 /// `park`. Ids of unregistered handlers are reused.
@@ -445,7 +359,7 @@ pub fn run_completions() -> crate::Result<usize> {
     let core = with_core(Rc::clone);
     let mut delivered = 0;
     if let Some(ring) = core.ring() {
-        delivered += ring.poll_completions(&core)?;
+        delivered += ring.poll_completions(&*core)?;
     }
     delivered += core.run_ready();
     Ok(delivered)

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use plugio_executor::{Driver, Unpark};
+use plugio_executor::{Driver, ThreadUnpark, Unpark};
 
 use crate::buf::{current_arena, Arena};
 use crate::core::{with_core, Core};
@@ -46,14 +46,6 @@ impl std::fmt::Debug for DeviceDriver {
 impl std::fmt::Debug for Core {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Core").finish_non_exhaustive()
-    }
-}
-
-struct ThreadUnpark(std::thread::Thread);
-
-impl Unpark for ThreadUnpark {
-    fn unpark(&self) {
-        self.0.unpark();
     }
 }
 
@@ -123,7 +115,7 @@ impl DeviceDriver {
         }
         let unparker: Arc<dyn Unpark> = match &ring {
             Some(r) => r.unparker(),
-            None => Arc::new(ThreadUnpark(std::thread::current())),
+            None => Arc::new(ThreadUnpark::current()),
         };
         core.set_ring(ring.clone());
         core.set_unpark(unparker.clone());
@@ -185,7 +177,7 @@ impl DeviceDriver {
         }
         match self.live_ring() {
             Some(ring) => {
-                ring.park(&self.core, timeout)?;
+                ring.park(&*self.core, timeout)?;
             }
             None if self.core.has_ready(now) => {}
             None => match timeout {
@@ -277,8 +269,7 @@ impl Drop for DeviceDriver {
             arena.set_fixed_index(None);
         }
         self.core.set_ring(None);
-        self.core
-            .set_unpark(Arc::new(ThreadUnpark(std::thread::current())));
+        self.core.set_unpark(Arc::new(ThreadUnpark::current()));
         self.core.driver_count_add(-1);
     }
 }

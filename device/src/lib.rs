@@ -64,6 +64,7 @@
 
 pub mod backend;
 pub mod buf;
+mod completion;
 pub mod core;
 pub mod driver;
 pub mod error;

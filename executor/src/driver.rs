@@ -66,9 +66,22 @@ pub struct ThreadDriver {
     unparker: Arc<ThreadUnpark>,
 }
 
+/// The [`Unpark`] of a thread that parks with `std::thread::park_timeout`
+/// (a futex on Linux): [`ThreadDriver`]'s, and the device driver's on a
+/// thread without an io_uring. `unpark` is `Thread::unpark` (a token, so a
+/// wake that comes before the park is not lost).
 #[derive(Debug)]
-struct ThreadUnpark {
+pub struct ThreadUnpark {
     thread: std::thread::Thread,
+}
+
+impl ThreadUnpark {
+    /// The unparker of the calling thread.
+    pub fn current() -> Self {
+        Self {
+            thread: std::thread::current(),
+        }
+    }
 }
 
 impl Unpark for ThreadUnpark {
@@ -82,9 +95,7 @@ impl ThreadDriver {
     /// thread that will park.
     pub fn new() -> Self {
         Self {
-            unparker: Arc::new(ThreadUnpark {
-                thread: std::thread::current(),
-            }),
+            unparker: Arc::new(ThreadUnpark::current()),
         }
     }
 }

@@ -109,7 +109,7 @@ pub use crate::core::{
     unregister_tick_hook, yield_now, TickHook,
 };
 pub use blocking::spawn_blocking;
-pub use driver::{Driver, ThreadDriver, Unpark};
+pub use driver::{Driver, ThreadDriver, ThreadUnpark, Unpark};
 pub use local::{LocalBuilder, LocalExecutor};
 pub use runtime::{
     allowed_cpus, Builder, DriverFactory, Handle, Placement, Runtime, ShutdownError, ShutdownMode,

@@ -157,11 +157,6 @@ impl OpenOptions {
     }
 }
 
-/// Bumped whenever a [`FileBackend`] is dropped (after it released its
-/// cache `Arc`, the liveness the rings' registrations watch), so rings
-/// know to sweep their registrations.
-pub(crate) static FILES_CLOSED: AtomicU64 = AtomicU64::new(0);
-
 fn next_file_id() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     // Relaxed: only uniqueness matters.
@@ -461,8 +456,8 @@ impl Drop for FileBackend {
         // also sees the weak count drop.
         // SAFETY: `cache` is dropped exactly once, here, and not used after.
         unsafe { ManuallyDrop::drop(&mut self.cache) };
-        // Release: pairs with the Acquire load in Ring::sweep_files, making
-        // the cache Arc's release above visible to a ring that sees the bump.
-        FILES_CLOSED.fetch_add(1, Ordering::Release);
+        // Tells the rings to sweep (a Release bump; see there what a ring
+        // that sees it is promised).
+        FileCache::backend_closed();
     }
 }

@@ -15,7 +15,21 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::return_stack::ReturnStack;
-use super::DmaBuf;
+
+/// A chunk taken from an arena ([`Arena::take`]), made into a
+/// [`DmaBuf`](crate::DmaBuf) at once (`DmaBuf::from_arena`), which gives it
+/// back when dropped. (The arena knows chunks, not buffers, so that the
+/// buffer type depends on the arena and not the reverse.)
+pub(crate) struct Chunk {
+    /// Start of the chunk, inside the arena's allocation.
+    pub ptr: NonNull<u8>,
+    /// Bytes in the chunk.
+    pub cap: usize,
+    /// The arena the chunk goes back to.
+    pub arena: Arc<ArenaShared>,
+    /// The chunk's index in the arena.
+    pub index: u32,
+}
 
 /// Size of a core's arena. Set before the thread's first `DmaBuf` with
 /// [`configure_arena`](crate::buf::configure_arena).
@@ -96,7 +110,7 @@ thread_local! {
 /// may go out as `READ_FIXED`/`WRITE_FIXED` on this thread's ring; `None`
 /// otherwise (another thread's arena, an unregistered arena, other
 /// memory). Any memory carved out of the arena counts, not only whole
-/// [`DmaBuf`] chunks: an embedder that takes the arena as one chunk and
+/// [`DmaBuf`](crate::DmaBuf) chunks: an embedder that takes the arena as one chunk and
 /// lays out its own buffers in it (the fio engine's io_u memory) gets
 /// fixed-buffer IO on them too.
 pub fn registered_index_of(addr: *const u8, len_bytes: usize) -> Option<u16> {
@@ -199,7 +213,7 @@ impl Arena {
 
     /// A chunk for a buffer of `len` bytes aligned to `align`, if one fits
     /// and is free.
-    pub fn take(&self, len: usize, align: usize) -> Option<DmaBuf> {
+    pub fn take(&self, len: usize, align: usize) -> Option<Chunk> {
         if len > self.shared.chunk_bytes || align > 4096 {
             return None;
         }
@@ -211,12 +225,12 @@ impl Arena {
         let offset = chunk as usize * self.shared.chunk_bytes;
         // SAFETY: offset < total size, inside the allocation.
         let ptr = unsafe { NonNull::new_unchecked(self.shared.base.as_ptr().add(offset)) };
-        Some(DmaBuf::from_arena(
+        Some(Chunk {
             ptr,
-            self.shared.chunk_bytes,
-            self.shared.clone(),
-            chunk,
-        ))
+            cap: self.shared.chunk_bytes,
+            arena: self.shared.clone(),
+            index: chunk,
+        })
     }
 
     /// The whole arena as one iovec, for `IORING_REGISTER_BUFFERS`.
@@ -318,15 +332,16 @@ mod tests {
             nr_chunks: 2,
         })
         .expect("arena");
-        let a = arena.take(4096, 4096).expect("chunk a");
-        let b = arena.take(100, 512).expect("chunk b");
+        let take = |len, align| arena.take(len, align).map(crate::DmaBuf::from_arena);
+        let a = take(4096, 4096).expect("chunk a");
+        let b = take(100, 512).expect("chunk b");
         assert!(arena.take(1, 1).is_none(), "exhausted");
         assert_eq!(a.as_ptr() as usize % 4096, 0);
         std::thread::spawn(move || drop((a, b)))
             .join()
             .expect("drop thread");
         assert_eq!(arena.stats().remote_returns, 2);
-        let c = arena.take(4096, 4096).expect("returned chunk reused");
+        let c = take(4096, 4096).expect("returned chunk reused");
         assert!(c.is_from_arena());
         assert!(arena.take(8192, 4096).is_none(), "too big for a chunk");
     }

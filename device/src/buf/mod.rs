@@ -23,7 +23,7 @@ use bytes::Bytes;
 
 pub(crate) use arena::Arena;
 pub use arena::{arena_stats, configure_arena, registered_index_of, ArenaConfig, ArenaStats};
-pub(crate) use arena::{current_arena, ArenaShared};
+pub(crate) use arena::{current_arena, ArenaShared, Chunk};
 
 /// The default alignment of buffers (bytes): the page size, which covers the
 /// direct-IO alignment of every common device.
@@ -69,10 +69,11 @@ impl DmaBuf {
     /// When the allocation fails.
     pub fn with_align(len_bytes: usize, align_bytes: usize) -> Self {
         let align = align_bytes.max(1).next_power_of_two();
-        let mut buf = match current_arena().and_then(|a| a.take(len_bytes, align)) {
-            Some(buf) => buf,
-            None => Self::heap(len_bytes, align),
-        };
+        let mut buf =
+            match current_arena().and_then(|a| a.take(len_bytes, align).map(Self::from_arena)) {
+                Some(buf) => buf,
+                None => Self::heap(len_bytes, align),
+            };
         buf.as_full_mut_slice()[..len_bytes].fill(0);
         buf.len = len_bytes;
         buf
@@ -106,7 +107,8 @@ impl DmaBuf {
     pub fn registered(len_bytes: usize, align_bytes: usize) -> Option<Self> {
         let arena = current_arena()?;
         arena.shared_fixed_index()?;
-        let mut buf = arena.take(len_bytes, align_bytes.max(1).next_power_of_two())?;
+        let mut buf =
+            Self::from_arena(arena.take(len_bytes, align_bytes.max(1).next_power_of_two())?);
         buf.len = len_bytes;
         Some(buf)
     }
@@ -133,17 +135,15 @@ impl DmaBuf {
         }
     }
 
-    pub(crate) fn from_arena(
-        ptr: NonNull<u8>,
-        cap: usize,
-        arena: Arc<ArenaShared>,
-        chunk: u32,
-    ) -> Self {
+    pub(crate) fn from_arena(chunk: Chunk) -> Self {
         Self {
-            ptr,
+            ptr: chunk.ptr,
             len: 0,
-            cap,
-            origin: Origin::Arena { arena, chunk },
+            cap: chunk.cap,
+            origin: Origin::Arena {
+                arena: chunk.arena,
+                chunk: chunk.index,
+            },
         }
     }
 

@@ -21,6 +21,10 @@
 //!   entered without waiting and this ring is polled instead: that is
 //!   IOPOLL's trade (a busy core for lower latency), chosen per device.
 //!
+//! The SQ backlog, the raw enters, the CQ-overflow flush and the reap loop
+//! are the generic ring core's (`uring.rs`, shared with the main ring);
+//! this file adds the command slots and the result mapping.
+//!
 //! Invariants:
 //! - A slot is occupied from push to its final CQE; user_data is the slot
 //!   index; the slot keeps the file and any command payload (the DSM range
@@ -32,23 +36,18 @@
 
 use std::any::Any;
 use std::cell::RefCell;
-use std::collections::VecDeque;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
 use std::sync::Arc;
 
 use io_uring::{cqueue, squeue, IoUring};
 
+use super::unpark::blocking_eventfd;
+use super::uring::{is_retry, RingCore, PREFLUSH_BIT};
 use crate::buf::{current_arena, Arena};
-use crate::core::{Completion, HandlerId, Reaped};
+use crate::completion::{Completion, HandlerId, Reaped};
 use crate::error::{nvme_status_result, Error, ErrorKind, Result};
-
-/// `IORING_ENTER_GETEVENTS` from the uapi header.
-const IORING_ENTER_GETEVENTS: u32 = 1;
-
-/// Set in the user_data of a preflush linked ahead of its command.
-const PREFLUSH_BIT: u64 = 1 << 40;
 
 /// Entries of a passthrough ring's SQ (the CQ gets twice as many).
 pub(crate) const CMD_RING_ENTRIES: u32 = 256;
@@ -79,11 +78,12 @@ pub(crate) struct CmdSlot {
 
 /// A passthrough ring (see the module header).
 pub struct CmdRing {
-    uring: RefCell<IoUring<squeue::Entry128, cqueue::Entry32>>,
+    /// The io_uring, its backlog and counters (the generic core shared
+    /// with the main ring).
+    base: RingCore<squeue::Entry128, cqueue::Entry32>,
     slots: RefCell<Vec<Option<CmdSlot>>>,
     free: RefCell<Vec<u32>>,
     in_flight: std::cell::Cell<usize>,
-    backlog: RefCell<VecDeque<squeue::Entry128>>,
     /// Registered with the ring; `None` for the polled ring.
     efd: Option<OwnedFd>,
     polled: bool,
@@ -101,18 +101,6 @@ impl std::fmt::Debug for CmdRing {
             .field("fixed_buffers", &self.fixed_buffers.get())
             .finish()
     }
-}
-
-fn blocking_eventfd() -> Result<OwnedFd> {
-    // Blocking on purpose: io_uring answers a read of an O_NONBLOCK eventfd
-    // with -EAGAIN instead of arming a poll.
-    // SAFETY: plain syscall; the fd is checked and owned below.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(Error::from_io(&io::Error::last_os_error()).with_context("eventfd"));
-    }
-    // SAFETY: fd is a fresh descriptor nobody else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 fn build_uring(polled: bool) -> Result<IoUring<squeue::Entry128, cqueue::Entry32>> {
@@ -172,11 +160,10 @@ impl CmdRing {
             None => false,
         };
         Ok(Self {
-            uring: RefCell::new(uring),
+            base: RingCore::new(uring),
             slots: RefCell::new(Vec::new()),
             free: RefCell::new(Vec::new()),
             in_flight: std::cell::Cell::new(0),
-            backlog: RefCell::new(VecDeque::new()),
             efd,
             polled,
             fixed_buffers: std::cell::Cell::new(fixed_buffers),
@@ -239,67 +226,22 @@ impl CmdRing {
     }
 
     fn push_sqe(&self, entry: squeue::Entry128) {
-        let mut backlog = self.backlog.borrow_mut();
-        if backlog.is_empty() && self.try_push_sq(&entry) {
-            return;
-        }
-        backlog.push_back(entry);
-    }
-
-    fn try_push_sq(&self, entry: &squeue::Entry128) -> bool {
-        let mut uring = self.uring.borrow_mut();
-        let mut sq = uring.submission();
-        // SAFETY: every pointer a command carries (data buffers, iovec
-        // arrays by the Backend::submit contract; the DSM range list owned
-        // by the slot) stays valid until its CQE.
-        let pushed = unsafe { sq.push(entry) }.is_ok();
-        sq.sync();
-        pushed
-    }
-
-    fn flush_backlog(&self) {
-        let mut backlog = self.backlog.borrow_mut();
-        while let Some(entry) = backlog.front() {
-            if !self.try_push_sq(entry) {
-                break;
-            }
-            backlog.pop_front();
-        }
-    }
-
-    /// True when SQEs wait to be submitted.
-    fn has_pending(&self) -> bool {
-        let mut uring = self.uring.borrow_mut();
-        let pending = !uring.submission().is_empty();
-        pending || !self.backlog.borrow().is_empty()
+        // A full SQ leaves the rest in the backlog until the next submit
+        // (at the core's park or `submit_now`).
+        self.base.push(&entry);
     }
 
     /// Submits the queued SQEs (one enter, only when there are some), then
     /// moves the backlog into the freed SQ space. With `poll`, also polls
     /// for completions (`GETEVENTS`, waiting for `min_complete`).
     pub(crate) fn submit(&self, poll: bool, min_complete: u32) -> Result<()> {
-        self.flush_backlog();
-        if !poll && !self.has_pending() {
+        self.base.flush_backlog();
+        if !poll && !self.base.has_pending() {
             return Ok(());
         }
-        let to_submit = {
-            let mut uring = self.uring.borrow_mut();
-            let n = uring.submission().len() as u32;
-            n
-        };
-        let flags = if poll { IORING_ENTER_GETEVENTS } else { 0 };
         let min = if poll { min_complete } else { 0 };
-        let uring = self.uring.borrow();
-        // SAFETY: no argument pointer is passed; the SQEs being submitted
-        // point to memory kept valid until their CQEs (see try_push_sq).
-        let r = unsafe {
-            uring
-                .submitter()
-                .enter::<libc::sigset_t>(to_submit, min, flags, None)
-        };
-        drop(uring);
-        match r {
-            Ok(_) => {}
+        match self.base.enter_raw(true, min, poll) {
+            Ok(()) => {}
             Err(e)
                 if matches!(
                     e.raw_os_error(),
@@ -309,7 +251,7 @@ impl CmdRing {
                 return Err(Error::from_io(&e).with_context("io_uring_enter (passthrough ring)"))
             }
         }
-        self.flush_backlog();
+        self.base.flush_backlog();
         Ok(())
     }
 
@@ -318,39 +260,22 @@ impl CmdRing {
     /// completed.
     pub(crate) fn reap(&self, out: &mut Reaped) -> Result<usize> {
         let mut done = 0;
-        for _ in 0..4 {
-            let batch: Vec<(u64, i32)> = {
-                let mut uring = self.uring.borrow_mut();
-                let cq = uring.completion();
-                cq.map(|c| (c.user_data(), c.result())).collect()
-            };
-            for &(ud, res) in &batch {
-                done += usize::from(self.complete_one(ud, res, out));
-            }
-            let overflow = {
-                let mut uring = self.uring.borrow_mut();
-                let o = uring.submission().cq_overflow();
-                o
-            };
-            if !overflow {
-                break;
-            }
-            let uring = self.uring.borrow();
-            // SAFETY: no submissions, no argument: touches no user memory.
-            let r = unsafe {
-                uring
-                    .submitter()
-                    .enter::<libc::sigset_t>(0, 0, IORING_ENTER_GETEVENTS, None)
-            };
-            if let Err(e) = r {
-                if !matches!(
-                    e.raw_os_error(),
-                    Some(libc::EAGAIN | libc::EBUSY | libc::EINTR)
-                ) {
-                    return Err(Error::from_io(&e).with_context("io_uring_enter (passthrough CQ)"));
+        // The CQEs of one pass, handled once the CQ is released (a retry
+        // pushes to the SQ).
+        let batch = RefCell::new(Vec::new());
+        self.base.reap(
+            |cq| {
+                let mut batch = batch.borrow_mut();
+                batch.extend(cq.map(|c| (c.user_data(), c.result())));
+                batch.len()
+            },
+            || {
+                for (ud, res) in batch.borrow_mut().drain(..) {
+                    done += usize::from(self.complete_one(ud, res, out));
                 }
-            }
-        }
+            },
+            "io_uring_enter (passthrough CQ)",
+        )?;
         Ok(done)
     }
 
@@ -422,9 +347,7 @@ impl CmdRing {
     ) -> Option<(squeue::Entry128, Option<squeue::Entry128>)> {
         let mut slots = self.slots.borrow_mut();
         let slot = slots.get_mut(index as usize)?.as_mut()?;
-        let again = res == -libc::EAGAIN
-            || (res == -libc::ECANCELED && slot.preflush_result == -libc::EAGAIN);
-        if !again {
+        if !is_retry(res, slot.preflush_result) {
             return None;
         }
         slot.preflush_result = 0;
@@ -472,9 +395,10 @@ mod tests {
         );
     }
 
-    /// A driver with a ring and its passthrough ring; `None` where the
-    /// kernel (or seccomp) refuses io_uring or SQE128 rings.
-    fn setup() -> Option<(DeviceDriver, Rc<CmdRing>)> {
+    /// A driver with a ring, its passthrough ring and a registered
+    /// recording handler; `None` where the kernel (or seccomp) refuses
+    /// io_uring or SQE128 rings.
+    fn setup() -> Option<(DeviceDriver, Rc<CmdRing>, Rc<RecordingHandler>, HandlerId)> {
         let driver = match DeviceDriver::with_ring(&RingConfig::default()) {
             Ok(d) => d,
             Err(e) => {
@@ -484,7 +408,11 @@ mod tests {
         };
         let ring = driver.ring().expect("ring").clone();
         match ring.cmd_ring(false) {
-            Ok(cmd) => Some((driver, cmd)),
+            Ok(cmd) => {
+                let handler = Rc::new(RecordingHandler::default());
+                let id = register_handler(handler.clone());
+                Some((driver, cmd, handler, id))
+            }
             Err(e) => {
                 eprintln!("skipped: no SQE128/CQE32 rings here: {e}");
                 None
@@ -517,16 +445,22 @@ mod tests {
         }
     }
 
+    /// Pushes a timeout of `nsec` on `cmd`, completing (`-ETIME`) like a
+    /// device command, asynchronously.
+    fn push_timeout(cmd: &CmdRing, id: HandlerId, token: u64, nsec: u32) {
+        let ts = Box::new(types::Timespec::new().nsec(nsec));
+        let entry = opcode::Timeout::new(&*ts).build().into();
+        cmd.push(slot(id, token, entry, Some(ts)));
+    }
+
     #[test]
     fn passthrough_completion_wakes_a_blocking_park() {
-        let Some((driver, cmd)) = setup() else { return };
-        let handler = Rc::new(RecordingHandler::default());
-        let id = register_handler(handler.clone());
+        let Some((driver, cmd, handler, id)) = setup() else {
+            return;
+        };
         // A 20 ms timeout completes asynchronously on the passthrough ring,
         // like a device command: only its eventfd can end the main wait.
-        let ts = Box::new(types::Timespec::new().nsec(20_000_000));
-        let entry = opcode::Timeout::new(&*ts).build().into();
-        cmd.push(slot(id, 1, entry, Some(ts)));
+        push_timeout(&cmd, id, 1, 20_000_000);
         assert_eq!(driver.in_flight(), 1);
         let start = Instant::now();
         let limit = Duration::from_secs(5);
@@ -544,17 +478,15 @@ mod tests {
     #[test]
     fn passthrough_completion_ends_a_park_with_main_ring_ops_in_flight() {
         use crate::ring::tests::SlowReads;
-        let Some((driver, cmd)) = setup() else { return };
+        let Some((driver, cmd, handler, id)) = setup() else {
+            return;
+        };
         let ring = driver.ring().expect("ring").clone();
-        let handler = Rc::new(RecordingHandler::default());
-        let id = register_handler(handler.clone());
         // 31 main-ring reads that stay in flight: without the passthrough
         // command the park would wait for a batch of them.
         let mut slow = SlowReads::new(31);
         slow.push(&ring, id);
-        let ts = Box::new(types::Timespec::new().nsec(20_000_000));
-        let entry = opcode::Timeout::new(&*ts).build().into();
-        cmd.push(slot(id, 1000, entry, Some(ts)));
+        push_timeout(&cmd, id, 1000, 20_000_000);
         while !handler.seen.borrow().contains_key(&1000) {
             driver.park(None).expect("park");
         }
@@ -567,9 +499,9 @@ mod tests {
 
     #[test]
     fn a_thousand_commands_through_a_full_sq_complete_once() {
-        let Some((driver, cmd)) = setup() else { return };
-        let handler = Rc::new(RecordingHandler::default());
-        let id = register_handler(handler.clone());
+        let Some((driver, cmd, handler, id)) = setup() else {
+            return;
+        };
         for token in 0..1000u64 {
             cmd.push(slot(id, token, opcode::Nop::new().build().into(), None));
         }
@@ -585,9 +517,9 @@ mod tests {
 
     #[test]
     fn uring_cmd_results_and_failed_preflush_errors_are_delivered() {
-        let Some((driver, cmd)) = setup() else { return };
-        let handler = Rc::new(RecordingHandler::default());
-        let id = register_handler(handler.clone());
+        let Some((driver, cmd, handler, id)) = setup() else {
+            return;
+        };
         // A regular file has no uring_cmd handler: -EOPNOTSUPP.
         let tmp = tempfile::tempfile().expect("tmp");
         let bad_fd = tmp.as_raw_fd();
@@ -623,12 +555,10 @@ mod tests {
 
     #[test]
     fn driver_drop_waits_for_passthrough_commands() {
-        let Some((driver, cmd)) = setup() else { return };
-        let handler = Rc::new(RecordingHandler::default());
-        let id = register_handler(handler.clone());
-        let ts = Box::new(types::Timespec::new().nsec(50_000_000));
-        let entry = opcode::Timeout::new(&*ts).build().into();
-        cmd.push(slot(id, 9, entry, Some(ts)));
+        let Some((driver, cmd, handler, id)) = setup() else {
+            return;
+        };
+        push_timeout(&cmd, id, 9, 50_000_000);
         let start = Instant::now();
         drop(driver);
         assert!(start.elapsed() >= Duration::from_millis(40));

@@ -1,5 +1,11 @@
 //! One io_uring per core.
 //!
+//! The io_uring itself, its SQ backlog, the raw enters, the CQ-overflow
+//! flush and the reap loop live in the generic ring core (`uring.rs`,
+//! `RingCore<S, C>`), which this ring and the passthrough [`CmdRing`] both
+//! wrap (64-byte and 128-byte SQEs); this file adds the slots, direct ops,
+//! registered files, the wake eventfd and the wait policy.
+//!
 //! Invariants:
 //! - Only the core's own thread touches the ring (it is `!Send`; set up with
 //!   `SINGLE_ISSUER` where the kernel has it).
@@ -97,12 +103,13 @@ mod cmd;
 mod config;
 mod slots;
 mod unpark;
+mod uring;
 
 #[cfg(test)]
 mod tests;
 
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
@@ -110,14 +117,16 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use io_uring::{cqueue, opcode, squeue, types};
 
 pub use cmd::CmdRing;
 pub(crate) use cmd::CmdSlot;
 pub use config::{RingConfig, RingInfo};
 pub(crate) use unpark::RingUnpark;
+pub use uring::RingStats;
+use uring::{is_retry, is_transient, RingCore, PREFLUSH_BIT};
 
-use crate::core::{Completion, Core, HandlerId, Reaped};
+use crate::completion::{Completion, DeliverBatch, HandlerId, Reaped};
 use crate::error::{Error, Result};
 pub(crate) use slots::NO_FILE;
 use slots::{Meta, Slots};
@@ -130,8 +139,6 @@ const TIMEOUT_UD: u64 = u64::MAX - 1;
 const CANCEL_UD: u64 = u64::MAX - 2;
 /// user_data of the armed read of the passthrough ring's eventfd.
 const CMD_WAKE_UD: u64 = u64::MAX - 3;
-/// Set in user_data of a preflush SQE linked ahead of its op.
-const PREFLUSH_BIT: u64 = 1 << 40;
 /// Set in user_data of a direct op (no slot; see the module invariants).
 /// The reserved user_data values above (`u64::MAX - k`) have bit 63 set
 /// and are matched first; slot ops use only the low 41 bits.
@@ -140,8 +147,6 @@ const DIRECT_BIT: u64 = 1 << 62;
 pub(crate) const DIRECT_TOKEN_BITS: u32 = 48;
 /// Handler ids a direct op's user_data can carry (14 bits).
 pub(crate) const DIRECT_MAX_HANDLER: u32 = (1 << 14) - 1;
-/// `IORING_ENTER_GETEVENTS` from the uapi header.
-const IORING_ENTER_GETEVENTS: u32 = 1;
 /// Longest back-off sleep after `EBUSY`/`EAGAIN` with nothing reaped.
 const BACKOFF_MAX: Duration = Duration::from_millis(1);
 /// Most CQEs one park waits for.
@@ -181,6 +186,30 @@ impl FileCache {
         Self {
             slots: std::array::from_fn(|_| AtomicU64::new(0)),
         }
+    }
+}
+
+/// Bumped once by every backend with a [`FileCache`] when it is dropped
+/// ([`FileCache::backend_closed`]), so that a ring's next park knows to
+/// sweep its registrations. Each ring keeps the last value it swept at.
+static FILES_CLOSED: AtomicU64 = AtomicU64::new(0);
+
+impl FileCache {
+    /// Called by a backend's drop after it dropped its `Arc<FileCache>`
+    /// (the liveness a ring's registration watches through its `Weak`).
+    ///
+    /// What it guarantees: the bump is `Release` and the ring's load in
+    /// `sweep_files` is `Acquire`, so a ring that reads the bumped value
+    /// also sees the strong-count decrement the backend's drop made before
+    /// it (`Weak::strong_count` then reads 0 if that was the last strong
+    /// reference). A ring that reads an older value sweeps at a later park
+    /// (nothing is lost: registrations of a dead backend only stay a
+    /// little longer). It orders nothing else: the descriptor itself stays
+    /// open through the registration's own `Arc<OwnedFd>` whatever a ring
+    /// reads.
+    pub(crate) fn backend_closed() {
+        // Release: pairs with the Acquire load in `Ring::sweep_files`.
+        FILES_CLOSED.fetch_add(1, Ordering::Release);
     }
 }
 
@@ -245,39 +274,16 @@ pub(crate) type EnterFault = Box<dyn FnMut() -> Option<i32>>;
 #[cfg(test)]
 pub(crate) type CqeFault = Box<dyn FnMut(u64, i32) -> i32>;
 
-/// Counters of the push-backs a ring absorbed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RingStats {
-    /// `io_uring_enter` calls.
-    pub enters: u64,
-    /// Enters that returned `EAGAIN`/`EBUSY` and were retried after a reap.
-    pub enter_busy: u64,
-    /// Enters interrupted by a signal (`EINTR`).
-    pub enter_eintr: u64,
-    /// SQEs that found the SQ full and went to the backlog.
-    pub sq_full: u64,
-    /// GETEVENTS enters issued to flush a CQ overflow.
-    pub cq_overflow_flushes: u64,
-    /// Ops resubmitted after a per-op `-EAGAIN`.
-    pub eagain_resubmits: u64,
-    /// CQEs reaped (wake reads included).
-    pub cqes: u64,
-    /// SQEs queued with a registered-buffer opcode (`READ_FIXED`,
-    /// `WRITE_FIXED`): IO on a buffer of the core's registered arena.
-    pub fixed_buf_sqes: u64,
-}
-
 /// The core's io_uring plus its in-flight bookkeeping.
 pub struct Ring {
     /// Dropped by hand: a ring left stale by a fork is leaked in the child
     /// (its mappings are not there; see `fork`).
-    uring: std::mem::ManuallyDrop<RefCell<IoUring>>,
+    base: std::mem::ManuallyDrop<RingCore<squeue::Entry, cqueue::Entry>>,
     /// The fork generation the ring was built in (see `fork`).
     fork_generation: u64,
     slots: RefCell<Slots>,
     /// Direct ops pushed whose CQE has not been reaped.
     direct_in_flight: Cell<usize>,
-    backlog: RefCell<VecDeque<squeue::Entry>>,
     unpark: Arc<RingUnpark>,
     wake_buf: Box<Cell<u64>>,
     wake_armed: Cell<bool>,
@@ -303,7 +309,6 @@ pub struct Ring {
     /// Slots whose op came back `-EAGAIN` in the current reap, resubmitted
     /// after the CQ pass (kept for its capacity).
     eagain: RefCell<Vec<u32>>,
-    stats: RefCell<RingStats>,
     /// [`RingStats::fixed_buf_sqes`], counted per SQE (a plain cell).
     fixed_buf_sqes: Cell<u64>,
     /// The passthrough rings (interrupt-driven, polled), built on first use.
@@ -327,7 +332,7 @@ impl std::fmt::Debug for Ring {
         f.debug_struct("Ring")
             .field("info", &self.info)
             .field("in_flight", &self.ops_in_flight())
-            .field("backlog", &self.backlog.borrow().len())
+            .field("backlog", &self.base.backlog_len())
             .finish()
     }
 }
@@ -356,11 +361,10 @@ impl Ring {
         // wrapped generation to match).
         let gen = RING_GEN.fetch_add(1, Ordering::Relaxed).max(1);
         let ring = Self {
-            uring: std::mem::ManuallyDrop::new(RefCell::new(uring)),
+            base: std::mem::ManuallyDrop::new(RingCore::new(uring)),
             fork_generation: crate::fork::generation(),
             slots: RefCell::new(Slots::default()),
             direct_in_flight: Cell::new(0),
-            backlog: RefCell::new(VecDeque::new()),
             unpark,
             wake_buf: Box::new(Cell::new(0)),
             wake_armed: Cell::new(false),
@@ -376,7 +380,6 @@ impl Ring {
             completion_interval_ns: Cell::new(0),
             reaped: RefCell::new(Reaped::default()),
             eagain: RefCell::new(Vec::new()),
-            stats: RefCell::new(RingStats::default()),
             fixed_buf_sqes: Cell::new(0),
             cmd_rings: RefCell::new([None, None]),
             cmd_wake_buf: Box::new(Cell::new(0)),
@@ -416,7 +419,7 @@ impl Ring {
     pub fn stats(&self) -> RingStats {
         RingStats {
             fixed_buf_sqes: self.fixed_buf_sqes.get(),
-            ..*self.stats.borrow()
+            ..*self.base.stats.borrow()
         }
     }
 
@@ -529,7 +532,13 @@ impl Ring {
     /// The kernel refused (`ENOMEM` under `RLIMIT_MEMLOCK`, ...).
     pub(crate) unsafe fn register_buffers(&self, buffers: &[libc::iovec]) -> io::Result<()> {
         // SAFETY: forwarded to the caller's contract.
-        unsafe { self.uring.borrow().submitter().register_buffers(buffers) }
+        unsafe {
+            self.base
+                .uring
+                .borrow()
+                .submitter()
+                .register_buffers(buffers)
+        }
     }
 
     /// How an op of the backend with `cache` (descriptor `fd`, id
@@ -610,7 +619,7 @@ impl Ring {
             }
             None => return None,
         };
-        let uring = self.uring.borrow();
+        let uring = self.base.uring.borrow();
         match uring
             .submitter()
             .register_files_update(index, &[fd.as_raw_fd()])
@@ -630,14 +639,16 @@ impl Ring {
     /// reused (ops the kernel holds keep their file: the kernel has its
     /// own reference, and a registration named by a slot is kept anyway).
     fn sweep_files(&self) {
-        // Acquire: pairs with the Release bump in `FileBackend::drop`, which
-        // comes after the backend dropped its cache `Arc`, so the dead
-        // backend's weak count is seen as 0 below.
-        let closed = crate::backend::file::FILES_CLOSED.load(Ordering::Acquire);
+        // Acquire: pairs with the Release bump of
+        // `FileCache::backend_closed`, which the backend's drop makes after
+        // dropping its cache `Arc`: once this load sees the bump, the dead
+        // backend's strong count is seen as 0 below (see that function for
+        // what is and is not promised).
+        let closed = FILES_CLOSED.load(Ordering::Acquire);
         if closed == self.files_closed_seen.get() && !self.sweep_pending.get() {
             return;
         }
-        if !self.backlog.borrow().is_empty() || self.sq_len() > 0 {
+        if self.base.backlog_len() > 0 || self.sq_len() > 0 {
             return;
         }
         self.files_closed_seen.set(closed);
@@ -666,7 +677,7 @@ impl Ring {
                 entry
             };
             if let Some(index) = entry.and_then(|e| e.fixed) {
-                let uring = self.uring.borrow();
+                let uring = self.base.uring.borrow();
                 match uring.submitter().register_files_update(index, &[-1]) {
                     Ok(_) => self.free_file_indices.borrow_mut().push(index),
                     Err(e) => tracing::debug!(error = %e, "file unregistration failed"),
@@ -748,40 +759,14 @@ impl Ring {
     /// the SQ is full. Touches neither the slots nor the reaped list.
     #[inline]
     fn push_sqe(&self, entry: &squeue::Entry) {
-        let mut backlog = self.backlog.borrow_mut();
-        if backlog.is_empty() && self.try_push_sq(entry) {
+        if !self.base.push(entry) {
             return;
         }
-        backlog.push_back(entry.clone());
-        drop(backlog);
-        self.stats.borrow_mut().sq_full += 1;
         // SQ full: submit what is there, then move the backlog in.
         if let Err(e) = self.enter_submit_only() {
             tracing::debug!(error = %e, "submit on a full SQ failed; kept in the backlog");
         }
-        self.flush_backlog();
-    }
-
-    fn try_push_sq(&self, entry: &squeue::Entry) -> bool {
-        let mut uring = self.uring.borrow_mut();
-        let mut sq = uring.submission();
-        // SAFETY: every pointer an SQE carries (buffers, iovecs, timespecs)
-        // stays valid until its CQE: buffers by the Backend::submit contract,
-        // iovec arrays and the wake buffer are owned by the slot/op or the
-        // ring.
-        let pushed = unsafe { sq.push(entry) }.is_ok();
-        sq.sync();
-        pushed
-    }
-
-    fn flush_backlog(&self) {
-        let mut backlog = self.backlog.borrow_mut();
-        while let Some(entry) = backlog.front() {
-            if !self.try_push_sq(entry) {
-                break;
-            }
-            backlog.pop_front();
-        }
+        self.base.flush_backlog();
     }
 
     fn arm_wake(&self) {
@@ -813,18 +798,18 @@ impl Ring {
                 ring.submit(false, 0)?;
             }
         }
-        self.flush_backlog();
+        self.base.flush_backlog();
         if self.sq_len() == 0 {
             return Ok(());
         }
         self.enter_submit_only()?;
-        self.flush_backlog();
+        self.base.flush_backlog();
         Ok(())
     }
 
     /// SQEs in the SQ not yet submitted.
     fn sq_len(&self) -> usize {
-        self.uring.borrow_mut().submission().len()
+        self.base.sq_len()
     }
 
     /// True when the kernel may have task work pending that posts CQEs
@@ -834,7 +819,7 @@ impl Ring {
     /// rings, never for plain ones (their task work runs on its own).
     fn taskrun_pending(&self) -> bool {
         if self.info.taskrun_flag {
-            self.uring.borrow_mut().submission().taskrun()
+            self.base.uring.borrow_mut().submission().taskrun()
         } else {
             self.info.defer_taskrun || self.info.coop_taskrun
         }
@@ -867,14 +852,14 @@ impl Ring {
             None if !min_wait.is_zero() => Some(LONG_WAIT),
             t => t,
         };
-        self.stats.borrow_mut().enters += 1;
+        self.base.stats.borrow_mut().enters += 1;
         #[cfg(test)]
         if let Some(fault) = self.fault.borrow_mut().as_mut() {
             if let Some(errno) = fault() {
                 return Err(io::Error::from_raw_os_error(errno));
             }
         }
-        let uring = self.uring.borrow();
+        let uring = self.base.uring.borrow();
         let submitter = uring.submitter();
         let result = match (want, timeout) {
             (0, _) if self.info.sqpoll => submitter.submit().map(drop),
@@ -906,16 +891,7 @@ impl Ring {
     /// the CQ by an enter carrying it, so a core that never blocks would
     /// never see them.
     fn enter_getevents_nowait(&self) -> io::Result<()> {
-        let mut uring = self.uring.borrow_mut();
-        let to_submit = uring.submission().len() as u32;
-        // SAFETY: no argument pointer is passed; the SQEs being submitted
-        // point to memory kept valid until their CQEs (see try_push_sq).
-        unsafe {
-            uring
-                .submitter()
-                .enter::<libc::sigset_t>(to_submit, 0, IORING_ENTER_GETEVENTS, None)
-        }
-        .map(drop)
+        self.base.enter_raw(true, 0, true)
     }
 
     fn ext_arg(&self) -> bool {
@@ -929,12 +905,13 @@ impl Ring {
     fn enter_with_timeout_sqe(&self, want: usize, timeout: Duration) -> io::Result<()> {
         let ts = types::Timespec::from(timeout);
         let entry = opcode::Timeout::new(&ts).build().user_data(TIMEOUT_UD);
-        if !self.backlog.borrow().is_empty() || !self.try_push_sq(&entry) {
+        if self.base.backlog_len() > 0 || !self.base.try_push_sq(&entry) {
             // No room for the timeout: submit without waiting.
-            return self.uring.borrow().submitter().submit().map(drop);
+            return self.base.uring.borrow().submitter().submit().map(drop);
         }
         // The kernel copies `ts` while preparing the SQE, inside this enter.
-        self.uring
+        self.base
+            .uring
             .borrow()
             .submitter()
             .submit_and_wait(want)
@@ -945,11 +922,15 @@ impl Ring {
     /// event) for completions, then delivers them, in one enter (see the
     /// module docs for the wait policy). Handles every transient
     /// push-back. Returns how many completions were delivered.
-    pub(crate) fn park(&self, core: &Core, timeout: Option<Duration>) -> Result<usize> {
+    pub(crate) fn park<D: DeliverBatch>(
+        &self,
+        core: &D,
+        timeout: Option<Duration>,
+    ) -> Result<usize> {
         if self.stale() {
             return Err(crate::fork::forked_error());
         }
-        self.flush_backlog();
+        self.base.flush_backlog();
         let cmd_busy = self.cmd_before_enter()?;
         let nowait = cmd_busy || timeout.is_some_and(|t| t.is_zero());
         // Completions are ready when they sit in the CQ or, flagged by
@@ -970,7 +951,7 @@ impl Ring {
         self.sweep_files();
         self.reap()?;
         self.cmd_after_enter()?;
-        self.flush_backlog();
+        self.base.flush_backlog();
         Ok(self.deliver(core))
     }
 
@@ -1002,9 +983,7 @@ impl Ring {
         // Ops the kernel has or is about to get: those still in the backlog
         // (a tick that pushed more than the SQ holds) cannot complete in
         // this wait.
-        let in_flight = self
-            .ops_in_flight()
-            .saturating_sub(self.backlog.borrow().len());
+        let in_flight = self.ops_in_flight().saturating_sub(self.base.backlog_len());
         let (want, bound) = self.batch_policy(in_flight);
         debug_assert!(want >= 1 && want <= in_flight.max(1));
         // Clock reads only where the bound is adapted (two per blocking
@@ -1066,11 +1045,11 @@ impl Ring {
             match self.enter_min_wait(want, timeout, min_wait) {
                 Ok(()) => return Ok(false),
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => {
-                    self.stats.borrow_mut().enter_eintr += 1;
+                    self.base.stats.borrow_mut().enter_eintr += 1;
                     return Ok(true);
                 }
                 Err(e) if is_transient(&e) => {
-                    self.stats.borrow_mut().enter_busy += 1;
+                    self.base.stats.borrow_mut().enter_busy += 1;
                     // EAGAIN/EBUSY: the kernel needs us to reap first.
                     if self.reap()? == 0 {
                         std::thread::sleep(backoff);
@@ -1094,18 +1073,16 @@ impl Ring {
     }
 
     /// Submits, reaps without waiting, and delivers.
-    pub(crate) fn poll_completions(&self, core: &Core) -> Result<usize> {
+    pub(crate) fn poll_completions<D: DeliverBatch>(&self, core: &D) -> Result<usize> {
         self.park(core, Some(Duration::ZERO))
     }
 
     fn has_cqes(&self) -> bool {
-        let mut uring = self.uring.borrow_mut();
-        let empty = uring.completion().is_empty();
-        !empty
+        self.base.has_cqes()
     }
 
     fn cq_len(&self) -> usize {
-        self.uring.borrow_mut().completion().len()
+        self.base.cq_len()
     }
 
     fn reaped_len(&self) -> usize {
@@ -1116,18 +1093,18 @@ impl Ring {
     /// with a GETEVENTS enter), resubmitting `-EAGAIN` ops and re-arming
     /// the wake read. Returns how many CQEs were seen.
     fn reap(&self) -> Result<usize> {
-        let mut seen = 0;
-        let mut idle_flushes = 0;
         let mut eagain = std::mem::take(&mut *self.eagain.borrow_mut());
-        loop {
-            // One pass over the CQ with the slots and the reaped list
-            // borrowed once; resubmissions wait until the CQ is released.
-            let n = {
-                let mut uring = self.uring.borrow_mut();
+        let eagain_cell = RefCell::new(&mut eagain);
+        let seen = self.base.reap(
+            |cq| {
+                // One pass over the CQ with the slots and the reaped list
+                // borrowed once; resubmissions wait until the CQ is
+                // released.
                 let mut slots = self.slots.borrow_mut();
                 let mut reaped = self.reaped.borrow_mut();
+                let mut eagain = eagain_cell.borrow_mut();
                 let mut n = 0;
-                for cqe in uring.completion() {
+                for cqe in cq {
                     n += 1;
                     #[cfg(test)]
                     let res = match self.cqe_fault.borrow_mut().as_mut() {
@@ -1139,29 +1116,14 @@ impl Ring {
                     self.handle_cqe(&mut slots, &mut reaped, &mut eagain, cqe.user_data(), res);
                 }
                 n
-            };
-            seen += n;
-            self.stats.borrow_mut().cqes += n as u64;
-            for index in eagain.drain(..) {
-                self.resubmit(index);
-            }
-            if !self.cq_overflowed() {
-                if n == 0 {
-                    break;
+            },
+            || {
+                for index in eagain_cell.borrow_mut().drain(..) {
+                    self.resubmit(index);
                 }
-                continue;
-            }
-            // Bounded: if flushing makes no progress (the kernel keeps
-            // answering EBUSY), leave the rest to the next park.
-            idle_flushes = if n == 0 { idle_flushes + 1 } else { 0 };
-            if idle_flushes > 2 {
-                break;
-            }
-            // IORING_SQ_CQ_OVERFLOW: completions wait in the kernel's
-            // overflow list; an enter with GETEVENTS flushes them to the CQ.
-            self.stats.borrow_mut().cq_overflow_flushes += 1;
-            self.flush_overflow()?;
-        }
+            },
+            "io_uring_enter(GETEVENTS)",
+        )?;
         if !self.wake_armed.get() {
             self.unpark.rearm();
             self.arm_wake();
@@ -1171,28 +1133,6 @@ impl Ring {
         }
         *self.eagain.borrow_mut() = eagain;
         Ok(seen)
-    }
-
-    fn cq_overflowed(&self) -> bool {
-        let mut uring = self.uring.borrow_mut();
-        let sq = uring.submission();
-        sq.cq_overflow()
-    }
-
-    fn flush_overflow(&self) -> Result<()> {
-        let uring = self.uring.borrow();
-        // SAFETY: an enter with no submissions and no argument touches no
-        // user memory.
-        let r = unsafe {
-            uring
-                .submitter()
-                .enter::<libc::sigset_t>(0, 0, IORING_ENTER_GETEVENTS, None)
-        };
-        match r {
-            Ok(_) => Ok(()),
-            Err(e) if is_transient(&e) => Ok(()),
-            Err(e) => Err(Error::from_io(&e).with_context("io_uring_enter(GETEVENTS)")),
-        }
     }
 
     #[inline]
@@ -1236,11 +1176,9 @@ impl Ring {
             tracing::error!(ud, res, "CQE for an unknown slot");
             return;
         };
-        if res == -libc::EAGAIN
-            || (res == -libc::ECANCELED && meta.preflush_result == -libc::EAGAIN)
-        {
+        if is_retry(res, meta.preflush_result) {
             // Per-op EAGAIN: resubmitted after this CQ pass.
-            self.stats.borrow_mut().eagain_resubmits += 1;
+            self.base.stats.borrow_mut().eagain_resubmits += 1;
             slots.reset_preflush(index);
             eagain.push(index);
             return;
@@ -1275,7 +1213,7 @@ impl Ring {
         }
     }
 
-    fn deliver(&self, core: &Core) -> usize {
+    fn deliver<D: DeliverBatch>(&self, core: &D) -> usize {
         // Take the list (a handler may reap again through
         // `run_completions` while we deliver), then give its capacity
         // back: no allocation per batch.
@@ -1315,7 +1253,7 @@ impl Ring {
                 break;
             }
             let batch: Vec<cqueue::Entry> = {
-                let mut uring = self.uring.borrow_mut();
+                let mut uring = self.base.uring.borrow_mut();
                 let cq = uring.completion();
                 cq.collect()
             };
@@ -1361,7 +1299,7 @@ impl Drop for Ring {
         }
         self.release_cache_slot();
         // SAFETY: dropped once, here, and not used after.
-        unsafe { std::mem::ManuallyDrop::drop(&mut self.uring) };
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.base) };
     }
 }
 
@@ -1381,7 +1319,7 @@ impl Ring {
     /// descriptor is closed. Buffers the parent's kernel ring may write
     /// and the passthrough rings are leaked.
     fn drop_stale(&mut self) {
-        let fd = self.uring.borrow().as_raw_fd();
+        let fd = self.base.uring.borrow().as_raw_fd();
         std::mem::forget(std::mem::replace(
             &mut self.wake_buf,
             Box::new(Cell::new(0)),
@@ -1421,13 +1359,6 @@ impl std::hash::Hasher for FileIdHasher {
     fn write_u64(&mut self, id: u64) {
         self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }
-}
-
-fn is_transient(e: &io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::EAGAIN) | Some(libc::EBUSY) | Some(libc::EINTR)
-    )
 }
 
 /// Whether `handler` and `token` fit in a direct op's user_data.
@@ -1482,11 +1413,6 @@ pub fn current_supports(code: u8) -> bool {
     with_current(|r| r.info().supports(code)).unwrap_or(false)
 }
 
-/// The ring of the current thread, if a driver with a ring is installed.
-pub(crate) fn current() -> Option<Rc<Ring>> {
-    crate::core::with_core(|core| core.ring())
-}
-
 /// Runs `f` with the current thread's ring (no `Rc` clone), if a driver
 /// with a ring is installed. `f` must not install or remove the ring
 /// (debug builds check).
@@ -1527,6 +1453,6 @@ impl Drop for Borrow {
 
 impl AsRawFd for Ring {
     fn as_raw_fd(&self) -> RawFd {
-        self.uring.borrow().as_raw_fd()
+        self.base.uring.borrow().as_raw_fd()
     }
 }

@@ -9,7 +9,7 @@
 
 use io_uring::squeue;
 
-use crate::core::HandlerId;
+use crate::completion::HandlerId;
 
 /// No file registration (an op that names no file, e.g. a NOP from the
 /// passthrough backend or the ring's own SQEs).

@@ -31,6 +31,20 @@ fn seeded_file() -> tempfile::NamedTempFile {
     tmp
 }
 
+/// The seeded file (kept alive by the caller) and a file backend on it.
+fn seeded_backend() -> (tempfile::NamedTempFile, crate::FileBackend) {
+    let tmp = seeded_file();
+    let backend = OpenOptions::new().open(tmp.path()).expect("open");
+    (tmp, backend)
+}
+
+/// A driver with `sq_entries` SQ entries and its ring.
+fn driver_and_ring(sq_entries: u32) -> (DeviceDriver, Rc<super::Ring>) {
+    let driver = driver_with(sq_entries);
+    let ring = driver.ring().expect("ring").clone();
+    (driver, ring)
+}
+
 fn driver_with(sq_entries: u32) -> DeviceDriver {
     DeviceDriver::with_ring(&RingConfig {
         sq_entries,
@@ -68,16 +82,14 @@ fn eight_entry_ring_completes_a_thousand_concurrent_reads() {
     assert_eq!(driver.in_flight(), 0);
 }
 
-#[test]
-fn cq_overflow_is_flushed_and_nothing_is_lost() {
-    // 8 SQ / 16 CQ entries, 300 ops pushed before any reap: the CQ
-    // overflows into the kernel's list and must be flushed.
-    let driver = driver_with(8);
-    let tmp = seeded_file();
-    let backend = OpenOptions::new().open(tmp.path()).expect("open");
+/// Pushes `n` low-level reads of the seeded file on `driver`'s ring before
+/// any park (with `submit_each`, a `submit_now` after each), then parks
+/// until all completed and checks each completed once with its data.
+fn reads_pushed_before_any_park(driver: &DeviceDriver, n: usize, submit_each: bool) {
+    let (_tmp, backend) = seeded_backend();
     let handler = Rc::new(RecordingHandler::default());
     let id = register_handler(handler.clone());
-    let mut bufs: Vec<DmaBuf> = (0..300).map(|_| DmaBuf::heap(BLOCK, BLOCK)).collect();
+    let mut bufs: Vec<DmaBuf> = (0..n).map(|_| DmaBuf::heap(BLOCK, BLOCK)).collect();
     let iovs: Vec<libc::iovec> = bufs.iter_mut().map(|b| b.iovec(BLOCK)).collect();
     for (i, iov) in iovs.iter().enumerate() {
         let op = IoOp::read(
@@ -87,16 +99,26 @@ fn cq_overflow_is_flushed_and_nothing_is_lost() {
         // SAFETY: bufs and iovs outlive the park loop below, which waits
         // for every completion.
         unsafe { backend.submit(&op, id, i as u64) }.expect("submit");
-        crate::submit_now().expect("submit_now");
+        if submit_each {
+            crate::submit_now().expect("submit_now");
+        }
     }
-    assert!(park_until(&driver, Duration::from_secs(20), || handler
+    assert!(park_until(driver, Duration::from_secs(20), || handler
         .total()
-        == 300));
+        == n as u64));
     assert!(handler.duplicates().is_empty());
     for (i, buf) in bufs.iter().enumerate() {
         assert_eq!(handler.seen.borrow()[&(i as u64)].1, BLOCK as i32);
         assert_eq!(buf.as_slice(), &block_pattern(i as u64 % FILE_BLOCKS)[..]);
     }
+}
+
+#[test]
+fn cq_overflow_is_flushed_and_nothing_is_lost() {
+    // 8 SQ / 16 CQ entries, 300 ops pushed before any reap: the CQ
+    // overflows into the kernel's list and must be flushed.
+    let driver = driver_with(8);
+    reads_pushed_before_any_park(&driver, 300, true);
     let stats = driver.ring_stats().expect("ring");
     assert!(stats.cq_overflow_flushes > 0, "overflow seen: {stats:?}");
 }
@@ -104,34 +126,13 @@ fn cq_overflow_is_flushed_and_nothing_is_lost() {
 #[test]
 fn three_hundred_sqes_into_a_128_entry_sq_in_one_go() {
     let driver = driver_with(128);
-    let tmp = seeded_file();
-    let backend = OpenOptions::new().open(tmp.path()).expect("open");
-    let handler = Rc::new(RecordingHandler::default());
-    let id = register_handler(handler.clone());
-    let mut bufs: Vec<DmaBuf> = (0..300).map(|_| DmaBuf::heap(BLOCK, BLOCK)).collect();
-    let iovs: Vec<libc::iovec> = bufs.iter_mut().map(|b| b.iovec(BLOCK)).collect();
-    for (i, iov) in iovs.iter().enumerate() {
-        let op = IoOp::read(
-            (i as u64 % FILE_BLOCKS) * BLOCK as u64,
-            std::slice::from_ref(iov),
-        );
-        // SAFETY: as above.
-        unsafe { backend.submit(&op, id, i as u64) }.expect("submit");
-    }
-    assert!(park_until(&driver, Duration::from_secs(20), || handler
-        .total()
-        == 300));
-    assert!(handler.duplicates().is_empty());
-    for (i, buf) in bufs.iter().enumerate() {
-        assert_eq!(buf.as_slice(), &block_pattern(i as u64 % FILE_BLOCKS)[..]);
-    }
+    reads_pushed_before_any_park(&driver, 300, false);
     assert!(driver.ring_stats().expect("ring").sq_full > 0);
 }
 
 #[test]
 fn injected_eagain_ebusy_eintr_from_enter_are_absorbed() {
-    let driver = driver_with(32);
-    let ring = driver.ring().expect("ring").clone();
+    let (driver, ring) = driver_and_ring(32);
     let calls = Rc::new(Cell::new(0u32));
     let c = calls.clone();
     *ring.fault.borrow_mut() = Some(Box::new(move || {
@@ -155,8 +156,7 @@ fn injected_eagain_ebusy_eintr_from_enter_are_absorbed() {
 
 #[test]
 fn per_op_eagain_results_are_resubmitted_not_returned() {
-    let driver = driver_with(32);
-    let ring = driver.ring().expect("ring").clone();
+    let (driver, ring) = driver_and_ring(32);
     let faked = Rc::new(Cell::new(0u32));
     let f = faked.clone();
     // Turn the first completion of every even slot into -EAGAIN.
@@ -182,10 +182,8 @@ fn per_op_eagain_results_are_resubmitted_not_returned() {
 /// again), not resubmitted by the ring; in-flight counts return to 0.
 #[test]
 fn direct_ops_complete_once_and_deliver_their_eagain() {
-    let driver = driver_with(32);
-    let ring = driver.ring().expect("ring").clone();
-    let tmp = seeded_file();
-    let backend = OpenOptions::new().open(tmp.path()).expect("open");
+    let (driver, ring) = driver_and_ring(32);
+    let (_tmp, backend) = seeded_backend();
     let handler = Rc::new(RecordingHandler::default());
     let id = register_handler(handler.clone());
     let high = (1u64 << super::DIRECT_TOKEN_BITS) - 300;
@@ -279,8 +277,7 @@ fn probe_reports_core_opcodes() {
 #[test]
 fn timeout_sqe_fallback_without_ext_arg() {
     use plugio_executor::Driver;
-    let driver = driver_with(8);
-    let ring = driver.ring().expect("ring").clone();
+    let (driver, ring) = driver_and_ring(8);
     ring.force_timeout_sqe.set(true);
     let start = std::time::Instant::now();
     driver.park(Some(Duration::from_millis(30))).expect("park");
@@ -307,8 +304,7 @@ fn sqpoll_ring_serves_reads() {
 
 #[test]
 fn registered_files_are_released_when_their_backend_drops() {
-    let driver = driver_with(8);
-    let ring = driver.ring().expect("ring").clone();
+    let (driver, ring) = driver_and_ring(8);
     let tmp = seeded_file();
     for _ in 0..3 {
         let file = File::open(tmp.path()).expect("open");
@@ -351,8 +347,7 @@ fn backend_dropped_with_queued_sqes_still_completes_them() {
 fn zero_timeout_parks_alone_collect_completions() {
     use plugio_executor::Driver;
     let driver = driver_with(64);
-    let tmp = seeded_file();
-    let backend = OpenOptions::new().open(tmp.path()).expect("open");
+    let (_tmp, backend) = seeded_backend();
     let handler = Rc::new(RecordingHandler::default());
     let id = register_handler(handler.clone());
     let mut bufs: Vec<DmaBuf> = (0..16).map(|_| DmaBuf::heap(BLOCK, BLOCK)).collect();
@@ -449,18 +444,33 @@ impl SlowReads {
     }
 }
 
+/// A driver whose ring has `n` [`SlowReads`] in flight for a recording
+/// handler (`force_no_min_timeout`: as if the kernel lacked `MIN_TIMEOUT`).
+fn with_slow_reads(
+    force_no_min_timeout: bool,
+    n: usize,
+) -> (
+    DeviceDriver,
+    Rc<super::Ring>,
+    Rc<RecordingHandler>,
+    crate::HandlerId,
+    SlowReads,
+) {
+    let (driver, ring) = driver_and_ring(64);
+    ring.force_no_min_timeout.set(force_no_min_timeout);
+    let handler = Rc::new(RecordingHandler::default());
+    let id = register_handler(handler.clone());
+    let mut slow = SlowReads::new(n);
+    slow.push(&ring, id);
+    (driver, ring, handler, id, slow)
+}
+
 /// 31 ops that do not complete and one NOP: a park that waits for a batch
 /// must still hand the NOP over (after its short bound), not wait for the
 /// slow ones.
 fn one_fast_among_slow(force_no_min_timeout: bool) {
     use plugio_executor::Driver;
-    let driver = driver_with(64);
-    let ring = driver.ring().expect("ring").clone();
-    ring.force_no_min_timeout.set(force_no_min_timeout);
-    let handler = Rc::new(RecordingHandler::default());
-    let id = register_handler(handler.clone());
-    let mut slow = SlowReads::new(31);
-    slow.push(&ring, id);
+    let (driver, ring, handler, id, slow) = with_slow_reads(force_no_min_timeout, 31);
     ring.push(
         io_uring::opcode::Nop::new().build(),
         None,
@@ -499,13 +509,7 @@ fn batched_wait_without_min_timeout_falls_back_to_one() {
 fn unpark_and_timeout_end_a_batched_wait() {
     use plugio_executor::Driver;
     for force_no_min_timeout in [false, true] {
-        let driver = driver_with(64);
-        let ring = driver.ring().expect("ring").clone();
-        ring.force_no_min_timeout.set(force_no_min_timeout);
-        let handler = Rc::new(RecordingHandler::default());
-        let id = register_handler(handler.clone());
-        let mut slow = SlowReads::new(32);
-        slow.push(&ring, id);
+        let (driver, _ring, handler, _id, slow) = with_slow_reads(force_no_min_timeout, 32);
         // The timeout ends a wait with nothing completed.
         driver.park(Some(Duration::from_millis(20))).expect("park");
         // An unpark ends the next one.
@@ -549,8 +553,7 @@ impl crate::CompletionHandler for BatchCounter {
 fn completions_of_one_reap_come_in_one_batch_per_handler_run() {
     use plugio_executor::Driver;
     let driver = driver_with(64);
-    let tmp = seeded_file();
-    let backend = OpenOptions::new().open(tmp.path()).expect("open");
+    let (_tmp, backend) = seeded_backend();
     let a = Rc::new(BatchCounter::default());
     let b = Rc::new(BatchCounter::default());
     let (ia, ib) = (register_handler(a.clone()), register_handler(b.clone()));
@@ -578,8 +581,7 @@ fn completions_of_one_reap_come_in_one_batch_per_handler_run() {
 fn backend_dropped_with_ops_in_flight_completes_them_then_releases_its_file() {
     use plugio_executor::Driver;
     use std::os::fd::AsRawFd;
-    let driver = driver_with(64);
-    let ring = driver.ring().expect("ring").clone();
+    let (driver, ring) = driver_and_ring(64);
     let dir = tempfile::tempdir().expect("dir");
     let fifo = dir.path().join("fifo");
     let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("path");
@@ -640,8 +642,7 @@ fn backend_dropped_with_ops_in_flight_completes_them_then_releases_its_file() {
 
 #[test]
 fn batch_policy_adapts_to_the_completion_interval_and_the_cap() {
-    let driver = driver_with(64);
-    let ring = driver.ring().expect("ring").clone();
+    let (driver, ring) = driver_and_ring(64);
     let cap = RingConfig::default().batch_wait;
     if !ring.info().ext_arg {
         // Kernels before 5.11 wait with a timeout SQE: no batching.

@@ -12,6 +12,25 @@ use plugio_executor::Unpark;
 
 use crate::error::{Error, Result};
 
+/// A new eventfd (counter 0, close-on-exec) for an io_uring read to
+/// wait on: the wake read of the core's ring, and the passthrough ring's
+/// registered eventfd.
+///
+/// Blocking on purpose: io_uring answers a read of an `O_NONBLOCK` eventfd
+/// with `-EAGAIN` instead of arming a poll.
+///
+/// # Errors
+/// `eventfd(2)` failed (`EMFILE`, `ENFILE`, `ENOMEM`).
+pub(crate) fn blocking_eventfd() -> Result<OwnedFd> {
+    // SAFETY: plain syscall; the returned fd is checked and owned below.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(Error::from_io(&std::io::Error::last_os_error()).with_context("eventfd"));
+    }
+    // SAFETY: fd is a fresh, valid descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// The [`Unpark`] of a ring-backed driver.
 #[derive(Debug)]
 pub(crate) struct RingUnpark {
@@ -21,17 +40,8 @@ pub(crate) struct RingUnpark {
 
 impl RingUnpark {
     pub fn new() -> Result<Self> {
-        // Blocking on purpose: io_uring returns -EAGAIN for a read on an
-        // O_NONBLOCK file instead of arming a poll.
-        // SAFETY: plain syscall; the returned fd is checked and owned below.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(Error::from_io(&std::io::Error::last_os_error()).with_context("eventfd"));
-        }
-        // SAFETY: fd is a fresh, valid descriptor nobody else owns.
-        let efd = unsafe { OwnedFd::from_raw_fd(fd) };
         Ok(Self {
-            efd,
+            efd: blocking_eventfd()?,
             pending: AtomicBool::new(false),
         })
     }

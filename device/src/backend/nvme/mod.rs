@@ -461,7 +461,7 @@ impl Backend for NvmeBackend {
 
 /// This core's main ring, which owns and drives the passthrough ring.
 fn current_ring() -> Result<std::rc::Rc<ring::Ring>> {
-    let ring = ring::current().ok_or_else(|| {
+    let ring = crate::core::current_ring().ok_or_else(|| {
         Error::new(ErrorKind::NoDriver).with_context(
             "NVMe passthrough needs this core's io_uring (a DeviceDriver with a ring; \
              io_uring may be disabled here); the block device /dev/nvmeXnY works without it",

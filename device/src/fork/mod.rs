@@ -13,7 +13,7 @@
 //! - A driver, a ring and the sync pool record the generation they were
 //!   built in. One from an older generation is *stale*: every submission
 //!   on a thread whose driver is stale fails at once with
-//!   [`ErrorKind::Forked`] ([`check`]); a stale ring is never touched
+//!   [`ErrorKind::Forked`](crate::ErrorKind::Forked) ([`check`]); a stale ring is never touched
 //!   (no SQE, no enter, no CQE read, and its drop only closes the child's
 //!   copy of the descriptor); a stale driver parks like one without a ring
 //!   and waits for nothing at drop; a stale pool is rebuilt (new threads)
@@ -28,57 +28,19 @@
 //! devices again; IO that was in flight at the fork completes in the
 //! parent only.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Once;
+mod counter;
 
-use crate::error::{Error, ErrorKind, Result};
+pub(crate) use counter::install;
+pub use counter::{forked_error, generation};
 
-/// Forks this process came through (0 in the original process).
-static GENERATION: AtomicU64 = AtomicU64::new(0);
-
-extern "C" fn in_child() {
-    // Relaxed: the child has one thread (the forking one) right now, and
-    // every later reader is that thread or one it spawns (spawning
-    // synchronizes). An atomic add is async-signal-safe, as a
-    // pthread_atfork child handler must be.
-    GENERATION.fetch_add(1, Ordering::Relaxed);
-}
-
-/// Installs the child handler (once per process; later calls do nothing).
-pub(crate) fn install() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: registers a handler that only does an atomic add; it
-        // stays valid for the life of the process (a static function).
-        let rc = unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
-        if rc != 0 {
-            tracing::warn!(
-                rc,
-                "pthread_atfork failed: IO in a forked child is not refused"
-            );
-        }
-    });
-}
-
-/// The number of forks this process came through (0 in the process that
-/// first created a driver, 1 in its child, ...).
-#[inline]
-pub fn generation() -> u64 {
-    // Relaxed: see `in_child`.
-    GENERATION.load(Ordering::Relaxed)
-}
-
-/// The error for IO through state built before a fork.
-pub fn forked_error() -> Error {
-    Error::new(ErrorKind::Forked)
-}
+use crate::error::Result;
 
 /// `Ok` unless the calling thread's driver was built before a fork of
-/// this process (then [`ErrorKind::Forked`]). A thread without a driver
+/// this process (then [`ErrorKind::Forked`](crate::ErrorKind::Forked)). A thread without a driver
 /// passes (its IO fails with `NoDriver` elsewhere).
 ///
 /// # Errors
-/// [`ErrorKind::Forked`].
+/// [`ErrorKind::Forked`](crate::ErrorKind::Forked).
 pub fn check() -> Result<()> {
     if crate::core::with_core(|c| c.stale()) {
         return Err(forked_error());

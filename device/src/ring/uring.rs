@@ -1,0 +1,228 @@
+//! The ring core both entry sizes share: one io_uring (`IoUring<S, C>`,
+//! generic over the SQE and CQE types as in the io-uring crate: 64-byte
+//! SQEs and 16-byte CQEs for the core's [`Ring`](super::Ring), SQE128 and
+//! CQE32 for the passthrough [`CmdRing`](super::CmdRing)), its SQ backlog,
+//! the raw enters, the CQ-overflow flush and the reap loop. The two rings
+//! are thin wrappers that add their slots and wait policy; everything here
+//! is monomorphized per entry type (no `dyn` per SQE).
+//!
+//! Invariants:
+//! - An SQE goes to the SQ only when the backlog is empty, so SQEs reach
+//!   the kernel in push order (a linked preflush stays right ahead of its
+//!   op).
+//! - The backlog is moved into the SQ in order, as far as the SQ has room,
+//!   and never dropped: an entry leaves it only into the SQ.
+//! - A CQ overflow (`IORING_SQ_CQ_OVERFLOW`) is flushed by the reap loop
+//!   with `GETEVENTS` enters until the CQ is drained, bounded when the
+//!   kernel makes no progress (the rest waits for the next reap).
+//! - `EAGAIN`/`EBUSY`/`EINTR` from the raw enters here are not errors
+//!   ([`is_transient`]): the caller retries at its next park.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::io;
+
+use io_uring::{cqueue, squeue, IoUring};
+
+use crate::error::{Error, Result};
+
+/// `IORING_ENTER_GETEVENTS` from the uapi header.
+pub(crate) const IORING_ENTER_GETEVENTS: u32 = 1;
+
+/// Set in the user_data of a preflush SQE linked ahead of its op (both
+/// rings; slot ops use only the low 32 bits for the slot index).
+pub(crate) const PREFLUSH_BIT: u64 = 1 << 40;
+
+/// Reap passes in a row that may flush a CQ overflow without reaping a
+/// CQE before the rest is left to the next reap.
+const IDLE_FLUSHES_MAX: u32 = 2;
+
+/// Counters of the push-backs a ring absorbed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RingStats {
+    /// `io_uring_enter` calls.
+    pub enters: u64,
+    /// Enters that returned `EAGAIN`/`EBUSY` and were retried after a reap.
+    pub enter_busy: u64,
+    /// Enters interrupted by a signal (`EINTR`).
+    pub enter_eintr: u64,
+    /// SQEs that found the SQ full and went to the backlog.
+    pub sq_full: u64,
+    /// GETEVENTS enters issued to flush a CQ overflow.
+    pub cq_overflow_flushes: u64,
+    /// Ops resubmitted after a per-op `-EAGAIN`.
+    pub eagain_resubmits: u64,
+    /// CQEs reaped (wake reads included).
+    pub cqes: u64,
+    /// SQEs queued with a registered-buffer opcode (`READ_FIXED`,
+    /// `WRITE_FIXED`): IO on a buffer of the core's registered arena.
+    pub fixed_buf_sqes: u64,
+}
+
+/// One io_uring with its backlog and counters (see the module header).
+pub(crate) struct RingCore<S: squeue::EntryMarker, C: cqueue::EntryMarker> {
+    pub uring: RefCell<IoUring<S, C>>,
+    backlog: RefCell<VecDeque<S>>,
+    pub stats: RefCell<RingStats>,
+}
+
+impl<S: squeue::EntryMarker, C: cqueue::EntryMarker> RingCore<S, C> {
+    pub fn new(uring: IoUring<S, C>) -> Self {
+        Self {
+            uring: RefCell::new(uring),
+            backlog: RefCell::new(VecDeque::new()),
+            stats: RefCell::new(RingStats::default()),
+        }
+    }
+
+    /// Copies `entry` into the SQ, or into the backlog when the SQ is full
+    /// (or the backlog is not empty). Returns true when it went to the
+    /// backlog (counted in [`RingStats::sq_full`]); the caller decides
+    /// whether to submit at once.
+    #[inline]
+    pub fn push(&self, entry: &S) -> bool {
+        let mut backlog = self.backlog.borrow_mut();
+        if backlog.is_empty() && self.try_push_sq(entry) {
+            return false;
+        }
+        backlog.push_back(entry.clone());
+        drop(backlog);
+        self.stats.borrow_mut().sq_full += 1;
+        true
+    }
+
+    /// Copies `entry` into the SQ if it has room (ignoring the backlog).
+    #[inline]
+    pub fn try_push_sq(&self, entry: &S) -> bool {
+        let mut uring = self.uring.borrow_mut();
+        let mut sq = uring.submission();
+        // SAFETY: every pointer an SQE carries (buffers, iovecs, timespecs,
+        // command payloads) stays valid until its CQE: buffers by the
+        // Backend::submit contract, iovec arrays, payloads and eventfd read
+        // buffers are owned by the op's slot or the ring.
+        let pushed = unsafe { sq.push(entry) }.is_ok();
+        sq.sync();
+        pushed
+    }
+
+    /// Moves the backlog into the SQ, in order, as far as there is room.
+    pub fn flush_backlog(&self) {
+        let mut backlog = self.backlog.borrow_mut();
+        while let Some(entry) = backlog.front() {
+            if !self.try_push_sq(entry) {
+                break;
+            }
+            backlog.pop_front();
+        }
+    }
+
+    /// SQEs waiting in the backlog.
+    pub fn backlog_len(&self) -> usize {
+        self.backlog.borrow().len()
+    }
+
+    /// SQEs in the SQ not yet submitted.
+    pub fn sq_len(&self) -> usize {
+        self.uring.borrow_mut().submission().len()
+    }
+
+    /// True when SQEs wait to be submitted (in the SQ or the backlog).
+    pub fn has_pending(&self) -> bool {
+        self.sq_len() > 0 || self.backlog_len() > 0
+    }
+
+    /// True when CQEs wait in the CQ.
+    pub fn has_cqes(&self) -> bool {
+        !self.uring.borrow_mut().completion().is_empty()
+    }
+
+    /// CQEs waiting in the CQ.
+    pub fn cq_len(&self) -> usize {
+        self.uring.borrow_mut().completion().len()
+    }
+
+    /// `IORING_SQ_CQ_OVERFLOW`: completions wait in the kernel's overflow
+    /// list.
+    pub fn cq_overflowed(&self) -> bool {
+        self.uring.borrow_mut().submission().cq_overflow()
+    }
+
+    /// One raw `io_uring_enter` with no argument: submits the SQ when
+    /// `submit`, with `GETEVENTS` (waiting for `min_complete` CQEs) when
+    /// `getevents`. (The callers count [`RingStats::enters`].)
+    pub fn enter_raw(&self, submit: bool, min_complete: u32, getevents: bool) -> io::Result<()> {
+        let to_submit = if submit { self.sq_len() as u32 } else { 0 };
+        let flags = if getevents { IORING_ENTER_GETEVENTS } else { 0 };
+        let uring = self.uring.borrow();
+        // SAFETY: no argument pointer is passed; the SQEs being submitted
+        // point to memory kept valid until their CQEs (see try_push_sq).
+        unsafe {
+            uring
+                .submitter()
+                .enter::<libc::sigset_t>(to_submit, min_complete, flags, None)
+        }
+        .map(drop)
+    }
+
+    /// A `GETEVENTS` enter that moves the kernel's CQ overflow list into
+    /// the CQ (transient errnos are not errors: the next reap tries again).
+    fn flush_overflow(&self, context: &'static str) -> Result<()> {
+        self.stats.borrow_mut().cq_overflow_flushes += 1;
+        match self.enter_raw(false, 0, true) {
+            Ok(()) => Ok(()),
+            Err(e) if is_transient(&e) => Ok(()),
+            Err(e) => Err(Error::from_io(&e).with_context(context)),
+        }
+    }
+
+    /// Drains the CQ: `pass` handles every CQE the CQ holds (and returns
+    /// how many), then `after` runs with the CQ released (resubmissions);
+    /// repeats while CQEs come, flushing a CQ overflow between passes
+    /// (`context` names the ring in an error). Returns how many CQEs were
+    /// handled, counted in [`RingStats::cqes`].
+    #[inline]
+    pub fn reap(
+        &self,
+        mut pass: impl FnMut(cqueue::CompletionQueue<'_, C>) -> usize,
+        mut after: impl FnMut(),
+        context: &'static str,
+    ) -> Result<usize> {
+        let mut seen = 0;
+        let mut idle_flushes = 0;
+        loop {
+            let n = pass(self.uring.borrow_mut().completion());
+            seen += n;
+            self.stats.borrow_mut().cqes += n as u64;
+            after();
+            if !self.cq_overflowed() {
+                if n == 0 {
+                    return Ok(seen);
+                }
+                continue;
+            }
+            // Bounded: if flushing makes no progress (the kernel keeps
+            // answering EBUSY), leave the rest to the next reap.
+            idle_flushes = if n == 0 { idle_flushes + 1 } else { 0 };
+            if idle_flushes > IDLE_FLUSHES_MAX {
+                return Ok(seen);
+            }
+            self.flush_overflow(context)?;
+        }
+    }
+}
+
+/// `EAGAIN`, `EBUSY` and `EINTR` from an enter: retried, never an error.
+pub(crate) fn is_transient(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EAGAIN) | Some(libc::EBUSY) | Some(libc::EINTR)
+    )
+}
+
+/// True when a slot op's CQE (`res`, with its linked preflush's result)
+/// asks for the op to be issued again: a per-op `-EAGAIN`, or the op
+/// cancelled because its preflush got one.
+#[inline]
+pub(crate) fn is_retry(res: i32, preflush_result: i32) -> bool {
+    res == -libc::EAGAIN || (res == -libc::ECANCELED && preflush_result == -libc::EAGAIN)
+}
