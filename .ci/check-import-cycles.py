@@ -1,0 +1,351 @@
+#!/usr/bin/env python3
+"""Fails when the files of a crate import each other in a cycle (issue 16).
+
+Usage: .ci/check-import-cycles.py CRATE_SRC_DIR [CRATE_SRC_DIR ...]
+       (for example `.ci/check-import-cycles.py device/src`)
+       .ci/check-import-cycles.py --self-test
+       (checks the checker on small crates written to a temporary folder:
+       a cycle through `use crate::`, one through an inline `super::` path,
+       a re-export through `lib.rs` that is no cycle, and a cycle only in
+       test code that does not count)
+
+A file depends on another when it names an item of it: a `use crate::...`,
+`use super::...` or `use self::...` tree, or an inline `crate::a::b` /
+`super::a` path in its code. A path is mapped to the deepest module file it
+walks through (`crate::ring::cmd::CmdRing` -> `ring/cmd.rs`); when the item
+it then names is a re-export of that module (`pub use cmd::CmdRing;` in
+`ring/mod.rs`, or the crate root's `pub use`s in `lib.rs`), the re-export is
+followed to the file that defines the item, so using the crate's facade is
+not a dependency on every file behind it. A `mod x;` declaration is not a
+dependency (a parent names its children; that is the tree's shape), but a
+re-export is (the parent then depends on the child, never the reverse).
+
+Test code is left out: files of modules declared under `#[cfg(test)]` and
+inline `#[cfg(test)] mod ... { ... }` blocks (also `cfg(all(test, ...))`
+and `cfg(loom)`). Comments (`//`, `//!`, `///`)
+and string literals are ignored.
+
+Prints every cycle found (as a chain of files) and exits 1; exits 0 with a
+one-line summary when the files form a DAG.
+"""
+
+import os
+import re
+import sys
+
+IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+# `#[cfg(test)]`, `#[cfg(all(test, loom))]`, `#[cfg(loom)]`...: test-only code.
+TEST_CFG = r"#\[cfg\((?:all\()?(?:test|loom)\b[^\]]*\)\]"
+
+
+def strip_comments_and_strings(text):
+    """Blanks out comments, string and char literals (keeps line breaks)."""
+    out = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append("\n" * text.count("\n", i, j))
+            i = j
+        elif c == "r" and re.match(r'r#*"', text[i:i + 10]) and not re.match(r"\w", text[i - 1:i] or " "):
+            hashes = re.match(r"r(#*)\"", text[i:]).group(1)
+            end = '"' + hashes
+            j = text.find(end, i + 2 + len(hashes))
+            j = n if j < 0 else j + len(end)
+            out.append('""' + "\n" * text.count("\n", i, j))
+            i = j
+        elif c == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            out.append('""' + "\n" * text.count("\n", i, j))
+            i = j + 1
+        elif c == "'" and re.match(r"'(\\.|[^\\'])'", text[i:i + 4]) or (
+                c == "'" and re.match(r"'\\(x[0-9a-fA-F]{2}|u\{[0-9a-fA-F]+\})'", text[i:i + 12])):
+            m = re.match(r"'(\\x[0-9a-fA-F]{2}|\\u\{[0-9a-fA-F]+\}|\\.|[^\\'])'", text[i:])
+            out.append("' '")
+            i += len(m.group(0))
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def remove_test_blocks(text):
+    """Drops `#[cfg(test)] mod name { ... }` blocks (brace-matched)."""
+    pattern = re.compile(TEST_CFG + r"\s*(pub(\([^)]*\))?\s+)?mod\s+" + IDENT + r"\s*\{")
+    while True:
+        m = pattern.search(text)
+        if not m:
+            return text
+        depth, j = 1, m.end()
+        while j < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[j], 0)
+            j += 1
+        text = text[:m.start()] + "\n" * text.count("\n", m.start(), j) + text[j:]
+
+
+class Crate:
+    def __init__(self, src):
+        self.src = os.path.normpath(src)
+        self.files = {}  # module path tuple -> file path
+        self.test_modules = set()
+        self.texts = {}
+        self._collect(("crate",), os.path.join(self.src, "lib.rs"), test=False)
+        self.reexports = {mod: self._reexports(mod) for mod in self.files}
+
+    def _collect(self, mod, path, test):
+        if not os.path.exists(path):
+            return
+        self.files[mod] = path
+        if test:
+            self.test_modules.add(mod)
+        text = strip_comments_and_strings(open(path, encoding="utf-8").read())
+        self.texts[mod] = text
+        here = os.path.dirname(path)
+        base = os.path.basename(path)
+        child_dir = here if base in ("lib.rs", "mod.rs") else os.path.join(here, base[:-3])
+        for m in re.finditer(r"((?:#\[[^\]]*\]\s*)*)(?:pub(?:\([^)]*\))?\s+)?mod\s+(" + IDENT + r")\s*;", text):
+            attrs, name = m.group(1), m.group(2)
+            explicit = re.search(r'#\[path\s*=\s*"([^"]+)"\]', attrs)
+            candidates = [os.path.join(child_dir, name + ".rs"), os.path.join(child_dir, name, "mod.rs")]
+            if explicit:
+                candidates = [os.path.join(here, explicit.group(1))]
+            is_test = test or re.search(TEST_CFG, attrs) is not None
+            for cand in candidates:
+                if os.path.exists(cand):
+                    self._collect(mod + (name,), cand, is_test)
+                    break
+
+    def code(self, mod):
+        return remove_test_blocks(self.texts[mod])
+
+    def _reexports(self, mod):
+        """name -> absolute path (tuple) of each `pub use` / `pub(crate) use`."""
+        out = {}
+        text = self.code(mod)
+        for m in re.finditer(r"\bpub(?:\([^)]*\))?\s+use\s+([^;]+);", text):
+            for path, alias in expand_use_tree(m.group(1)):
+                if path and path[-1] not in ("*", "self"):
+                    absolute = self.absolute(mod, path)
+                    if absolute:
+                        out[alias or path[-1]] = absolute
+        return out
+
+    def absolute(self, mod, path):
+        """A use path (tuple) made absolute from inside module `mod`."""
+        path = list(path)
+        if path[0] == "crate":
+            return tuple(path)
+        if path[0] in ("super", "self"):
+            base = list(mod)
+            while path and path[0] in ("super", "self"):
+                if path.pop(0) == "super":
+                    base.pop()
+            return tuple(base + path)
+        # A bare path: a child module (`use cmd::X` in 2018 edition uses
+        # names in scope, which for a mod.rs are its children).
+        if tuple(mod) + (path[0],) in self.files:
+            return tuple(mod) + tuple(path)
+        return None  # an external crate or std
+
+    def resolve(self, path, depth=0):
+        """The module file (module path tuple) that defines what `path` names."""
+        best, i = ("crate",), 1
+        while i < len(path) and best + (path[i],) in self.files:
+            best = best + (path[i],)
+            i += 1
+        if i < len(path) and depth < 16:
+            target = self.reexports.get(best, {}).get(path[i])
+            if target is not None:
+                return self.resolve(target + tuple(path[i + 1:]), depth + 1)
+        return best
+
+    def edges(self, mod):
+        text = self.code(mod)
+        paths = []
+        for m in re.finditer(r"\buse\s+([^;]+);", text):
+            paths += [p for p, _ in expand_use_tree(m.group(1))]
+        # Inline paths; `use` lines were matched above, the regex finds them
+        # again, which is harmless.
+        for m in re.finditer(r"(?<![\w:])((?:crate|super|self)(?:::" + IDENT + r")+)", text):
+            paths.append(tuple(m.group(1).split("::")))
+        deps = set()
+        for p in paths:
+            if p[-1] == "*":
+                p = p[:-1]
+            if p and p[-1] == "self":
+                p = p[:-1]
+            absolute = self.absolute(mod, p) if p else None
+            if absolute is None:
+                continue
+            target = self.resolve(absolute)
+            if target != mod and target not in self.test_modules:
+                deps.add(target)
+        return deps
+
+
+def expand_use_tree(tree):
+    """`a::{b, c::{d as e}}` -> [(('a','b'), None), (('a','c','d'), 'e')]."""
+    tree = re.sub(r"\s+as\s+", " as ", tree.strip())
+    tree = re.sub(r"\s*(::|,|\{|\})\s*", r"\1", tree)
+    out = []
+
+    def walk(prefix, s):
+        parts, depth, cur = [], 0, ""
+        for ch in s:
+            if ch == "," and depth == 0:
+                parts.append(cur)
+                cur = ""
+                continue
+            depth += {"{": 1, "}": -1}.get(ch, 0)
+            cur += ch
+        parts.append(cur)
+        for part in filter(None, parts):
+            brace = part.find("{")
+            if brace >= 0:
+                head = [x for x in part[:brace].split("::") if x]
+                walk(prefix + head, part[brace + 1:part.rfind("}")])
+            else:
+                part, _, alias = part.partition(" as ")
+                segs = [x for x in part.split("::") if x]
+                out.append((tuple(prefix + segs), alias or None))
+
+    walk([], tree.lstrip(":"))
+    return out
+
+
+def find_cycles(graph):
+    """Strongly connected components with more than one file (Tarjan)."""
+    index, low, stack, on, sccs, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            scc = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                scc.append(w)
+                if w == v:
+                    break
+            if len(scc) > 1:
+                sccs.append(sorted(scc))
+
+    sys.setrecursionlimit(10000)
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sccs
+
+
+def a_cycle(graph, scc):
+    """One concrete cycle through the component's first file (BFS)."""
+    members = set(scc)
+    start = scc[0]
+    prev, queue = {start: None}, [start]
+    while queue:
+        v = queue.pop(0)
+        for w in sorted(graph[v] & members):
+            if w == start:
+                chain = [v]
+                while prev[chain[-1]] is not None:
+                    chain.append(prev[chain[-1]])
+                return [start] + chain[::-1][1:] + [start] if len(chain) > 1 else [start, v, start]
+            if w not in prev:
+                prev[w] = v
+                queue.append(w)
+    return scc
+
+
+def check(src):
+    """Prints the crate's cycles; returns how many strongly connected
+    components with more than one file it has."""
+    crate = Crate(src)
+    mods = [m for m in crate.files if m not in crate.test_modules]
+    graph = {m: crate.edges(m) for m in mods}
+    name = lambda m: os.path.relpath(crate.files[m], os.path.dirname(crate.src))
+    sccs = find_cycles(graph)
+    if not sccs:
+        n_edges = sum(len(d) for d in graph.values())
+        print(f"{src}: no import cycle ({len(mods)} files, {n_edges} dependencies)")
+    for scc in sccs:
+        print(f"{src}: import cycle between {len(scc)} files: {', '.join(name(m) for m in scc)}")
+        print("  for example: " + " -> ".join(name(m) for m in a_cycle(graph, scc)))
+        for m in scc:
+            inside = sorted(name(d) for d in graph[m] if d in scc)
+            print(f"    {name(m)} uses {', '.join(inside)}")
+    return len(sccs)
+
+
+SELF_TESTS = [
+    # (name, files, cycles expected)
+    ("use crate:: cycle", {
+        "lib.rs": "mod a;\nmod b;\n",
+        "a.rs": "use crate::b::B;\npub struct A(B);\n",
+        "b.rs": "use crate::a::A;\npub struct B(Option<Box<A>>);\n",
+    }, 1),
+    ("child uses its parent inline", {
+        "lib.rs": "mod ring;\n",
+        "ring/mod.rs": "mod cmd;\npub use cmd::Cmd;\npub struct Ring;\n",
+        "ring/cmd.rs": "pub struct Cmd(super::Ring);\n",
+    }, 1),
+    ("re-exports are followed, no cycle", {
+        "lib.rs": "mod a;\nmod b;\npub use a::A;\npub use b::B;\n",
+        "a.rs": "// use crate::B; (a comment)\npub struct A;\nconst S: &str = \"crate::B\";\n",
+        "b.rs": "use crate::A;\npub struct B(A);\n",
+    }, 0),
+    ("a cycle in test code only", {
+        "lib.rs": "mod a;\nmod b;\n#[cfg(test)]\nmod tests;\n",
+        "a.rs": "pub struct A;\n#[cfg(all(test, not(loom)))]\nmod t {\n    use crate::b::B;\n}\n",
+        "b.rs": "use crate::a::A;\npub struct B(A);\n",
+        "tests.rs": "use crate::a::A;\nuse crate::b::B;\n",
+    }, 0),
+]
+
+
+def self_test():
+    import tempfile
+    failed = 0
+    for name, files, want in SELF_TESTS:
+        with tempfile.TemporaryDirectory() as root:
+            for path, text in files.items():
+                full = os.path.join(root, path)
+                os.makedirs(os.path.dirname(full), exist_ok=True)
+                with open(full, "w", encoding="utf-8") as f:
+                    f.write(text)
+            got = check(root)
+        ok = got == want
+        failed += not ok
+        print(f"self-test {'ok' if ok else 'FAILED'}: {name} ({got} cycle(s), expected {want})")
+    return 1 if failed else 0
+
+
+def main(argv):
+    if len(argv) < 2 or argv[1] in ("-h", "--help"):
+        print(__doc__)
+        return 2
+    if argv[1] == "--self-test":
+        return self_test()
+    failed = False
+    for src in argv[1:]:
+        failed |= check(src) > 0
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
