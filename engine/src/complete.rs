@@ -240,7 +240,7 @@ fn complete_device<C: Completed>(
         let rq = d.rqs.get(slot);
         puts.push(rq.tag);
         d.tags_held -= 1;
-        d.writes_in_flight -= u32::from(rq.op.is_some_and(OpKind::is_write));
+        d.writes_in_flight -= u32::from(rq.op.is_write());
         if (status == Status::Errno(libc::EAGAIN) && requeue_again(d, slot))
             || stalled_once(d, slot, status)
         {
@@ -273,7 +273,7 @@ fn complete_device<C: Completed>(
 /// invariants).
 fn complete_request(d: &mut CoreDev, slot: u32, status: Status, now: u64, ctx: &mut Ctx<'_>) {
     let rq = d.rqs.get(slot);
-    let op = rq.op.unwrap_or(OpKind::Nop);
+    let op = rq.op;
     if d.iostats {
         if let Some(g) = group_index(op) {
             let t = &mut d.pending.groups[g];
@@ -369,8 +369,8 @@ fn stalled_once(d: &mut CoreDev, slot: u32, status: Status) -> bool {
         && n < d.offset_align_bytes
         && rq.pieces.len() == 1
         && match rq.op {
-            Some(OpKind::Read) => !eof,
-            Some(OpKind::Write) => true,
+            OpKind::Read => !eof,
+            OpKind::Write => true,
             _ => false,
         };
     if !stall || rq.stalls > 0 {
@@ -419,7 +419,7 @@ fn fail_with(
 fn requeue_front(d: &mut CoreDev, slot: u32) {
     let rq = d.rqs.get_mut(slot);
     rq.state = RqState::Waiting;
-    let writes = rq.op.is_some_and(OpKind::is_write);
+    let writes = rq.op.is_write();
     d.writes_waiting += u32::from(writes);
     d.waiting.push_front(slot);
     if d.iostats {
@@ -443,7 +443,7 @@ fn reissue(d: &mut CoreDev, slot: u32, covered: u64, ctx: &mut Ctx<'_>) {
     let mut pieces = std::mem::take(&mut d.rqs.get_mut(slot).pieces);
     let (op, flags, start) = {
         let rq = d.rqs.get(slot);
-        (rq.op.unwrap_or(OpKind::Nop), rq.flags, rq.offset_bytes)
+        (rq.op, rq.flags, rq.offset_bytes)
     };
     let mut new_slots = std::mem::take(&mut d.scratch_slots);
     let mut at = start;
@@ -475,7 +475,7 @@ fn reissue(d: &mut CoreDev, slot: u32, covered: u64, ctx: &mut Ctx<'_>) {
         let new = d.rqs.alloc();
         let rq = d.rqs.get_mut(new);
         rq.state = RqState::Waiting;
-        rq.op = Some(op);
+        rq.op = op;
         rq.flags = flags;
         rq.offset_bytes = at + done;
         rq.len_bytes = p.len_bytes - done;

@@ -302,7 +302,7 @@ impl EngineCore {
                 for (_, slot) in unstarted {
                     let rq = d.rqs.get_mut(slot);
                     let pieces = std::mem::take(&mut rq.pieces);
-                    let writes = rq.op.is_some_and(plugio_device::OpKind::is_write);
+                    let writes = rq.op.is_write();
                     let blocked = rq.state == RqState::Blocked;
                     rq.deps = 0;
                     d.writes_waiting -= u32::from(writes);

@@ -172,7 +172,7 @@ fn build_requests(d: &mut CoreDev, id: BioId, bio: &mut Bio, allow_merge: bool) 
         let piece_len = if len == 0 { 0 } else { (len - off).min(max) };
         let slot = d.rqs.alloc();
         let rq = d.rqs.get_mut(slot);
-        rq.op = Some(bio.op);
+        rq.op = bio.op;
         rq.flags = bio.flags;
         rq.offset_bytes = bio.offset_bytes + off;
         rq.len_bytes = piece_len;

@@ -328,10 +328,10 @@ impl CoreDev {
         let (mut held, mut wr_fl, mut wr_wait, mut blocked, mut waiting) = (0, 0, 0, 0, 0);
         let mut indexed = 0;
         for (i, rq) in self.rqs.iter_slots() {
-            let writes = rq.op.is_some_and(OpKind::is_write);
+            let writes = rq.op.is_write();
             match rq.state {
                 RqState::Free => {
-                    assert!(rq.op.is_none(), "a free request keeps its op");
+                    assert!(rq.op == OpKind::Nop, "a free request keeps its op");
                     assert!(!rq.node.linked, "free slot {i} in the interval index");
                     continue;
                 }
@@ -351,7 +351,7 @@ impl CoreDev {
                     assert_eq!(rq.deps, 0, "slot {i} dispatched while blocked");
                 }
             }
-            let ranged = rq.op.is_some_and(|op| op.has_range() && rq.len_bytes > 0);
+            let ranged = rq.op.has_range() && rq.len_bytes > 0;
             assert_eq!(
                 rq.node.linked,
                 ranged && self.index_active,
@@ -379,7 +379,7 @@ impl CoreDev {
     /// list names the blocked flushes; the index tree is well formed.
     #[cfg(debug_assertions)]
     fn check_order(&self) {
-        let is_flush = |rq: &Request| matches!(rq.op, Some(OpKind::Flush | OpKind::Fsync));
+        let is_flush = |rq: &Request| matches!(rq.op, OpKind::Flush | OpKind::Fsync);
         let mut scratch = self.check_scratch.borrow_mut();
         let (waited_on, write_seqs) = &mut *scratch;
         waited_on.clear();
@@ -389,7 +389,7 @@ impl CoreDev {
             for &d in &rq.dependents {
                 waited_on[d as usize] += 1;
             }
-            if rq.op.is_some_and(OpKind::is_write) {
+            if rq.op.is_write() {
                 write_seqs.push(rq.seq);
             }
         }
