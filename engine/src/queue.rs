@@ -489,3 +489,73 @@ impl std::ops::IndexMut<usize> for DevList {
             .expect("a device index in use names a live device")
     }
 }
+
+/// The recount catches each counter a bug could break: every test breaks
+/// one the way a missed increment or decrement would (on a real core,
+/// after real IO), and the check that debug builds run after each flush,
+/// dispatch and completion batch fails, naming it.
+#[cfg(all(test, debug_assertions))]
+mod invariant_tests {
+    use super::*;
+    use crate::core::EngineCore;
+    use crate::{Device, DeviceOptions};
+    use plugio_device::backend::mem::{MemConfig, MemDevice};
+    use plugio_device::RingConfig;
+
+    /// Runs some IO on a mem device, breaks this core's state of it with
+    /// `mutate`, and runs the check.
+    fn break_and_check(mutate: impl FnOnce(&mut CoreDev)) {
+        let ex = crate::runtime::local(RingConfig::default()).expect("runtime");
+        ex.run(async move {
+            let mem = Arc::new(MemDevice::new(MemConfig::default()));
+            let dev = Device::with_backend(mem, None, DeviceOptions::default()).expect("device");
+            let buf = dev.alloc_buf(4096);
+            let (r, _buf) = dev.write_at(buf, 0).await;
+            r.expect("write");
+            dev.nop().await.expect("nop");
+            let core = EngineCore::current().expect("core");
+            let index = core.dev_index(dev.shared()) as usize;
+            let mut devs = core.devs.borrow_mut();
+            let d = &mut devs[index];
+            d.check_invariants(); // whole before the break
+            mutate(d);
+            d.check_invariants();
+        });
+    }
+
+    #[test]
+    #[should_panic(expected = "tags_held")]
+    fn a_tag_counted_twice_is_caught() {
+        break_and_check(|d| d.tags_held += 1);
+    }
+
+    #[test]
+    #[should_panic(expected = "writes_in_flight")]
+    fn a_write_never_uncounted_is_caught() {
+        break_and_check(|d| d.writes_in_flight += 1);
+    }
+
+    #[test]
+    #[should_panic(expected = "writes_waiting")]
+    fn a_waiting_write_miscounted_is_caught() {
+        break_and_check(|d| d.writes_waiting += 1);
+    }
+
+    #[test]
+    #[should_panic(expected = "blocked")]
+    fn a_blocked_count_left_behind_is_caught() {
+        break_and_check(|d| d.blocked += 1);
+    }
+
+    #[test]
+    #[should_panic(expected = "waiting FIFO length")]
+    fn a_free_slot_left_in_the_fifo_is_caught() {
+        break_and_check(|d| d.waiting.push_back(0));
+    }
+
+    #[test]
+    #[should_panic(expected = "a free request keeps its op")]
+    fn a_free_slot_that_kept_its_op_is_caught() {
+        break_and_check(|d| d.rqs.slots[0].op = OpKind::Write);
+    }
+}
