@@ -40,14 +40,19 @@ pub(crate) struct RqSlab {
 impl RqSlab {
     /// Takes a free slot (growing the slab when none is free); the slot is
     /// cleared and keeps its vectors' capacity.
+    #[inline]
     pub fn alloc(&mut self) -> u32 {
         match self.free.pop() {
             Some(i) => i,
-            None => {
-                self.slots.push(Request::default());
-                (self.slots.len() - 1) as u32
-            }
+            None => self.grow(),
         }
+    }
+
+    /// A new slot at the end of the slab.
+    #[cold]
+    fn grow(&mut self) -> u32 {
+        self.slots.push(Request::default());
+        (self.slots.len() - 1) as u32
     }
 
     /// Clears slot `i` and puts it back on the free list.
@@ -71,11 +76,12 @@ impl RqSlab {
     }
 
     /// The request in slot `i`, if the slot exists.
+    #[inline]
     pub fn try_get_mut(&mut self, i: u32) -> Option<&mut Request> {
         self.slots.get_mut(i as usize)
     }
 
-    /// Every slot, free ones included (their `op` is `None`).
+    /// Every slot, free ones included (their `op` is `Nop`).
     #[cfg(debug_assertions)]
     pub fn iter(&self) -> impl Iterator<Item = &Request> {
         self.slots.iter()

@@ -88,6 +88,7 @@ pub(crate) struct Request {
 
 impl Request {
     /// Empties the request for reuse, keeping its vectors' capacity.
+    #[inline]
     pub fn clear(&mut self) {
         self.state = RqState::Free;
         self.op = OpKind::Nop;
@@ -95,7 +96,9 @@ impl Request {
         self.iovecs.clear();
         self.len_bytes = 0;
         self.deps = 0;
-        self.dependents.clear();
+        if !self.dependents.is_empty() {
+            self.dependents.clear();
+        }
         debug_assert!(
             !self.node.linked,
             "a request left the interval index linked"

@@ -247,6 +247,7 @@ thread_local! {
 }
 
 /// Runs `f` with the current core, or returns `None` off a core.
+#[inline]
 pub(crate) fn try_with_current<R>(f: impl FnOnce(&Core) -> R) -> Option<R> {
     let core = CURRENT.try_with(Cell::get).ok()?;
     if core.is_null() {
