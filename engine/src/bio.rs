@@ -223,11 +223,10 @@ impl Bio {
     /// Records the completion of one part: `asked` bytes at `bio_offset`
     /// within the bio, `result` bytes or a negative errno. Returns true when
     /// this was the last part.
+    #[inline]
     pub(crate) fn complete_part(&mut self, bio_offset: u64, asked: u64, result: i64) -> bool {
         if result < 0 {
-            if self.error.is_none() {
-                self.error = Some(Error::from_errno(result as i32));
-            }
+            self.fail_part(result);
         } else if self.split {
             self.parts.push((bio_offset, result as u64, asked));
         } else {
@@ -242,6 +241,17 @@ impl Bio {
         }
         self.state = BioState::Done;
         true
+    }
+}
+
+impl Bio {
+    /// Keeps the first error of the bio's parts (`result`, a negative
+    /// errno).
+    #[cold]
+    fn fail_part(&mut self, result: i64) {
+        if self.error.is_none() {
+            self.error = Some(Error::from_errno(result as i32));
+        }
     }
 }
 

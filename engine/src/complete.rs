@@ -523,6 +523,7 @@ pub(crate) fn adopt_remote_orphans(d: &CoreDev, uid: u64, bios: &mut BioTable) {
 
 /// Records a piece's share of a request's result in its bio; when the bio
 /// is finished, queues its waker, or frees it if its future is gone.
+#[inline]
 fn finish_piece(bios: &mut BioTable, p: &Piece, share: i64, wakes: &mut Vec<Waker>) {
     let Some(bio) = bios.get_mut(p.bio) else {
         return;
