@@ -283,6 +283,26 @@ fn complete_request(d: &mut CoreDev, slot: u32, status: Status, now: u64, ctx: &
             d.pending.dirty = true;
         }
     }
+    // The common case: every byte moved (or an op without data whose
+    // result is not an error). Its pieces take their shares; nothing goes
+    // again.
+    if let Status::Bytes(n) = status {
+        if n >= rq.len_bytes || !matches!(op, OpKind::Read | OpKind::Write) {
+            rq.split_result(status.as_share(), |p, share| {
+                finish_piece(ctx.bios, p, share, ctx.wakes)
+            });
+            return;
+        }
+    }
+    complete_request_rest(d, slot, status, ctx);
+}
+
+/// [`complete_request`] of a short transfer or an error: what to issue
+/// again, or how the bios fail.
+#[cold]
+fn complete_request_rest(d: &mut CoreDev, slot: u32, status: Status, ctx: &mut Ctx<'_>) {
+    let rq = d.rqs.get(slot);
+    let op = rq.op;
     let several = rq.pieces.len() > 1;
     let reissue_from = match status {
         Status::Bytes(n) if n < rq.len_bytes && matches!(op, OpKind::Read | OpKind::Write) => {

@@ -152,6 +152,7 @@ impl EngineCore {
 /// merges (and `allow_merge`), else splits it into requests no larger than
 /// the device's limit, built in place in the slab and appended to the
 /// FIFO. Returns the number of new requests.
+#[inline]
 fn build_requests(d: &mut CoreDev, id: BioId, bio: &mut Bio, allow_merge: bool) -> u64 {
     let mergeable = merge::mergeable(bio.op, bio.flags) && bio.len_bytes <= d.max_merge_bytes;
     if allow_merge && mergeable && try_merge(d, id, bio) {

@@ -752,6 +752,7 @@ pub fn core_id() -> Option<usize> {
 /// hook that batches work until the end of the tick (the engine's plug)
 /// uses it to act at once on work queued by a hook that runs after it:
 /// nothing else would flush that work before the core parks.
+#[inline]
 pub fn in_tick_hooks() -> bool {
     try_with_current(|core| core.in_hooks.get()).unwrap_or(false)
 }
