@@ -152,6 +152,7 @@ impl EngineCore {
 /// merges (and `allow_merge`), else splits it into requests no larger than
 /// the device's limit, built in place in the slab and appended to the
 /// FIFO. Returns the number of new requests.
+#[inline]
 fn build_requests(d: &mut CoreDev, id: BioId, bio: &mut Bio, allow_merge: bool) -> u64 {
     let mergeable = merge::mergeable(bio.op, bio.flags) && bio.len_bytes <= d.max_merge_bytes;
     if allow_merge && mergeable && try_merge(d, id, bio) {
@@ -172,7 +173,7 @@ fn build_requests(d: &mut CoreDev, id: BioId, bio: &mut Bio, allow_merge: bool) 
         let piece_len = if len == 0 { 0 } else { (len - off).min(max) };
         let slot = d.rqs.alloc();
         let rq = d.rqs.get_mut(slot);
-        rq.op = Some(bio.op);
+        rq.op = bio.op;
         rq.flags = bio.flags;
         rq.offset_bytes = bio.offset_bytes + off;
         rq.len_bytes = piece_len;
@@ -198,6 +199,7 @@ fn build_requests(d: &mut CoreDev, id: BioId, bio: &mut Bio, allow_merge: bool) 
 
 /// Merges bio `id` into the newest waiting request if the merge rules
 /// allow it and the bio needs no ordering that the request lacks.
+#[inline]
 fn try_merge(d: &mut CoreDev, id: BioId, bio: &mut Bio) -> bool {
     let slot = d.last_built;
     if slot == NIL {
@@ -210,6 +212,12 @@ fn try_merge(d: &mut CoreDev, id: BioId, bio: &mut Bio) -> bool {
     let Some(side) = merge::try_merge(rq, bio, d.max_merge_bytes, d.max_segs) else {
         return false;
     };
+    join(d, slot, side, id, bio)
+}
+
+/// Joins bio `id` to request `slot` on `side` where the ordering allows
+/// it (the rest of [`try_merge`], once the merge rules said yes).
+fn join(d: &mut CoreDev, slot: u32, side: merge::Side, id: BioId, bio: &mut Bio) -> bool {
     if !d.may_join(slot, bio.op, bio.offset_bytes, bio.len_bytes) {
         return false;
     }
