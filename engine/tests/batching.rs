@@ -1,13 +1,16 @@
 //! The batching mechanisms' correctness rules: merging (and its limits and
 //! ordering), errors and short reads of merged requests, the nomerges
 //! switch, and iostats figures that show each mechanism at work.
+//!
+//! The merge of adjacent reads and the program order of overlapping IOs
+//! on a file run in every ring configuration in `tests/matrix.rs`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use plugio_device::backend::mem::{Fault, FaultOn, Latency, MemClock, MemConfig, MemDevice};
 use plugio_device::{ErrorKind, RingConfig};
-use plugio_engine::{Device, DeviceOptions, Region};
+use plugio_engine::{Device, DeviceOptions};
 
 fn tmpdir() -> tempfile::TempDir {
     tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir")
@@ -34,37 +37,6 @@ fn mem(latency_max_us: u64, faults: Vec<Fault>) -> Arc<MemDevice> {
         faults,
         ..Default::default()
     }))
-}
-
-#[test]
-fn adjacent_reads_into_adjacent_pages_merge_into_one_request_with_exact_bytes() {
-    let dir = tmpdir();
-    let path = dir.path().join("pages");
-    std::fs::write(&path, pattern(0, 64 * 1024)).unwrap();
-    local().run(async {
-        let dev = Device::open(&path, DeviceOptions::default()).expect("open");
-        let mut pages = Region::new(16 * 1024, 4096).into_pages(4096);
-        let p3 = pages.pop().unwrap();
-        let p2 = pages.pop().unwrap();
-        let p1 = pages.pop().unwrap();
-        // File offsets 0, 4 KiB, 8 KiB into region offsets 4, 8, 12 KiB,
-        // issued in one tick.
-        let (a, b, c) = futures::join!(
-            dev.read_at(p1, 0),
-            dev.read_at(p2, 4096),
-            dev.read_at(p3, 8192)
-        );
-        for (i, (res, page)) in [a, b, c].into_iter().enumerate() {
-            assert_eq!(res.expect("read"), 4096);
-            let off = i as u64 * 4096;
-            assert_eq!(page.as_slice(), &pattern(off, 4096)[..], "page {i}");
-        }
-        let s = dev.iostats();
-        assert_eq!((s.bios, s.requests), (3, 1), "{s:?}");
-        assert_eq!(s.read.merges, 2);
-        assert_eq!(s.read.ios, 1);
-        assert_eq!(s.read.sectors, 24);
-    });
 }
 
 #[test]
@@ -136,15 +108,6 @@ fn overlapping_ios_in_one_plug_keep_program_order_on_the_mem_device() {
         let dev = Device::with_backend(m, None, DeviceOptions::default()).unwrap();
         overlapping_writes_then_read(dev);
     }
-}
-
-#[test]
-fn overlapping_ios_in_one_plug_keep_program_order_on_a_file() {
-    let dir = tmpdir();
-    let path = dir.path().join("order");
-    std::fs::write(&path, vec![0u8; 64 * 1024]).unwrap();
-    let dev = Device::open(&path, DeviceOptions::default()).expect("open");
-    overlapping_writes_then_read(dev);
 }
 
 /// Merging never changes a result: when a merged request fails, each of
