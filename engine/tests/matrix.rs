@@ -110,107 +110,58 @@ fn observe(case: &Case, fx: &Fixture) -> Observed {
     seen
 }
 
-/// Checks `seen` against what configuration `named` promises. A flag the
-/// kernel refused (dropped with `EINVAL` by the ring's setup) or a
-/// registration it refused (memlock) is reported as a `SKIP` of that
-/// check, never passed over silently.
+/// Checks `seen` against what configuration `named` promises: the ring
+/// ([`Setup::check_ring`]), then fixed buffers and where the bytes went.
+/// A registration the kernel refused (memlock) is reported as a `SKIP` of
+/// that check.
 fn check_observed(named: Setup, seen: &Observed) {
     let name = named.name();
-    if named == Setup::SyncFallback {
-        assert!(!seen.uring_active, "{name}: no ring on the core");
-        assert!(seen.info.is_none(), "{name}: no ring on the core");
-        assert_ne!(
-            seen.arena_registered,
-            Some(true),
-            "{name}: nothing registered"
-        );
-        assert_eq!(seen.fixed_buf_requests, 0, "{name}: no fixed-buffer IO");
-        return;
+    named.check_ring(seen.info.as_ref(), seen.uring_active);
+    match named {
+        Setup::SyncFallback => {
+            assert_ne!(
+                seen.arena_registered,
+                Some(true),
+                "{name}: nothing registered"
+            );
+            assert_eq!(seen.fixed_buf_requests, 0, "{name}: no fixed-buffer IO");
+        }
+        Setup::Unregistered => {
+            assert_eq!(seen.arena_registered, None, "{name}: the arena is off");
+            assert_eq!(seen.fixed_buf_sqes, 0, "{name}: no READ_FIXED/WRITE_FIXED");
+            assert_eq!(
+                seen.fixed_buf_requests, 0,
+                "{name}: no fixed-buffer request"
+            );
+        }
+        Setup::Mem => {
+            assert_eq!(
+                seen.fixed_buf_sqes, 0,
+                "{name}: mem IO never reaches the ring"
+            );
+            assert!(
+                seen.mem_written_bytes >= 8192,
+                "{name}: the write went to the mem device"
+            );
+        }
+        _ if seen.info.is_none() => {}
+        _ if seen.arena_registered == Some(true) => {
+            assert_eq!(
+                seen.fixed_buf_requests, 3,
+                "{name}: the three arena-buffer IOs are fixed"
+            );
+            assert_eq!(
+                seen.fixed_buf_sqes, 3,
+                "{name}: ... and reach the ring as fixed opcodes"
+            );
+        }
+        _ => {
+            eprintln!("SKIP {name}: buffer registration refused here (memlock): no fixed-buffer IO to check");
+            assert_eq!(seen.fixed_buf_sqes, 0);
+        }
     }
-    let Some(info) = &seen.info else {
-        // `Setup::driver` printed why (io_uring refused with EPERM/ENOSYS).
-        eprintln!("SKIP {name}: no ring on this machine; checked only that IO ran on the fallback");
-        assert!(!seen.uring_active);
-        return;
-    };
-    assert!(
-        seen.uring_active,
-        "{name}: the core's IO goes through its ring"
-    );
-    let want_defer = matches!(named, Setup::DeferTaskrun | Setup::Mem);
-    let want_coop = named == Setup::CoopTaskrun;
-    assert!(
-        want_defer || !info.defer_taskrun,
-        "{name}: DEFER_TASKRUN not asked for\n{info}"
-    );
-    if want_defer && !info.defer_taskrun {
-        eprintln!(
-            "SKIP {name}: the kernel refused SINGLE_ISSUER|DEFER_TASKRUN (EINVAL; before 6.1)"
-        );
-    }
-    let coop_as_fallback = want_defer && !info.defer_taskrun;
-    if want_coop && !info.coop_taskrun {
-        eprintln!("SKIP {name}: the kernel refused COOP_TASKRUN (EINVAL; before 5.19)");
-    } else {
-        assert_eq!(
-            info.coop_taskrun,
-            want_coop || coop_as_fallback && info.coop_taskrun,
-            "{name}\n{info}"
-        );
-    }
-    assert_eq!(
-        info.taskrun_flag,
-        info.defer_taskrun || info.coop_taskrun,
-        "{name}\n{info}"
-    );
-    assert_eq!(info.sqpoll, named == Setup::Sqpoll, "{name}\n{info}");
-    assert!(!info.iopoll, "{name}\n{info}");
-    check_registration(named, seen, info);
-}
-
-fn check_registration(named: Setup, seen: &Observed, info: &RingInfo) {
-    let name = named.name();
-    if named == Setup::Unregistered {
-        assert_eq!(info.registered_files, 0, "{name}: no registered-file table");
-        assert_eq!(seen.arena_registered, None, "{name}: the arena is off");
-        assert_eq!(seen.fixed_buf_sqes, 0, "{name}: no READ_FIXED/WRITE_FIXED");
-        assert_eq!(
-            seen.fixed_buf_requests, 0,
-            "{name}: no fixed-buffer request"
-        );
-        return;
-    }
-    if info.registered_files == 0 {
-        eprintln!("SKIP {name}: the kernel refused the registered-file table");
-    } else {
-        assert_eq!(info.registered_files, 64, "{name}\n{info}");
-    }
-    if named == Setup::Mem {
-        assert_eq!(
-            seen.fixed_buf_sqes, 0,
-            "{name}: mem IO never reaches the ring"
-        );
-        assert!(
-            seen.mem_written_bytes >= 8192,
-            "{name}: the write went to the mem device"
-        );
-        return;
-    }
-    assert_eq!(seen.mem_written_bytes, 0);
-    if seen.arena_registered == Some(true) {
-        assert_eq!(
-            seen.fixed_buf_requests, 3,
-            "{name}: the three arena-buffer IOs are fixed"
-        );
-        assert_eq!(
-            seen.fixed_buf_sqes, 3,
-            "{name}: ... and reach the ring as fixed opcodes"
-        );
-    } else {
-        eprintln!(
-            "SKIP {name}: buffer registration refused here (memlock): no fixed-buffer IO to check"
-        );
-        assert_eq!(seen.fixed_buf_sqes, 0);
+    if named != Setup::Mem {
+        assert_eq!(seen.mem_written_bytes, 0);
     }
 }
 

@@ -20,7 +20,7 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 use plugio_device::buf::{configure_arena, ArenaConfig};
-use plugio_device::{DeviceDriver, RingConfig};
+use plugio_device::{DeviceDriver, RingConfig, RingInfo};
 
 /// One configuration of the matrix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -151,6 +151,66 @@ impl Setup {
                 driver
             }
             Err(e) => panic!("{}: ring setup failed: {e}", self.name()),
+        }
+    }
+}
+
+impl Setup {
+    /// Checks the ring a core of this configuration observed (`info`:
+    /// `None` without a ring; `uring_active`: the thread's
+    /// `uring_active()`) against what the configuration promises: ring or
+    /// none, the taskrun and SQPOLL setup flags, the registered-file
+    /// table. A flag the kernel refused (the ring's setup drops it on
+    /// `EINVAL`) or a table it refused is reported as a `SKIP` of that
+    /// check, never passed over silently.
+    ///
+    /// # Panics
+    /// When the ring is not what the configuration promises.
+    pub fn check_ring(self, info: Option<&RingInfo>, uring_active: bool) {
+        let name = self.name();
+        if self == Setup::SyncFallback {
+            assert!(!uring_active, "{name}: no ring on the core");
+            assert!(info.is_none(), "{name}: no ring on the core");
+            return;
+        }
+        let Some(info) = info else {
+            // `Setup::driver` printed why (io_uring refused: EPERM/ENOSYS).
+            eprintln!(
+                "SKIP {name}: no ring on this machine; checked only that IO ran on the fallback"
+            );
+            assert!(!uring_active);
+            return;
+        };
+        assert!(uring_active, "{name}: the core's IO goes through its ring");
+        let want_defer = matches!(self, Setup::DeferTaskrun | Setup::Mem);
+        let want_coop = self == Setup::CoopTaskrun;
+        assert!(
+            want_defer || !info.defer_taskrun,
+            "{name}: DEFER_TASKRUN not asked for\n{info}"
+        );
+        let defer_refused = want_defer && !info.defer_taskrun;
+        if defer_refused {
+            eprintln!(
+                "SKIP {name}: the kernel refused SINGLE_ISSUER|DEFER_TASKRUN (EINVAL; before 6.1)"
+            );
+        }
+        if want_coop && !info.coop_taskrun {
+            eprintln!("SKIP {name}: the kernel refused COOP_TASKRUN (EINVAL; before 5.19)");
+        } else if !defer_refused {
+            assert_eq!(info.coop_taskrun, want_coop, "{name}\n{info}");
+        }
+        assert_eq!(
+            info.taskrun_flag,
+            info.defer_taskrun || info.coop_taskrun,
+            "{name}\n{info}"
+        );
+        assert_eq!(info.sqpoll, self == Setup::Sqpoll, "{name}\n{info}");
+        assert!(!info.iopoll, "{name}\n{info}");
+        let want_files = self.ring_config().map_or(0, |c| c.registered_files);
+        if want_files > 0 && info.registered_files == 0 {
+            eprintln!("SKIP {name}: the kernel refused the registered-file table");
+        } else {
+            assert_eq!(info.registered_files, want_files, "{name}\n{info}");
         }
     }
 }
