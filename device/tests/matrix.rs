@@ -71,10 +71,7 @@ fn fixed_buffers_expected(setup: Setup, driver: &DeviceDriver) -> bool {
         Setup::Unregistered | Setup::SyncFallback => false,
         _ if driver.ring_info().is_none() => false,
         _ if !registered => {
-            eprintln!(
-                "SKIP {}: buffer registration refused here (memlock)",
-                setup.name()
-            );
+            setup.skip("buffer registration refused here (memlock)");
             false
         }
         _ => true,

@@ -113,6 +113,16 @@ impl Setup {
         self == Setup::Mem
     }
 
+    /// Reports that a check of this configuration cannot run here, and
+    /// why: `SKIP <configuration>: <reason>` written straight to the
+    /// process's stderr, so that it shows in `cargo test`'s output even
+    /// when the test passes (libtest captures only `eprintln!`).
+    pub fn skip(self, reason: &str) {
+        use std::io::Write;
+        let line = format!("SKIP {}: {reason}\n", self.name());
+        let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    }
+
     /// Installs this configuration's driver on the calling thread (for
     /// [`Setup::Unregistered`], first turns the thread's buffer arena off).
     ///
@@ -141,11 +151,20 @@ impl Setup {
         match DeviceDriver::with_ring(&config) {
             Ok(driver) => driver,
             Err(e) if matches!(e.errno(), libc::EPERM | libc::ENOSYS) => {
-                eprintln!(
-                    "SKIP {}: io_uring_setup refused this ring ({e}); the case runs on the \
-                     sync pool DeviceDriver::new falls back to",
-                    self.name()
-                );
+                // Once per configuration and process: a test builds many
+                // drivers (one per core, one per runtime).
+                static SAID: std::sync::Mutex<Vec<Setup>> = std::sync::Mutex::new(Vec::new());
+                let mut said = SAID
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if !said.contains(&self) {
+                    said.push(self);
+                    self.skip(&format!(
+                        "io_uring_setup refused this ring ({e}); every {} case of this run \
+                         runs on the sync pool DeviceDriver::new falls back to",
+                        self.name()
+                    ));
+                }
                 let driver = DeviceDriver::new(&config).expect("fallback driver");
                 assert!(driver.ring_info().is_none(), "fell back to no ring");
                 driver
@@ -175,9 +194,7 @@ impl Setup {
         }
         let Some(info) = info else {
             // `Setup::driver` printed why (io_uring refused: EPERM/ENOSYS).
-            eprintln!(
-                "SKIP {name}: no ring on this machine; checked only that IO ran on the fallback"
-            );
+            self.skip("no ring on this machine; checked only that IO ran on the fallback");
             assert!(!uring_active);
             return;
         };
@@ -190,12 +207,10 @@ impl Setup {
         );
         let defer_refused = want_defer && !info.defer_taskrun;
         if defer_refused {
-            eprintln!(
-                "SKIP {name}: the kernel refused SINGLE_ISSUER|DEFER_TASKRUN (EINVAL; before 6.1)"
-            );
+            self.skip("the kernel refused SINGLE_ISSUER|DEFER_TASKRUN (EINVAL; before 6.1)");
         }
         if want_coop && !info.coop_taskrun {
-            eprintln!("SKIP {name}: the kernel refused COOP_TASKRUN (EINVAL; before 5.19)");
+            self.skip("the kernel refused COOP_TASKRUN (EINVAL; before 5.19)");
         } else if !defer_refused {
             assert_eq!(info.coop_taskrun, want_coop, "{name}\n{info}");
         }
@@ -208,7 +223,7 @@ impl Setup {
         assert!(!info.iopoll, "{name}\n{info}");
         let want_files = self.ring_config().map_or(0, |c| c.registered_files);
         if want_files > 0 && info.registered_files == 0 {
-            eprintln!("SKIP {name}: the kernel refused the registered-file table");
+            self.skip("the kernel refused the registered-file table");
         } else {
             assert_eq!(info.registered_files, want_files, "{name}\n{info}");
         }
