@@ -11,8 +11,9 @@
 
 use std::fmt;
 
-/// What an op does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// What an op does. The default is [`OpKind::Nop`] (what an empty
+/// request slot holds).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum OpKind {
     /// Read `len_bytes` at `offset_bytes` into the segments.
@@ -36,6 +37,7 @@ pub enum OpKind {
         mode: i32,
     },
     /// Do nothing; completes with 0 (useful to measure the path).
+    #[default]
     Nop,
 }
 

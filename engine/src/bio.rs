@@ -223,11 +223,10 @@ impl Bio {
     /// Records the completion of one part: `asked` bytes at `bio_offset`
     /// within the bio, `result` bytes or a negative errno. Returns true when
     /// this was the last part.
+    #[inline]
     pub(crate) fn complete_part(&mut self, bio_offset: u64, asked: u64, result: i64) -> bool {
         if result < 0 {
-            if self.error.is_none() {
-                self.error = Some(Error::from_errno(result as i32));
-            }
+            self.fail_part(result);
         } else if self.split {
             self.parts.push((bio_offset, result as u64, asked));
         } else {
@@ -242,6 +241,17 @@ impl Bio {
         }
         self.state = BioState::Done;
         true
+    }
+}
+
+impl Bio {
+    /// Keeps the first error of the bio's parts (`result`, a negative
+    /// errno).
+    #[cold]
+    fn fail_part(&mut self, result: i64) {
+        if self.error.is_none() {
+            self.error = Some(Error::from_errno(result as i32));
+        }
     }
 }
 
@@ -328,6 +338,7 @@ impl BioTable {
     /// Takes a free slot and returns its id, whether the bio came from the
     /// cache, and the bio. With `cache` false, a fresh bio is allocated
     /// every time.
+    #[inline]
     pub fn alloc(&mut self, cache: bool) -> (BioId, bool, &mut Bio) {
         let cached = if cache { self.free_cached.pop() } else { None };
         let (index, hit) = match cached {
@@ -382,6 +393,7 @@ impl BioTable {
     }
 
     /// [`BioTable::free`] of slot `index`, whose id was just checked.
+    #[inline]
     fn free_current(&mut self, index: u32) {
         let Some(bio) = self.slots[index as usize].bio.as_deref_mut() else {
             return;
@@ -390,23 +402,36 @@ impl BioTable {
         if !matches!(bio.buf, BioBuf::None) {
             forget_if_none(std::mem::take(&mut bio.buf));
         }
-        bio.parts.clear();
-        bio.error = None;
-        bio.waker = None;
+        if !bio.parts.is_empty() {
+            bio.parts.clear();
+        }
+        bio.split = false;
+        // Taken on the common path (the result's error by `take_result`,
+        // the waker by the completion): checked, not dropped, here.
+        if bio.error.is_some() {
+            bio.error = None;
+        }
+        if bio.waker.is_some() {
+            bio.waker = None;
+        }
         bio.orphaned = false;
         if bio.keep.is_some() {
             bio.keep = None;
         }
-        bio.split = false;
         bio.done_bytes = 0;
-        let keep = bio.cached && self.free_cached.len() < BIO_CACHE_MAX;
-        if keep {
+        if bio.cached && self.free_cached.len() < BIO_CACHE_MAX {
             self.free_cached.push(index);
         } else {
-            self.slots[index as usize].bio = None;
-            self.free_empty.push(index);
+            self.free_uncached(index);
         }
         self.in_use -= 1;
+    }
+
+    /// Deallocates the bio of free slot `index` (the cache is off or full).
+    #[cold]
+    fn free_uncached(&mut self, index: u32) {
+        self.slots[index as usize].bio = None;
+        self.free_empty.push(index);
     }
 
     /// Takes the result of a completed bio and frees its slot.

@@ -240,7 +240,7 @@ fn complete_device<C: Completed>(
         let rq = d.rqs.get(slot);
         puts.push(rq.tag);
         d.tags_held -= 1;
-        d.writes_in_flight -= u32::from(rq.op.is_some_and(OpKind::is_write));
+        d.writes_in_flight -= u32::from(rq.op.is_write());
         if (status == Status::Errno(libc::EAGAIN) && requeue_again(d, slot))
             || stalled_once(d, slot, status)
         {
@@ -273,7 +273,7 @@ fn complete_device<C: Completed>(
 /// invariants).
 fn complete_request(d: &mut CoreDev, slot: u32, status: Status, now: u64, ctx: &mut Ctx<'_>) {
     let rq = d.rqs.get(slot);
-    let op = rq.op.unwrap_or(OpKind::Nop);
+    let op = rq.op;
     if d.iostats {
         if let Some(g) = group_index(op) {
             let t = &mut d.pending.groups[g];
@@ -283,6 +283,26 @@ fn complete_request(d: &mut CoreDev, slot: u32, status: Status, now: u64, ctx: &
             d.pending.dirty = true;
         }
     }
+    // The common case: every byte moved (or an op without data whose
+    // result is not an error). Its pieces take their shares; nothing goes
+    // again.
+    if let Status::Bytes(n) = status {
+        if n >= rq.len_bytes || !matches!(op, OpKind::Read | OpKind::Write) {
+            rq.split_result(status.as_share(), |p, share| {
+                finish_piece(ctx.bios, p, share, ctx.wakes)
+            });
+            return;
+        }
+    }
+    complete_request_rest(d, slot, status, ctx);
+}
+
+/// [`complete_request`] of a short transfer or an error: what to issue
+/// again, or how the bios fail.
+#[cold]
+fn complete_request_rest(d: &mut CoreDev, slot: u32, status: Status, ctx: &mut Ctx<'_>) {
+    let rq = d.rqs.get(slot);
+    let op = rq.op;
     let several = rq.pieces.len() > 1;
     let reissue_from = match status {
         Status::Bytes(n) if n < rq.len_bytes && matches!(op, OpKind::Read | OpKind::Write) => {
@@ -369,8 +389,8 @@ fn stalled_once(d: &mut CoreDev, slot: u32, status: Status) -> bool {
         && n < d.offset_align_bytes
         && rq.pieces.len() == 1
         && match rq.op {
-            Some(OpKind::Read) => !eof,
-            Some(OpKind::Write) => true,
+            OpKind::Read => !eof,
+            OpKind::Write => true,
             _ => false,
         };
     if !stall || rq.stalls > 0 {
@@ -419,7 +439,7 @@ fn fail_with(
 fn requeue_front(d: &mut CoreDev, slot: u32) {
     let rq = d.rqs.get_mut(slot);
     rq.state = RqState::Waiting;
-    let writes = rq.op.is_some_and(OpKind::is_write);
+    let writes = rq.op.is_write();
     d.writes_waiting += u32::from(writes);
     d.waiting.push_front(slot);
     if d.iostats {
@@ -443,7 +463,7 @@ fn reissue(d: &mut CoreDev, slot: u32, covered: u64, ctx: &mut Ctx<'_>) {
     let mut pieces = std::mem::take(&mut d.rqs.get_mut(slot).pieces);
     let (op, flags, start) = {
         let rq = d.rqs.get(slot);
-        (rq.op.unwrap_or(OpKind::Nop), rq.flags, rq.offset_bytes)
+        (rq.op, rq.flags, rq.offset_bytes)
     };
     let mut new_slots = std::mem::take(&mut d.scratch_slots);
     let mut at = start;
@@ -475,7 +495,7 @@ fn reissue(d: &mut CoreDev, slot: u32, covered: u64, ctx: &mut Ctx<'_>) {
         let new = d.rqs.alloc();
         let rq = d.rqs.get_mut(new);
         rq.state = RqState::Waiting;
-        rq.op = Some(op);
+        rq.op = op;
         rq.flags = flags;
         rq.offset_bytes = at + done;
         rq.len_bytes = p.len_bytes - done;
@@ -523,6 +543,7 @@ pub(crate) fn adopt_remote_orphans(d: &CoreDev, uid: u64, bios: &mut BioTable) {
 
 /// Records a piece's share of a request's result in its bio; when the bio
 /// is finished, queues its waker, or frees it if its future is gone.
+#[inline]
 fn finish_piece(bios: &mut BioTable, p: &Piece, share: i64, wakes: &mut Vec<Waker>) {
     let Some(bio) = bios.get_mut(p.bio) else {
         return;

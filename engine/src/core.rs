@@ -144,7 +144,18 @@ impl EngineCore {
     /// [`ErrorKind::NoDriver`] when the thread is not a plugio executor
     /// core, or its executor has no `DeviceDriver` (nothing would reap the
     /// completions).
+    #[inline]
     pub fn current() -> Result<Rc<EngineCore>, Error> {
+        if let Some(c) = plugio_executor::core_uid().and_then(Self::by_uid) {
+            return Ok(c);
+        }
+        Self::current_slow()
+    }
+
+    /// [`EngineCore::current`] where the last-used state is not this
+    /// core's: found in `CORES`, or created.
+    #[cold]
+    fn current_slow() -> Result<Rc<EngineCore>, Error> {
         let no_runtime = |why: &'static str| Error::new(ErrorKind::NoDriver).with_context(why);
         let uid = plugio_executor::core_uid().ok_or_else(|| no_runtime(OFF_CORE))?;
         if let Some(c) = Self::by_uid(uid) {
@@ -231,6 +242,7 @@ impl EngineCore {
     }
 
     /// The engine state of executor core `uid` on this thread, if any.
+    #[inline]
     pub fn by_uid(uid: u64) -> Option<Rc<EngineCore>> {
         let (last_uid, ptr) = LAST.try_with(Cell::get).ok()?;
         if last_uid == uid && !ptr.is_null() {
@@ -242,6 +254,12 @@ impl EngineCore {
                 Rc::from_raw(ptr)
             });
         }
+        Self::by_uid_slow(uid)
+    }
+
+    /// [`EngineCore::by_uid`] past the last-used state: a scan of `CORES`.
+    #[cold]
+    fn by_uid_slow(uid: u64) -> Option<Rc<EngineCore>> {
         let found = CORES
             .try_with(|cores| cores.0.borrow().iter().find(|c| c.uid == uid).cloned())
             .ok()
@@ -302,7 +320,7 @@ impl EngineCore {
                 for (_, slot) in unstarted {
                     let rq = d.rqs.get_mut(slot);
                     let pieces = std::mem::take(&mut rq.pieces);
-                    let writes = rq.op.is_some_and(plugio_device::OpKind::is_write);
+                    let writes = rq.op.is_write();
                     let blocked = rq.state == RqState::Blocked;
                     rq.deps = 0;
                     d.writes_waiting -= u32::from(writes);

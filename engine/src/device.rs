@@ -432,11 +432,8 @@ impl Device {
     ///
     /// # Errors
     /// The kernel's error (`EIO` after a failed writeback, for one).
-    pub async fn sync_all(&self) -> Result<(), Error> {
-        self.io(OpKind::Fsync, IoFlags::NONE, 0, 0, BioBuf::None)
-            .await
-            .into_result()
-            .map(|_| ())
+    pub fn sync_all(&self) -> impl Future<Output = Result<(), Error>> + '_ {
+        UnitIo(self.io(OpKind::Fsync, IoFlags::NONE, 0, 0, BioBuf::None))
     }
 
     /// Makes the file's completed writes durable, and only the metadata
@@ -455,11 +452,8 @@ impl Device {
     ///
     /// # Errors
     /// As [`sync_all`](Self::sync_all).
-    pub async fn sync_data(&self) -> Result<(), Error> {
-        self.io(OpKind::Flush, IoFlags::NONE, 0, 0, BioBuf::None)
-            .await
-            .into_result()
-            .map(|_| ())
+    pub fn sync_data(&self) -> impl Future<Output = Result<(), Error>> + '_ {
+        UnitIo(self.io(OpKind::Flush, IoFlags::NONE, 0, 0, BioBuf::None))
     }
 
     /// Zeroes `[offset_bytes, offset_bytes + len_bytes)` with the device's
@@ -492,17 +486,18 @@ impl Device {
     }
 
     /// Discards `[offset_bytes, offset_bytes + len_bytes)`.
-    pub async fn discard(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), Error> {
-        self.io(
+    pub fn discard(
+        &self,
+        offset_bytes: u64,
+        len_bytes: u64,
+    ) -> impl Future<Output = Result<(), Error>> + '_ {
+        UnitIo(self.io(
             OpKind::Discard,
             IoFlags::NONE,
             offset_bytes,
             len_bytes,
             BioBuf::None,
-        )
-        .await
-        .into_result()
-        .map(|_| ())
+        ))
     }
 
     /// Sends a no-op through the whole path (bio, plug, tag, dispatch,
@@ -511,11 +506,8 @@ impl Device {
     ///
     /// # Errors
     /// Only a broken ring.
-    pub async fn nop(&self) -> Result<(), Error> {
-        self.io(OpKind::Nop, IoFlags::NONE, 0, 0, BioBuf::None)
-            .await
-            .into_result()
-            .map(|_| ())
+    pub fn nop(&self) -> impl Future<Output = Result<(), Error>> + '_ {
+        UnitIo(self.io(OpKind::Nop, IoFlags::NONE, 0, 0, BioBuf::None))
     }
 
     /// Starts an explicit plug for `nr_ios` IOs that the caller is about to
@@ -869,6 +861,23 @@ pub(crate) fn trace_done(shared: &DeviceShared, issued: Issued, result: &Result<
             latency_ns,
             "io failed"
         ),
+    }
+}
+
+/// The future of an IO without memory whose caller wants only success
+/// (`nop`, `sync_all`, `sync_data`, `discard`): the bio's future with its
+/// byte count dropped, one future layer instead of an `async fn` around
+/// it.
+struct UnitIo<'a>(BioFuture<'a>);
+
+impl Future for UnitIo<'_> {
+    type Output = Result<(), Error>;
+
+    #[inline]
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0)
+            .poll(cx)
+            .map(|r| r.into_result().map(|_| ()))
     }
 }
 

@@ -20,7 +20,7 @@
 
 use std::rc::Rc;
 
-use plugio_device::{IoOp, OpKind};
+use plugio_device::IoOp;
 
 use crate::bio::{Bio, BioTable};
 use crate::clock;
@@ -116,7 +116,7 @@ impl EngineCore {
         rq.state = RqState::InFlight;
         rq.tag = tag;
         rq.start_ns = now;
-        let writes = rq.op.is_some_and(OpKind::is_write);
+        let writes = rq.op.is_write();
         build_iovecs(bios, rq);
         d.writes_waiting -= u32::from(writes);
         d.writes_in_flight += u32::from(writes);
@@ -131,7 +131,7 @@ impl EngineCore {
             d.pending.dirty = true;
         }
         let op = IoOp {
-            kind: rq.op.unwrap_or(OpKind::Nop),
+            kind: rq.op,
             offset_bytes: rq.offset_bytes,
             len_bytes: rq.len_bytes,
             segments: &rq.iovecs,
@@ -192,7 +192,7 @@ pub(crate) fn token(dev: u32, slot: u32) -> u64 {
 fn build_iovecs(bios: &BioTable, rq: &mut Request) {
     rq.iovecs.clear();
     rq.fixed_buf = None;
-    if !rq.op.is_some_and(OpKind::has_data) {
+    if !rq.op.has_data() {
         return;
     }
     if let [p] = rq.pieces.as_slice() {

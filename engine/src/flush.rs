@@ -152,6 +152,7 @@ impl EngineCore {
 /// merges (and `allow_merge`), else splits it into requests no larger than
 /// the device's limit, built in place in the slab and appended to the
 /// FIFO. Returns the number of new requests.
+#[inline]
 fn build_requests(d: &mut CoreDev, id: BioId, bio: &mut Bio, allow_merge: bool) -> u64 {
     let mergeable = merge::mergeable(bio.op, bio.flags) && bio.len_bytes <= d.max_merge_bytes;
     if allow_merge && mergeable && try_merge(d, id, bio) {
@@ -172,7 +173,7 @@ fn build_requests(d: &mut CoreDev, id: BioId, bio: &mut Bio, allow_merge: bool) 
         let piece_len = if len == 0 { 0 } else { (len - off).min(max) };
         let slot = d.rqs.alloc();
         let rq = d.rqs.get_mut(slot);
-        rq.op = Some(bio.op);
+        rq.op = bio.op;
         rq.flags = bio.flags;
         rq.offset_bytes = bio.offset_bytes + off;
         rq.len_bytes = piece_len;

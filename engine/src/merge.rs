@@ -51,7 +51,7 @@ pub(crate) fn mergeable(op: OpKind, flags: IoFlags) -> bool {
 
 /// Where `bio` can join `rq` within the limits, if it can.
 pub(crate) fn try_merge(rq: &Request, bio: &Bio, max_bytes: u64, max_segs: usize) -> Option<Side> {
-    if rq.op != Some(bio.op) || rq.flags != bio.flags || !rq.mergeable {
+    if rq.op != bio.op || rq.flags != bio.flags || !rq.mergeable {
         return None;
     }
     if rq.len_bytes + bio.len_bytes > max_bytes || rq.nr_segs + bio.buf.nr_segs() > max_segs {

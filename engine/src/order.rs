@@ -39,8 +39,8 @@ use crate::interval::NIL;
 use crate::queue::CoreDev;
 use crate::request::RqState;
 
-fn is_flush(op: Option<OpKind>) -> bool {
-    matches!(op, Some(OpKind::Flush | OpKind::Fsync))
+fn is_flush(op: OpKind) -> bool {
+    matches!(op, OpKind::Flush | OpKind::Fsync)
 }
 
 impl CoreDev {
@@ -54,7 +54,7 @@ impl CoreDev {
         let rq = self.rqs.get_mut(slot);
         rq.seq = seq;
         rq.deps = 0;
-        let op = rq.op.unwrap_or(OpKind::Nop);
+        let op = rq.op;
         if (!self.index_active && !op.is_write()) || !self.overlap_order {
             // No write is live (nothing to wait for, a flush included), or
             // nothing is ordered.
@@ -71,7 +71,7 @@ impl CoreDev {
         let rq = self.rqs.get(slot);
         let (offset, len) = (rq.offset_bytes, rq.len_bytes);
         let mut deps = 0;
-        if is_flush(Some(op)) {
+        if is_flush(op) {
             // Every live write was issued before this flush.
             deps = self.writes_waiting + self.writes_in_flight;
             if deps > 0 {
@@ -123,7 +123,7 @@ impl CoreDev {
         let rqs = &self.rqs;
         self.index
             .for_overlaps(rqs, offset, offset.saturating_add(len), &mut |c| {
-                if c != except && (op.is_write() || rqs.get(c).op.is_some_and(OpKind::is_write)) {
+                if c != except && (op.is_write() || rqs.get(c).op.is_write()) {
                     out.push(c);
                 }
             });
@@ -184,7 +184,7 @@ impl CoreDev {
         let fifo = self.waiting.len();
         let rq = self.rqs.get_mut(slot);
         let mut dependents = std::mem::take(&mut rq.dependents);
-        let (seq, write, linked) = (rq.seq, rq.op.is_some_and(OpKind::is_write), rq.node.linked);
+        let (seq, write, linked) = (rq.seq, rq.op.is_write(), rq.node.linked);
         for &d in &dependents {
             self.dependency_done(d);
         }
@@ -240,7 +240,7 @@ impl CoreDev {
     pub(crate) fn order_reissued(&mut self, orig: u32, pieces: &[u32]) {
         let (seq, write) = {
             let rq = self.rqs.get(orig);
-            (rq.seq, rq.op.is_some_and(OpKind::is_write))
+            (rq.seq, rq.op.is_write())
         };
         let dependents = std::mem::take(&mut self.rqs.get_mut(orig).dependents);
         let extra = pieces.len() as u32;
@@ -252,7 +252,7 @@ impl CoreDev {
             rq.seq = seq;
             rq.deps = 0;
             rq.dependents.extend_from_slice(&dependents);
-            let ranged = rq.op.is_some_and(OpKind::has_range) && rq.len_bytes > 0;
+            let ranged = rq.op.has_range() && rq.len_bytes > 0;
             if ranged && self.index_active {
                 self.index.insert(&mut self.rqs, p);
             }
@@ -275,8 +275,7 @@ impl CoreDev {
         self.index_active = true;
         for i in 0..self.rqs.len() {
             let rq = self.rqs.get(i);
-            if rq.state != RqState::Free && rq.op.is_some_and(OpKind::has_range) && rq.len_bytes > 0
-            {
+            if rq.state != RqState::Free && rq.op.has_range() && rq.len_bytes > 0 {
                 self.index.insert(&mut self.rqs, i);
             }
         }

@@ -142,6 +142,7 @@ pub(crate) struct Drained {
 impl Plug {
     /// Adds a bio on `[offset_bytes, offset_bytes + len_bytes)`;
     /// `mergeable` and `writes_or_flush` say what kind of IO it is.
+    #[inline]
     pub fn push(
         &mut self,
         entry: Plugged,

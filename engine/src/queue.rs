@@ -40,14 +40,19 @@ pub(crate) struct RqSlab {
 impl RqSlab {
     /// Takes a free slot (growing the slab when none is free); the slot is
     /// cleared and keeps its vectors' capacity.
+    #[inline]
     pub fn alloc(&mut self) -> u32 {
         match self.free.pop() {
             Some(i) => i,
-            None => {
-                self.slots.push(Request::default());
-                (self.slots.len() - 1) as u32
-            }
+            None => self.grow(),
         }
+    }
+
+    /// A new slot at the end of the slab.
+    #[cold]
+    fn grow(&mut self) -> u32 {
+        self.slots.push(Request::default());
+        (self.slots.len() - 1) as u32
     }
 
     /// Clears slot `i` and puts it back on the free list.
@@ -71,11 +76,12 @@ impl RqSlab {
     }
 
     /// The request in slot `i`, if the slot exists.
+    #[inline]
     pub fn try_get_mut(&mut self, i: u32) -> Option<&mut Request> {
         self.slots.get_mut(i as usize)
     }
 
-    /// Every slot, free ones included (their `op` is `None`).
+    /// Every slot, free ones included (their `op` is `Nop`).
     #[cfg(debug_assertions)]
     pub fn iter(&self) -> impl Iterator<Item = &Request> {
         self.slots.iter()
@@ -328,10 +334,10 @@ impl CoreDev {
         let (mut held, mut wr_fl, mut wr_wait, mut blocked, mut waiting) = (0, 0, 0, 0, 0);
         let mut indexed = 0;
         for (i, rq) in self.rqs.iter_slots() {
-            let writes = rq.op.is_some_and(OpKind::is_write);
+            let writes = rq.op.is_write();
             match rq.state {
                 RqState::Free => {
-                    assert!(rq.op.is_none(), "a free request keeps its op");
+                    assert!(rq.op == OpKind::Nop, "a free request keeps its op");
                     assert!(!rq.node.linked, "free slot {i} in the interval index");
                     continue;
                 }
@@ -351,7 +357,7 @@ impl CoreDev {
                     assert_eq!(rq.deps, 0, "slot {i} dispatched while blocked");
                 }
             }
-            let ranged = rq.op.is_some_and(|op| op.has_range() && rq.len_bytes > 0);
+            let ranged = rq.op.has_range() && rq.len_bytes > 0;
             assert_eq!(
                 rq.node.linked,
                 ranged && self.index_active,
@@ -379,7 +385,7 @@ impl CoreDev {
     /// list names the blocked flushes; the index tree is well formed.
     #[cfg(debug_assertions)]
     fn check_order(&self) {
-        let is_flush = |rq: &Request| matches!(rq.op, Some(OpKind::Flush | OpKind::Fsync));
+        let is_flush = |rq: &Request| matches!(rq.op, OpKind::Flush | OpKind::Fsync);
         let mut scratch = self.check_scratch.borrow_mut();
         let (waited_on, write_seqs) = &mut *scratch;
         waited_on.clear();
@@ -389,7 +395,7 @@ impl CoreDev {
             for &d in &rq.dependents {
                 waited_on[d as usize] += 1;
             }
-            if rq.op.is_some_and(OpKind::is_write) {
+            if rq.op.is_write() {
                 write_seqs.push(rq.seq);
             }
         }
@@ -487,5 +493,75 @@ impl std::ops::IndexMut<usize> for DevList {
     fn index_mut(&mut self, i: usize) -> &mut CoreDev {
         self.get_mut(i)
             .expect("a device index in use names a live device")
+    }
+}
+
+/// The recount catches each counter a bug could break: every test breaks
+/// one the way a missed increment or decrement would (on a real core,
+/// after real IO), and the check that debug builds run after each flush,
+/// dispatch and completion batch fails, naming it.
+#[cfg(all(test, debug_assertions))]
+mod invariant_tests {
+    use super::*;
+    use crate::core::EngineCore;
+    use crate::{Device, DeviceOptions};
+    use plugio_device::backend::mem::{MemConfig, MemDevice};
+    use plugio_device::RingConfig;
+
+    /// Runs some IO on a mem device, breaks this core's state of it with
+    /// `mutate`, and runs the check.
+    fn break_and_check(mutate: impl FnOnce(&mut CoreDev)) {
+        let ex = crate::runtime::local(RingConfig::default()).expect("runtime");
+        ex.run(async move {
+            let mem = Arc::new(MemDevice::new(MemConfig::default()));
+            let dev = Device::with_backend(mem, None, DeviceOptions::default()).expect("device");
+            let buf = dev.alloc_buf(4096);
+            let (r, _buf) = dev.write_at(buf, 0).await;
+            r.expect("write");
+            dev.nop().await.expect("nop");
+            let core = EngineCore::current().expect("core");
+            let index = core.dev_index(dev.shared()) as usize;
+            let mut devs = core.devs.borrow_mut();
+            let d = &mut devs[index];
+            d.check_invariants(); // whole before the break
+            mutate(d);
+            d.check_invariants();
+        });
+    }
+
+    #[test]
+    #[should_panic(expected = "tags_held")]
+    fn a_tag_counted_twice_is_caught() {
+        break_and_check(|d| d.tags_held += 1);
+    }
+
+    #[test]
+    #[should_panic(expected = "writes_in_flight")]
+    fn a_write_never_uncounted_is_caught() {
+        break_and_check(|d| d.writes_in_flight += 1);
+    }
+
+    #[test]
+    #[should_panic(expected = "writes_waiting")]
+    fn a_waiting_write_miscounted_is_caught() {
+        break_and_check(|d| d.writes_waiting += 1);
+    }
+
+    #[test]
+    #[should_panic(expected = "blocked")]
+    fn a_blocked_count_left_behind_is_caught() {
+        break_and_check(|d| d.blocked += 1);
+    }
+
+    #[test]
+    #[should_panic(expected = "waiting FIFO length")]
+    fn a_free_slot_left_in_the_fifo_is_caught() {
+        break_and_check(|d| d.waiting.push_back(0));
+    }
+
+    #[test]
+    #[should_panic(expected = "a free request keeps its op")]
+    fn a_free_slot_that_kept_its_op_is_caught() {
+        break_and_check(|d| d.rqs.slots[0].op = OpKind::Write);
     }
 }

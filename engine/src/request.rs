@@ -51,7 +51,9 @@ pub(crate) struct Request {
     pub state: RqState,
     /// The tag held while in flight.
     pub tag: Tag,
-    pub op: Option<OpKind>,
+    /// The op; `Nop` in a free slot (reset by [`Request::clear`]): only
+    /// `state` says whether the slot is live, never the op.
+    pub op: OpKind,
     pub flags: IoFlags,
     pub offset_bytes: u64,
     pub len_bytes: u64,
@@ -86,14 +88,17 @@ pub(crate) struct Request {
 
 impl Request {
     /// Empties the request for reuse, keeping its vectors' capacity.
+    #[inline]
     pub fn clear(&mut self) {
         self.state = RqState::Free;
-        self.op = None;
+        self.op = OpKind::Nop;
         self.pieces.clear();
         self.iovecs.clear();
         self.len_bytes = 0;
         self.deps = 0;
-        self.dependents.clear();
+        if !self.dependents.is_empty() {
+            self.dependents.clear();
+        }
         debug_assert!(
             !self.node.linked,
             "a request left the interval index linked"

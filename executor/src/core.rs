@@ -247,6 +247,7 @@ thread_local! {
 }
 
 /// Runs `f` with the current core, or returns `None` off a core.
+#[inline]
 pub(crate) fn try_with_current<R>(f: impl FnOnce(&Core) -> R) -> Option<R> {
     let core = CURRENT.try_with(Cell::get).ok()?;
     if core.is_null() {
@@ -751,6 +752,7 @@ pub fn core_id() -> Option<usize> {
 /// hook that batches work until the end of the tick (the engine's plug)
 /// uses it to act at once on work queued by a hook that runs after it:
 /// nothing else would flush that work before the core parks.
+#[inline]
 pub fn in_tick_hooks() -> bool {
     try_with_current(|core| core.in_hooks.get()).unwrap_or(false)
 }
