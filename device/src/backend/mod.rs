@@ -147,10 +147,11 @@ fn one_segment_op_is_valid(geometry: &Geometry, op: &IoOp<'_>) -> bool {
     };
     let mem_align = u64::from(geometry.mem_align_bytes());
     let len_align = u64::from(geometry.offset_align_bytes());
-    if !(op.kind.has_data() && op.kind.has_range())
-        || !mem_align.is_power_of_two()
-        || !len_align.is_power_of_two()
-    {
+    let simple = op.kind.has_data()
+        && op.kind.has_range()
+        && mem_align.is_power_of_two()
+        && len_align.is_power_of_two();
+    if !simple {
         return false;
     }
     let in_range = match geometry.capacity_bytes {
