@@ -189,6 +189,7 @@ pub(crate) fn token(dev: u32, slot: u32) -> u64 {
 /// Fills `rq.iovecs` from its pieces' bio buffers, and names the
 /// registered buffer when the request is one whole buffer of the core's
 /// registered arena (`READ_FIXED`/`WRITE_FIXED`).
+#[inline]
 fn build_iovecs(bios: &BioTable, rq: &mut Request) {
     rq.iovecs.clear();
     rq.fixed_buf = None;

@@ -199,6 +199,7 @@ fn build_requests(d: &mut CoreDev, id: BioId, bio: &mut Bio, allow_merge: bool) 
 
 /// Merges bio `id` into the newest waiting request if the merge rules
 /// allow it and the bio needs no ordering that the request lacks.
+#[inline]
 fn try_merge(d: &mut CoreDev, id: BioId, bio: &mut Bio) -> bool {
     let slot = d.last_built;
     if slot == NIL {
@@ -211,6 +212,12 @@ fn try_merge(d: &mut CoreDev, id: BioId, bio: &mut Bio) -> bool {
     let Some(side) = merge::try_merge(rq, bio, d.max_merge_bytes, d.max_segs) else {
         return false;
     };
+    join(d, slot, side, id, bio)
+}
+
+/// Joins bio `id` to request `slot` on `side` where the ordering allows
+/// it (the rest of [`try_merge`], once the merge rules said yes).
+fn join(d: &mut CoreDev, slot: u32, side: merge::Side, id: BioId, bio: &mut Bio) -> bool {
     if !d.may_join(slot, bio.op, bio.offset_bytes, bio.len_bytes) {
         return false;
     }

@@ -50,20 +50,24 @@ pub(crate) fn mergeable(op: OpKind, flags: IoFlags) -> bool {
 }
 
 /// Where `bio` can join `rq` within the limits, if it can.
+#[inline]
 pub(crate) fn try_merge(rq: &Request, bio: &Bio, max_bytes: u64, max_segs: usize) -> Option<Side> {
+    // Adjacency first: random IO, the common case that does not merge,
+    // fails here on two compares.
+    let side = if rq.offset_bytes + rq.len_bytes == bio.offset_bytes {
+        Side::Back
+    } else if bio.offset_bytes + bio.len_bytes == rq.offset_bytes {
+        Side::Front
+    } else {
+        return None;
+    };
     if rq.op != bio.op || rq.flags != bio.flags || !rq.mergeable {
         return None;
     }
     if rq.len_bytes + bio.len_bytes > max_bytes || rq.nr_segs + bio.buf.nr_segs() > max_segs {
         return None;
     }
-    if rq.offset_bytes + rq.len_bytes == bio.offset_bytes {
-        Some(Side::Back)
-    } else if bio.offset_bytes + bio.len_bytes == rq.offset_bytes {
-        Some(Side::Front)
-    } else {
-        None
-    }
+    Some(side)
 }
 
 /// Whether `a` and `b` must keep their order: they overlap and one of them
