@@ -9,21 +9,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use plugio_device::backend::mem::{Fault, FaultOn, Latency, MemClock, MemConfig, MemDevice};
-use plugio_device::{ErrorKind, RingConfig};
+use plugio_device::ErrorKind;
 use plugio_engine::{Device, DeviceOptions};
 
-fn tmpdir() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir")
-}
+mod common;
+
+use common::{local, tmpdir};
 
 fn pattern(off: u64, len: usize) -> Vec<u8> {
     (0..len as u64)
         .map(|i| ((off + i) / 7) as u8 ^ ((off + i) >> 12) as u8)
         .collect()
-}
-
-fn local() -> plugio_executor::LocalExecutor {
-    plugio_engine::runtime::local(RingConfig::default()).expect("executor")
 }
 
 fn mem(latency_max_us: u64, faults: Vec<Fault>) -> Arc<MemDevice> {
@@ -69,30 +65,6 @@ fn small_reads_spread_over_100_mib_are_not_merged_into_a_giant_read() {
     });
 }
 
-/// Write A [0, 8 KiB), write B [2 KiB, 6 KiB), read [0, 10 KiB) in one
-/// plug: B lands on top of A and the read sees both.
-fn overlapping_writes_then_read(dev: Device) {
-    local().run(async move {
-        let mut a = dev.alloc_buf(8192);
-        a.as_mut_slice().fill(0xAA);
-        let mut b = dev.alloc_buf(4096);
-        b.as_mut_slice().fill(0xBB);
-        let (wa, wb, r) = futures::join!(
-            dev.write_at(a, 0),
-            dev.write_at(b, 2048),
-            dev.read_alloc_at(0, 10240)
-        );
-        wa.0.expect("write A");
-        wb.0.expect("write B");
-        let mut want = vec![0u8; 10240];
-        want[..8192].fill(0xAA);
-        want[2048..6144].fill(0xBB);
-        assert_eq!(r.expect("read").as_slice(), &want[..]);
-        let back = dev.read_alloc_at(0, 10240).await.expect("read back");
-        assert_eq!(back.as_slice(), &want[..]);
-    });
-}
-
 #[test]
 fn overlapping_ios_in_one_plug_keep_program_order_on_the_mem_device() {
     for seed in 0..50 {
@@ -106,7 +78,7 @@ fn overlapping_ios_in_one_plug_keep_program_order_on_the_mem_device() {
             ..Default::default()
         }));
         let dev = Device::with_backend(m, None, DeviceOptions::default()).unwrap();
-        overlapping_writes_then_read(dev);
+        local().run(common::overlapping_writes_then_read(dev));
     }
 }
 

@@ -272,28 +272,6 @@ fn read_failing(fx: &Fixture) -> (Device, i32) {
     }
 }
 
-fn overlapping_writes_then_read(case: &Case, dev: Device) {
-    case.local().run(async move {
-        let mut a = dev.alloc_buf(8192);
-        a.as_mut_slice().fill(0xAA);
-        let mut b = dev.alloc_buf(4096);
-        b.as_mut_slice().fill(0xBB);
-        let (wa, wb, r) = futures::join!(
-            dev.write_at(a, 0),
-            dev.write_at(b, 2048),
-            dev.read_alloc_at(0, 10240)
-        );
-        wa.0.expect("write A");
-        wb.0.expect("write B");
-        let mut want = vec![0u8; 10240];
-        want[..8192].fill(0xAA);
-        want[2048..6144].fill(0xBB);
-        assert_eq!(r.expect("read").as_slice(), &want[..]);
-        let back = dev.read_alloc_at(0, 10240).await.expect("read back");
-        assert_eq!(back.as_slice(), &want[..]);
-    });
-}
-
 fn ten_thousand_ios(setup: Setup, tag_sharing: plugio_engine::TagSharing) {
     let case = Case::new(setup);
     let fx = case.fixture("many", &pattern(0, 1 << 20, 11));
@@ -612,7 +590,8 @@ matrix! {
         let case = Case::new(SETUP);
         let fx = case.fixture("order", &vec![0u8; 64 * 1024]);
         for _ in 0..10 {
-            overlapping_writes_then_read(&case, fx.open(DeviceOptions::default()));
+            case.local()
+                .run(common::overlapping_writes_then_read(fx.open(DeviceOptions::default())));
         }
     }
 
