@@ -88,6 +88,16 @@ fn wait_guarded(child: &mut Child, secs: u64, what: &str) -> ExitStatus {
     }
 }
 
+/// Reads the bench's header line from `child`'s piped stdout; returns the
+/// rest of the stream.
+fn read_header(child: &mut Child) -> BufReader<std::process::ChildStdout> {
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut header = String::new();
+    out.read_line(&mut header).expect("header");
+    assert!(header.starts_with("plugio bench:"), "{header}");
+    out
+}
+
 /// Asserts exit code 2, a message containing each of `needles`, no panic.
 fn assert_bad_input(o: &Output, needles: &[&str]) -> String {
     let err = stderr(o);
@@ -116,10 +126,7 @@ fn closed_stdout_stops_a_bench_removes_its_file_and_ends_by_sigpipe() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
-    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
-    let mut header = String::new();
-    out.read_line(&mut header).expect("header");
-    assert!(header.starts_with("plugio bench:"), "{header}");
+    let out = read_header(&mut child);
     drop(out);
     let status = wait_guarded(&mut child, 120, "bench with a closed stdout");
     let mut err = String::new();
@@ -299,10 +306,7 @@ fn a_sigint_ignored_at_start_stays_ignored() {
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn");
-    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
-    let mut header = String::new();
-    out.read_line(&mut header).expect("header");
-    assert!(header.starts_with("plugio bench:"), "{header}");
+    let mut out = read_header(&mut child);
     kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).expect("kill");
     let mut rest = String::new();
     out.read_to_string(&mut rest).expect("rest");
