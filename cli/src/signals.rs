@@ -27,7 +27,9 @@ extern "C" fn record(sig: libc::c_int) {
 }
 
 /// Catches SIGINT and SIGTERM: they are recorded for [`interrupted`]
-/// instead of killing the process (once; a second one kills it).
+/// instead of killing the process (once; a second one kills it). A
+/// signal ignored when the process started (SIGINT in a background job
+/// of a script) stays ignored.
 ///
 /// # Errors
 /// `sigaction` failed.
@@ -40,7 +42,14 @@ pub fn catch_interrupts() -> io::Result<()> {
     for sig in [Signal::SIGINT, Signal::SIGTERM] {
         // SAFETY: `record` is async-signal-safe (one atomic
         // compare-exchange on a static) and touches nothing else.
-        unsafe { signal::sigaction(sig, &action) }.map_err(io::Error::from)?;
+        let old = unsafe { signal::sigaction(sig, &action) }.map_err(io::Error::from)?;
+        if old.handler() == SigHandler::SigIgn {
+            // Ignored when we started (a background job of a
+            // non-interactive shell ignores SIGINT): stays ignored, as
+            // the GNU coding standards ask of a program that catches it.
+            // SAFETY: restores the disposition we found.
+            unsafe { signal::sigaction(sig, &old) }.map_err(io::Error::from)?;
+        }
     }
     Ok(())
 }

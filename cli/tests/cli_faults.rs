@@ -10,7 +10,7 @@
 //! runtime of 600 s, and a hang guard only turns a hang into a failure.
 
 use std::io::{BufRead, BufReader, Read};
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -46,12 +46,28 @@ fn left_in(dir: &Path) -> Vec<String> {
 }
 
 /// A bench command whose temporary file goes to `dir`.
+///
+/// Its SIGINT starts at the default action, whatever this process
+/// inherited: a test run started in the background of a non-interactive
+/// shell (a CI script's `cmd &`) ignores SIGINT, its children inherit
+/// that, and the bench (as any Unix tool) keeps an ignored SIGINT
+/// ignored, so a SIGINT sent before its handler is installed would be
+/// lost and the run would go on for its whole runtime.
 fn bench_in(dir: &Path, args: &[&str]) -> Command {
     let mut c = bin();
     c.arg("bench")
         .args(args)
         .env("TMPDIR", dir)
         .current_dir(dir);
+    // SAFETY: between fork and exec the closure only calls `signal(2)`,
+    // which is async-signal-safe, and allocates nothing.
+    unsafe {
+        c.pre_exec(|| {
+            nix::sys::signal::signal(Signal::SIGINT, nix::sys::signal::SigHandler::SigDfl)
+                .map(drop)
+                .map_err(std::io::Error::from)
+        });
+    }
     c
 }
 
@@ -70,6 +86,16 @@ fn wait_guarded(child: &mut Child, secs: u64, what: &str) -> ExitStatus {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Reads the bench's header line from `child`'s piped stdout; returns the
+/// rest of the stream.
+fn read_header(child: &mut Child) -> BufReader<std::process::ChildStdout> {
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut header = String::new();
+    out.read_line(&mut header).expect("header");
+    assert!(header.starts_with("plugio bench:"), "{header}");
+    out
 }
 
 /// Asserts exit code 2, a message containing each of `needles`, no panic.
@@ -100,10 +126,7 @@ fn closed_stdout_stops_a_bench_removes_its_file_and_ends_by_sigpipe() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
-    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
-    let mut header = String::new();
-    out.read_line(&mut header).expect("header");
-    assert!(header.starts_with("plugio bench:"), "{header}");
+    let out = read_header(&mut child);
     drop(out);
     let status = wait_guarded(&mut child, 120, "bench with a closed stdout");
     let mut err = String::new();
@@ -257,6 +280,39 @@ fn sigint_at_any_moment_of_a_bench_leaves_no_temporary_file() {
     kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).expect("kill");
     let status = wait_guarded(&mut child, 120, "bench interrupted early");
     assert_eq!(status.signal(), Some(libc::SIGINT), "{status:?}");
+    assert_eq!(
+        left_in(dir.path()),
+        Vec::<String>::new(),
+        "temporary file left"
+    );
+}
+
+#[test]
+fn a_sigint_ignored_at_start_stays_ignored() {
+    // As in `plugio bench &` from a script: SIGINT is ignored when the
+    // bench starts, so a Ctrl-C meant for the foreground does not stop it.
+    let dir = tmpdir();
+    let mut cmd = bench_in(dir.path(), &["--runtime", "1", "--size", "16M"]);
+    // SAFETY: as in `bench_in`: only `signal(2)` between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::sys::signal::signal(Signal::SIGINT, nix::sys::signal::SigHandler::SigIgn)
+                .map(drop)
+                .map_err(std::io::Error::from)
+        });
+    }
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let mut out = read_header(&mut child);
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).expect("kill");
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).expect("rest");
+    let status = wait_guarded(&mut child, 120, "bench with SIGINT ignored");
+    assert!(status.success(), "{status:?}\n{rest}");
+    assert!(rest.contains("IOPS="), "the whole run's summary: {rest}");
     assert_eq!(
         left_in(dir.path()),
         Vec::<String>::new(),

@@ -365,6 +365,7 @@ impl BioTable {
     }
 
     /// The bio named by `id`, if the id is current.
+    #[inline]
     pub fn get_mut(&mut self, id: BioId) -> Option<&mut Bio> {
         self.slots
             .get_mut(id.index as usize)

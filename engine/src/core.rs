@@ -352,11 +352,18 @@ impl EngineCore {
     }
 
     /// This core's index for `shared`, adding the device on first use.
+    #[inline]
     pub fn dev_index(&self, shared: &Arc<DeviceShared>) -> u32 {
         let (id, index) = self.last_dev.get();
         if id == shared.id {
             return index;
         }
+        self.dev_index_slow(shared)
+    }
+
+    /// [`EngineCore::dev_index`] of another device than the last one used.
+    #[cold]
+    fn dev_index_slow(&self, shared: &Arc<DeviceShared>) -> u32 {
         let mut devs = self.devs.borrow_mut();
         let index = match devs.position(shared.id) {
             Some(i) => i as u32,

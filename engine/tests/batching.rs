@@ -1,26 +1,25 @@
 //! The batching mechanisms' correctness rules: merging (and its limits and
 //! ordering), errors and short reads of merged requests, the nomerges
 //! switch, and iostats figures that show each mechanism at work.
+//!
+//! The merge of adjacent reads and the program order of overlapping IOs
+//! on a file run in every ring configuration in `tests/matrix.rs`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use plugio_device::backend::mem::{Fault, FaultOn, Latency, MemClock, MemConfig, MemDevice};
-use plugio_device::{ErrorKind, RingConfig};
-use plugio_engine::{Device, DeviceOptions, Region};
+use plugio_device::ErrorKind;
+use plugio_engine::{Device, DeviceOptions};
 
-fn tmpdir() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir")
-}
+mod common;
+
+use common::{local, tmpdir};
 
 fn pattern(off: u64, len: usize) -> Vec<u8> {
     (0..len as u64)
         .map(|i| ((off + i) / 7) as u8 ^ ((off + i) >> 12) as u8)
         .collect()
-}
-
-fn local() -> plugio_executor::LocalExecutor {
-    plugio_engine::runtime::local(RingConfig::default()).expect("executor")
 }
 
 fn mem(latency_max_us: u64, faults: Vec<Fault>) -> Arc<MemDevice> {
@@ -34,37 +33,6 @@ fn mem(latency_max_us: u64, faults: Vec<Fault>) -> Arc<MemDevice> {
         faults,
         ..Default::default()
     }))
-}
-
-#[test]
-fn adjacent_reads_into_adjacent_pages_merge_into_one_request_with_exact_bytes() {
-    let dir = tmpdir();
-    let path = dir.path().join("pages");
-    std::fs::write(&path, pattern(0, 64 * 1024)).unwrap();
-    local().run(async {
-        let dev = Device::open(&path, DeviceOptions::default()).expect("open");
-        let mut pages = Region::new(16 * 1024, 4096).into_pages(4096);
-        let p3 = pages.pop().unwrap();
-        let p2 = pages.pop().unwrap();
-        let p1 = pages.pop().unwrap();
-        // File offsets 0, 4 KiB, 8 KiB into region offsets 4, 8, 12 KiB,
-        // issued in one tick.
-        let (a, b, c) = futures::join!(
-            dev.read_at(p1, 0),
-            dev.read_at(p2, 4096),
-            dev.read_at(p3, 8192)
-        );
-        for (i, (res, page)) in [a, b, c].into_iter().enumerate() {
-            assert_eq!(res.expect("read"), 4096);
-            let off = i as u64 * 4096;
-            assert_eq!(page.as_slice(), &pattern(off, 4096)[..], "page {i}");
-        }
-        let s = dev.iostats();
-        assert_eq!((s.bios, s.requests), (3, 1), "{s:?}");
-        assert_eq!(s.read.merges, 2);
-        assert_eq!(s.read.ios, 1);
-        assert_eq!(s.read.sectors, 24);
-    });
 }
 
 #[test]
@@ -97,30 +65,6 @@ fn small_reads_spread_over_100_mib_are_not_merged_into_a_giant_read() {
     });
 }
 
-/// Write A [0, 8 KiB), write B [2 KiB, 6 KiB), read [0, 10 KiB) in one
-/// plug: B lands on top of A and the read sees both.
-fn overlapping_writes_then_read(dev: Device) {
-    local().run(async move {
-        let mut a = dev.alloc_buf(8192);
-        a.as_mut_slice().fill(0xAA);
-        let mut b = dev.alloc_buf(4096);
-        b.as_mut_slice().fill(0xBB);
-        let (wa, wb, r) = futures::join!(
-            dev.write_at(a, 0),
-            dev.write_at(b, 2048),
-            dev.read_alloc_at(0, 10240)
-        );
-        wa.0.expect("write A");
-        wb.0.expect("write B");
-        let mut want = vec![0u8; 10240];
-        want[..8192].fill(0xAA);
-        want[2048..6144].fill(0xBB);
-        assert_eq!(r.expect("read").as_slice(), &want[..]);
-        let back = dev.read_alloc_at(0, 10240).await.expect("read back");
-        assert_eq!(back.as_slice(), &want[..]);
-    });
-}
-
 #[test]
 fn overlapping_ios_in_one_plug_keep_program_order_on_the_mem_device() {
     for seed in 0..50 {
@@ -134,17 +78,8 @@ fn overlapping_ios_in_one_plug_keep_program_order_on_the_mem_device() {
             ..Default::default()
         }));
         let dev = Device::with_backend(m, None, DeviceOptions::default()).unwrap();
-        overlapping_writes_then_read(dev);
+        local().run(common::overlapping_writes_then_read(dev));
     }
-}
-
-#[test]
-fn overlapping_ios_in_one_plug_keep_program_order_on_a_file() {
-    let dir = tmpdir();
-    let path = dir.path().join("order");
-    std::fs::write(&path, vec![0u8; 64 * 1024]).unwrap();
-    let dev = Device::open(&path, DeviceOptions::default()).expect("open");
-    overlapping_writes_then_read(dev);
 }
 
 /// Merging never changes a result: when a merged request fails, each of

@@ -128,7 +128,46 @@ pub trait Backend: Send + Sync + fmt::Debug {
 ///
 /// # Errors
 /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput).
+#[inline]
 pub fn check_op(geometry: &Geometry, op: &IoOp<'_>) -> Result<()> {
+    if one_segment_op_is_valid(geometry, op) {
+        return Ok(());
+    }
+    check_op_each(geometry, op)
+}
+
+/// The common op, one buffer for a read or write in range, checked with
+/// masks in one pass; `false` sends it (and everything else) through
+/// [`check_op_each`], which says what is wrong. A fast path only: it
+/// accepts nothing `check_op_each` refuses.
+#[inline]
+fn one_segment_op_is_valid(geometry: &Geometry, op: &IoOp<'_>) -> bool {
+    let [seg] = op.segments else {
+        return false;
+    };
+    let mem_align = u64::from(geometry.mem_align_bytes());
+    let len_align = u64::from(geometry.offset_align_bytes());
+    let simple = op.kind.has_data()
+        && op.kind.has_range()
+        && mem_align.is_power_of_two()
+        && len_align.is_power_of_two();
+    if !simple {
+        return false;
+    }
+    let in_range = match geometry.capacity_bytes {
+        Some(cap) => op.offset_bytes <= cap && op.len_bytes <= cap - op.offset_bytes,
+        None => true,
+    };
+    op.len_bytes != 0
+        && seg.iov_len as u64 == op.len_bytes
+        && (seg.iov_base as u64) & (mem_align - 1) == 0
+        && (op.offset_bytes | op.len_bytes) & (len_align - 1) == 0
+        && in_range
+}
+
+/// [`check_op`], rule by rule, with the error of the first rule broken.
+#[cold]
+fn check_op_each(geometry: &Geometry, op: &IoOp<'_>) -> Result<()> {
     if op.kind.has_data() {
         check_segments(geometry, op)?;
     } else if !op.segments.is_empty() {
@@ -228,4 +267,49 @@ fn check_segments(geometry: &Geometry, op: &IoOp<'_>) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod check_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The one-pass check of a one-buffer op accepts exactly what the
+        /// rule-by-rule check accepts (it only decides faster), for
+        /// aligned and misaligned addresses, offsets and lengths, zero and
+        /// overflowing ranges, with and without a capacity.
+        #[test]
+        fn the_fast_check_agrees_with_the_rules(
+            direct in any::<bool>(),
+            align_shift in 0u32..13,
+            addr in prop_oneof![Just(0u64), Just(4096), 0u64..1 << 20, Just(u64::MAX - 4095)],
+            offset in prop_oneof![Just(0u64), 0u64..1 << 24, Just(u64::MAX - 511), any::<u64>()],
+            len in prop_oneof![Just(0u64), Just(4096u64), 0u64..1 << 17, any::<u64>()],
+            seg_len_delta in prop_oneof![Just(0i64), -1i64..=1],
+            capacity in proptest::option::of(prop_oneof![Just(1u64 << 24), any::<u64>()]),
+            write in any::<bool>(),
+        ) {
+            let align = 1u32 << align_shift;
+            let mut geometry = Geometry::file_defaults(align, align, align, direct);
+            geometry.capacity_bytes = capacity;
+            let seg_len = (len as i64).wrapping_add(seg_len_delta) as u64;
+            let segments = [libc::iovec {
+                iov_base: addr as *mut libc::c_void,
+                iov_len: seg_len as usize,
+            }];
+            let op = IoOp {
+                kind: if write { crate::OpKind::Write } else { crate::OpKind::Read },
+                offset_bytes: offset,
+                len_bytes: len,
+                segments: &segments,
+                fixed_buf: None,
+                flags: crate::IoFlags::NONE,
+            };
+            prop_assert_eq!(check_op(&geometry, &op).is_ok(), check_op_each(&geometry, &op).is_ok());
+            if one_segment_op_is_valid(&geometry, &op) {
+                prop_assert!(check_op_each(&geometry, &op).is_ok());
+            }
+        }
+    }
 }

@@ -113,6 +113,7 @@ thread_local! {
 /// [`DmaBuf`](crate::DmaBuf) chunks: an embedder that takes the arena as one chunk and
 /// lays out its own buffers in it (the fio engine's io_u memory) gets
 /// fixed-buffer IO on them too.
+#[inline]
 pub fn registered_index_of(addr: *const u8, len_bytes: usize) -> Option<u16> {
     let (base, size, index) = REGISTERED.try_with(Cell::get).ok()?;
     let start = (addr as usize).checked_sub(base)?;
@@ -301,6 +302,7 @@ impl ArenaShared {
     }
 
     /// The registered index, when called on the owner thread.
+    #[inline]
     pub fn fixed_index_here(&self) -> Option<u16> {
         if thread_token() != self.owner {
             return None;

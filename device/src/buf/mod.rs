@@ -167,6 +167,7 @@ impl DmaBuf {
     ///
     /// # Panics
     /// When `len_bytes > capacity()`.
+    #[inline]
     pub fn set_len(&mut self, len_bytes: usize) {
         assert!(
             len_bytes <= self.cap,
@@ -219,6 +220,7 @@ impl DmaBuf {
     /// The registered-buffer index to use with `READ_FIXED`/`WRITE_FIXED`
     /// on the current thread's ring: `Some` only for a buffer of this
     /// thread's arena while the arena is registered with this thread's ring.
+    #[inline]
     pub fn fixed_index(&self) -> Option<u16> {
         match &self.origin {
             Origin::Arena { arena, .. } => arena.fixed_index_here(),

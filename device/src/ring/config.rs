@@ -22,6 +22,11 @@ pub struct RingConfig {
     /// Try `IORING_SETUP_SINGLE_ISSUER` + `DEFER_TASKRUN` (6.1+), falling
     /// back to `COOP_TASKRUN` (5.19+), then to none. Default true.
     pub taskrun_flags: bool,
+    /// With `taskrun_flags`, try `SINGLE_ISSUER` + `DEFER_TASKRUN` first;
+    /// false starts at `COOP_TASKRUN` (to run or compare the cooperative
+    /// mode on a kernel that has both). No effect without `taskrun_flags`.
+    /// Default true.
+    pub defer_taskrun: bool,
     /// Use a kernel SQ polling thread idling after this many milliseconds
     /// (`IORING_SETUP_SQPOLL`). Default `None`.
     pub sqpoll_idle_ms: Option<u32>,
@@ -56,6 +61,7 @@ impl Default for RingConfig {
             sq_entries: 256,
             cq_entries: None,
             taskrun_flags: true,
+            defer_taskrun: true,
             sqpoll_idle_ms: None,
             iopoll: false,
             registered_files: 64,
@@ -130,7 +136,10 @@ impl RingInfo {
 pub(super) fn build(config: &RingConfig) -> Result<(IoUring, RingInfo)> {
     let mut attempts: Vec<u8> = Vec::new();
     if config.taskrun_flags {
-        attempts.extend([2, 1]);
+        if config.defer_taskrun {
+            attempts.push(2);
+        }
+        attempts.push(1);
     }
     attempts.push(0);
     let mut last_err = None;

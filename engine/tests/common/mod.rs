@@ -37,3 +37,27 @@ pub fn watchdog<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'st
         Err(_) => panic!("hang: not finished after {secs} s"),
     }
 }
+
+/// Write A [0, 8 KiB), write B [2 KiB, 6 KiB), read [0, 10 KiB) in one
+/// plug: B lands on top of A and the read sees both (and so does a read
+/// after them). Shared by the mem-device seeds of `batching.rs` and every
+/// configuration of `matrix.rs`.
+pub async fn overlapping_writes_then_read(dev: plugio_engine::Device) {
+    let mut a = dev.alloc_buf(8192);
+    a.as_mut_slice().fill(0xAA);
+    let mut b = dev.alloc_buf(4096);
+    b.as_mut_slice().fill(0xBB);
+    let (wa, wb, r) = futures::join!(
+        dev.write_at(a, 0),
+        dev.write_at(b, 2048),
+        dev.read_alloc_at(0, 10240)
+    );
+    wa.0.expect("write A");
+    wb.0.expect("write B");
+    let mut want = vec![0u8; 10240];
+    want[..8192].fill(0xAA);
+    want[2048..6144].fill(0xBB);
+    assert_eq!(r.expect("read").as_slice(), &want[..]);
+    let back = dev.read_alloc_at(0, 10240).await.expect("read back");
+    assert_eq!(back.as_slice(), &want[..]);
+}
