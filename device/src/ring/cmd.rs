@@ -262,15 +262,15 @@ impl CmdRing {
         let mut done = 0;
         // The CQEs of one pass, handled once the CQ is released (a retry
         // pushes to the SQ).
-        let batch = RefCell::new(Vec::new());
+        let mut batch = Vec::new();
         self.base.reap(
-            |cq| {
-                let mut batch = batch.borrow_mut();
+            &mut batch,
+            |batch, cq| {
                 batch.extend(cq.map(|c| (c.user_data(), c.result())));
                 batch.len()
             },
-            || {
-                for (ud, res) in batch.borrow_mut().drain(..) {
+            |batch| {
+                for (ud, res) in batch.drain(..) {
                     done += usize::from(self.complete_one(ud, res, out));
                 }
             },

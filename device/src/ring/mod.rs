@@ -1094,15 +1094,14 @@ impl Ring {
     /// the wake read. Returns how many CQEs were seen.
     fn reap(&self) -> Result<usize> {
         let mut eagain = std::mem::take(&mut *self.eagain.borrow_mut());
-        let eagain_cell = RefCell::new(&mut eagain);
         let seen = self.base.reap(
-            |cq| {
+            &mut eagain,
+            |eagain, cq| {
                 // One pass over the CQ with the slots and the reaped list
                 // borrowed once; resubmissions wait until the CQ is
                 // released.
                 let mut slots = self.slots.borrow_mut();
                 let mut reaped = self.reaped.borrow_mut();
-                let mut eagain = eagain_cell.borrow_mut();
                 let mut n = 0;
                 for cqe in cq {
                     n += 1;
@@ -1113,12 +1112,12 @@ impl Ring {
                     };
                     #[cfg(not(test))]
                     let res = cqe.result();
-                    self.handle_cqe(&mut slots, &mut reaped, &mut eagain, cqe.user_data(), res);
+                    self.handle_cqe(&mut slots, &mut reaped, eagain, cqe.user_data(), res);
                 }
                 n
             },
-            || {
-                for index in eagain_cell.borrow_mut().drain(..) {
+            |eagain| {
+                for index in eagain.drain(..) {
                     self.resubmit(index);
                 }
             },

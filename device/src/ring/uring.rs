@@ -81,14 +81,19 @@ impl<S: squeue::EntryMarker, C: cqueue::EntryMarker> RingCore<S, C> {
     /// whether to submit at once.
     #[inline]
     pub fn push(&self, entry: &S) -> bool {
-        let mut backlog = self.backlog.borrow_mut();
-        if backlog.is_empty() && self.try_push_sq(entry) {
+        if self.backlog.borrow().is_empty() && self.try_push_sq(entry) {
             return false;
         }
-        backlog.push_back(entry.clone());
-        drop(backlog);
-        self.stats.borrow_mut().sq_full += 1;
+        self.push_backlog(entry);
         true
+    }
+
+    /// The SQ is full (or the backlog not empty): `entry` waits in the
+    /// backlog.
+    #[cold]
+    fn push_backlog(&self, entry: &S) {
+        self.backlog.borrow_mut().push_back(entry.clone());
+        self.stats.borrow_mut().sq_full += 1;
     }
 
     /// Copies `entry` into the SQ if it has room (ignoring the backlog).
@@ -176,24 +181,26 @@ impl<S: squeue::EntryMarker, C: cqueue::EntryMarker> RingCore<S, C> {
     }
 
     /// Drains the CQ: `pass` handles every CQE the CQ holds (and returns
-    /// how many), then `after` runs with the CQ released (resubmissions);
+    /// how many), then `after` runs with the CQ released (resubmissions),
+    /// both with the caller's `state`;
     /// repeats while CQEs come, flushing a CQ overflow between passes
     /// (`context` names the ring in an error). Returns how many CQEs were
     /// handled, counted in [`RingStats::cqes`].
     #[inline]
-    pub fn reap(
+    pub fn reap<T>(
         &self,
-        mut pass: impl FnMut(cqueue::CompletionQueue<'_, C>) -> usize,
-        mut after: impl FnMut(),
+        state: &mut T,
+        mut pass: impl FnMut(&mut T, cqueue::CompletionQueue<'_, C>) -> usize,
+        mut after: impl FnMut(&mut T),
         context: &'static str,
     ) -> Result<usize> {
         let mut seen = 0;
         let mut idle_flushes = 0;
         loop {
-            let n = pass(self.uring.borrow_mut().completion());
+            let n = pass(state, self.uring.borrow_mut().completion());
             seen += n;
             self.stats.borrow_mut().cqes += n as u64;
-            after();
+            after(state);
             if !self.cq_overflowed() {
                 if n == 0 {
                     return Ok(seen);
