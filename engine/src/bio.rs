@@ -285,23 +285,10 @@ pub(crate) fn forget_if_none(buf: BioBuf) {
     }
 }
 
-/// What a finished bio gives back to its future.
-#[derive(Debug)]
-pub(crate) struct BioResult {
-    /// Bytes transferred, or the first error of its requests.
-    pub result: Result<u64, Error>,
-    /// The bio's memory, handed back to the caller.
-    pub buf: BioBuf,
-}
-
-impl BioResult {
-    /// The result alone, for ops without memory (their buffer is empty).
-    #[inline]
-    pub fn into_result(self) -> Result<u64, Error> {
-        forget_if_none(self.buf);
-        self.result
-    }
-}
+/// What a finished bio gives back to its future: the bytes transferred,
+/// or the first error of its requests. (The memory is the future's: the
+/// bio only named it by address, and forgets the addresses when freed.)
+pub(crate) type BioResult = Result<u64, Error>;
 
 /// The most idle bios a core keeps for reuse, as the kernel's per-cpu bio
 /// cache caps itself (`ALLOC_CACHE_MAX`, 256 since "bio: shrink max number
@@ -442,13 +429,12 @@ impl BioTable {
         if bio.state != BioState::Done {
             return None;
         }
-        let buf = std::mem::take(&mut bio.buf);
         let result = match bio.error.take() {
             Some(e) => Err(e),
             None => Ok(bio.done_bytes),
         };
         self.free_current(id.index);
-        Some(BioResult { result, buf })
+        Some(result)
     }
 
     /// Bios issued and not yet freed.

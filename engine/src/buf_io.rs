@@ -32,7 +32,7 @@ use std::task::{ready, Context, Poll};
 
 use plugio_device::{DmaBuf, Error, ErrorKind, IoFlags, OpKind};
 
-use crate::bio::{forget_if_none, BioBuf, BioResult, Keep, Seg};
+use crate::bio::{BioBuf, BioResult, Keep, Seg};
 use crate::buf::{IoBuf, IoBufMut};
 use crate::device::{issue_inline, BioInit, Device, Issued, MAX_IO_BYTES};
 use crate::shared::DeviceShared;
@@ -367,8 +367,7 @@ impl<'a, S: BufSet, D: Direction<S>> BufIo<'a, S, D> {
         let Some(mut bufs) = self.bufs.take() else {
             panic!("a plugio IO future was polled after it completed")
         };
-        forget_if_none(r.buf);
-        let result = r.result.map(|n| n as usize);
+        let result = r.map(|n| n as usize);
         if let Ok(n) = result {
             D::finish(&mut bufs, self.bounce.as_ref(), n);
         }
@@ -387,7 +386,7 @@ impl<S: BufSet, D: Direction<S>> Future for BufIo<'_, S, D> {
             Some(issued) => {
                 let r = ready!(issued.poll(cx));
                 #[cfg(feature = "trace-io")]
-                crate::device::trace_done(this.shared, issued, &r.result);
+                crate::device::trace_done(this.shared, issued, &r);
                 Poll::Ready(this.finish(r))
             }
         }

@@ -481,7 +481,6 @@ impl Device {
             BioBuf::None,
         )
         .await
-        .into_result()
         .map(|_| ())
     }
 
@@ -691,10 +690,8 @@ pub(crate) fn issue_inline(
     cx: &Context<'_>,
 ) -> Result<Issued, BioResult> {
     if let Err(e) = Device::check(shared, &init) {
-        return Err(BioResult {
-            result: Err(e),
-            buf: init.buf,
-        });
+        forget_if_none(init.buf);
+        return Err(Err(e));
     }
     // A forked child may not use its parent's rings (the fork guard).
     let core = match EngineCore::current() {
@@ -704,10 +701,8 @@ pub(crate) fn issue_inline(
     let core = match core {
         Ok(c) => c,
         Err(e) => {
-            return Err(BioResult {
-                result: Err(e),
-                buf: init.buf,
-            })
+            forget_if_none(init.buf);
+            return Err(Err(e));
         }
     };
     let dev = core.dev_index(shared);
@@ -792,7 +787,7 @@ impl Issued {
         };
         let mut bios = ec.bios.borrow_mut();
         match bios.take_result(id) {
-            Some(r) => forget_if_none(r.buf),
+            Some(_) => {}
             None => {
                 if let Some(bio) = bios.get_mut(id) {
                     bio.orphaned = true;
@@ -877,7 +872,7 @@ impl Future for UnitIo<'_> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         Pin::new(&mut self.0)
             .poll(cx)
-            .map(|r| r.into_result().map(|_| ()))
+            .map(|r| r.map(|_| ()))
     }
 }
 
@@ -906,7 +901,7 @@ impl Future for BioFuture<'_> {
         let r = std::task::ready!(issued.poll(cx));
         this.state = State::Done;
         #[cfg(feature = "trace-io")]
-        trace_done(this.shared, issued, &r.result);
+        trace_done(this.shared, issued, &r);
         Poll::Ready(r)
     }
 }

@@ -139,7 +139,6 @@ impl Device {
             BioBuf::None,
         )
         .await
-        .into_result()
         .map(drop)
     }
 }
