@@ -761,7 +761,9 @@ pub fn in_tick_hooks() -> bool {
 /// Unlike [`core_id`], it differs between two executors run one after the
 /// other on the same thread, so per-core state kept in a `thread_local!`
 /// can tell that it belongs to an executor that is gone (its hooks
-/// went with it) and must be rebuilt.
+/// went with it) and must be rebuilt. (Inline: the engine reads it once or
+/// twice per IO, from another crate.)
+#[inline]
 pub fn core_uid() -> Option<u64> {
     try_with_current(|core| core.uid)
 }
