@@ -540,14 +540,13 @@ impl Device {
     ) -> BioFuture<'_> {
         BioFuture {
             shared: &self.shared,
-            state: State::Init(Some(BioInit {
-                op,
-                flags,
-                offset_bytes,
-                len_bytes,
-                buf,
-                bounced: false,
-            })),
+            op,
+            flags,
+            offset_bytes,
+            len_bytes,
+            buf,
+            issued: None,
+            done: false,
         }
     }
 
@@ -799,19 +798,22 @@ impl Issued {
     }
 }
 
-enum State {
-    Init(Option<BioInit>),
-    Issued(Issued),
-    Done,
-}
-
 /// The future of one IO without caller memory (flush, fsync, discard,
 /// zeroing, no-op): checks and plugs it on first poll, then waits for its
 /// bio to complete. It borrows the device handle (no reference count
 /// touched per IO). IO on caller buffers has its own future (`buf_io`).
 pub(crate) struct BioFuture<'a> {
     shared: &'a Arc<DeviceShared>,
-    state: State,
+    /// The IO, issued as a bio at the first poll (which takes `buf`).
+    op: OpKind,
+    flags: IoFlags,
+    offset_bytes: u64,
+    len_bytes: u64,
+    buf: BioBuf,
+    /// The bio, from the first poll until its result is taken.
+    issued: Option<Issued>,
+    /// The result was handed out.
+    done: bool,
 }
 
 /// The per-IO events (feature `trace-io`): `trace` level, target
@@ -870,9 +872,7 @@ impl Future for UnitIo<'_> {
 
     #[inline]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.0)
-            .poll(cx)
-            .map(|r| r.map(|_| ()))
+        Pin::new(&mut self.0).poll(cx).map(|r| r.map(|_| ()))
     }
 }
 
@@ -881,25 +881,33 @@ impl Future for BioFuture<'_> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<BioResult> {
         let this = &mut *self;
-        let issued = match &mut this.state {
-            State::Init(init) => {
-                let init = init.take().expect("an Init state always holds its bio");
-                match issue_inline(this.shared, init, cx) {
-                    Ok(issued) => {
-                        this.state = State::Issued(issued);
-                        return Poll::Pending;
-                    }
-                    Err(r) => {
-                        this.state = State::Done;
-                        return Poll::Ready(r);
-                    }
+        let Some(issued) = this.issued else {
+            assert!(
+                !this.done,
+                "a plugio IO future was polled after it completed"
+            );
+            let init = BioInit {
+                op: this.op,
+                flags: this.flags,
+                offset_bytes: this.offset_bytes,
+                len_bytes: this.len_bytes,
+                buf: std::mem::take(&mut this.buf),
+                bounced: false,
+            };
+            return match issue_inline(this.shared, init, cx) {
+                Ok(issued) => {
+                    this.issued = Some(issued);
+                    Poll::Pending
                 }
-            }
-            State::Issued(issued) => *issued,
-            State::Done => panic!("a plugio IO future was polled after it completed"),
+                Err(r) => {
+                    this.done = true;
+                    Poll::Ready(r)
+                }
+            };
         };
         let r = std::task::ready!(issued.poll(cx));
-        this.state = State::Done;
+        this.issued = None;
+        this.done = true;
         #[cfg(feature = "trace-io")]
         trace_done(this.shared, issued, &r);
         Poll::Ready(r)
@@ -908,8 +916,9 @@ impl Future for BioFuture<'_> {
 
 impl Drop for BioFuture<'_> {
     fn drop(&mut self) {
-        if let State::Issued(issued) = self.state {
+        if let Some(issued) = self.issued {
             issued.release(self.shared, None);
         }
+        forget_if_none(std::mem::take(&mut self.buf));
     }
 }
