@@ -271,6 +271,7 @@ fn complete_device<C: Completed>(
 /// Accounts request `slot` and hands its status to its bios, issuing
 /// again what a short or failed completion left undone (see the module
 /// invariants).
+#[inline(always)]
 fn complete_request(d: &mut CoreDev, slot: u32, status: Status, now: u64, ctx: &mut Ctx<'_>) {
     let rq = d.rqs.get(slot);
     let op = rq.op;
@@ -288,6 +289,12 @@ fn complete_request(d: &mut CoreDev, slot: u32, status: Status, now: u64, ctx: &
     // again.
     if let Status::Bytes(n) = status {
         if n >= rq.len_bytes || !matches!(op, OpKind::Read | OpKind::Write) {
+            if let [p] = rq.pieces.as_slice() {
+                // One bio piece (no merge): its share, as `split_result`
+                // gives it, without the per-piece call.
+                finish_piece(ctx.bios, p, n.min(p.len_bytes) as i64, ctx.wakes);
+                return;
+            }
             rq.split_result(status.as_share(), |p, share| {
                 finish_piece(ctx.bios, p, share, ctx.wakes)
             });
@@ -543,7 +550,7 @@ pub(crate) fn adopt_remote_orphans(d: &CoreDev, uid: u64, bios: &mut BioTable) {
 
 /// Records a piece's share of a request's result in its bio; when the bio
 /// is finished, queues its waker, or frees it if its future is gone.
-#[inline]
+#[inline(always)]
 fn finish_piece(bios: &mut BioTable, p: &Piece, share: i64, wakes: &mut Vec<Waker>) {
     let Some(bio) = bios.get_mut(p.bio) else {
         return;
