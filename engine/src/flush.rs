@@ -37,6 +37,7 @@ impl EngineCore {
     /// earlier when the SQ fills). With plugging off (`plug_max_count` 1)
     /// and for IO issued from a tick hook that runs after ours, the flush
     /// also enters the kernel at once.
+    #[inline]
     pub fn plug_bio(self: &Rc<Self>, dev: u32, id: BioId, bio: &BioInfo, bio_cache_hit: bool) {
         let (full, unplugged) = {
             let mut devs = self.devs.borrow_mut();
@@ -64,16 +65,23 @@ impl EngineCore {
                 unplugged,
             )
         };
-        if full && !unplugged {
-            self.flush();
-        } else if unplugged || plugio_executor::in_tick_hooks() {
-            // Without a plug, or for IO issued from a tick hook after ours
-            // (it would sit in the SQ while the core parks): to the kernel
-            // now.
-            self.flush();
-            if let Err(e) = plugio_device::submit_now() {
-                tracing::warn!(error = %e, "submit after an unplugged flush failed; the park will retry");
-            }
+        if full || unplugged || plugio_executor::in_tick_hooks() {
+            self.flush_early(full && !unplugged);
+        }
+    }
+
+    /// [`EngineCore::plug_bio`]'s flush before the tick ends: of a full
+    /// plug (`full_only`: the SQEs wait for the park's enter), or without
+    /// a plug, or for IO issued from a tick hook after ours (it would sit
+    /// in the SQ while the core parks): to the kernel now.
+    #[cold]
+    fn flush_early(self: &Rc<Self>, full_only: bool) {
+        self.flush();
+        if full_only {
+            return;
+        }
+        if let Err(e) = plugio_device::submit_now() {
+            tracing::warn!(error = %e, "submit after an unplugged flush failed; the park will retry");
         }
     }
 
