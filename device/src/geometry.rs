@@ -82,6 +82,7 @@ impl Geometry {
     }
 
     /// Alignment binding on buffer addresses (1 when buffered).
+    #[inline]
     pub fn mem_align_bytes(&self) -> u32 {
         if self.direct {
             self.dio_mem_align_bytes.max(1)
@@ -91,6 +92,7 @@ impl Geometry {
     }
 
     /// Alignment binding on offsets and lengths (1 when buffered).
+    #[inline]
     pub fn offset_align_bytes(&self) -> u32 {
         if self.direct {
             self.dio_offset_align_bytes.max(1)

@@ -90,12 +90,15 @@ pub unsafe trait IoBufMut: IoBuf {
 // SAFETY: a Vec's heap buffer does not move when the Vec does; `len` bytes
 // are initialised, `capacity` are allocated; the Vec owns them alone.
 unsafe impl IoBuf for Vec<u8> {
+    #[inline]
     fn stable_ptr(&self) -> *const u8 {
         self.as_ptr()
     }
+    #[inline]
     fn bytes_init(&self) -> usize {
         self.len()
     }
+    #[inline]
     fn bytes_total(&self) -> usize {
         self.capacity()
     }
@@ -103,9 +106,11 @@ unsafe impl IoBuf for Vec<u8> {
 
 // SAFETY: see the `IoBuf` impl; `as_mut_ptr` is the same address.
 unsafe impl IoBufMut for Vec<u8> {
+    #[inline]
     fn stable_mut_ptr(&mut self) -> *mut u8 {
         self.as_mut_ptr()
     }
+    #[inline]
     unsafe fn set_init(&mut self, len_bytes: usize) {
         // SAFETY: the caller promises `len_bytes <= capacity` and that the
         // bytes are initialised.
@@ -116,12 +121,15 @@ unsafe impl IoBufMut for Vec<u8> {
 // SAFETY: a boxed slice's bytes live on the heap (or are a dangling,
 // zero-length pointer), all initialised, owned by the box.
 unsafe impl IoBuf for Box<[u8]> {
+    #[inline]
     fn stable_ptr(&self) -> *const u8 {
         self.as_ptr()
     }
+    #[inline]
     fn bytes_init(&self) -> usize {
         self.len()
     }
+    #[inline]
     fn bytes_total(&self) -> usize {
         self.len()
     }
@@ -129,9 +137,11 @@ unsafe impl IoBuf for Box<[u8]> {
 
 // SAFETY: as the `IoBuf` impl; the box owns its bytes exclusively.
 unsafe impl IoBufMut for Box<[u8]> {
+    #[inline]
     fn stable_mut_ptr(&mut self) -> *mut u8 {
         self.as_mut_ptr()
     }
+    #[inline]
     unsafe fn set_init(&mut self, _len_bytes: usize) {}
 }
 
@@ -139,12 +149,15 @@ unsafe impl IoBufMut for Box<[u8]> {
 // handle; `len` are initialised, `capacity` reserved; a BytesMut is the
 // unique owner of its view (split halves are disjoint).
 unsafe impl IoBuf for BytesMut {
+    #[inline]
     fn stable_ptr(&self) -> *const u8 {
         self.as_ptr()
     }
+    #[inline]
     fn bytes_init(&self) -> usize {
         self.len()
     }
+    #[inline]
     fn bytes_total(&self) -> usize {
         self.capacity()
     }
@@ -152,9 +165,11 @@ unsafe impl IoBuf for BytesMut {
 
 // SAFETY: see the `IoBuf` impl.
 unsafe impl IoBufMut for BytesMut {
+    #[inline]
     fn stable_mut_ptr(&mut self) -> *mut u8 {
         self.as_mut_ptr()
     }
+    #[inline]
     unsafe fn set_init(&mut self, len_bytes: usize) {
         // SAFETY: the caller promises `len_bytes <= capacity` and that the
         // bytes are initialised.
@@ -165,12 +180,15 @@ unsafe impl IoBufMut for BytesMut {
 // SAFETY: `Bytes` is immutable shared memory on the heap or static; reads
 // by the kernel race with nothing. (No `IoBufMut`: it may be shared.)
 unsafe impl IoBuf for Bytes {
+    #[inline]
     fn stable_ptr(&self) -> *const u8 {
         self.as_ptr()
     }
+    #[inline]
     fn bytes_init(&self) -> usize {
         self.len()
     }
+    #[inline]
     fn bytes_total(&self) -> usize {
         self.len()
     }
@@ -180,12 +198,15 @@ unsafe impl IoBuf for Bytes {
 // buffer), which does not move with the handle; its whole capacity is
 // initialised. Its length is the IO size (`bytes_total` = `len`).
 unsafe impl IoBuf for DmaBuf {
+    #[inline]
     fn stable_ptr(&self) -> *const u8 {
         self.as_ptr()
     }
+    #[inline]
     fn bytes_init(&self) -> usize {
         self.len()
     }
+    #[inline]
     fn bytes_total(&self) -> usize {
         self.len()
     }
@@ -193,9 +214,11 @@ unsafe impl IoBuf for DmaBuf {
 
 // SAFETY: see the `IoBuf` impl; `set_len(n)` with `n <= len <= capacity`.
 unsafe impl IoBufMut for DmaBuf {
+    #[inline]
     fn stable_mut_ptr(&mut self) -> *mut u8 {
         self.as_mut_ptr()
     }
+    #[inline]
     unsafe fn set_init(&mut self, len_bytes: usize) {
         self.set_len(len_bytes);
     }
@@ -205,12 +228,15 @@ unsafe impl IoBufMut for DmaBuf {
 // allocation, which its `Arc` keeps alive and in place; zeroed at
 // allocation, so initialised.
 unsafe impl IoBuf for Page {
+    #[inline]
     fn stable_ptr(&self) -> *const u8 {
         self.as_ptr()
     }
+    #[inline]
     fn bytes_init(&self) -> usize {
         self.len()
     }
+    #[inline]
     fn bytes_total(&self) -> usize {
         self.len()
     }
@@ -218,9 +244,11 @@ unsafe impl IoBuf for Page {
 
 // SAFETY: see the `IoBuf` impl; no other page covers this range.
 unsafe impl IoBufMut for Page {
+    #[inline]
     fn stable_mut_ptr(&mut self) -> *mut u8 {
         self.as_mut_slice().as_mut_ptr()
     }
+    #[inline]
     unsafe fn set_init(&mut self, _len_bytes: usize) {}
 }
 

@@ -164,6 +164,7 @@ impl Plug {
     /// Whether the plug must be flushed now, before the tick ends: it holds
     /// `max_count` bios (or the larger count an open guard declared), or
     /// `flush_bytes` bytes (0 disables the byte trigger).
+    #[inline]
     pub fn should_flush(&self, max_count: usize, flush_bytes: u64) -> bool {
         let count_limit = max_count.max(self.nr_ios);
         self.bios.len() >= count_limit || (flush_bytes != 0 && self.bytes >= flush_bytes)

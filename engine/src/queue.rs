@@ -483,6 +483,7 @@ impl DevList {
 
 impl std::ops::Index<usize> for DevList {
     type Output = CoreDev;
+    #[inline]
     fn index(&self, i: usize) -> &CoreDev {
         self.get(i)
             .expect("a device index in use names a live device")
@@ -490,6 +491,7 @@ impl std::ops::Index<usize> for DevList {
 }
 
 impl std::ops::IndexMut<usize> for DevList {
+    #[inline]
     fn index_mut(&mut self, i: usize) -> &mut CoreDev {
         self.get_mut(i)
             .expect("a device index in use names a live device")

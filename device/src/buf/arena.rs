@@ -143,6 +143,7 @@ fn next_token() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
+#[inline]
 fn thread_token() -> u64 {
     THREAD_TOKEN
         .try_with(|t| match t.get() {

@@ -148,16 +148,19 @@ impl DmaBuf {
     }
 
     /// Bytes in use.
+    #[inline]
     pub fn len(&self) -> usize {
         self.len
     }
 
     /// True when `len() == 0`.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// Bytes allocated.
+    #[inline]
     pub fn capacity(&self) -> usize {
         self.cap
     }
@@ -178,6 +181,7 @@ impl DmaBuf {
     }
 
     /// The bytes in use.
+    #[inline]
     pub fn as_slice(&self) -> &[u8] {
         // SAFETY: ptr is valid for cap >= len initialised bytes, owned by us.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
@@ -196,11 +200,13 @@ impl DmaBuf {
     }
 
     /// The start address.
+    #[inline]
     pub fn as_ptr(&self) -> *const u8 {
         self.ptr.as_ptr()
     }
 
     /// The start address, mutable.
+    #[inline]
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
         self.ptr.as_ptr()
     }
