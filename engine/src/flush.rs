@@ -37,7 +37,7 @@ impl EngineCore {
     /// earlier when the SQ fills). With plugging off (`plug_max_count` 1)
     /// and for IO issued from a tick hook that runs after ours, the flush
     /// also enters the kernel at once.
-    #[inline]
+    #[inline(always)]
     pub fn plug_bio(self: &Rc<Self>, dev: u32, id: BioId, bio: &BioInfo, bio_cache_hit: bool) {
         let (full, unplugged) = {
             let mut devs = self.devs.borrow_mut();
