@@ -604,7 +604,11 @@ impl Device {
             fixed_buf: None,
             flags: init.flags,
         };
-        shared.backend.check(&op)
+        if shared.geometry_check_only {
+            plugio_device::check_op(&shared.geometry, &op)
+        } else {
+            shared.backend.check(&op)
+        }
     }
 }
 

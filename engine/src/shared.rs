@@ -29,6 +29,9 @@ pub(crate) struct DeviceShared {
     pub path: Option<PathBuf>,
     pub backend: Arc<dyn Backend>,
     pub geometry: Geometry,
+    /// The backend's check is `check_op` on `geometry` alone
+    /// (`Backend::checks_geometry_only`): the engine runs it inline.
+    pub geometry_check_only: bool,
     pub opts: DeviceOptions,
     /// One tag set (shared tags) or one per core slice.
     pub tag_sets: Vec<TagSet>,
@@ -119,6 +122,7 @@ impl DeviceShared {
             id,
             span,
             path,
+            geometry_check_only: backend.checks_geometry_only(),
             backend,
             geometry,
             opts,

@@ -427,6 +427,10 @@ impl FileBackend {
 }
 
 impl Backend for FileBackend {
+    fn checks_geometry_only(&self) -> bool {
+        true
+    }
+
     fn geometry(&self) -> &Geometry {
         &self.geometry
     }

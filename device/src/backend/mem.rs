@@ -539,6 +539,10 @@ fn hits_eio(faults: &[Fault], lbas: &Range<u64>, kind: FaultOn) -> bool {
 }
 
 impl Backend for MemDevice {
+    fn checks_geometry_only(&self) -> bool {
+        true
+    }
+
     fn geometry(&self) -> &Geometry {
         &self.geometry
     }

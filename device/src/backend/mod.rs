@@ -75,6 +75,16 @@ pub trait Backend: Send + Sync + fmt::Debug {
         check_op(self.geometry(), op)
     }
 
+    /// Whether [`Backend::check`] is exactly [`check_op`] on
+    /// [`Backend::geometry`], which never changes: a caller holding a copy
+    /// of the geometry may then run `check_op` itself, inline, instead of a
+    /// call through the trait object per IO. False by default, so a
+    /// backend with checks of its own is always asked; the file backend
+    /// and the mem device say true.
+    fn checks_geometry_only(&self) -> bool {
+        false
+    }
+
     /// Queues `op`; its completion `(token, result)` is later delivered to
     /// `handler` on this thread, inside the driver's `park` (or
     /// `run_completions`).
