@@ -131,10 +131,18 @@ impl CoreDev {
 
     /// Whether a bio `op` on `[offset, offset + len)` may join request
     /// `slot`: it conflicts with no other live request.
+    #[inline]
     pub(crate) fn may_join(&mut self, slot: u32, op: OpKind, offset: u64, len: u64) -> bool {
-        if !self.overlap_order {
+        if !self.overlap_order || (!self.index_active && !op.is_write()) {
+            // Nothing is ordered, or no write is live (the index is off):
+            // a read conflicts with nothing.
             return true;
         }
+        self.may_join_slow(slot, op, offset, len)
+    }
+
+    /// [`CoreDev::may_join`] where a write is live or this is one.
+    fn may_join_slow(&mut self, slot: u32, op: OpKind, offset: u64, len: u64) -> bool {
         if op.is_write() && !self.index_active {
             self.activate_index();
         }
@@ -148,6 +156,7 @@ impl CoreDev {
 
     /// Changes the range of request `slot` (a bio joined it), keeping the
     /// interval index right.
+    #[inline]
     pub(crate) fn set_range(&mut self, slot: u32, offset: u64, len: u64) {
         let linked = self.rqs.get(slot).node.linked;
         if linked {
