@@ -789,14 +789,13 @@ impl Issued {
             return;
         };
         let mut bios = ec.bios.borrow_mut();
-        match bios.take_result(id) {
-            Some(_) => {}
-            None => {
-                if let Some(bio) = bios.get_mut(id) {
-                    bio.orphaned = true;
-                    bio.waker = None;
-                    bio.keep = keep;
-                }
+        // A finished bio is freed with its result; an unfinished one is
+        // orphaned.
+        if bios.take_result(id).is_none() {
+            if let Some(bio) = bios.get_mut(id) {
+                bio.orphaned = true;
+                bio.waker = None;
+                bio.keep = keep;
             }
         }
     }
@@ -923,6 +922,7 @@ impl Drop for BioFuture<'_> {
         if let Some(issued) = self.issued {
             issued.release(self.shared, None);
         }
-        forget_if_none(std::mem::take(&mut self.buf));
+        // A never-polled future's `buf` (addresses only) goes with the
+        // field's own drop.
     }
 }
