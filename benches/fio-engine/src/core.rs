@@ -427,7 +427,7 @@ async fn serve(shared: Rc<Shared>, iodepth: usize) {
                 break;
             };
             let cookie = s.cookie;
-            if let Some(c) = slots.start(run_io(s), cookie) {
+            if let Some(c) = slots.start(|| run_io(s), cookie) {
                 done.push(c);
             }
         }

@@ -111,10 +111,16 @@ impl<F: Future<Output = i64>> IoSlots<F> {
     ///
     /// # Panics
     /// When no slot is free (check [`IoSlots::has_free`]).
-    pub fn start(&mut self, fut: F, cookie: usize) -> Option<Completion> {
+    ///
+    /// `make` builds the future straight into its slot: a future is as
+    /// large as its largest state, and moving one that was built
+    /// elsewhere copies all of it (a `memcpy` per IO).
+    #[inline]
+    pub fn start(&mut self, make: impl FnOnce() -> F, cookie: usize) -> Option<Completion> {
         let i = self.free.pop().expect("IoSlots::start with no free slot");
-        debug_assert!(self.futs[i].is_none());
-        self.futs[i] = Some(fut);
+        let slot = &mut self.futs[i];
+        debug_assert!(slot.is_none());
+        *slot = Some(make());
         self.cookies[i] = cookie;
         self.poll_slot(i)
     }
@@ -184,7 +190,7 @@ mod tests {
             .collect();
         for (i, (flag, waker)) in gates.iter().enumerate() {
             assert!(slots
-                .start(Gate(flag.clone(), waker.clone()), 100 + i)
+                .start(|| Gate(flag.clone(), waker.clone()), 100 + i)
                 .is_none());
         }
         assert!(!slots.has_free());
@@ -208,7 +214,7 @@ mod tests {
         assert!(done.is_empty());
         // The free slot takes a future that is ready at once.
         let now = Rc::new(Cell::new(true));
-        let c = slots.start(Gate(now, Rc::new(Cell::new(None))), 9);
+        let c = slots.start(|| Gate(now, Rc::new(Cell::new(None))), 9);
         assert_eq!(
             c,
             Some(Completion {
@@ -231,7 +237,7 @@ mod tests {
         let mut slots = IoSlots::new(1);
         slots.register(&Waker::from(count.clone()));
         let (flag, waker) = (Rc::new(Cell::new(false)), Rc::new(Cell::new(None)));
-        assert!(slots.start(Gate(flag, waker.clone()), 0).is_none());
+        assert!(slots.start(|| Gate(flag, waker.clone()), 0).is_none());
         waker.take().expect("stored").wake();
         assert_eq!(count.0.load(Ordering::SeqCst), 1);
     }
