@@ -84,7 +84,7 @@ pub use backend::file::{FileBackend, OpenOptions};
 #[cfg(any(test, feature = "test-util"))]
 pub use backend::mem::{MemConfig, MemDevice};
 pub use backend::nvme::{is_passthrough_path, NvmeBackend, NvmeOptions};
-pub use backend::{check_op, Backend, BackendKind};
+pub use backend::{check_op, Backend, BackendKind, SqWriter};
 pub use buf::DmaBuf;
 pub use core::{
     driver_installed, register_handler, run_completions, submit_now, unregister_handler,

@@ -20,7 +20,7 @@
 
 use std::rc::Rc;
 
-use plugio_device::IoOp;
+use plugio_device::{IoOp, SqWriter};
 
 use crate::bio::{Bio, BioTable};
 use crate::clock;
@@ -28,6 +28,7 @@ use crate::complete::Status;
 use crate::core::EngineCore;
 use crate::queue::CoreDev;
 use crate::request::{Piece, Request, RqState};
+use crate::shared::DeviceShared;
 use crate::tag::Tag;
 
 impl EngineCore {
@@ -46,50 +47,25 @@ impl EngineCore {
         shared
             .tags_for(self.core)
             .get_tags(self.core, nr, &mut tags);
-        self.dispatch_tags(dev, &tags);
+        self.dispatch_tags(dev, &shared, &tags);
         tags.clear();
         *self.scratch_tags.borrow_mut() = tags;
         self.ensure_tag_waiter(dev);
     }
 
     /// Dispatches the oldest waiting requests of `dev`, one per tag; tags
-    /// left over (nothing dispatchable any more) are put back.
-    pub fn dispatch_tags(self: &Rc<Self>, dev: u32, tags: &[Tag]) {
+    /// left over (nothing dispatchable any more) are put back. The
+    /// backend's SQ writer is found once for the batch
+    /// ([`Backend::with_sq_writer`](plugio_device::Backend::with_sq_writer)).
+    pub fn dispatch_tags(self: &Rc<Self>, dev: u32, shared: &DeviceShared, tags: &[Tag]) {
         let mut failed = std::mem::take(&mut *self.scratch_failed.borrow_mut());
         {
             let mut devs = self.devs.borrow_mut();
             let d = &mut devs[dev as usize];
             let bios = self.bios.borrow();
-            // One clock read for the batch with the cached clock; one per
-            // request without it (the ablation of the cached clock).
-            let batch_clock = d.iostats && d.cached_clock;
-            let mut now = if batch_clock { clock::now_ns(true) } else { 0 };
-            let mut started = 0;
-            for (i, &tag) in tags.iter().enumerate() {
-                if d.dispatchable() == 0 {
-                    d.shared
-                        .tags_for(self.core)
-                        .put_batch(self.core, &tags[i..]);
-                    break;
-                }
-                let Some(slot) = d.waiting.pop_front() else {
-                    break;
-                };
-                started += 1;
-                if d.iostats && !batch_clock {
-                    now = clock::now_ns(false);
-                    d.busy.event(now, 1, &d.counters);
-                }
-                if let Err(e) = self.dispatch_one(d, &bios, dev, slot, tag, now) {
-                    failed.push((token(dev, slot), Status::Submit(e.errno())));
-                }
-            }
-            if batch_clock && started > 0 {
-                d.busy.event(now, started, &d.counters);
-            }
-            if d.iostats && started > 0 {
-                d.publish();
-            }
+            shared.backend.with_sq_writer(self.handler, &mut |sq| {
+                self.dispatch_batch(d, &bios, sq, dev, tags, &mut failed);
+            });
             #[cfg(debug_assertions)]
             d.check_invariants();
         }
@@ -100,12 +76,60 @@ impl EngineCore {
         *self.scratch_failed.borrow_mut() = failed;
     }
 
+    /// The loop of [`EngineCore::dispatch_tags`], with the batch's SQ
+    /// writer (`None`: each request through `Backend::submit_direct`).
+    /// Requests the backend refused go to `failed`.
+    #[inline]
+    fn dispatch_batch(
+        &self,
+        d: &mut CoreDev,
+        bios: &BioTable,
+        sq: Option<&SqWriter<'_>>,
+        dev: u32,
+        tags: &[Tag],
+        failed: &mut Vec<(u64, Status)>,
+    ) {
+        // One clock read for the batch with the cached clock; one per
+        // request without it (the ablation of the cached clock).
+        let batch_clock = d.iostats && d.cached_clock;
+        let mut now = if batch_clock { clock::now_ns(true) } else { 0 };
+        let mut started = 0;
+        for (i, &tag) in tags.iter().enumerate() {
+            if d.dispatchable() == 0 {
+                d.shared
+                    .tags_for(self.core)
+                    .put_batch(self.core, &tags[i..]);
+                break;
+            }
+            let Some(slot) = d.waiting.pop_front() else {
+                break;
+            };
+            started += 1;
+            if d.iostats && !batch_clock {
+                now = clock::now_ns(false);
+                d.busy.event(now, 1, &d.counters);
+            }
+            if let Err(e) = self.dispatch_one(d, bios, sq, dev, slot, tag, now) {
+                failed.push((token(dev, slot), Status::Submit(e.errno())));
+            }
+        }
+        if batch_clock && started > 0 {
+            d.busy.event(now, started, &d.counters);
+        }
+        if d.iostats && started > 0 {
+            d.publish();
+        }
+    }
+
     /// Starts request `slot` of `d` with `tag`: builds its iovecs in place
-    /// and submits it.
+    /// and submits it, through the batch's SQ writer when there is one.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
     fn dispatch_one(
         &self,
         d: &mut CoreDev,
         bios: &BioTable,
+        sq: Option<&SqWriter<'_>>,
         dev: u32,
         slot: u32,
         tag: Tag,
@@ -146,9 +170,13 @@ impl EngineCore {
         // the ring keeps no copy (a per-op EAGAIN comes back here and the
         // request goes again, see `complete::requeue_again`).
         unsafe {
-            d.shared
-                .backend
-                .submit_direct(&op, self.handler, token(dev, slot))
+            match sq {
+                Some(sq) => sq.submit_direct(&op, token(dev, slot)),
+                None => d
+                    .shared
+                    .backend
+                    .submit_direct(&op, self.handler, token(dev, slot)),
+            }
         }
     }
 
@@ -172,7 +200,7 @@ impl EngineCore {
                     break;
                 }
                 let batch = shared.tags_for(core.core).acquire(core.core, nr).await;
-                core.dispatch_tags(dev, &batch);
+                core.dispatch_tags(dev, &shared, &batch);
                 core.wake_pending();
             }
             core.devs.borrow_mut()[dev as usize].waiter_running = false;

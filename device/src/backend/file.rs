@@ -276,10 +276,7 @@ impl FileBackend {
             return false;
         };
         if op.fixed_buf.is_some() {
-            let code = entry.get_opcode() as u8;
-            if code == opcode::ReadFixed::CODE || code == opcode::WriteFixed::CODE {
-                ring.count_fixed_buf_sqe();
-            }
+            count_fixed_sqe(ring, &entry);
         }
         let preflush_flag = op.flags.contains(IoFlags::PREFLUSH);
         if direct && !preflush_flag && ring::fits_direct(handler, token) {
@@ -426,7 +423,98 @@ impl FileBackend {
     }
 }
 
+/// Writes the SQEs of one submission batch for one [`FileBackend`] on the
+/// calling thread's ring: the ring and the file's registration were found
+/// once, by [`Backend::with_sq_writer`], so each op costs the SQE's build
+/// and push only. It lives for that one call (the file's registration
+/// cannot change under it: nothing in a batch sweeps the ring's files).
+pub struct SqWriter<'a> {
+    backend: &'a FileBackend,
+    ring: &'a Ring,
+    target: Target,
+    handler: HandlerId,
+}
+
+impl std::fmt::Debug for SqWriter<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqWriter")
+            .field("path", &self.backend.path)
+            .field("handler", &self.handler)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqWriter<'_> {
+    /// [`Backend::submit_direct`] of `op` with the writer's handler and
+    /// `token`: its SQE goes straight into the ring's SQ (or the backlog
+    /// when the SQ is full), with the handler and token in its user_data.
+    /// An op that needs more (a linked PREFLUSH, a token over 48 bits, a
+    /// block-device discard) takes the backend's usual way.
+    ///
+    /// # Safety
+    /// As [`Backend::submit`].
+    ///
+    /// # Errors
+    /// As [`Backend::submit`] (the fast way itself cannot fail).
+    #[inline]
+    pub unsafe fn submit_direct(&self, op: &IoOp<'_>, token: u64) -> Result<()> {
+        debug_assert!(
+            check_op(&self.backend.geometry, op).is_ok(),
+            "unchecked op submitted: {op:?}"
+        );
+        if !op.flags.contains(IoFlags::PREFLUSH) && ring::fits_direct(self.handler, token) {
+            if let Some(entry) = self.backend.build_sqe(self.target, op) {
+                if op.fixed_buf.is_some() {
+                    count_fixed_sqe(self.ring, &entry);
+                }
+                self.ring.push_direct(entry, self.handler, token);
+                return Ok(());
+            }
+        }
+        // SAFETY: the caller keeps `submit`'s contract.
+        unsafe { self.backend.submit_on_ring(op, self.handler, token, true) }
+    }
+}
+
+/// Counts a `READ_FIXED`/`WRITE_FIXED` SQE in the ring's statistics.
+#[inline]
+fn count_fixed_sqe(ring: &Ring, entry: &squeue::Entry) {
+    let code = entry.get_opcode() as u8;
+    if code == opcode::ReadFixed::CODE || code == opcode::WriteFixed::CODE {
+        ring.count_fixed_buf_sqe();
+    }
+}
+
 impl Backend for FileBackend {
+    fn with_sq_writer(&self, handler: HandlerId, f: &mut dyn FnMut(Option<&SqWriter<'_>>)) {
+        let mut f = Some(f);
+        if self.kind == BackendKind::Uring {
+            // A ring from before a fork is the parent's: never touched.
+            ring::with_current(|ring| {
+                if ring.stale() {
+                    return;
+                }
+                let file = ring.file(&self.cache, &self.fd, self.id);
+                let target = match file.fixed {
+                    Some(index) => Target::Fixed(index),
+                    None => Target::Fd(self.raw_fd()),
+                };
+                let writer = SqWriter {
+                    backend: self,
+                    ring,
+                    target,
+                    handler,
+                };
+                if let Some(f) = f.take() {
+                    f(Some(&writer));
+                }
+            });
+        }
+        if let Some(f) = f {
+            f(None);
+        }
+    }
+
     fn checks_geometry_only(&self) -> bool {
         true
     }

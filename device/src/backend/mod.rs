@@ -25,6 +25,8 @@ use crate::geometry::Geometry;
 use crate::op::IoOp;
 
 pub mod file;
+
+pub use file::SqWriter;
 /// The simulated device (test double with faults and power cuts): behind
 /// the `test-util` feature.
 #[cfg(any(test, feature = "test-util"))]
@@ -130,6 +132,67 @@ pub trait Backend: Send + Sync + fmt::Debug {
     unsafe fn submit_direct(&self, op: &IoOp<'_>, handler: HandlerId, token: u64) -> Result<()> {
         // SAFETY: the caller keeps `submit`'s contract.
         unsafe { self.submit(op, handler, token) }
+    }
+
+    /// Runs `f` once with an [`SqWriter`] for this backend's file on the
+    /// calling thread's ring, so that a caller submitting a batch finds
+    /// the ring and the file once instead of per op and writes each SQE
+    /// with a direct (inlinable) call instead of a call through the trait
+    /// object; or with `None` where this backend's ops are not plain SQEs
+    /// on this thread's ring (no ring here, a forked child's stale ring,
+    /// the sync pool, the mem device, NVMe passthrough: the default). With
+    /// `None`, submit each op with [`Backend::submit_direct`].
+    ///
+    /// Idea: the kernel's `blk_mq_dispatch_rq_list` calling the driver's
+    /// `queue_rq` once per request but finding the hardware context once
+    /// per batch; a raw io_uring loop holding its SQ across a batch.
+    ///
+    /// ```
+    /// use std::cell::Cell;
+    /// use std::io::Write;
+    /// use std::rc::Rc;
+    /// use std::time::Duration;
+    /// use plugio_device::{register_handler, Backend, CompletionHandler, DeviceDriver};
+    /// use plugio_device::{DmaBuf, IoOp, OpenOptions, RingConfig};
+    /// use plugio_executor::Driver;
+    ///
+    /// /// Keeps the last `(token, result)`.
+    /// #[derive(Default)]
+    /// struct Last(Cell<Option<(u64, i32)>>);
+    /// impl CompletionHandler for Last {
+    ///     fn complete(&self, token: u64, result: i32) {
+    ///         self.0.set(Some((token, result)));
+    ///     }
+    /// }
+    ///
+    /// let mut tmp = tempfile::NamedTempFile::new()?;
+    /// tmp.write_all(&[7u8; 4096])?;
+    /// let backend = OpenOptions::new().direct(false).open(tmp.path())?;
+    /// // This thread's driver (its ring, where io_uring is allowed).
+    /// let driver = DeviceDriver::new(&RingConfig::default())?;
+    /// let last = Rc::new(Last::default());
+    /// let handler = register_handler(last.clone());
+    /// let mut buf = DmaBuf::heap(4096, 4096);
+    /// let iov = [buf.iovec(4096)];
+    /// let op = IoOp::read(0, &iov);
+    /// backend.with_sq_writer(handler, &mut |writer| {
+    ///     // SAFETY: `buf` outlives the wait for the completion below.
+    ///     let queued = match writer {
+    ///         Some(w) => unsafe { w.submit_direct(&op, 1) },
+    ///         None => unsafe { backend.submit_direct(&op, handler, 1) },
+    ///     };
+    ///     queued.expect("queued");
+    /// });
+    /// while last.0.get().is_none() {
+    ///     driver.park(Some(Duration::from_millis(10)))?;
+    /// }
+    /// assert_eq!(last.0.get(), Some((1, 4096)));
+    /// assert_eq!(buf.as_slice(), &[7u8; 4096][..]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn with_sq_writer(&self, handler: HandlerId, f: &mut dyn FnMut(Option<&SqWriter<'_>>)) {
+        let _ = handler;
+        f(None);
     }
 }
 

@@ -10,7 +10,7 @@ use futures::future::join_all;
 
 use crate::backend::file::OpenOptions;
 use crate::testing::{block_on, direct_io_dir, park_until, RecordingHandler};
-use crate::{register_handler, Backend, DeviceDriver, DmaBuf, File, IoOp, RingConfig};
+use crate::{register_handler, Backend, DeviceDriver, DmaBuf, File, IoFlags, IoOp, RingConfig};
 
 const BLOCK: usize = 4096;
 const FILE_BLOCKS: u64 = 64;
@@ -680,4 +680,74 @@ fn batch_policy_adapts_to_the_completion_interval_and_the_cap() {
     .expect("ring");
     let ring = driver.ring().expect("ring").clone();
     assert_eq!(ring.batch_policy(100).0, 1);
+}
+
+/// A batch written through the backend's `SqWriter` (ring and file found
+/// once): every op completes exactly once with its data, without a ring
+/// slot; a PREFLUSH write and a token over 48 bits take the backend's
+/// usual way (a slot) from the same writer and complete too. Off the ring
+/// (a sync-pool backend) the writer is `None`.
+#[test]
+fn sq_writer_batch_completes_once_and_falls_back_where_it_must() {
+    let (driver, ring) = driver_and_ring(16);
+    let (_tmp, backend) = seeded_backend();
+    let handler = Rc::new(RecordingHandler::default());
+    let id = register_handler(handler.clone());
+    let mut bufs: Vec<DmaBuf> = (0..40).map(|_| DmaBuf::heap(BLOCK, BLOCK)).collect();
+    let iovs: Vec<libc::iovec> = bufs.iter_mut().map(|b| b.iovec(BLOCK)).collect();
+    let mut data = DmaBuf::heap(BLOCK, BLOCK);
+    data.as_mut_slice().copy_from_slice(&block_pattern(5));
+    let data_iov = [data.iovec(BLOCK)];
+    let mut writers = 0;
+    backend.with_sq_writer(id, &mut |w| {
+        let w = w.expect("a file backend on a ring has a writer");
+        writers += 1;
+        for (i, iov) in iovs.iter().enumerate() {
+            let op = IoOp::read(
+                (i as u64 % FILE_BLOCKS) * BLOCK as u64,
+                std::slice::from_ref(iov),
+            );
+            // SAFETY: bufs and iovs outlive the park loop below, which
+            // waits for every completion.
+            unsafe { w.submit_direct(&op, i as u64) }.expect("submit");
+        }
+        // Needs a linked fdatasync (a slot): the usual way.
+        let op = IoOp::write(5 * BLOCK as u64, &data_iov).with_flags(IoFlags::PREFLUSH);
+        // SAFETY: as above (data outlives the park loop).
+        unsafe { w.submit_direct(&op, 1000) }.expect("submit");
+        // A token over 48 bits: a slot too.
+        let op = IoOp::read(0, std::slice::from_ref(&iovs[0]));
+        // SAFETY: as above.
+        unsafe { w.submit_direct(&op, 1 << 50) }.expect("submit");
+        // The 40 reads went without a slot; the last two took one each.
+        assert_eq!(ring.direct_in_flight.get(), 40);
+        assert_eq!(ring.slots.borrow().len(), 2);
+    });
+    assert_eq!(writers, 1);
+    assert!(park_until(&driver, Duration::from_secs(20), || handler
+        .total()
+        == 42));
+    assert!(handler.duplicates().is_empty());
+    let seen = handler.seen.borrow();
+    for (i, buf) in bufs.iter().enumerate() {
+        assert_eq!(seen[&(i as u64)].1, BLOCK as i32, "token {i}");
+        assert_eq!(buf.as_slice(), &block_pattern(i as u64)[..], "token {i}");
+    }
+    assert_eq!(seen[&1000].1, BLOCK as i32);
+    assert_eq!(seen[&(1 << 50)].1, BLOCK as i32);
+    assert!(ring.stats().sq_full > 0, "{:?}", ring.stats());
+    assert_eq!(ring.ops_in_flight(), 0);
+    drop(seen);
+
+    let tmp = seeded_file();
+    let pool = OpenOptions::new()
+        .backend(crate::BackendKind::Sync)
+        .open(tmp.path())
+        .expect("open");
+    let mut none = 0;
+    pool.with_sq_writer(id, &mut |w| {
+        assert!(w.is_none(), "a sync-pool backend writes no SQEs");
+        none += 1;
+    });
+    assert_eq!(none, 1);
 }
