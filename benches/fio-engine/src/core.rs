@@ -419,9 +419,8 @@ fn cannot_write(e: &Error) -> bool {
 async fn serve(shared: Rc<Shared>, iodepth: usize) {
     let mut slots = IoSlots::new(iodepth);
     std::future::poll_fn(move |cx| {
-        slots.register(cx.waker());
         let mut done = shared.done.borrow_mut();
-        slots.poll_ready(&mut done);
+        slots.poll_ready(cx.waker(), &mut done);
         while slots.has_free() {
             let Some(s) = shared.submitted.borrow_mut().pop_front() else {
                 break;

@@ -12,13 +12,21 @@
 //!   and never resized, and the future is dropped in place when it
 //!   finishes (so polling it through `Pin::new_unchecked` is sound).
 //! - A slot is either on the free list or holds a future, never both.
-//! - A slot's ready bit is set by its waker (release) and taken with a
-//!   swap of its word (acquire) before the slot is polled; a slot whose
-//!   future already finished ignores its bit.
+//! - A slot's ready bit is set by its waker and taken with a swap of its
+//!   word before the slot is polled; a slot whose future already finished
+//!   ignores its bit.
+//! - The engine task is woken once per round, not once per slot: the
+//!   first slot wake after [`IoSlots::poll_ready`] cleared `notified`
+//!   wakes it, later ones only set their bit (a plain load, no locked
+//!   instruction). `poll_ready` registers the task's waker before it
+//!   clears `notified`, and clears it before it takes the bits, so a wake
+//!   is never lost: a waker either finds `notified` cleared (and wakes the
+//!   registered task) or set its bit before the bits are taken (see the
+//!   orderings below).
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
@@ -30,6 +38,8 @@ use crate::core::Completion;
 struct Ready {
     bits: Box<[AtomicU64]>,
     task: AtomicWaker,
+    /// The engine task was woken since the last `poll_ready` began.
+    notified: AtomicBool,
 }
 
 /// The waker of one slot.
@@ -44,10 +54,19 @@ impl Wake for SlotWake {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        // Release: pairs with the Acquire swap in `poll_ready`, so the
-        // completion that woke the slot is visible when it is polled.
-        self.ready.bits[self.index / 64].fetch_or(1 << (self.index % 64), Ordering::Release);
-        self.ready.task.wake();
+        let ready = &self.ready;
+        // SeqCst: the bit is published before `notified` is read; pairs
+        // with the SeqCst store of `notified` and swap of the bits in
+        // `poll_ready` (a store-then-load on each side: with SeqCst at
+        // least one side sees the other's write), and as a release it
+        // makes the completion that woke the slot visible to its poll.
+        ready.bits[self.index / 64].fetch_or(1 << (self.index % 64), Ordering::SeqCst);
+        // The plain load first: after the round's first wake the task is
+        // already woken, and the slot wake costs no second locked
+        // instruction.
+        if !ready.notified.load(Ordering::SeqCst) && !ready.notified.swap(true, Ordering::SeqCst) {
+            ready.task.wake();
+        }
     }
 }
 
@@ -70,6 +89,7 @@ impl<F: Future<Output = i64>> IoSlots<F> {
                 .map(|_| AtomicU64::new(0))
                 .collect(),
             task: AtomicWaker::new(),
+            notified: AtomicBool::new(false),
         });
         let wakers = (0..capacity)
             .map(|index| {
@@ -100,21 +120,16 @@ impl<F: Future<Output = i64>> IoSlots<F> {
         self.futs.len() - self.free.len()
     }
 
-    /// Registers the engine task's waker: slot wakes wake it.
-    pub fn register(&self, task: &Waker) {
-        self.ready.task.register(task);
-    }
-
-    /// Stores `fut` in a free slot and polls it once (the IO's first poll:
-    /// it issues the bio into the plug). Returns its completion when it
-    /// finished at once (refused before submission).
-    ///
-    /// # Panics
-    /// When no slot is free (check [`IoSlots::has_free`]).
+    /// Stores the future `make` returns in a free slot and polls it once
+    /// (the IO's first poll: it issues the bio into the plug). Returns its
+    /// completion when it finished at once (refused before submission).
     ///
     /// `make` builds the future straight into its slot: a future is as
     /// large as its largest state, and moving one that was built
     /// elsewhere copies all of it (a `memcpy` per IO).
+    ///
+    /// # Panics
+    /// When no slot is free (check [`IoSlots::has_free`]).
     #[inline]
     pub fn start(&mut self, make: impl FnOnce() -> F, cookie: usize) -> Option<Completion> {
         let i = self.free.pop().expect("IoSlots::start with no free slot");
@@ -125,12 +140,17 @@ impl<F: Future<Output = i64>> IoSlots<F> {
         self.poll_slot(i)
     }
 
-    /// Polls every slot woken since the last call and pushes the
+    /// Registers `task` (the engine task's waker: the next slot wake wakes
+    /// it), then polls every slot woken since the last call and pushes the
     /// completions of the finished ones onto `done`.
-    pub fn poll_ready(&mut self, done: &mut Vec<Completion>) {
+    pub fn poll_ready(&mut self, task: &Waker, done: &mut Vec<Completion>) {
+        self.ready.task.register(task);
+        // SeqCst: pairs with the slot wakers' SeqCst fetch_or and load (see
+        // `SlotWake::wake_by_ref`): a wake after this store wakes `task`.
+        self.ready.notified.store(false, Ordering::SeqCst);
         for w in 0..self.ready.bits.len() {
-            // Acquire: pairs with the Release fetch_or of the slot wakers.
-            let mut bits = self.ready.bits[w].swap(0, Ordering::Acquire);
+            // SeqCst (an acquire): pairs with the slot wakers' fetch_or.
+            let mut bits = self.ready.bits[w].swap(0, Ordering::SeqCst);
             while bits != 0 {
                 let i = w * 64 + bits.trailing_zeros() as usize;
                 bits &= bits - 1;
@@ -166,6 +186,21 @@ mod tests {
     use super::*;
     use std::cell::Cell;
     use std::rc::Rc;
+    use std::sync::atomic::AtomicUsize;
+
+    /// A task waker that counts its wakes.
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn counting_waker() -> (Arc<Count>, Waker) {
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        (count.clone(), Waker::from(count))
+    }
 
     /// A future that is pending until its flag is set, then returns 7.
     struct Gate(Rc<Cell<bool>>, Rc<Cell<Option<Waker>>>);
@@ -184,6 +219,7 @@ mod tests {
 
     #[test]
     fn only_woken_slots_are_polled_and_finished_slots_are_reused() {
+        let (_, task) = counting_waker();
         let mut slots = IoSlots::new(3);
         let gates: Vec<_> = (0..3)
             .map(|_| (Rc::new(Cell::new(false)), Rc::new(Cell::new(None))))
@@ -199,7 +235,7 @@ mod tests {
         gates[1].0.set(true);
         gates[1].1.take().expect("stored").wake();
         let mut done = Vec::new();
-        slots.poll_ready(&mut done);
+        slots.poll_ready(&task, &mut done);
         assert_eq!(
             done,
             vec![Completion {
@@ -210,7 +246,7 @@ mod tests {
         // Slot 0's flag is set but nothing woke it: it is not polled.
         gates[0].0.set(true);
         done.clear();
-        slots.poll_ready(&mut done);
+        slots.poll_ready(&task, &mut done);
         assert!(done.is_empty());
         // The free slot takes a future that is ready at once.
         let now = Rc::new(Cell::new(true));
@@ -226,19 +262,103 @@ mod tests {
     }
 
     #[test]
-    fn a_slot_wake_wakes_the_registered_task() {
-        struct Count(std::sync::atomic::AtomicUsize);
-        impl Wake for Count {
-            fn wake(self: Arc<Self>) {
-                self.0.fetch_add(1, Ordering::SeqCst);
+    fn the_first_slot_wake_of_a_round_wakes_the_task_once() {
+        let (count, task) = counting_waker();
+        let mut slots = IoSlots::new(3);
+        let mut done = Vec::new();
+        slots.poll_ready(&task, &mut done);
+        let gates: Vec<_> = (0..3)
+            .map(|_| (Rc::new(Cell::new(false)), Rc::new(Cell::new(None))))
+            .collect();
+        for (i, (flag, waker)) in gates.iter().enumerate() {
+            assert!(slots
+                .start(|| Gate(flag.clone(), waker.clone()), i)
+                .is_none());
+        }
+        // Two slots of one round: the task is woken once.
+        for g in &gates[..2] {
+            g.0.set(true);
+            g.1.take().expect("stored").wake();
+        }
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        slots.poll_ready(&task, &mut done);
+        assert_eq!(done.len(), 2);
+        // A wake after the round began wakes it again.
+        gates[2].0.set(true);
+        gates[2].1.take().expect("stored").wake();
+        assert_eq!(count.0.load(Ordering::SeqCst), 2);
+        slots.poll_ready(&task, &mut done);
+        assert_eq!(done.len(), 3);
+    }
+
+    /// Slot wakes from other threads while the task polls: every slot is
+    /// polled to completion and no wake is lost (the task would otherwise
+    /// wait forever with a bit set).
+    #[test]
+    fn wakes_from_other_threads_are_never_lost() {
+        /// Pending until its flag is set; stores its waker for a thread.
+        struct Remote(
+            Arc<std::sync::atomic::AtomicBool>,
+            Arc<std::sync::Mutex<Option<Waker>>>,
+        );
+        impl Future for Remote {
+            type Output = i64;
+            fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<i64> {
+                *self.1.lock().unwrap() = Some(cx.waker().clone());
+                if self.0.load(Ordering::SeqCst) {
+                    Poll::Ready(1)
+                } else {
+                    Poll::Pending
+                }
             }
         }
-        let count = Arc::new(Count(std::sync::atomic::AtomicUsize::new(0)));
-        let mut slots = IoSlots::new(1);
-        slots.register(&Waker::from(count.clone()));
-        let (flag, waker) = (Rc::new(Cell::new(false)), Rc::new(Cell::new(None)));
-        assert!(slots.start(|| Gate(flag, waker.clone()), 0).is_none());
-        waker.take().expect("stored").wake();
-        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        let (count, task) = counting_waker();
+        let n = 64;
+        for _round in 0..50 {
+            let mut slots = IoSlots::new(n);
+            let mut done = Vec::new();
+            slots.poll_ready(&task, &mut done);
+            let remotes: Vec<_> = (0..n)
+                .map(|_| {
+                    (
+                        Arc::new(std::sync::atomic::AtomicBool::new(false)),
+                        Arc::new(std::sync::Mutex::new(None)),
+                    )
+                })
+                .collect();
+            for (i, (flag, waker)) in remotes.iter().enumerate() {
+                assert!(slots
+                    .start(|| Remote(flag.clone(), waker.clone()), i)
+                    .is_none());
+            }
+            let thread = {
+                let remotes = remotes.clone();
+                std::thread::spawn(move || {
+                    for (flag, waker) in &remotes {
+                        flag.store(true, Ordering::SeqCst);
+                        let w = waker.lock().unwrap().clone();
+                        w.expect("polled once").wake();
+                    }
+                })
+            };
+            // The task's loop: poll again only when it was woken.
+            let mut seen = count.0.load(Ordering::SeqCst);
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while done.len() < n {
+                let now = count.0.load(Ordering::SeqCst);
+                if now != seen {
+                    seen = now;
+                    slots.poll_ready(&task, &mut done);
+                } else {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "a wake was lost: {} of {n} done",
+                        done.len()
+                    );
+                    std::thread::yield_now();
+                }
+            }
+            thread.join().unwrap();
+        }
     }
 }
