@@ -3,10 +3,13 @@
 
     callgrind_per_io.py DIR N
 
-DIR holds ENGINE-WORKLOAD-IOS.out (callgrind) and .json (fio) for IOS = N
-and 3N. Per IO = (cost at 3N - cost at N) / 2N, so fio's start-up cancels
-out. Prints a markdown table by object, then the plugio engine library's
-functions with the most instructions per IO.
+DIR holds ENGINE-WORKLOAD-IOS.out (callgrind, with or without
+--dump-instr=yes) and .json (fio) for IOS = N and 3N. Per IO = (cost at 3N
+- cost at N) / 2N, so fio's start-up cancels out. Prints a markdown table
+by object, with the locked instructions per IO of the whole process when
+the runs were made with --dump-instr=yes (counted by
+benches/tools/cglock.py), then the plugio engine library's functions with
+the most instructions per IO.
 """
 
 import collections
@@ -24,6 +27,9 @@ def self_costs(path):
     costs = collections.Counter()
     ob = fn = "?"
     after_calls = False
+    # Sub-positions before the counts: `line`, or `instr line` with
+    # --dump-instr=yes.
+    nr_positions = 1
 
     def name(kind, rest):
         m = re.match(r"\((\d+)\)(?: (.*))?", rest)
@@ -37,7 +43,9 @@ def self_costs(path):
     with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
             line = line.rstrip("\n")
-            if line.startswith("ob="):
+            if line.startswith("positions:"):
+                nr_positions = len(line.split()) - 1
+            elif line.startswith("ob="):
                 ob = name("ob", line[3:])
             elif line.startswith("fn="):
                 fn = name("fn", line[3:])
@@ -53,8 +61,8 @@ def self_costs(path):
                     after_calls = False  # inclusive cost of the call
                     continue
                 parts = line.split()
-                if len(parts) >= 2:
-                    costs[(ob, fn)] += int(parts[1])
+                if len(parts) > nr_positions:
+                    costs[(ob, fn)] += int(parts[nr_positions])
     return costs
 
 
@@ -90,19 +98,40 @@ def short_ob(ob):
     return base
 
 
+def locked_ir(path):
+    """Locked instructions the run executed (cglock.py), or None without
+    --dump-instr=yes."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if line.startswith("positions:"):
+                if "instr" not in line.split():
+                    return None
+                break
+    tools = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools")
+    sys.path.insert(0, tools)
+    import cglock  # noqa: E402 (the project's tool, found next to this one)
+
+    return cglock.analyse(path, 0, False)["locked"]
+
+
 def main():
     d, n = sys.argv[1], int(sys.argv[2])
     rows = collections.OrderedDict()
+    locked = {}
     plugio_fns = {}
     for workload in ["randread", "seqread"]:
         for engine in ["io_uring", "plugio"]:
             runs = []
+            locks = []
             for ios in (n, 3 * n):
                 base = os.path.join(d, f"{engine}-{workload}-{ios}")
                 job = json.load(open(base + ".json"))["jobs"][0]
                 if job["error"] or job["read"]["total_ios"] != ios:
                     sys.exit(f"{base}: error {job['error']}, {job['read']['total_ios']} IOs")
                 runs.append(self_costs(base + ".out"))
+                locks.append(locked_ir(base + ".out"))
+            if None not in locks:
+                locked[(workload, engine)] = (locks[1] - locks[0]) / (2 * n)
             diff = collections.Counter()
             for k in set(runs[0]) | set(runs[1]):
                 diff[k] = runs[1][k] - runs[0][k]
@@ -117,13 +146,20 @@ def main():
                     if short_ob(ob).startswith("plugio")
                 }
     cols = ["fio", "plugio engine (libplugio_fio.so)", "libc"]
-    print("| workload | engine | total | " + " | ".join(cols) + " | other |")
-    print("|---|---|---|" + "---|" * (len(cols) + 1))
+    lock_col = " locked instructions/IO (process) |" if locked else ""
+    print("| workload | engine | total | " + " | ".join(cols) + " | other |" + lock_col)
+    print("|---|---|---|" + "---|" * (len(cols) + 1) + ("---|" if locked else ""))
     for (workload, engine), obs in rows.items():
         total = sum(obs.values())
         other = total - sum(obs.get(c, 0) for c in cols)
         cells = [f"{round(obs.get(c, 0)):,}" for c in cols]
-        print(f"| {workload} | {engine} | {round(total):,} | " + " | ".join(cells) + f" | {round(other):,} |")
+        lock_cell = f" {locked[(workload, engine)]:.2f} |" if locked else ""
+        print(
+            f"| {workload} | {engine} | {round(total):,} | "
+            + " | ".join(cells)
+            + f" | {round(other):,} |"
+            + lock_cell
+        )
     for workload, fns in plugio_fns.items():
         groups = collections.Counter()
         for fn, c in fns.items():

@@ -9,7 +9,9 @@
 # Each engine runs twice under callgrind (`--thread`, one job): N and 3N
 # IOs; the difference divided by 2N is the cost of one IO, without fio's
 # start-up. The table splits it by object (fio itself, the plugio engine
-# library, libc) and lists the engine library's top functions.
+# library, libc), gives the locked instructions per IO (`lock`-prefixed and
+# xchg with memory, counted by benches/tools/cglock.py from the
+# --dump-instr=yes runs), and lists the engine library's top functions.
 #
 # callgrind cannot decode the AVX-512 instructions of a fio built with
 # -march=native (fio's default), so this script builds a second fio with
@@ -50,7 +52,7 @@ run() {
     io_uring) eng=(--ioengine=io_uring --fixedbufs=1 --registerfiles=1) ;;
     plugio) eng=(--ioengine="external:$PLUGIO_FIO_ENGINE") ;;
   esac
-  valgrind --tool=callgrind --callgrind-out-file="$out/$engine-$workload-$ios.out" \
+  valgrind --tool=callgrind --dump-instr=yes --callgrind-out-file="$out/$engine-$workload-$ios.out" \
     "$fio_cg" --name=cg --thread --filename="$data" "${eng[@]}" --rw="$rw" --bs=4k \
     --iodepth="$qd" --iodepth_batch_submit=32 --iodepth_batch_complete_min=32 --direct=0 \
     --number_ios="$ios" --io_size=100g --invalidate=0 --randrepeat=0 --norandommap \
