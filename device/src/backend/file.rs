@@ -452,7 +452,10 @@ impl SqWriter<'_> {
     /// block-device discard) takes the backend's usual way.
     ///
     /// # Safety
-    /// As [`Backend::submit`].
+    /// As [`Backend::submit`]; and this thread's driver must still be
+    /// installed (the writer keeps its ring alive for the call, but an op
+    /// written after the callback dropped the driver is never reaped, so
+    /// its completion never comes).
     ///
     /// # Errors
     /// As [`Backend::submit`] (the fast way itself cannot fail).
@@ -487,32 +490,30 @@ fn count_fixed_sqe(ring: &Ring, entry: &squeue::Entry) {
 
 impl Backend for FileBackend {
     fn with_sq_writer(&self, handler: HandlerId, f: &mut dyn FnMut(Option<&SqWriter<'_>>)) {
-        let mut f = Some(f);
-        if self.kind == BackendKind::Uring {
-            // A ring from before a fork is the parent's: never touched.
-            ring::with_current(|ring| {
-                if ring.stale() {
-                    return;
-                }
-                let file = ring.file(&self.cache, &self.fd, self.id);
-                let target = match file.fixed {
-                    Some(index) => Target::Fixed(index),
-                    None => Target::Fd(self.raw_fd()),
-                };
-                let writer = SqWriter {
-                    backend: self,
-                    ring,
-                    target,
-                    handler,
-                };
-                if let Some(f) = f.take() {
-                    f(Some(&writer));
-                }
-            });
-        }
-        if let Some(f) = f {
+        // An `Rc` of its own, not `with_current`'s borrow: `f` is the
+        // caller's code, and the ring must outlive it even if it drops this
+        // thread's driver.
+        let ring = if self.kind == BackendKind::Uring {
+            ring::current_rc()
+        } else {
+            None
+        };
+        // A ring from before a fork is the parent's: never touched.
+        let Some(ring) = ring.filter(|r| !r.stale()) else {
             f(None);
-        }
+            return;
+        };
+        let file = ring.file(&self.cache, &self.fd, self.id);
+        let target = match file.fixed {
+            Some(index) => Target::Fixed(index),
+            None => Target::Fd(self.raw_fd()),
+        };
+        f(Some(&SqWriter {
+            backend: self,
+            ring: &ring,
+            target,
+            handler,
+        }));
     }
 
     fn checks_geometry_only(&self) -> bool {

@@ -1412,6 +1412,27 @@ pub fn current_supports(code: u8) -> bool {
     with_current(|r| r.info().supports(code)).unwrap_or(false)
 }
 
+/// The current thread's ring with a strong count of its own, if a driver
+/// with a ring is installed: for a caller that runs code it does not
+/// control while it holds the ring (`Backend::with_sq_writer`'s
+/// callback), so that the ring outlives that code even if it drops the
+/// thread's driver. One non-atomic increment; see [`with_current`] for the
+/// per-op lookup without it.
+pub(crate) fn current_rc() -> Option<Rc<Ring>> {
+    let ptr = CURRENT.try_with(Cell::get).ok()?;
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: a non-null `CURRENT` is `Rc::as_ptr` of the `Rc<Ring>` the
+    // thread's core holds right now (set by `set_current`, reset before
+    // that `Rc` is dropped); taking one more strong count and an `Rc` for
+    // it is what `Rc::clone` does.
+    Some(unsafe {
+        Rc::increment_strong_count(ptr);
+        Rc::from_raw(ptr)
+    })
+}
+
 /// Runs `f` with the current thread's ring (no `Rc` clone), if a driver
 /// with a ring is installed. `f` must not install or remove the ring
 /// (debug builds check).
