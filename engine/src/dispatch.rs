@@ -170,13 +170,12 @@ impl EngineCore {
         // the ring keeps no copy (a per-op EAGAIN comes back here and the
         // request goes again, see `complete::requeue_again`).
         unsafe {
-            match sq {
-                Some(sq) => sq.submit_direct(&op, token(dev, slot)),
-                None => d
-                    .shared
-                    .backend
-                    .submit_direct(&op, self.handler, token(dev, slot)),
+            if sq.is_some_and(|sq| sq.try_submit_direct(&op, token(dev, slot))) {
+                return Ok(());
             }
+            d.shared
+                .backend
+                .submit_direct(&op, self.handler, token(dev, slot))
         }
     }
 

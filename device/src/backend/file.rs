@@ -25,38 +25,16 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use io_uring::{opcode, squeue, types};
+use io_uring::squeue;
 
+use super::sqe::{self, fsync_sqe, SqWriter, Target};
 use super::sync::submit_to_pool;
 use super::{check_op, Backend, BackendKind};
 use crate::core::HandlerId;
 use crate::error::{Error, ErrorKind, Result};
 use crate::geometry::Geometry;
-use crate::op::{IoFlags, IoOp, OpKind};
+use crate::op::{IoFlags, IoOp};
 use crate::ring::{self, FileCache, Ring};
-
-/// Whether an SQE addresses a raw fd or a registered file.
-#[derive(Clone, Copy)]
-enum Target {
-    Fd(RawFd),
-    Fixed(u32),
-}
-
-/// Builds an SQE with `$fd` bound to `types::Fd` or `types::Fixed`.
-macro_rules! with_target {
-    ($target:expr, |$fd:ident| $body:expr) => {
-        match $target {
-            Target::Fd(raw) => {
-                let $fd = types::Fd(raw);
-                $body
-            }
-            Target::Fixed(index) => {
-                let $fd = types::Fixed(index);
-                $body
-            }
-        }
-    };
-}
 
 /// How to open a file or block device.
 #[derive(Debug, Clone)]
@@ -276,7 +254,7 @@ impl FileBackend {
             return false;
         };
         if op.fixed_buf.is_some() {
-            count_fixed_sqe(ring, &entry);
+            sqe::count_fixed(ring, &entry);
         }
         let preflush_flag = op.flags.contains(IoFlags::PREFLUSH);
         if direct && !preflush_flag && ring::fits_direct(handler, token) {
@@ -290,102 +268,8 @@ impl FileBackend {
 
     #[inline]
     fn build_sqe(&self, target: Target, op: &IoOp<'_>) -> Option<squeue::Entry> {
-        let off = op.offset_bytes;
-        let rw_flags = if op.flags.contains(IoFlags::FUA) {
-            libc::RWF_DSYNC
-        } else {
-            0
-        };
-        let prio = op.flags.ioprio();
-        let seg = op.segments.first().copied();
-        let fixed = op.fixed_buf.filter(|_| op.segments.len() == 1);
-        let entry = match (op.kind, seg, fixed) {
-            (OpKind::Read, Some(s), Some(index)) if op.segments.len() == 1 => {
-                with_target!(target, |fd| {
-                    opcode::ReadFixed::new(fd, s.iov_base.cast(), s.iov_len as u32, index)
-                        .offset(off)
-                        .ioprio(prio)
-                        .build()
-                })
-            }
-            (OpKind::Read, Some(s), None) if op.segments.len() == 1 => with_target!(target, |fd| {
-                opcode::Read::new(fd, s.iov_base.cast(), s.iov_len as u32)
-                    .offset(off)
-                    .ioprio(prio)
-                    .build()
-            }),
-            (OpKind::Read, _, _) => with_target!(target, |fd| {
-                opcode::Readv::new(fd, op.segments.as_ptr(), op.segments.len() as u32)
-                    .offset(off)
-                    .ioprio(prio)
-                    .build()
-            }),
-            (OpKind::Write, Some(s), Some(index)) if op.segments.len() == 1 => {
-                with_target!(target, |fd| {
-                    opcode::WriteFixed::new(fd, s.iov_base.cast(), s.iov_len as u32, index)
-                        .offset(off)
-                        .ioprio(prio)
-                        .rw_flags(rw_flags)
-                        .build()
-                })
-            }
-            (OpKind::Write, Some(s), None) if op.segments.len() == 1 => {
-                with_target!(target, |fd| {
-                    opcode::Write::new(fd, s.iov_base.cast(), s.iov_len as u32)
-                        .offset(off)
-                        .ioprio(prio)
-                        .rw_flags(rw_flags)
-                        .build()
-                })
-            }
-            (OpKind::Write, _, _) => with_target!(target, |fd| {
-                opcode::Writev::new(fd, op.segments.as_ptr(), op.segments.len() as u32)
-                    .offset(off)
-                    .ioprio(prio)
-                    .rw_flags(rw_flags)
-                    .build()
-            }),
-            (OpKind::Flush, _, _) => fsync_sqe(target, true),
-            (OpKind::Fsync, _, _) => fsync_sqe(target, false),
-            (OpKind::Nop, _, _) => opcode::Nop::new().build(),
-            (OpKind::WriteZeroes, _, _) => {
-                let mode = if self.is_block_device {
-                    libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE
-                } else {
-                    libc::FALLOC_FL_ZERO_RANGE
-                };
-                fallocate_sqe(target, op, mode)
-            }
-            // BLKDISCARD has no io_uring opcode before BLOCK_URING_CMD_DISCARD
-            // (6.12); block-device discards go to the pool.
-            (OpKind::Discard, _, _) if self.is_block_device => return None,
-            (OpKind::Discard, _, _) => fallocate_sqe(
-                target,
-                op,
-                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-            ),
-            (OpKind::Fallocate { mode }, _, _) => fallocate_sqe(target, op, mode),
-        };
-        Some(entry)
+        sqe::build(target, op, self.is_block_device)
     }
-}
-
-fn fsync_sqe(target: Target, datasync: bool) -> squeue::Entry {
-    let flags = if datasync {
-        types::FsyncFlags::DATASYNC
-    } else {
-        types::FsyncFlags::empty()
-    };
-    with_target!(target, |fd| opcode::Fsync::new(fd).flags(flags).build())
-}
-
-fn fallocate_sqe(target: Target, op: &IoOp<'_>, mode: i32) -> squeue::Entry {
-    with_target!(target, |fd| {
-        opcode::Fallocate::new(fd, op.len_bytes)
-            .offset(op.offset_bytes)
-            .mode(mode)
-            .build()
-    })
 }
 
 impl FileBackend {
@@ -423,71 +307,6 @@ impl FileBackend {
     }
 }
 
-/// Writes the SQEs of one submission batch for one [`FileBackend`] on the
-/// calling thread's ring: the ring and the file's registration were found
-/// once, by [`Backend::with_sq_writer`], so each op costs the SQE's build
-/// and push only. It lives for that one call (the file's registration
-/// cannot change under it: nothing in a batch sweeps the ring's files).
-pub struct SqWriter<'a> {
-    backend: &'a FileBackend,
-    ring: &'a Ring,
-    target: Target,
-    handler: HandlerId,
-}
-
-impl std::fmt::Debug for SqWriter<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqWriter")
-            .field("path", &self.backend.path)
-            .field("handler", &self.handler)
-            .finish_non_exhaustive()
-    }
-}
-
-impl SqWriter<'_> {
-    /// [`Backend::submit_direct`] of `op` with the writer's handler and
-    /// `token`: its SQE goes straight into the ring's SQ (or the backlog
-    /// when the SQ is full), with the handler and token in its user_data.
-    /// An op that needs more (a linked PREFLUSH, a token over 48 bits, a
-    /// block-device discard) takes the backend's usual way.
-    ///
-    /// # Safety
-    /// As [`Backend::submit`]; and this thread's driver must still be
-    /// installed (the writer keeps its ring alive for the call, but an op
-    /// written after the callback dropped the driver is never reaped, so
-    /// its completion never comes).
-    ///
-    /// # Errors
-    /// As [`Backend::submit`] (the fast way itself cannot fail).
-    #[inline]
-    pub unsafe fn submit_direct(&self, op: &IoOp<'_>, token: u64) -> Result<()> {
-        debug_assert!(
-            check_op(&self.backend.geometry, op).is_ok(),
-            "unchecked op submitted: {op:?}"
-        );
-        if !op.flags.contains(IoFlags::PREFLUSH) && ring::fits_direct(self.handler, token) {
-            if let Some(entry) = self.backend.build_sqe(self.target, op) {
-                if op.fixed_buf.is_some() {
-                    count_fixed_sqe(self.ring, &entry);
-                }
-                self.ring.push_direct(entry, self.handler, token);
-                return Ok(());
-            }
-        }
-        // SAFETY: the caller keeps `submit`'s contract.
-        unsafe { self.backend.submit_on_ring(op, self.handler, token, true) }
-    }
-}
-
-/// Counts a `READ_FIXED`/`WRITE_FIXED` SQE in the ring's statistics.
-#[inline]
-fn count_fixed_sqe(ring: &Ring, entry: &squeue::Entry) {
-    let code = entry.get_opcode() as u8;
-    if code == opcode::ReadFixed::CODE || code == opcode::WriteFixed::CODE {
-        ring.count_fixed_buf_sqe();
-    }
-}
-
 impl Backend for FileBackend {
     fn with_sq_writer(&self, handler: HandlerId, f: &mut dyn FnMut(Option<&SqWriter<'_>>)) {
         // An `Rc` of its own, not `with_current`'s borrow: `f` is the
@@ -508,12 +327,12 @@ impl Backend for FileBackend {
             Some(index) => Target::Fixed(index),
             None => Target::Fd(self.raw_fd()),
         };
-        f(Some(&SqWriter {
-            backend: self,
-            ring: &ring,
+        f(Some(&SqWriter::new(
+            &ring,
             target,
             handler,
-        }));
+            self.is_block_device,
+        )));
     }
 
     fn checks_geometry_only(&self) -> bool {

@@ -25,14 +25,15 @@ use crate::geometry::Geometry;
 use crate::op::IoOp;
 
 pub mod file;
-
-pub use file::SqWriter;
 /// The simulated device (test double with faults and power cuts): behind
 /// the `test-util` feature.
 #[cfg(any(test, feature = "test-util"))]
 pub mod mem;
 pub mod nvme;
+mod sqe;
 pub mod sync;
+
+pub use sqe::SqWriter;
 /// Which implementation serves a [`Backend`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -134,14 +135,16 @@ pub trait Backend: Send + Sync + fmt::Debug {
         unsafe { self.submit(op, handler, token) }
     }
 
-    /// Runs `f` once with an [`SqWriter`] for this backend's file on the
-    /// calling thread's ring, so that a caller submitting a batch finds
-    /// the ring and the file once instead of per op and writes each SQE
-    /// with a direct (inlinable) call instead of a call through the trait
-    /// object; or with `None` where this backend's ops are not plain SQEs
-    /// on this thread's ring (no ring here, a forked child's stale ring,
-    /// the sync pool, the mem device, NVMe passthrough: the default). With
-    /// `None`, submit each op with [`Backend::submit_direct`].
+    /// Runs `f` exactly once, with an [`SqWriter`] for this backend's
+    /// file on the calling thread's ring, so that a caller submitting a
+    /// batch finds the ring and the file once instead of per op and writes
+    /// each SQE with a direct (inlinable) call instead of a call through
+    /// the trait object; or with `None` where this backend's ops are not
+    /// plain SQEs on this thread's ring (no ring here, a forked child's
+    /// stale ring, the sync pool, the mem device, NVMe passthrough: the
+    /// default). With `None`, and for each op the writer declines
+    /// ([`SqWriter::try_submit_direct`] returns `false`), submit with
+    /// [`Backend::submit_direct`]: the result is the same either way.
     ///
     /// Idea: the kernel's `blk_mq_dispatch_rq_list` calling the driver's
     /// `queue_rq` once per request but finding the hardware context once
@@ -176,12 +179,12 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// let iov = [buf.iovec(4096)];
     /// let op = IoOp::read(0, &iov);
     /// backend.with_sq_writer(handler, &mut |writer| {
-    ///     // SAFETY: `buf` outlives the wait for the completion below.
-    ///     let queued = match writer {
-    ///         Some(w) => unsafe { w.submit_direct(&op, 1) },
-    ///         None => unsafe { backend.submit_direct(&op, handler, 1) },
-    ///     };
-    ///     queued.expect("queued");
+    ///     // SAFETY (both calls): `buf` outlives the wait for the
+    ///     // completion below, and the driver stays installed.
+    ///     let written = writer.is_some_and(|w| unsafe { w.try_submit_direct(&op, 1) });
+    ///     if !written {
+    ///         unsafe { backend.submit_direct(&op, handler, 1) }.expect("queued");
+    ///     }
     /// });
     /// while last.0.get().is_none() {
     ///     driver.park(Some(Duration::from_millis(10)))?;

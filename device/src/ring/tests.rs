@@ -684,9 +684,9 @@ fn batch_policy_adapts_to_the_completion_interval_and_the_cap() {
 
 /// A batch written through the backend's `SqWriter` (ring and file found
 /// once): every op completes exactly once with its data, without a ring
-/// slot; a PREFLUSH write and a token over 48 bits take the backend's
-/// usual way (a slot) from the same writer and complete too. Off the ring
-/// (a sync-pool backend) the writer is `None`.
+/// slot; the writer declines a PREFLUSH write and a token over 48 bits,
+/// which then take the backend's way (a slot) and complete too. Off the
+/// ring (a sync-pool backend) the writer is `None`.
 #[test]
 fn sq_writer_batch_completes_once_and_falls_back_where_it_must() {
     let (driver, ring) = driver_and_ring(16);
@@ -709,16 +709,19 @@ fn sq_writer_batch_completes_once_and_falls_back_where_it_must() {
             );
             // SAFETY: bufs and iovs outlive the park loop below, which
             // waits for every completion.
-            unsafe { w.submit_direct(&op, i as u64) }.expect("submit");
+            assert!(unsafe { w.try_submit_direct(&op, i as u64) });
         }
-        // Needs a linked fdatasync (a slot): the usual way.
-        let op = IoOp::write(5 * BLOCK as u64, &data_iov).with_flags(IoFlags::PREFLUSH);
-        // SAFETY: as above (data outlives the park loop).
-        unsafe { w.submit_direct(&op, 1000) }.expect("submit");
-        // A token over 48 bits: a slot too.
-        let op = IoOp::read(0, std::slice::from_ref(&iovs[0]));
-        // SAFETY: as above.
-        unsafe { w.submit_direct(&op, 1 << 50) }.expect("submit");
+        // Needs a linked fdatasync (a slot), and a token over 48 bits a
+        // slot too: the writer declines both, and they go the backend's
+        // way.
+        let flush_write = IoOp::write(5 * BLOCK as u64, &data_iov).with_flags(IoFlags::PREFLUSH);
+        let far = IoOp::read(0, std::slice::from_ref(&iovs[0]));
+        for (op, token) in [(&flush_write, 1000), (&far, 1 << 50)] {
+            // SAFETY: as above (data and bufs outlive the park loop).
+            assert!(!unsafe { w.try_submit_direct(op, token) });
+            // SAFETY: as above.
+            unsafe { backend.submit_direct(op, id, token) }.expect("submit");
+        }
         // The 40 reads went without a slot; the last two took one each.
         assert_eq!(ring.direct_in_flight.get(), 40);
         assert_eq!(ring.slots.borrow().len(), 2);

@@ -1,0 +1,238 @@
+//! SQEs for the file backend's ops, and [`SqWriter`], which writes the
+//! SQEs of one dispatch batch on the calling thread's ring.
+//!
+//! A leaf of the backend module: it names the ring and the op types, not
+//! the [`Backend`](crate::Backend) trait or the file backend (both use
+//! it), so that the trait can hand out a writer without an import cycle.
+//!
+//! Invariants:
+//! - One SQE per op, built the same way for a writer and for the file
+//!   backend's own submit ([`build`]); an op that needs more than one SQE
+//!   (a linked PREFLUSH), a ring slot (a token over 48 bits) or no SQE at
+//!   all (a block-device discard) is not written by a writer: it says no,
+//!   and the caller submits it through the backend.
+//! - A writer never outlives the call that made it, and holds its ring
+//!   with a strong count of its own for that call.
+
+use std::os::fd::RawFd;
+
+use io_uring::{opcode, squeue, types};
+
+use crate::core::HandlerId;
+use crate::op::{IoFlags, IoOp, OpKind};
+use crate::ring::{self, Ring};
+
+/// Whether an SQE addresses a raw fd or a registered file.
+#[derive(Clone, Copy)]
+pub(crate) enum Target {
+    Fd(RawFd),
+    Fixed(u32),
+}
+
+/// Builds an SQE with `$fd` bound to `types::Fd` or `types::Fixed`.
+macro_rules! with_target {
+    ($target:expr, |$fd:ident| $body:expr) => {
+        match $target {
+            Target::Fd(raw) => {
+                let $fd = types::Fd(raw);
+                $body
+            }
+            Target::Fixed(index) => {
+                let $fd = types::Fixed(index);
+                $body
+            }
+        }
+    };
+}
+
+/// The SQE of `op` on `target`, or `None` when io_uring has no opcode for
+/// it here (a block-device discard: it goes to the sync pool).
+/// `is_block_device` picks the zeroing mode and the discard's way.
+#[inline]
+pub(crate) fn build(target: Target, op: &IoOp<'_>, is_block_device: bool) -> Option<squeue::Entry> {
+    let off = op.offset_bytes;
+    let rw_flags = if op.flags.contains(IoFlags::FUA) {
+        libc::RWF_DSYNC
+    } else {
+        0
+    };
+    let prio = op.flags.ioprio();
+    let seg = op.segments.first().copied();
+    let fixed = op.fixed_buf.filter(|_| op.segments.len() == 1);
+    let entry = match (op.kind, seg, fixed) {
+        (OpKind::Read, Some(s), Some(index)) if op.segments.len() == 1 => {
+            with_target!(target, |fd| {
+                opcode::ReadFixed::new(fd, s.iov_base.cast(), s.iov_len as u32, index)
+                    .offset(off)
+                    .ioprio(prio)
+                    .build()
+            })
+        }
+        (OpKind::Read, Some(s), None) if op.segments.len() == 1 => with_target!(target, |fd| {
+            opcode::Read::new(fd, s.iov_base.cast(), s.iov_len as u32)
+                .offset(off)
+                .ioprio(prio)
+                .build()
+        }),
+        (OpKind::Read, _, _) => with_target!(target, |fd| {
+            opcode::Readv::new(fd, op.segments.as_ptr(), op.segments.len() as u32)
+                .offset(off)
+                .ioprio(prio)
+                .build()
+        }),
+        (OpKind::Write, Some(s), Some(index)) if op.segments.len() == 1 => {
+            with_target!(target, |fd| {
+                opcode::WriteFixed::new(fd, s.iov_base.cast(), s.iov_len as u32, index)
+                    .offset(off)
+                    .ioprio(prio)
+                    .rw_flags(rw_flags)
+                    .build()
+            })
+        }
+        (OpKind::Write, Some(s), None) if op.segments.len() == 1 => {
+            with_target!(target, |fd| {
+                opcode::Write::new(fd, s.iov_base.cast(), s.iov_len as u32)
+                    .offset(off)
+                    .ioprio(prio)
+                    .rw_flags(rw_flags)
+                    .build()
+            })
+        }
+        (OpKind::Write, _, _) => with_target!(target, |fd| {
+            opcode::Writev::new(fd, op.segments.as_ptr(), op.segments.len() as u32)
+                .offset(off)
+                .ioprio(prio)
+                .rw_flags(rw_flags)
+                .build()
+        }),
+        (OpKind::Flush, _, _) => fsync_sqe(target, true),
+        (OpKind::Fsync, _, _) => fsync_sqe(target, false),
+        (OpKind::Nop, _, _) => opcode::Nop::new().build(),
+        (OpKind::WriteZeroes, _, _) => {
+            let mode = if is_block_device {
+                libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE
+            } else {
+                libc::FALLOC_FL_ZERO_RANGE
+            };
+            fallocate_sqe(target, op, mode)
+        }
+        // BLKDISCARD has no io_uring opcode before BLOCK_URING_CMD_DISCARD
+        // (6.12); block-device discards go to the pool.
+        (OpKind::Discard, _, _) if is_block_device => return None,
+        (OpKind::Discard, _, _) => fallocate_sqe(
+            target,
+            op,
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+        ),
+        (OpKind::Fallocate { mode }, _, _) => fallocate_sqe(target, op, mode),
+    };
+    Some(entry)
+}
+
+/// A linked `fsync`/`fdatasync` SQE on `target`.
+pub(crate) fn fsync_sqe(target: Target, datasync: bool) -> squeue::Entry {
+    let flags = if datasync {
+        types::FsyncFlags::DATASYNC
+    } else {
+        types::FsyncFlags::empty()
+    };
+    with_target!(target, |fd| opcode::Fsync::new(fd).flags(flags).build())
+}
+
+fn fallocate_sqe(target: Target, op: &IoOp<'_>, mode: i32) -> squeue::Entry {
+    with_target!(target, |fd| {
+        opcode::Fallocate::new(fd, op.len_bytes)
+            .offset(op.offset_bytes)
+            .mode(mode)
+            .build()
+    })
+}
+
+/// Counts a `READ_FIXED`/`WRITE_FIXED` SQE in the ring's statistics.
+#[inline]
+pub(crate) fn count_fixed(ring: &Ring, entry: &squeue::Entry) {
+    let code = entry.get_opcode() as u8;
+    if code == opcode::ReadFixed::CODE || code == opcode::WriteFixed::CODE {
+        ring.count_fixed_buf_sqe();
+    }
+}
+
+/// Writes the SQEs of one dispatch batch for one file on the calling
+/// thread's ring: the ring and the file's registration were found once,
+/// by [`Backend::with_sq_writer`](crate::Backend::with_sq_writer), so each
+/// op costs only the SQE's build and push, through a direct (inlinable)
+/// call instead of a call through the `dyn Backend`. It lives for that
+/// one call; the file's registration cannot change under it (only the
+/// ring's park sweeps registrations, and only those of dropped backends).
+///
+/// Idea: the kernel's `blk_mq_dispatch_rq_list`, which finds the hardware
+/// context once per batch and calls the driver's `queue_rq` per request;
+/// a raw io_uring loop that holds its SQ across a batch.
+pub struct SqWriter<'a> {
+    ring: &'a Ring,
+    target: Target,
+    handler: HandlerId,
+    is_block_device: bool,
+}
+
+impl std::fmt::Debug for SqWriter<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqWriter")
+            .field("handler", &self.handler)
+            .field("is_block_device", &self.is_block_device)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> SqWriter<'a> {
+    /// A writer for the file named by `target` on `ring`, completing to
+    /// `handler`.
+    pub(crate) fn new(
+        ring: &'a Ring,
+        target: Target,
+        handler: HandlerId,
+        is_block_device: bool,
+    ) -> Self {
+        SqWriter {
+            ring,
+            target,
+            handler,
+            is_block_device,
+        }
+    }
+
+    /// Writes `op`'s SQE as [`Backend::submit_direct`] would, with the
+    /// writer's handler and `token` in its user_data (no ring slot), into
+    /// the ring's SQ (or its backlog when the SQ is full; then the SQ is
+    /// submitted at once). Returns `false`, having written nothing, for an
+    /// op that must take the backend's way instead: a linked PREFLUSH, a
+    /// token over 48 bits, a block-device discard. Then call
+    /// [`Backend::submit_direct`] with it.
+    ///
+    /// `op` must have passed the backend's check (as for
+    /// [`Backend::submit`]: the SQE is not checked again).
+    ///
+    /// # Safety
+    /// As [`Backend::submit`]; and this thread's driver must still be
+    /// installed (the writer keeps its ring alive for the call, but an op
+    /// written after the callback dropped the driver is never reaped, so
+    /// its completion never comes).
+    ///
+    /// [`Backend::submit`]: crate::Backend::submit
+    /// [`Backend::submit_direct`]: crate::Backend::submit_direct
+    #[inline]
+    #[must_use = "an op it did not write must be submitted through the backend"]
+    pub unsafe fn try_submit_direct(&self, op: &IoOp<'_>, token: u64) -> bool {
+        if op.flags.contains(IoFlags::PREFLUSH) || !ring::fits_direct(self.handler, token) {
+            return false;
+        }
+        let Some(entry) = build(self.target, op, self.is_block_device) else {
+            return false;
+        };
+        if op.fixed_buf.is_some() {
+            count_fixed(self.ring, &entry);
+        }
+        self.ring.push_direct(entry, self.handler, token);
+        true
+    }
+}
