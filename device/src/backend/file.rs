@@ -25,8 +25,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use io_uring::squeue;
-
 use super::sqe::{self, fsync_sqe, SqWriter, Target};
 use super::sync::submit_to_pool;
 use super::{check_op, Backend, BackendKind};
@@ -246,29 +244,37 @@ impl FileBackend {
         direct: bool,
     ) -> bool {
         let file = ring.file(&self.cache, &self.fd, self.id);
-        let target = match file.fixed {
-            Some(index) => Target::Fixed(index),
-            None => Target::Fd(self.raw_fd()),
-        };
-        let Some(entry) = self.build_sqe(target, op) else {
+        let target = self.target(file.fixed);
+        // The direct way is the SQ writer's: one place decides which ops
+        // may go without a slot and writes them.
+        let writer = SqWriter::new(ring, target, handler, self.is_block_device);
+        // SAFETY: the caller keeps `submit`'s contract; the thread's
+        // driver holds `ring`.
+        if direct && unsafe { writer.try_submit_direct(op, token) } {
+            return true;
+        }
+        let Some(entry) = sqe::build(target, op, self.is_block_device) else {
             return false;
         };
         if op.fixed_buf.is_some() {
             sqe::count_fixed(ring, &entry);
         }
-        let preflush_flag = op.flags.contains(IoFlags::PREFLUSH);
-        if direct && !preflush_flag && ring::fits_direct(handler, token) {
-            ring.push_direct(entry, handler, token);
-            return true;
-        }
-        let preflush = preflush_flag.then(|| fsync_sqe(Target::Fd(self.raw_fd()), true));
+        let preflush = op
+            .flags
+            .contains(IoFlags::PREFLUSH)
+            .then(|| fsync_sqe(Target::Fd(self.raw_fd()), true));
         ring.push(entry, preflush, file.reg, handler, token);
         true
     }
 
+    /// How an SQE names this file on a ring: its fixed-file index there,
+    /// or the raw fd.
     #[inline]
-    fn build_sqe(&self, target: Target, op: &IoOp<'_>) -> Option<squeue::Entry> {
-        sqe::build(target, op, self.is_block_device)
+    fn target(&self, fixed: Option<u32>) -> Target {
+        match fixed {
+            Some(index) => Target::Fixed(index),
+            None => Target::Fd(self.raw_fd()),
+        }
     }
 }
 
@@ -323,13 +329,9 @@ impl Backend for FileBackend {
             return;
         };
         let file = ring.file(&self.cache, &self.fd, self.id);
-        let target = match file.fixed {
-            Some(index) => Target::Fixed(index),
-            None => Target::Fd(self.raw_fd()),
-        };
         f(Some(&SqWriter::new(
             &ring,
-            target,
+            self.target(file.fixed),
             handler,
             self.is_block_device,
         )));
