@@ -163,9 +163,14 @@ pub struct IoOp<'a> {
     pub len_bytes: u64,
     /// The memory of a data op; empty for the other ops.
     pub segments: &'a [libc::iovec],
-    /// The registered buffer index the single segment lies in (see
-    /// `DmaBuf::fixed_index`), to use `READ_FIXED`/`WRITE_FIXED`. Ignored
-    /// by backends without fixed buffers and for multi-segment ops.
+    /// The registered buffer index every segment lies in (see
+    /// `DmaBuf::fixed_index`): one segment goes as `READ_FIXED`/
+    /// `WRITE_FIXED`, several as `READV_FIXED`/`WRITEV_FIXED` where the
+    /// ring's kernel has them (Linux 6.15; else as plain `READV`/`WRITEV`,
+    /// see [`SqWriter::vectored_fixed`](crate::SqWriter::vectored_fixed)),
+    /// so that the kernel pins no page per op. Ignored by backends without
+    /// fixed buffers, and by NVMe passthrough for several segments. A
+    /// segment outside that buffer fails the op with `EFAULT`.
     pub fixed_buf: Option<u16>,
     /// FUA, PREFLUSH, NOMERGE, priority.
     pub flags: IoFlags,

@@ -150,7 +150,12 @@ impl EngineCore {
             d.last_built = crate::interval::NIL;
         }
         let rq = d.rqs.get(slot);
-        if d.iostats && rq.fixed_buf.is_some() {
+        // Several segments use the registered buffer only where the ring
+        // has the vectored fixed opcodes.
+        if d.iostats
+            && rq.fixed_buf.is_some()
+            && (rq.iovecs.len() == 1 || sq.is_some_and(SqWriter::vectored_fixed))
+        {
             d.pending.fixed_buf_requests += 1;
             d.pending.dirty = true;
         }
@@ -214,8 +219,10 @@ pub(crate) fn token(dev: u32, slot: u32) -> u64 {
 }
 
 /// Fills `rq.iovecs` from its pieces' bio buffers, and names the
-/// registered buffer when the request is one whole buffer of the core's
-/// registered arena (`READ_FIXED`/`WRITE_FIXED`).
+/// registered buffer when every piece lies in the same one of the core's
+/// registered arena: `READ_FIXED`/`WRITE_FIXED` for one contiguous run of
+/// memory, `READV_FIXED`/`WRITEV_FIXED` for several (merged bios whose
+/// buffers are apart), so that the kernel pins no page for the request.
 #[inline]
 fn build_iovecs(bios: &BioTable, rq: &mut Request) {
     rq.iovecs.clear();
@@ -239,12 +246,10 @@ fn build_iovecs(bios: &BioTable, rq: &mut Request) {
             bio_iovecs(bio, p, &mut rq.iovecs);
         }
     }
-    if rq.iovecs.len() == 1 {
-        // One contiguous run of memory (one piece, or merged bios whose
-        // buffers are adjacent, as fio's io_u buffers often are):
-        // registered when every piece lies in the same registered buffer.
-        rq.fixed_buf = common_fixed(bios, &rq.pieces);
-    }
+    // One contiguous run of memory (one piece, or merged bios whose
+    // buffers are adjacent, as fio's io_u buffers often are) or several:
+    // registered when every piece lies in the same registered buffer.
+    rq.fixed_buf = common_fixed(bios, &rq.pieces);
 }
 
 /// The registered buffer every piece's bio lies in, if they share one.

@@ -189,9 +189,11 @@ pub struct IoStats {
     /// Bios that had to be allocated.
     pub bio_cache_misses: u64,
     /// Requests dispatched on a registered buffer (`READ_FIXED` /
-    /// `WRITE_FIXED` on an io_uring backend): one whole buffer from the
-    /// core's registered arena, as [`Device::alloc_buf`](crate::Device::alloc_buf)
-    /// hands out.
+    /// `WRITE_FIXED` on an io_uring backend): every bio of the request in
+    /// the core's registered arena, as [`Device::alloc_buf`](crate::Device::alloc_buf)
+    /// hands out. A request of several segments (merged bios whose buffers
+    /// are apart) counts only where the ring has `READV_FIXED` /
+    /// `WRITEV_FIXED` (Linux 6.15).
     pub fixed_buf_requests: u64,
     /// Requests issued again after a short or failed completion: the
     /// uncovered rest of a short transfer, or each bio of a merged request

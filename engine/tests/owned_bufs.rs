@@ -216,6 +216,96 @@ fn registered_buffers_reach_the_ring_as_fixed_opcodes() {
     });
 }
 
+/// Merged bios whose arena buffers lie apart make a request of several
+/// segments in one registered buffer: where the kernel has
+/// `READV_FIXED`/`WRITEV_FIXED` (6.15) it goes with them (counted in
+/// `RingStats::fixed_buf_sqes` and `fixed_buf_requests`), else as a plain
+/// `READV`/`WRITEV` (counted in neither); the data is right either way.
+#[test]
+fn merged_requests_on_arena_buffers_apart_use_vectored_fixed_opcodes() {
+    let dir = tmpdir();
+    let path = dir.path().join("vectored-fixed");
+    std::fs::write(&path, vec![0u8; 1 << 16]).expect("fixture");
+    local().run(async {
+        let registered = plugio_device::buf::arena_stats().is_some_and(|s| s.registered);
+        let info = plugio_device::ring::current_info().expect("a ring");
+        let vectored = ["READV_FIXED", "WRITEV_FIXED"]
+            .iter()
+            .all(|op| info.supported_ops.contains(op));
+        let fixed = || {
+            plugio_device::ring::current_stats()
+                .expect("a ring")
+                .fixed_buf_sqes
+        };
+        let dev = open(&path, true);
+        // Three buffers in an order whose memory is not one run: the
+        // third buffer first, then the first two.
+        let mut bufs: Vec<DmaBuf> = (0..3).map(|_| dev.alloc_buf(4096)).collect();
+        bufs.sort_by_key(|b| b.as_slice().as_ptr() as usize);
+        bufs.rotate_right(1);
+        let apart = bufs
+            .windows(2)
+            .any(|w| w[0].as_slice().as_ptr_range().end != w[1].as_slice().as_ptr());
+        assert!(
+            apart,
+            "test setup: the buffers must not be one run of memory"
+        );
+        for (i, b) in bufs.iter_mut().enumerate() {
+            b.as_mut_slice()
+                .copy_from_slice(&pattern(4096, 40 + i as u8));
+        }
+        let before = fixed();
+        let mut writes = Vec::new();
+        for (i, b) in bufs.into_iter().enumerate() {
+            writes.push(dev.write_at(b, 4096 * i as u64));
+        }
+        let mut bufs = Vec::new();
+        for (r, b) in futures::future::join_all(writes).await {
+            assert_eq!(r.expect("write"), 4096);
+            bufs.push(b);
+        }
+        for b in &mut bufs {
+            b.as_mut_slice().fill(0);
+        }
+        let mut reads = Vec::new();
+        for (i, b) in bufs.into_iter().enumerate() {
+            reads.push(dev.read_at(b, 4096 * i as u64));
+        }
+        for (i, (r, b)) in futures::future::join_all(reads)
+            .await
+            .into_iter()
+            .enumerate()
+        {
+            assert_eq!(r.expect("read"), 4096);
+            assert_eq!(b.as_slice(), &pattern(4096, 40 + i as u8)[..], "buffer {i}");
+        }
+        let on_disk = std::fs::read(&path).expect("read back");
+        for i in 0..3 {
+            assert_eq!(
+                on_disk[4096 * i..4096 * (i + 1)],
+                pattern(4096, 40 + i as u8)[..]
+            );
+        }
+        let s = dev.iostats();
+        assert_eq!((s.bios, s.requests), (6, 2), "each batch of three merged");
+        match (registered, vectored) {
+            (true, true) => {
+                assert_eq!(fixed() - before, 2, "READV_FIXED and WRITEV_FIXED");
+                assert_eq!(s.fixed_buf_requests, 2);
+            }
+            (true, false) => {
+                eprintln!("no READV_FIXED/WRITEV_FIXED in this kernel: plain READV/WRITEV");
+                assert_eq!(fixed() - before, 0);
+                assert_eq!(s.fixed_buf_requests, 0);
+            }
+            (false, _) => {
+                eprintln!("buffer registration refused here (memlock): nothing is fixed");
+                assert_eq!(fixed() - before, 0);
+            }
+        }
+    });
+}
+
 /// A buffer that records when it is dropped.
 struct Tracked {
     bytes: Vec<u8>,

@@ -253,7 +253,7 @@ impl FileBackend {
         if direct && unsafe { writer.try_submit_direct(op, token) } {
             return true;
         }
-        let Some(entry) = sqe::build(target, op, self.is_block_device) else {
+        let Some(entry) = writer.build(op) else {
             return false;
         };
         if op.fixed_buf.is_some() {

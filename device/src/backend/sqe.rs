@@ -47,9 +47,17 @@ macro_rules! with_target {
 
 /// The SQE of `op` on `target`, or `None` when io_uring has no opcode for
 /// it here (a block-device discard: it goes to the sync pool).
-/// `is_block_device` picks the zeroing mode and the discard's way.
+/// `is_block_device` picks the zeroing mode and the discard's way;
+/// `vectored_fixed` says the ring has `READV_FIXED`/`WRITEV_FIXED` (Linux
+/// 6.15), used for several segments that all lie in registered buffer
+/// `op.fixed_buf` (without them, such an op is a plain `READV`/`WRITEV`).
 #[inline]
-pub(crate) fn build(target: Target, op: &IoOp<'_>, is_block_device: bool) -> Option<squeue::Entry> {
+pub(crate) fn build(
+    target: Target,
+    op: &IoOp<'_>,
+    is_block_device: bool,
+    vectored_fixed: bool,
+) -> Option<squeue::Entry> {
     let off = op.offset_bytes;
     let rw_flags = if op.flags.contains(IoFlags::FUA) {
         libc::RWF_DSYNC
@@ -74,6 +82,15 @@ pub(crate) fn build(target: Target, op: &IoOp<'_>, is_block_device: bool) -> Opt
                 .ioprio(prio)
                 .build()
         }),
+        (OpKind::Read, _, _) if vectored_fixed && op.fixed_buf.is_some() => {
+            let index = op.fixed_buf.unwrap_or_default();
+            with_target!(target, |fd| {
+                opcode::ReadvFixed::new(fd, op.segments.as_ptr(), op.segments.len() as u32, index)
+                    .offset(off)
+                    .ioprio(prio)
+                    .build()
+            })
+        }
         (OpKind::Read, _, _) => with_target!(target, |fd| {
             opcode::Readv::new(fd, op.segments.as_ptr(), op.segments.len() as u32)
                 .offset(off)
@@ -92,6 +109,16 @@ pub(crate) fn build(target: Target, op: &IoOp<'_>, is_block_device: bool) -> Opt
         (OpKind::Write, Some(s), None) if op.segments.len() == 1 => {
             with_target!(target, |fd| {
                 opcode::Write::new(fd, s.iov_base.cast(), s.iov_len as u32)
+                    .offset(off)
+                    .ioprio(prio)
+                    .rw_flags(rw_flags)
+                    .build()
+            })
+        }
+        (OpKind::Write, _, _) if vectored_fixed && op.fixed_buf.is_some() => {
+            let index = op.fixed_buf.unwrap_or_default();
+            with_target!(target, |fd| {
+                opcode::WritevFixed::new(fd, op.segments.as_ptr(), op.segments.len() as u32, index)
                     .offset(off)
                     .ioprio(prio)
                     .rw_flags(rw_flags)
@@ -148,11 +175,18 @@ fn fallocate_sqe(target: Target, op: &IoOp<'_>, mode: i32) -> squeue::Entry {
     })
 }
 
-/// Counts a `READ_FIXED`/`WRITE_FIXED` SQE in the ring's statistics.
+/// Counts an SQE on registered buffers (`READ_FIXED`, `WRITE_FIXED`,
+/// `READV_FIXED`, `WRITEV_FIXED`) in the ring's statistics.
 #[inline]
 pub(crate) fn count_fixed(ring: &Ring, entry: &squeue::Entry) {
     let code = entry.get_opcode() as u8;
-    if code == opcode::ReadFixed::CODE || code == opcode::WriteFixed::CODE {
+    if matches!(
+        code,
+        opcode::ReadFixed::CODE
+            | opcode::WriteFixed::CODE
+            | opcode::ReadvFixed::CODE
+            | opcode::WritevFixed::CODE
+    ) {
         ring.count_fixed_buf_sqe();
     }
 }
@@ -173,6 +207,8 @@ pub struct SqWriter<'a> {
     target: Target,
     handler: HandlerId,
     is_block_device: bool,
+    /// The ring has `READV_FIXED`/`WRITEV_FIXED` (read once, at `new`).
+    vectored_fixed: bool,
 }
 
 impl std::fmt::Debug for SqWriter<'_> {
@@ -198,7 +234,29 @@ impl<'a> SqWriter<'a> {
             target,
             handler,
             is_block_device,
+            vectored_fixed: ring.vectored_fixed(),
         }
+    }
+
+    /// Whether an op of several segments that all lie in one registered
+    /// buffer (`IoOp::fixed_buf`) goes as `READV_FIXED`/`WRITEV_FIXED`:
+    /// the ring's kernel has both opcodes (Linux 6.15). Without them such
+    /// an op is a plain `READV`/`WRITEV` and its pages are pinned per op.
+    ///
+    /// ```no_run
+    /// # fn f(w: &plugio_device::SqWriter<'_>) {
+    /// let named_buffer_is_used = w.vectored_fixed();
+    /// # }
+    /// ```
+    #[inline]
+    pub fn vectored_fixed(&self) -> bool {
+        self.vectored_fixed
+    }
+
+    /// The SQE of `op` for this writer's file and ring (see [`build`]).
+    #[inline]
+    pub(crate) fn build(&self, op: &IoOp<'_>) -> Option<squeue::Entry> {
+        build(self.target, op, self.is_block_device, self.vectored_fixed)
     }
 
     /// Writes `op`'s SQE as [`Backend::submit_direct`] would, with the
@@ -226,7 +284,7 @@ impl<'a> SqWriter<'a> {
         if op.flags.contains(IoFlags::PREFLUSH) || !ring::fits_direct(self.handler, token) {
             return false;
         }
-        let Some(entry) = build(self.target, op, self.is_block_device) else {
+        let Some(entry) = self.build(op) else {
             return false;
         };
         if op.fixed_buf.is_some() {

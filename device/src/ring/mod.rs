@@ -410,6 +410,14 @@ impl Ring {
         &self.info
     }
 
+    /// Whether this ring's kernel has `READV_FIXED` and `WRITEV_FIXED`
+    /// (Linux 6.15): vectored IO on registered buffers, without pinning
+    /// each page per op.
+    pub(crate) fn vectored_fixed(&self) -> bool {
+        self.info.supports(io_uring::opcode::ReadvFixed::CODE)
+            && self.info.supports(io_uring::opcode::WritevFixed::CODE)
+    }
+
     /// The handle other threads use to wake this ring.
     pub(crate) fn unparker(&self) -> Arc<RingUnpark> {
         self.unpark.clone()
