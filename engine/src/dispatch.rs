@@ -141,7 +141,7 @@ impl EngineCore {
         rq.tag = tag;
         rq.start_ns = now;
         let writes = rq.op.is_write();
-        build_iovecs(bios, rq);
+        build_iovecs(bios, rq, sq);
         d.writes_waiting -= u32::from(writes);
         d.writes_in_flight += u32::from(writes);
         d.tags_held += 1;
@@ -150,12 +150,7 @@ impl EngineCore {
             d.last_built = crate::interval::NIL;
         }
         let rq = d.rqs.get(slot);
-        // Several segments use the registered buffer only where the ring
-        // has the vectored fixed opcodes.
-        if d.iostats
-            && rq.fixed_buf.is_some()
-            && (rq.iovecs.len() == 1 || sq.is_some_and(SqWriter::vectored_fixed))
-        {
+        if d.iostats && rq.fixed_buf.is_some() {
             d.pending.fixed_buf_requests += 1;
             d.pending.dirty = true;
         }
@@ -221,10 +216,11 @@ pub(crate) fn token(dev: u32, slot: u32) -> u64 {
 /// Fills `rq.iovecs` from its pieces' bio buffers, and names the
 /// registered buffer when every piece lies in the same one of the core's
 /// registered arena: `READ_FIXED`/`WRITE_FIXED` for one contiguous run of
-/// memory, `READV_FIXED`/`WRITEV_FIXED` for several (merged bios whose
-/// buffers are apart), so that the kernel pins no page for the request.
+/// memory, and `READV_FIXED`/`WRITEV_FIXED` for several (merged bios whose
+/// buffers are apart) where the batch's SQ writer `sq` has them, so that
+/// the kernel pins no page for the request.
 #[inline]
-fn build_iovecs(bios: &BioTable, rq: &mut Request) {
+fn build_iovecs(bios: &BioTable, rq: &mut Request, sq: Option<&SqWriter<'_>>) {
     rq.iovecs.clear();
     rq.fixed_buf = None;
     if !rq.op.has_data() {
@@ -241,15 +237,25 @@ fn build_iovecs(bios: &BioTable, rq: &mut Request) {
             }
         }
     }
+    build_iovecs_of_pieces(bios, rq, sq.is_some_and(SqWriter::vectored_fixed));
+}
+
+/// [`build_iovecs`] of a request of several pieces, or of part of a
+/// buffer (out of line: the one-buffer case above is the hot one).
+#[inline(never)]
+fn build_iovecs_of_pieces(bios: &BioTable, rq: &mut Request, vectored_fixed: bool) {
     for p in &rq.pieces {
         if let Some(bio) = bios.get(p.bio) {
             bio_iovecs(bio, p, &mut rq.iovecs);
         }
     }
     // One contiguous run of memory (one piece, or merged bios whose
-    // buffers are adjacent, as fio's io_u buffers often are) or several:
-    // registered when every piece lies in the same registered buffer.
-    rq.fixed_buf = common_fixed(bios, &rq.pieces);
+    // buffers are adjacent, as fio's io_u buffers often are), or several
+    // where the ring has the vectored fixed opcodes: registered when every
+    // piece lies in the same registered buffer.
+    if rq.iovecs.len() == 1 || vectored_fixed {
+        rq.fixed_buf = common_fixed(bios, &rq.pieces);
+    }
 }
 
 /// The registered buffer every piece's bio lies in, if they share one.

@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::sqe::{self, fsync_sqe, SqWriter, Target};
+use super::sqe::{fsync_sqe, SqWriter, Target};
 use super::sync::submit_to_pool;
 use super::{check_op, Backend, BackendKind};
 use crate::core::HandlerId;
@@ -256,9 +256,6 @@ impl FileBackend {
         let Some(entry) = writer.build(op) else {
             return false;
         };
-        if op.fixed_buf.is_some() {
-            sqe::count_fixed(ring, &entry);
-        }
         let preflush = op
             .flags
             .contains(IoFlags::PREFLUSH)

@@ -47,16 +47,18 @@ macro_rules! with_target {
 
 /// The SQE of `op` on `target`, or `None` when io_uring has no opcode for
 /// it here (a block-device discard: it goes to the sync pool).
-/// `is_block_device` picks the zeroing mode and the discard's way;
-/// `vectored_fixed` says the ring has `READV_FIXED`/`WRITEV_FIXED` (Linux
-/// 6.15), used for several segments that all lie in registered buffer
-/// `op.fixed_buf` (without them, such an op is a plain `READV`/`WRITEV`).
+/// `is_block_device` picks the zeroing mode and the discard's way. Several
+/// segments that all lie in registered buffer `op.fixed_buf` go as
+/// `READV_FIXED`/`WRITEV_FIXED` where `ring` has them (Linux 6.15), else
+/// as a plain `READV`/`WRITEV`. An SQE on a registered buffer is counted
+/// in `ring`'s statistics (`RingStats::fixed_buf_sqes`): the caller pushes
+/// every SQE it gets.
 #[inline]
 pub(crate) fn build(
     target: Target,
     op: &IoOp<'_>,
     is_block_device: bool,
-    vectored_fixed: bool,
+    ring: &Ring,
 ) -> Option<squeue::Entry> {
     let off = op.offset_bytes;
     let rw_flags = if op.flags.contains(IoFlags::FUA) {
@@ -69,6 +71,7 @@ pub(crate) fn build(
     let fixed = op.fixed_buf.filter(|_| op.segments.len() == 1);
     let entry = match (op.kind, seg, fixed) {
         (OpKind::Read, Some(s), Some(index)) if op.segments.len() == 1 => {
+            ring.count_fixed_buf_sqe();
             with_target!(target, |fd| {
                 opcode::ReadFixed::new(fd, s.iov_base.cast(), s.iov_len as u32, index)
                     .offset(off)
@@ -82,22 +85,9 @@ pub(crate) fn build(
                 .ioprio(prio)
                 .build()
         }),
-        (OpKind::Read, _, _) if vectored_fixed && op.fixed_buf.is_some() => {
-            let index = op.fixed_buf.unwrap_or_default();
-            with_target!(target, |fd| {
-                opcode::ReadvFixed::new(fd, op.segments.as_ptr(), op.segments.len() as u32, index)
-                    .offset(off)
-                    .ioprio(prio)
-                    .build()
-            })
-        }
-        (OpKind::Read, _, _) => with_target!(target, |fd| {
-            opcode::Readv::new(fd, op.segments.as_ptr(), op.segments.len() as u32)
-                .offset(off)
-                .ioprio(prio)
-                .build()
-        }),
+        (OpKind::Read, _, _) => vectored_sqe(target, op, ring, rw_flags),
         (OpKind::Write, Some(s), Some(index)) if op.segments.len() == 1 => {
+            ring.count_fixed_buf_sqe();
             with_target!(target, |fd| {
                 opcode::WriteFixed::new(fd, s.iov_base.cast(), s.iov_len as u32, index)
                     .offset(off)
@@ -115,23 +105,7 @@ pub(crate) fn build(
                     .build()
             })
         }
-        (OpKind::Write, _, _) if vectored_fixed && op.fixed_buf.is_some() => {
-            let index = op.fixed_buf.unwrap_or_default();
-            with_target!(target, |fd| {
-                opcode::WritevFixed::new(fd, op.segments.as_ptr(), op.segments.len() as u32, index)
-                    .offset(off)
-                    .ioprio(prio)
-                    .rw_flags(rw_flags)
-                    .build()
-            })
-        }
-        (OpKind::Write, _, _) => with_target!(target, |fd| {
-            opcode::Writev::new(fd, op.segments.as_ptr(), op.segments.len() as u32)
-                .offset(off)
-                .ioprio(prio)
-                .rw_flags(rw_flags)
-                .build()
-        }),
+        (OpKind::Write, _, _) => vectored_sqe(target, op, ring, rw_flags),
         (OpKind::Flush, _, _) => fsync_sqe(target, true),
         (OpKind::Fsync, _, _) => fsync_sqe(target, false),
         (OpKind::Nop, _, _) => opcode::Nop::new().build(),
@@ -156,6 +130,47 @@ pub(crate) fn build(
     Some(entry)
 }
 
+/// The SQE of a read or write of several segments (or none): on registered
+/// buffer `op.fixed_buf` where `ring` has `READV_FIXED`/`WRITEV_FIXED`,
+/// else a plain `READV`/`WRITEV`. Out of line: one segment is the hot case.
+#[inline(never)]
+fn vectored_sqe(target: Target, op: &IoOp<'_>, ring: &Ring, rw_flags: i32) -> squeue::Entry {
+    let (off, prio) = (op.offset_bytes, op.flags.ioprio());
+    let (iov, nr) = (op.segments.as_ptr(), op.segments.len() as u32);
+    let fixed = op.fixed_buf.filter(|_| ring.vectored_fixed());
+    if fixed.is_some() {
+        ring.count_fixed_buf_sqe();
+    }
+    match (op.kind, fixed) {
+        (OpKind::Write, Some(index)) => with_target!(target, |fd| {
+            opcode::WritevFixed::new(fd, iov, nr, index)
+                .offset(off)
+                .ioprio(prio)
+                .rw_flags(rw_flags)
+                .build()
+        }),
+        (OpKind::Write, None) => with_target!(target, |fd| {
+            opcode::Writev::new(fd, iov, nr)
+                .offset(off)
+                .ioprio(prio)
+                .rw_flags(rw_flags)
+                .build()
+        }),
+        (_, Some(index)) => with_target!(target, |fd| {
+            opcode::ReadvFixed::new(fd, iov, nr, index)
+                .offset(off)
+                .ioprio(prio)
+                .build()
+        }),
+        (_, None) => with_target!(target, |fd| {
+            opcode::Readv::new(fd, iov, nr)
+                .offset(off)
+                .ioprio(prio)
+                .build()
+        }),
+    }
+}
+
 /// A linked `fsync`/`fdatasync` SQE on `target`.
 pub(crate) fn fsync_sqe(target: Target, datasync: bool) -> squeue::Entry {
     let flags = if datasync {
@@ -175,22 +190,6 @@ fn fallocate_sqe(target: Target, op: &IoOp<'_>, mode: i32) -> squeue::Entry {
     })
 }
 
-/// Counts an SQE on registered buffers (`READ_FIXED`, `WRITE_FIXED`,
-/// `READV_FIXED`, `WRITEV_FIXED`) in the ring's statistics.
-#[inline]
-pub(crate) fn count_fixed(ring: &Ring, entry: &squeue::Entry) {
-    let code = entry.get_opcode() as u8;
-    if matches!(
-        code,
-        opcode::ReadFixed::CODE
-            | opcode::WriteFixed::CODE
-            | opcode::ReadvFixed::CODE
-            | opcode::WritevFixed::CODE
-    ) {
-        ring.count_fixed_buf_sqe();
-    }
-}
-
 /// Writes the SQEs of one dispatch batch for one file on the calling
 /// thread's ring: the ring and the file's registration were found once,
 /// by [`Backend::with_sq_writer`](crate::Backend::with_sq_writer), so each
@@ -207,8 +206,6 @@ pub struct SqWriter<'a> {
     target: Target,
     handler: HandlerId,
     is_block_device: bool,
-    /// The ring has `READV_FIXED`/`WRITEV_FIXED` (read once, at `new`).
-    vectored_fixed: bool,
 }
 
 impl std::fmt::Debug for SqWriter<'_> {
@@ -234,7 +231,6 @@ impl<'a> SqWriter<'a> {
             target,
             handler,
             is_block_device,
-            vectored_fixed: ring.vectored_fixed(),
         }
     }
 
@@ -250,13 +246,13 @@ impl<'a> SqWriter<'a> {
     /// ```
     #[inline]
     pub fn vectored_fixed(&self) -> bool {
-        self.vectored_fixed
+        self.ring.vectored_fixed()
     }
 
     /// The SQE of `op` for this writer's file and ring (see [`build`]).
     #[inline]
     pub(crate) fn build(&self, op: &IoOp<'_>) -> Option<squeue::Entry> {
-        build(self.target, op, self.is_block_device, self.vectored_fixed)
+        build(self.target, op, self.is_block_device, self.ring)
     }
 
     /// Writes `op`'s SQE as [`Backend::submit_direct`] would, with the
@@ -287,9 +283,6 @@ impl<'a> SqWriter<'a> {
         let Some(entry) = self.build(op) else {
             return false;
         };
-        if op.fixed_buf.is_some() {
-            count_fixed(self.ring, &entry);
-        }
         self.ring.push_direct(entry, self.handler, token);
         true
     }
