@@ -1,6 +1,8 @@
 //! A fixed number of IOs through the engine on one core, for instruction
-//! counting under callgrind: `io_loop nop N [QD]` or `io_loop read PATH N [QD]`
-//! (4 KiB buffered random reads of PATH). Prints the IO count.
+//! counting under callgrind: `io_loop nop N [QD]`, `io_loop read PATH N [QD]`
+//! (4 KiB buffered random reads of PATH) or `io_loop seq PATH N [QD]` (4 KiB
+//! buffered reads of PATH in order, the next block to the next task, so the
+//! plug merges them). Prints the IO count.
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -10,7 +12,9 @@ use plugio_engine::{Device, DeviceOptions};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let read = args.get(1).map(String::as_str) == Some("read");
+    let mode = args.get(1).map(String::as_str);
+    let seq = mode == Some("seq");
+    let read = mode == Some("read") || seq;
     let (path, rest) = if read {
         (Some(args[2].clone()), &args[3..])
     } else {
@@ -46,20 +50,28 @@ fn main() {
         let blocks = (size / 4096).max(1);
         let left = Rc::new(Cell::new(n));
         let count = Rc::new(Cell::new(0u64));
+        let next = Rc::new(Cell::new(0u64));
         let tasks: Vec<_> = (0..qd)
             .map(|t| {
                 let (dev, left, count) = (dev.clone(), left.clone(), count.clone());
+                let next = next.clone();
                 plugio_executor::spawn_local(async move {
                     let mut buf = dev.alloc_buf(4096);
                     let mut x = t.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
                     while left.get() > 0 {
                         left.set(left.get() - 1);
                         if read {
-                            x ^= x << 13;
-                            x ^= x >> 7;
-                            x ^= x << 17;
+                            let block = if seq {
+                                next.set(next.get() + 1);
+                                (next.get() - 1) % blocks
+                            } else {
+                                x ^= x << 13;
+                                x ^= x >> 7;
+                                x ^= x << 17;
+                                x % blocks
+                            };
                             buf.set_len(4096);
-                            let (r, b) = dev.read_at(buf, (x % blocks) * 4096).await;
+                            let (r, b) = dev.read_at(buf, block * 4096).await;
                             buf = b;
                             r.expect("read");
                         } else {
