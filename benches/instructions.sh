@@ -5,9 +5,10 @@
 #
 # For each workload and engine, `plugio bench` runs twice under callgrind
 # with a fixed IO count (`--number_ios N1`, then N2), pinned to one core
-# (`taskset -c 0`), `--numjobs 1 --iodepth 128 --clat-sample 0` (no latency
-# sampling: it is the bench's instrumentation, not the IO path, and would
-# add two clock reads and a histogram record per read); the figures are
+# (`taskset -c 0`), `--numjobs 1 --clat-sample 0` and `--iodepth 128` (32
+# and 1 for seq-4k); no latency sampling: it is the bench's
+# instrumentation, not the IO path, and would add two clock reads and a
+# histogram record per read. The figures are
 #     per IO = (count(N2) - count(N1)) / (N2 - N1)
 # so setup and teardown cancel out. Counts are of the IO thread (callgrind
 # --separate-threads=yes; the thread with the most instructions, the core
@@ -21,6 +22,12 @@
 #   nop        --engine nop  vs  --engine raw --nop
 #   cached-4k  4 KiB buffered random reads (--direct 0) of a 64 MiB file
 #              read once beforehand (page-cached): --engine plugio vs raw
+#   seq-4k     sequential 4 KiB buffered reads of that file from 32 tasks
+#              (--rw read --iodepth 32), which the plug merges into 128 KiB
+#              requests: --engine plugio, against the raw loop issuing
+#              those requests itself (--bs 128k --iodepth 1). Both rows
+#              are per 4 KiB of data (the raw loop's count per IO / 32),
+#              the unit of the merged-sequential goal of #12.
 #
 # Valgrind configuration: plugio engines run with `--idle-wait futex`.
 # Valgrind runs one thread at a time under a lock that it releases only
@@ -81,7 +88,7 @@ show "head -c 64M /dev/urandom > $DATA && cat $DATA > /dev/null"
 head -c $((64 << 20)) /dev/urandom > "$DATA"
 cat "$DATA" > /dev/null # read once: the reads below hit the page cache
 
-COMMON=(--numjobs 1 --iodepth 128 --clat-sample 0 --runtime 3600 --json --quiet)
+COMMON=(--numjobs 1 --clat-sample 0 --runtime 3600 --json --quiet)
 ROWS=$OUT/rows.tsv
 : > "$ROWS"
 
@@ -106,7 +113,8 @@ run() {
   log "$label N=$n: $ios IOs in $((SECONDS - start)) s"
 }
 
-# measure WORKLOAD ENGINE bench-args...
+# measure WORKLOAD ENGINE bench-args...: per IO, or with PER_IO_DIV=K set,
+# per K-th of an IO (the raw loop's 128 KiB reads counted per 4 KiB).
 measure() {
   local workload=$1 engine=$2; shift 2
   local label="$workload.$engine"
@@ -115,10 +123,11 @@ measure() {
   show "benches/tools/cglock.py --json $OUT/$label.{$N1,$N2}.out-*"
   benches/tools/cglock.py --json --top 40 "$OUT/$label.$N1".out-* "$OUT/$label.$N2".out-* \
     > "$OUT/$label.cglock.jsonl" || fail "$label: cglock.py failed"
-  python3 - "$OUT/$label.cglock.jsonl" "$N1" "$N2" "$workload" "$engine" >> "$ROWS" <<'PY' \
+  python3 - "$OUT/$label.cglock.jsonl" "$N1" "$N2" "$workload" "$engine" "${PER_IO_DIV:-1}" >> "$ROWS" <<'PY' \
     || fail "$label: could not difference the runs"
 import json, re, sys
 path, n1, n2, workload, engine = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+div = int(sys.argv[6])
 runs = {n1: {}, n2: {}}
 for line in open(path):
     r = json.loads(line)
@@ -136,12 +145,12 @@ if io not in runs[n1]:
 def per_io(key, threads):
     a = sum(runs[n1][t][key] for t in threads if t in runs[n1])
     b = sum(runs[n2][t][key] for t in threads if t in runs[n2])
-    return (b - a) / (n2 - n1)
+    return (b - a) / (n2 - n1) / div
 # Which locked instructions the IO thread runs per IO (from the top lists).
 before = {t["addr"]: t["ir"] for t in runs[n1][io]["top_locked"]}
 with open(path.replace(".cglock.jsonl", ".locked.txt"), "w") as f:
     for t in runs[n2][io]["top_locked"]:
-        d = (t["ir"] - before.get(t["addr"], 0)) / (n2 - n1)
+        d = (t["ir"] - before.get(t["addr"], 0)) / (n2 - n1) / div
         if d >= 0.005:
             f.write(f"{d:6.3f}  {t['insn'].split('#')[0].strip():32} {t['fn']}\n")
 allt = set(runs[n1]) | set(runs[n2])
@@ -155,14 +164,22 @@ PY
 }
 
 START=$SECONDS
-measure nop nop --engine nop --idle-wait futex
-measure nop raw --engine raw --nop
-measure cached-4k plugio --engine plugio --idle-wait futex --filename "$DATA" --direct 0 --rw randread --bs 4k
-measure cached-4k raw --engine raw --filename "$DATA" --direct 0 --rw randread --bs 4k
+measure nop nop --engine nop --idle-wait futex --iodepth 128
+measure nop raw --engine raw --nop --iodepth 128
+measure cached-4k plugio --engine plugio --idle-wait futex --filename "$DATA" --direct 0 --rw randread --bs 4k --iodepth 128
+measure cached-4k raw --engine raw --filename "$DATA" --direct 0 --rw randread --bs 4k --iodepth 128
+measure seq-4k plugio --engine plugio --idle-wait futex --filename "$DATA" --direct 0 --rw read --bs 4k --iodepth 32
+# The raw loop's 128 KiB reads: a 32nd of the IO counts, each counted as
+# 32 units of 4 KiB.
+N1_4K=$N1; N2_4K=$N2; N1=$((N1 / 32)); N2=$((N2 / 32))
+PER_IO_DIV=32 measure seq-4k raw --engine raw --filename "$DATA" --direct 0 --rw read --bs 128k --iodepth 1
+N1=$N1_4K; N2=$N2_4K
 
 {
-  echo "Per-IO cost, callgrind, N1=$N1 and N2=$N2 IOs, \`taskset -c 0\`, \`${COMMON[*]:0:6}\`${FEATURES:+, features \`$FEATURES\`}"
+  echo "Per-IO cost, callgrind, N1=$N1 and N2=$N2 IOs (a 32nd of them for the raw loop's 128 KiB reads), \`taskset -c 0\`, \`${COMMON[*]:0:4}\`, \`--iodepth 128\` (seq-4k: 32, raw 1)${FEATURES:+, features \`$FEATURES\`}"
   echo "($(valgrind --version); plugio engines with \`--idle-wait futex\`; IO thread = the thread that runs the IO loop)"
+  echo
+  echo "(seq-4k rows: per 4 KiB of data, so the raw loop's figures are its count per 128 KiB read / 32)"
   echo
   echo "| workload | engine | user instr/IO (IO thread) | locked instr/IO (IO thread) | user instr/IO (process) | locked instr/IO (process) | Ir total N1 / N2 (process) |"
   echo "|---|---|---|---|---|---|---|"
