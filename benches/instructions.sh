@@ -169,14 +169,15 @@ measure nop raw --engine raw --nop --iodepth 128
 measure cached-4k plugio --engine plugio --idle-wait futex --filename "$DATA" --direct 0 --rw randread --bs 4k --iodepth 128
 measure cached-4k raw --engine raw --filename "$DATA" --direct 0 --rw randread --bs 4k --iodepth 128
 measure seq-4k plugio --engine plugio --idle-wait futex --filename "$DATA" --direct 0 --rw read --bs 4k --iodepth 32
-# The raw loop's 128 KiB reads: a 32nd of the IO counts, each counted as
-# 32 units of 4 KiB.
-N1_4K=$N1; N2_4K=$N2; N1=$((N1 / 32)); N2=$((N2 / 32))
+# The raw loop's 128 KiB reads: 1,000 and 3,000 of them in both modes
+# (fewer, and its main thread outran the IO thread), each counted as 32
+# units of 4 KiB.
+N1_4K=$N1; N2_4K=$N2; N1=1000; N2=3000
 PER_IO_DIV=32 measure seq-4k raw --engine raw --filename "$DATA" --direct 0 --rw read --bs 128k --iodepth 1
 N1=$N1_4K; N2=$N2_4K
 
 {
-  echo "Per-IO cost, callgrind, N1=$N1 and N2=$N2 IOs (a 32nd of them for the raw loop's 128 KiB reads), \`taskset -c 0\`, \`${COMMON[*]:0:4}\`, \`--iodepth 128\` (seq-4k: 32, raw 1)${FEATURES:+, features \`$FEATURES\`}"
+  echo "Per-IO cost, callgrind, N1=$N1 and N2=$N2 IOs (1,000 and 3,000 of the raw loop's 128 KiB reads), \`taskset -c 0\`, \`${COMMON[*]:0:4}\`, \`--iodepth 128\` (seq-4k: 32, raw 1)${FEATURES:+, features \`$FEATURES\`}"
   echo "($(valgrind --version); plugio engines with \`--idle-wait futex\`; IO thread = the thread that runs the IO loop)"
   echo
   echo "(seq-4k rows: per 4 KiB of data, so the raw loop's figures are its count per 128 KiB read / 32)"
