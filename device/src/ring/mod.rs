@@ -288,6 +288,9 @@ pub struct Ring {
     wake_buf: Box<Cell<u64>>,
     wake_armed: Cell<bool>,
     info: RingInfo,
+    /// The kernel has `READV_FIXED` and `WRITEV_FIXED` (from `info`'s
+    /// probe; a cell so that tests can take the older kernels' way).
+    vectored_fixed: Cell<bool>,
     /// [`RingConfig::batch_wait`].
     batch_wait: Duration,
     /// This ring's entry in every backend's [`FileCache`]
@@ -368,6 +371,10 @@ impl Ring {
             unpark,
             wake_buf: Box::new(Cell::new(0)),
             wake_armed: Cell::new(false),
+            vectored_fixed: Cell::new(
+                info.supports(io_uring::opcode::ReadvFixed::CODE)
+                    && info.supports(io_uring::opcode::WritevFixed::CODE),
+            ),
             info,
             batch_wait: config.batch_wait,
             cache_slot,
@@ -414,8 +421,7 @@ impl Ring {
     /// (Linux 6.15): vectored IO on registered buffers, without pinning
     /// each page per op.
     pub(crate) fn vectored_fixed(&self) -> bool {
-        self.info.supports(io_uring::opcode::ReadvFixed::CODE)
-            && self.info.supports(io_uring::opcode::WritevFixed::CODE)
+        self.vectored_fixed.get()
     }
 
     /// The handle other threads use to wake this ring.

@@ -55,7 +55,8 @@ pub struct RingStats {
     /// CQEs reaped (wake reads included).
     pub cqes: u64,
     /// SQEs queued with a registered-buffer opcode (`READ_FIXED`,
-    /// `WRITE_FIXED`): IO on a buffer of the core's registered arena.
+    /// `WRITE_FIXED`, `READV_FIXED`, `WRITEV_FIXED`): IO on a buffer of
+    /// the core's registered arena.
     pub fixed_buf_sqes: u64,
 }
 
