@@ -331,6 +331,9 @@ mod tests {
                     .start(|| Remote(flag.clone(), waker.clone()), i)
                     .is_none());
             }
+            // Read before the thread starts: its first wake may come at
+            // once, and a count read after it would hide that wake.
+            let mut seen = count.0.load(Ordering::SeqCst);
             let thread = {
                 let remotes = remotes.clone();
                 std::thread::spawn(move || {
@@ -342,7 +345,6 @@ mod tests {
                 })
             };
             // The task's loop: poll again only when it was woken.
-            let mut seen = count.0.load(Ordering::SeqCst);
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
             while done.len() < n {
                 let now = count.0.load(Ordering::SeqCst);
