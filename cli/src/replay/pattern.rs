@@ -23,10 +23,21 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// The per-word constants of [`word`]: `w * 0x9e37_79b9_7f4a_7c15`.
+const WORD_SALT: [u64; WORDS] = {
+    let mut t = [0u64; WORDS];
+    let mut w = 0;
+    while w < WORDS {
+        t[w] = (w as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        w += 1;
+    }
+    t
+};
+
 /// Word `w` (2..64) of sector `sector` written by write `seq`.
 #[inline]
 fn word(seed: u64, w: usize) -> u64 {
-    (seed ^ (w as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_mul(0xd605_bbb5_8c8a_bbcd)
+    (seed ^ WORD_SALT[w]).wrapping_mul(0xd605_bbb5_8c8a_bbcd)
 }
 
 fn seed(sector: u64, seq: u64) -> u64 {
@@ -47,14 +58,15 @@ pub fn fill(buf: &mut [u8], offset_bytes: u64, seq: u64) {
 }
 
 fn fill_sector(out: &mut [u8], sector: u64, seq: u64) {
+    // A whole sector at once, the two header words first and then one
+    // multiply per word with no branch: the compiler unrolls it (the fill
+    // was a tenth of the replay's CPU on zram with a per-word `match`).
+    let out: &mut [u8; SECTOR_BYTES as usize] = out.try_into().expect("one sector");
     let s = seed(sector, seq);
-    for (w, chunk) in out.chunks_exact_mut(8).enumerate() {
-        let v = match w {
-            0 => sector,
-            1 => seq ^ SEQ_MAGIC,
-            _ => word(s, w),
-        };
-        chunk.copy_from_slice(&v.to_le_bytes());
+    out[..8].copy_from_slice(&sector.to_le_bytes());
+    out[8..16].copy_from_slice(&(seq ^ SEQ_MAGIC).to_le_bytes());
+    for (w, chunk) in out.chunks_exact_mut(8).enumerate().skip(2) {
+        chunk.copy_from_slice(&word(s, w).to_le_bytes());
     }
 }
 
