@@ -1,10 +1,19 @@
 //! The deterministic bytes replayed writes carry, and their decoding.
 //!
-//! Every 512-byte sector a write covers holds: word 0 = the sector number
-//! (LBA in 512-byte units, little endian), word 1 = the write's sequence
-//! number (its index in the trace) xor [`SEQ_MAGIC`], then 62 words derived
+//! Every 512-byte sector a write covers holds 64 little-endian words:
+//! word 1 = the write's sequence number (its index in the trace) xor
+//! [`SEQ_MAGIC`] xor a hash of the sector number (LBA in 512-byte units),
+//! word 0 = the sector number xor a hash of word 1, then 62 words derived
 //! from both. So a sector read back says which write it holds (or that it
 //! holds none), and two writes to one sector never hold the same bytes.
+//!
+//! No two words of a page repeat, not even the headers of its sectors
+//! (which would if they held the bare sector and sequence numbers): a
+//! compressing device (zram's LZO) gives up on such bytes as fast as on
+//! random ones. With bare headers, an LZO match every 512 bytes made zram
+//! spend 2.3x the compression time of fio's random buffers on the same
+//! bytes written (both stored uncompressed), about 0.4 s of a 1.9 s
+//! postgres replay.
 //!
 //! Invariant: [`fill`] and [`decode`] agree: `decode(fill(s, q)) ==
 //! Found::Write(q)` for every sector `s` and sequence `q`.
@@ -13,6 +22,19 @@ use super::trace::SECTOR_BYTES;
 
 /// Xored into word 1 so a zeroed sector never decodes as write 0.
 pub const SEQ_MAGIC: u64 = 0x706c_7567_696f_5251; // "plugioRQ"
+
+/// Xored into a sector number before it is hashed into word 1.
+const SECTOR_SALT: u64 = 0x5345_4354_4f52_2121; // "SECTOR!!"
+
+/// Word 1 of `sector` written by write `seq`.
+fn header_seq(sector: u64, seq: u64) -> u64 {
+    seq ^ SEQ_MAGIC ^ mix(sector ^ SECTOR_SALT)
+}
+
+/// Word 0 of `sector` whose word 1 is `w1`.
+fn header_sector(sector: u64, w1: u64) -> u64 {
+    sector ^ mix(w1 ^ SEQ_MAGIC)
+}
 
 const WORDS: usize = SECTOR_BYTES as usize / 8;
 
@@ -63,8 +85,9 @@ fn fill_sector(out: &mut [u8], sector: u64, seq: u64) {
     // was a tenth of the replay's CPU on zram with a per-word `match`).
     let out: &mut [u8; SECTOR_BYTES as usize] = out.try_into().expect("one sector");
     let s = seed(sector, seq);
-    out[..8].copy_from_slice(&sector.to_le_bytes());
-    out[8..16].copy_from_slice(&(seq ^ SEQ_MAGIC).to_le_bytes());
+    let w1 = header_seq(sector, seq);
+    out[..8].copy_from_slice(&header_sector(sector, w1).to_le_bytes());
+    out[8..16].copy_from_slice(&w1.to_le_bytes());
     for (w, chunk) in out.chunks_exact_mut(8).enumerate().skip(2) {
         chunk.copy_from_slice(&word(s, w).to_le_bytes());
     }
@@ -92,8 +115,8 @@ pub fn decode(data: &[u8], sector: u64) -> Found {
         b.copy_from_slice(&data[i * 8..i * 8 + 8]);
         u64::from_le_bytes(b)
     };
-    if w(0) == sector {
-        let seq = w(1) ^ SEQ_MAGIC;
+    if w(0) == header_sector(sector, w(1)) {
+        let seq = w(1) ^ header_seq(sector, 0);
         let s = seed(sector, seq);
         if (2..WORDS).all(|i| w(i) == word(s, i)) {
             return Found::Write(seq);
@@ -125,5 +148,22 @@ mod tests {
         let mut torn = a[..512].to_vec();
         torn[100] ^= 1;
         assert_eq!(decode(&torn, 8), Found::Other);
+    }
+
+    /// No 8-byte word repeats within a write's page, headers included: a
+    /// compressor finds no match to slow it down (see the module header).
+    #[test]
+    fn no_word_repeats_within_a_page() {
+        for (offset_bytes, seq) in [(0, 0), (4096, 1), (1 << 30, 123_456)] {
+            let mut page = vec![0u8; 4096];
+            fill(&mut page, offset_bytes, seq);
+            let mut words: Vec<u64> = page
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+                .collect();
+            words.sort_unstable();
+            words.dedup();
+            assert_eq!(words.len(), 512, "a word repeats at {offset_bytes}");
+        }
     }
 }
