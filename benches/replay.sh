@@ -9,7 +9,10 @@
 #   plugio replay q.csv.zst --timing none --iodepth QD --flush-barrier 0 --overlap-order 0
 #                                                         (no ordering at all, as fio)
 #   fio --read_iolog=<trace>.bin --replay_redirect=TARGET --replay_no_stall=1
-#       --ioengine=io_uring --iodepth=QD --direct=1
+#       --ioengine=io_uring --iodepth=QD --direct=1 --refill_buffers=1
+# (refill_buffers: fio writes fresh random bytes with each write, as plugio
+# writes a fresh pattern; fio's default buffers compress about 11:1 on zram
+# and plugio's do not compress, which made zram's work per write unequal)
 # then prints a markdown table (median of the rounds, with plugio's run time
 # over fio's), the queue depth plugio kept (IOs in flight in the replay and
 # engine tags held, from builds that report them), and the request counts
@@ -105,7 +108,7 @@ run_fio() {
   t0=$(now_s)
   fio --name=replay --read_iolog="$WORK/$trace.bin" --replay_redirect="$target" \
     --replay_no_stall=1 --ioengine=io_uring --iodepth="$QD" --direct=1 \
-    --output-format=json "${extra[@]}" > "$out"
+    --refill_buffers=1 --output-format=json "${extra[@]}" > "$out"
   t1=$(now_s)
   python3 - "$out" "$trace" "$kind" "$t0" "$t1" >> "$RESULTS" <<'EOF'
 import json, sys
