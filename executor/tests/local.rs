@@ -282,8 +282,10 @@ fn hooks_run_every_tick_and_pending_work_forbids_blocking_park() {
         register_tick_hook(h2.clone());
         // Idle until the hook has no more pending work: nothing else wakes
         // us, so progress only comes from zero-timeout parks.
-        plugio_executor::sleep(Duration::from_millis(30)).await;
-        assert_eq!(h2.pending_left.get(), 0);
+        // (Until it has none, however long a busy machine takes.)
+        while h2.pending_left.get() > 0 {
+            plugio_executor::sleep(Duration::from_millis(30)).await;
+        }
     });
     let parks = parks.borrow();
     let pending = hook.parks_while_pending.borrow();
