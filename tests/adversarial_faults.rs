@@ -3,6 +3,7 @@
 //! the right typed error, and merging never changes a result.
 
 use std::cell::Cell;
+use std::future::Future;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -242,23 +243,31 @@ fn power_cut_mid_stream() {
             dev.sync_data().await.expect("flush");
             write(4096, 2, IoFlags::FUA).await.expect("fua");
             write(8192, 3, IoFlags::NONE).await.expect("unflushed");
-            // In flight at the cut.
+            // In flight at the cut: the eight writes are issued under an
+            // explicit plug in one poll, and the power is cut before the
+            // core parks again. A park could deliver them as done (their
+            // 30 ms may pass while the machine is busy), so none comes
+            // between their submission and the cut.
             let done = Rc::new(Cell::new(0));
-            let hs: Vec<_> = (0..8u64)
-                .map(|i| {
-                    let w = write(16384 + i * 4096, 9, IoFlags::NONE);
-                    let done = done.clone();
-                    plugio::spawn_local(async move {
-                        let r = w.await;
-                        done.set(done.get() + 1);
-                        r
-                    })
-                })
-                .collect();
-            plugio::sleep(Duration::from_millis(5)).await;
+            let writes = (0..8u64).map(|i| {
+                let w = write(16384 + i * 4096, 9, IoFlags::NONE);
+                let done = done.clone();
+                async move {
+                    let r = w.await;
+                    done.set(done.get() + 1);
+                    r
+                }
+            });
+            let guard = dev.plug(8).expect("plug");
+            let mut all = Box::pin(futures::future::join_all(writes));
+            let waker = futures::task::noop_waker();
+            let mut cx = std::task::Context::from_waker(&waker);
+            assert!(all.as_mut().poll(&mut cx).is_pending());
+            drop(guard);
+            assert!(dev.tags_in_use() > 0, "the writes are in flight");
             m2.power_cut();
-            for h in hs {
-                let e = h.await.expect("task").expect_err("in flight at the cut");
+            for r in all.await {
+                let e = r.expect_err("in flight at the cut");
                 assert_eq!(
                     e.kind(),
                     &ErrorKind::Io {

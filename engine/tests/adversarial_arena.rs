@@ -229,7 +229,14 @@ fn io_futures_dropped_on_another_thread_give_their_buffers_back() {
                     s.spawn(move || drop(f));
                 });
             }
-            for _ in 0..100 {
+            // Until every dropped read has completed (each holds its tag
+            // until then), however long a busy machine takes.
+            let t0 = std::time::Instant::now();
+            while dev.tags_in_use() > 0 {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(60),
+                    "reads never completed"
+                );
                 plugio_executor::sleep(Duration::from_millis(1)).await;
             }
             // The core learns of remote drops at the device's next IO.
