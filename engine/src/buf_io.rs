@@ -409,6 +409,158 @@ impl<S: BufSet, D> Drop for BufIo<'_, S, D> {
 }
 
 impl Device {
+    /// Reads at `offset_bytes` into `buf`, any [`IoBufMut`] (`Vec<u8>`,
+    /// `Box<[u8]>`, `BytesMut`, [`DmaBuf`], [`Page`](crate::Page), or your
+    /// own), and gives the buffer back with the bytes read: up to
+    /// `buf.bytes_total()` bytes (a `Vec`'s capacity, a `DmaBuf`'s length),
+    /// filled from the buffer's start; fewer only at end of file (0 at or
+    /// past it), and then `set_init(n)` shortens a `Vec`, `BytesMut` or
+    /// `DmaBuf` to `n` (set it back before reusing it for a full read).
+    /// After an error the buffer keeps its length and its contents are
+    /// unspecified.
+    ///
+    /// With `O_DIRECT`, a buffer whose address is not aligned to the
+    /// device's `mem_align_bytes` (a `Vec`'s heap memory, usually) is read
+    /// through an aligned buffer from [`alloc_buf`](Self::alloc_buf) and
+    /// copied (counted in [`IoStats::bounce_ios`](crate::IoStats) and
+    /// `bounce_bytes`), or refused when
+    /// [`DeviceOptions::bounce_unaligned`](crate::DeviceOptions::bounce_unaligned)
+    /// is off. A [`DmaBuf`] from the core's registered arena goes out as
+    /// `READ_FIXED`.
+    ///
+    /// Idea: tokio-uring's and monoio's `read_at(buf, pos)`.
+    ///
+    /// ```
+    /// # plugio_engine::doc_example(|dev| async move {
+    /// let (n, _) = dev.write_at(vec![7u8; 4096], 0).await;
+    /// n?;
+    /// let (n, buf) = dev.read_at(Vec::with_capacity(4096), 0).await;
+    /// assert_eq!(n?, 4096);
+    /// assert_eq!(buf, vec![7u8; 4096]);
+    /// # Ok(()) });
+    /// ```
+    ///
+    /// # Errors
+    /// Invalid input (a zero or unaligned length, an unaligned offset, a
+    /// range beyond the device, an unaligned address with bouncing off)
+    /// before submission; the device's error otherwise.
+    pub fn read_at<B: IoBufMut>(
+        &self,
+        buf: B,
+        offset_bytes: u64,
+    ) -> impl Future<Output = (Result<usize, Error>, B)> + Send + '_ {
+        self.read_at_with(buf, offset_bytes, IoFlags::NONE)
+    }
+
+    /// [`read_at`](Self::read_at) with flags (priority, NOMERGE).
+    ///
+    /// ```
+    /// # plugio_engine::doc_example(|dev| async move {
+    /// use plugio_engine::IoFlags;
+    /// let (n, _) = dev.read_at_with(vec![0u8; 4096], 0, IoFlags::NOMERGE).await;
+    /// assert_eq!(n?, 0, "the example file is empty");
+    /// # Ok(()) });
+    /// ```
+    pub fn read_at_with<B: IoBufMut>(
+        &self,
+        buf: B,
+        offset_bytes: u64,
+        flags: IoFlags,
+    ) -> impl Future<Output = (Result<usize, Error>, B)> + Send + '_ {
+        BufIo::<_, Read>::new(self, One(buf), offset_bytes, flags)
+    }
+
+    /// Writes the initialised bytes of `buf` (any [`IoBuf`]: `Vec<u8>`,
+    /// `Box<[u8]>`, `BytesMut`, `Bytes`, [`DmaBuf`], [`Page`](crate::Page),
+    /// or your own) at `offset_bytes` and gives the buffer back with the
+    /// bytes written (all of them unless the device ran out of space). An
+    /// address that does not meet `O_DIRECT` alignment is copied into an
+    /// aligned buffer first, as in [`read_at`](Self::read_at); a [`DmaBuf`]
+    /// from the registered arena goes out as `WRITE_FIXED`.
+    ///
+    /// ```
+    /// # plugio_engine::doc_example(|dev| async move {
+    /// let (n, buf) = dev.write_at(bytes::Bytes::from(vec![1u8; 8192]), 4096).await;
+    /// assert_eq!(n?, 8192);
+    /// assert_eq!(buf.len(), 8192);
+    /// # Ok(()) });
+    /// ```
+    ///
+    /// # Errors
+    /// As [`read_at`](Self::read_at).
+    pub fn write_at<B: IoBuf>(
+        &self,
+        buf: B,
+        offset_bytes: u64,
+    ) -> impl Future<Output = (Result<usize, Error>, B)> + Send + '_ {
+        self.write_at_with(buf, offset_bytes, IoFlags::NONE)
+    }
+
+    /// [`write_at`](Self::write_at) with flags: [`IoFlags::FUA`] makes the
+    /// write durable when it completes; priority; NOMERGE.
+    ///
+    /// ```
+    /// # plugio_engine::doc_example(|dev| async move {
+    /// use plugio_engine::IoFlags;
+    /// let (n, _) = dev.write_at_with(vec![2u8; 4096], 0, IoFlags::FUA).await;
+    /// assert_eq!(n?, 4096);
+    /// # Ok(()) });
+    /// ```
+    pub fn write_at_with<B: IoBuf>(
+        &self,
+        buf: B,
+        offset_bytes: u64,
+        flags: IoFlags,
+    ) -> impl Future<Output = (Result<usize, Error>, B)> + Send + '_ {
+        BufIo::<_, Write>::new(self, One(buf), offset_bytes, flags)
+    }
+
+    /// Reads into several buffers in order (`preadv`), starting at
+    /// `offset_bytes`; each buffer receives up to its `bytes_total()` and
+    /// gets `set_init` with what it received. Unaligned buffers are
+    /// bounced as one, as in [`read_at`](Self::read_at).
+    ///
+    /// ```
+    /// # plugio_engine::doc_example(|dev| async move {
+    /// let (n, _) = dev.write_at(vec![3u8; 8192], 0).await;
+    /// n?;
+    /// let bufs = vec![Vec::with_capacity(4096), Vec::with_capacity(4096)];
+    /// let (n, bufs) = dev.readv_at(bufs, 0).await;
+    /// assert_eq!(n?, 8192);
+    /// assert!(bufs.iter().all(|b| b.len() == 4096));
+    /// # Ok(()) });
+    /// ```
+    ///
+    /// # Errors
+    /// As [`read_at`](Self::read_at).
+    pub fn readv_at<B: IoBufMut>(
+        &self,
+        bufs: Vec<B>,
+        offset_bytes: u64,
+    ) -> impl Future<Output = (Result<usize, Error>, Vec<B>)> + Send + '_ {
+        BufIo::<_, Read>::new(self, Many(bufs), offset_bytes, IoFlags::NONE)
+    }
+
+    /// Writes the initialised bytes of several buffers back to back
+    /// (`pwritev`) at `offset_bytes`.
+    ///
+    /// ```
+    /// # plugio_engine::doc_example(|dev| async move {
+    /// let (n, _) = dev.writev_at(vec![vec![1u8; 4096], vec![2u8; 4096]], 0).await;
+    /// assert_eq!(n?, 8192);
+    /// # Ok(()) });
+    /// ```
+    ///
+    /// # Errors
+    /// As [`read_at`](Self::read_at).
+    pub fn writev_at<B: IoBuf>(
+        &self,
+        bufs: Vec<B>,
+        offset_bytes: u64,
+    ) -> impl Future<Output = (Result<usize, Error>, Vec<B>)> + Send + '_ {
+        BufIo::<_, Write>::new(self, Many(bufs), offset_bytes, IoFlags::NONE)
+    }
+
     /// Reads exactly `buf.bytes_total()` bytes at `offset_bytes` into
     /// `buf` (see [`read_at`](Self::read_at), which this calls once: the
     /// engine already resumes a short transfer, so a short count is the

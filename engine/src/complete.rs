@@ -39,7 +39,6 @@
 use std::rc::Rc;
 use std::task::Waker;
 
-use plugio_device::error::NVME_STATUS_BASE;
 use plugio_device::OpKind;
 
 use crate::bio::BioTable;
@@ -47,81 +46,8 @@ use crate::clock;
 use crate::core::EngineCore;
 use crate::queue::{group_index, CoreDev};
 use crate::request::{Piece, RqState};
+use crate::status::{Completed, Status};
 use crate::tag::Tag;
-
-/// What a request's completion says, decoded once from the backend's
-/// `i32` result (a CQE's `res`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Status {
-    /// Bytes transferred.
-    Bytes(u64),
-    /// The kernel or the device failed the request with this errno.
-    Errno(i32),
-    /// An NVMe completion status (status field without the phase bit), as
-    /// the passthrough backend encodes it.
-    Nvme(u16),
-    /// The backend refused the submission (errno): the request never
-    /// reached the device, so it is not issued again.
-    Submit(i32),
-}
-
-impl Status {
-    /// Decodes a completion result.
-    pub fn from_result(result: i32) -> Self {
-        if result >= 0 {
-            return Status::Bytes(result as u64);
-        }
-        let code = result.checked_neg().unwrap_or(i32::MAX);
-        if code >= NVME_STATUS_BASE {
-            Status::Nvme((code - NVME_STATUS_BASE) as u16)
-        } else {
-            Status::Errno(code)
-        }
-    }
-
-    /// The result as the bios record it: bytes, or a negative code that
-    /// `Error::from_errno` maps (NVMe statuses keep their encoding).
-    fn as_share(self) -> i64 {
-        match self {
-            Status::Bytes(n) => n as i64,
-            Status::Errno(e) | Status::Submit(e) => -i64::from(e),
-            Status::Nvme(s) => -(i64::from(NVME_STATUS_BASE) + i64::from(s)),
-        }
-    }
-}
-
-/// A completion to handle: a token and its status.
-pub(crate) type Done = (u64, Status);
-
-/// A completion as the device layer delivers it (`(token, res)`) or as
-/// the engine records it (`(token, Status)`): the batch is handled in the
-/// form it comes in, decoded one entry at a time (no second array).
-pub(crate) trait Completed: Copy {
-    fn token(self) -> u64;
-    fn status(self) -> Status;
-}
-
-impl Completed for (u64, i32) {
-    #[inline]
-    fn token(self) -> u64 {
-        self.0
-    }
-    #[inline]
-    fn status(self) -> Status {
-        Status::from_result(self.1)
-    }
-}
-
-impl Completed for Done {
-    #[inline]
-    fn token(self) -> u64 {
-        self.0
-    }
-    #[inline]
-    fn status(self) -> Status {
-        self.1
-    }
-}
 
 /// What one batch left to do once its borrows are released.
 #[derive(Default)]
@@ -164,7 +90,7 @@ impl EngineCore {
                     wakes: &mut wakes,
                     requeued: false,
                 };
-                adopt_remote_orphans(d, self.uid, ctx.bios);
+                d.shared.adopt_remote_orphans(self.uid, ctx.bios);
                 complete_device(d, self.core, batch, &mut ctx, &mut puts);
                 if ctx.requeued {
                     outcome.requeued |= 1 << dev.min(63);
@@ -530,24 +456,6 @@ fn reissue(d: &mut CoreDev, slot: u32, covered: u64, ctx: &mut Ctx<'_>) {
     d.rqs.get_mut(slot).pieces = pieces;
 }
 
-/// Takes the bios of `d` whose futures were dropped on another thread
-/// (see [`DeviceShared::orphan_remote`](crate::shared::DeviceShared)): a
-/// finished one is freed with its buffer, an unfinished one is orphaned
-/// (freed when it finishes).
-pub(crate) fn adopt_remote_orphans(d: &CoreDev, uid: u64, bios: &mut BioTable) {
-    let mut orphans = Vec::new();
-    d.shared.take_remote_orphans(uid, &mut orphans);
-    for (_, id, keep) in orphans {
-        if let Some(r) = bios.take_result(id) {
-            drop((r, keep));
-        } else if let Some(bio) = bios.get_mut(id) {
-            bio.orphaned = true;
-            bio.waker = None;
-            bio.keep = keep;
-        }
-    }
-}
-
 /// Records a piece's share of a request's result in its bio; when the bio
 /// is finished, queues its waker, or frees it if its future is gone.
 #[inline(always)]
@@ -562,24 +470,5 @@ fn finish_piece(bios: &mut BioTable, p: &Piece, share: i64, wakes: &mut Vec<Wake
         bios.free(p.bio);
     } else if let Some(w) = bio.waker.take() {
         wakes.push(w);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn statuses_decode_bytes_errnos_and_nvme() {
-        assert_eq!(Status::from_result(4096), Status::Bytes(4096));
-        assert_eq!(Status::from_result(0), Status::Bytes(0));
-        assert_eq!(Status::from_result(-libc::EIO), Status::Errno(libc::EIO));
-        let nvme = plugio_device::error::nvme_status_result(0x0280);
-        assert_eq!(Status::from_result(nvme), Status::Nvme(0x0280));
-        assert_eq!(Status::Nvme(0x0280).as_share(), i64::from(nvme));
-        assert_eq!(
-            Status::Submit(libc::EINVAL).as_share(),
-            -i64::from(libc::EINVAL)
-        );
     }
 }

@@ -30,11 +30,11 @@ use plugio_executor::TickHook;
 
 use crate::bio::BioTable;
 use crate::clock;
-use crate::complete::Done;
 use crate::plug::{Plug, Plugged};
 use crate::queue::{CoreDev, DevList};
 use crate::request::RqState;
 use crate::shared::DeviceShared;
+use crate::status::Done;
 use crate::tag::Tag;
 
 /// The engine states of the executor cores a thread runs (usually one).
@@ -307,7 +307,7 @@ impl EngineCore {
                 let Some(d) = devs.get_mut(i) else {
                     continue;
                 };
-                crate::complete::adopt_remote_orphans(d, self.uid, &mut bios);
+                d.shared.adopt_remote_orphans(self.uid, &mut bios);
                 // Waiting and blocked requests, oldest first (a blocked one
                 // is released by what it waits for as that ends).
                 let mut unstarted: Vec<(u64, u32)> = d

@@ -24,11 +24,11 @@ use plugio_device::{IoOp, SqWriter};
 
 use crate::bio::{Bio, BioTable};
 use crate::clock;
-use crate::complete::Status;
 use crate::core::EngineCore;
 use crate::queue::CoreDev;
 use crate::request::{Piece, Request, RqState};
 use crate::shared::DeviceShared;
+use crate::status::Status;
 use crate::tag::Tag;
 
 impl EngineCore {

@@ -132,7 +132,7 @@ impl EngineCore {
         let mut bios = self.bios.borrow_mut();
         let mut devs = self.devs.borrow_mut();
         let d = &mut devs[dev as usize];
-        crate::complete::adopt_remote_orphans(d, self.uid, &mut bios);
+        d.shared.adopt_remote_orphans(self.uid, &mut bios);
         if d.nomerges == 0 && list.len() > 1 && drained.mergeable > 1 && drained.adjacent {
             merge::order_for_merge(&bios, list, drained.writes_or_flush);
         }

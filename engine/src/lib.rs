@@ -59,6 +59,7 @@ mod request;
 pub mod runtime;
 mod shared;
 pub mod stats;
+mod status;
 pub(crate) mod sync;
 pub mod tag;
 mod zeroes;

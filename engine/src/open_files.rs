@@ -104,8 +104,8 @@ impl Registry {
                 return Ok(Some(shared));
             }
             let detail = shared.opts.differences(opts).join(", ");
-            // The handle raised above goes again (a Device drop).
-            drop(crate::Device::from_shared(shared));
+            // The handle raised above goes again (as a Device drop).
+            shared.drop_handle();
             return Err(Error::invalid(InvalidInput::AlreadyOpen { detail }));
         }
         Ok(None)

@@ -10,10 +10,15 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use plugio_device::{Backend, DmaBuf, Error, Geometry};
 
-use crate::bio::{BioId, Keep};
+use crate::bio::{BioId, BioTable, Keep};
 use crate::options::{DeviceOptions, TagSharing};
 use crate::stats::{CoreCounters, IoStats};
 use crate::tag::{TagOptions, TagSet, TagStats};
+
+/// The largest single IO in bytes (what one `pread` may move, rounded down
+/// to 4 KiB): `0x7fff_f000`. Larger IOs are refused; IOs above the
+/// device's request limit but below this are split into several requests.
+pub const MAX_IO_BYTES: u64 = 0x7fff_f000;
 
 /// A bio whose future was dropped on another thread: its core's uid, its
 /// id, and the memory the kernel may still use.
@@ -96,7 +101,7 @@ impl DeviceShared {
         let limit = opts
             .max_request_bytes
             .unwrap_or_else(|| geometry.max_request_bytes())
-            .min(crate::device::MAX_IO_BYTES);
+            .min(MAX_IO_BYTES);
         let max_request_bytes = (limit / block * block).max(block);
         let max_merge_bytes = opts
             .max_merge_bytes
@@ -160,6 +165,30 @@ impl DeviceShared {
         self.remote_orphans_pending.store(true, Ordering::Release);
     }
 
+    /// Takes the bios of core `uid` whose futures were dropped on another
+    /// thread (see [`DeviceShared::orphan_remote`]): a finished one is
+    /// freed with its buffer, an unfinished one is orphaned (freed when it
+    /// finishes). Called by the core at each completion batch and plug
+    /// flush on this device.
+    pub fn adopt_remote_orphans(&self, uid: u64, bios: &mut BioTable) {
+        // Acquire pairs with the Release store in `orphan_remote` (the
+        // same load as `take_remote_orphans`, checked before the vector).
+        if !self.remote_orphans_pending.load(Ordering::Acquire) {
+            return;
+        }
+        let mut orphans = Vec::new();
+        self.take_remote_orphans(uid, &mut orphans);
+        for (_, id, keep) in orphans {
+            if let Some(r) = bios.take_result(id) {
+                drop((r, keep));
+            } else if let Some(bio) = bios.get_mut(id) {
+                bio.orphaned = true;
+                bio.waker = None;
+                bio.keep = keep;
+            }
+        }
+    }
+
     /// Moves the remote drops of core `uid` into `out`.
     #[inline]
     pub fn take_remote_orphans(&self, uid: u64, out: &mut Vec<RemoteOrphan>) {
@@ -187,8 +216,16 @@ impl DeviceShared {
 
     /// Whether every [`Device`](crate::Device) handle was dropped.
     pub fn is_closed(&self) -> bool {
-        // Acquire pairs with the Release decrement in `Device::drop`.
+        // Acquire pairs with the Release decrement in `drop_handle`.
         self.handles.load(Ordering::Acquire) == 0
+    }
+
+    /// Lets go of one handle's count (a [`Device`](crate::Device) drop);
+    /// the last one closes the device.
+    pub fn drop_handle(&self) {
+        // Release pairs with the Acquire load in `is_closed`: what the
+        // handle's holder did happens before a core sees the device closed.
+        self.handles.fetch_sub(1, Ordering::Release);
     }
 
     /// New counters for a core that starts using the device.

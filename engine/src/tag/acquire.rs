@@ -13,8 +13,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use super::batch::{TagBatch, MAX_BATCH_TAGS};
+use super::set::TagSet;
 use super::wait::WaitSlot;
-use super::TagSet;
 
 /// Waits until at least one tag is free, then takes up to `nr` of them.
 /// Made by [`TagSet::acquire`].
@@ -30,8 +30,20 @@ pub struct Acquire<'a> {
     slot: Option<WaitSlot>,
 }
 
+impl TagSet {
+    /// Waits until at least one tag is free, then takes up to `nr` of them
+    /// (clamped to `1..=MAX_BATCH_TAGS`) as [`get_tags`](Self::get_tags)
+    /// does. The future parks while the bitmap is exhausted and is woken in
+    /// batches of [`wake_batch`](Self::wake_batch) frees; it holds no tag
+    /// while parked, so waiters never deadlock over partial batches. Callers
+    /// that need more tags dispatch what they got and acquire again.
+    pub fn acquire(&self, core: usize, nr: usize) -> Acquire<'_> {
+        Acquire::new(self, core, nr)
+    }
+}
+
 impl<'a> Acquire<'a> {
-    pub(crate) fn new(set: &'a TagSet, core: usize, nr: usize) -> Self {
+    fn new(set: &'a TagSet, core: usize, nr: usize) -> Self {
         Self {
             set,
             core,

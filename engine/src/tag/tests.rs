@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
+use super::batch::MaskTags;
 use super::*;
 
 const EDGE_DEPTHS: [u32; 7] = [1, 7, 32, 64, 65, 1023, 4096];
