@@ -19,6 +19,7 @@ use clap::Args;
 use serde_json::Value;
 
 use super::error::BenchError;
+use super::runs::{engines_of, fmt_iops, median_of, stats, Key, Runs};
 
 /// Options of `plugio compare-report`.
 #[derive(Debug, Clone, Args)]
@@ -43,24 +44,6 @@ pub struct CompareArgs {
     pub notes: Option<PathBuf>,
 }
 
-/// The grouping key of a result.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) struct Key {
-    pub(super) target: String,
-    pub(super) engine: String,
-    pub(super) workload: String,
-    pub(super) qd: u32,
-}
-
-/// The figures of the runs of one key.
-#[derive(Debug, Clone, Default)]
-pub(super) struct Runs {
-    pub(super) iops: Vec<f64>,
-    pub(super) cpu_ns_per_io: Vec<f64>,
-    /// What the engine could not do as asked (its `notes`), each once.
-    notes: Vec<String>,
-}
-
 /// The distinct notes of all results, in order: a cell whose runs have
 /// note `i` (0-based) is marked `[n{i+1}]` and the notes are listed
 /// under the tables.
@@ -69,22 +52,6 @@ fn all_notes(map: &BTreeMap<Key, Runs>) -> Vec<String> {
     all.sort();
     all.dedup();
     all
-}
-
-/// Median, min and max of `v` (`None` when empty).
-pub(super) fn stats(v: &[f64]) -> Option<(f64, f64, f64)> {
-    if v.is_empty() {
-        return None;
-    }
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    let median = if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    };
-    Some((median, s[0], s[n - 1]))
 }
 
 /// Parses `TARGET__ENGINE__WORKLOAD__qdN__rREP.json`.
@@ -160,17 +127,6 @@ fn load(dir: &Path) -> Result<BTreeMap<Key, Runs>, BenchError> {
     Ok(map)
 }
 
-/// `1.23M`, `456K`, `789`.
-pub(super) fn fmt_iops(v: f64) -> String {
-    if v >= 1e6 {
-        format!("{:.2}M", v / 1e6)
-    } else if v >= 1e3 {
-        format!("{:.0}K", v / 1e3)
-    } else {
-        format!("{v:.0}")
-    }
-}
-
 /// A cell: median (min–max), marked `[nK]` for each note of its runs
 /// (`notes` from [`all_notes`]).
 fn cell(runs: Option<&Runs>, notes: &[String]) -> String {
@@ -186,59 +142,6 @@ fn cell(runs: Option<&Runs>, notes: &[String]) -> String {
         }
         None => "–".to_owned(),
     }
-}
-
-const ENGINES: &[&str] = &[
-    "plugio",
-    "plugio-nomerges",
-    "nop",
-    "raw",
-    "rawnop",
-    "glommio",
-    "monoio",
-    "tokio-uring",
-    "compio",
-    "tokio",
-    "psync",
-    "fio",
-];
-
-pub(super) fn median_of(
-    map: &BTreeMap<Key, Runs>,
-    target: &str,
-    engine: &str,
-    workload: &str,
-    qd: u32,
-) -> Option<f64> {
-    let key = Key {
-        target: target.into(),
-        engine: engine.into(),
-        workload: workload.into(),
-        qd,
-    };
-    map.get(&key).and_then(|r| stats(&r.iops)).map(|s| s.0)
-}
-
-pub(super) fn targets_of(map: &BTreeMap<Key, Runs>, workload: &str) -> Vec<String> {
-    let mut t: Vec<String> = map
-        .keys()
-        .filter(|k| k.workload == workload)
-        .map(|k| k.target.clone())
-        .collect();
-    t.dedup();
-    t
-}
-
-pub(super) fn engines_of(map: &BTreeMap<Key, Runs>, workload: &str) -> Vec<String> {
-    let mut found: Vec<String> = Vec::new();
-    for k in map.keys().filter(|k| k.workload == workload) {
-        if !found.contains(&k.engine) {
-            found.push(k.engine.clone());
-        }
-    }
-    let rank = |e: &String| ENGINES.iter().position(|x| x == e).unwrap_or(ENGINES.len());
-    found.sort_by_key(rank);
-    found
 }
 
 fn table(out: &mut String, map: &BTreeMap<Key, Runs>, workload: &str, qd_rows: bool) {

@@ -19,9 +19,9 @@ use rand::RngCore;
 
 use super::error::BenchError;
 use super::options::{Ablation, IdleWait, Job};
+use super::output::EngineOutput;
 use super::stats::{self, Counters, Dir, IoBudget, IoPattern, Latencies, Sampler};
 use super::target::Target;
-use super::EngineOutput;
 
 const NAME: &str = "plugio";
 

@@ -14,9 +14,9 @@ use rand::RngCore;
 
 use super::error::BenchError;
 use super::options::Job;
+use super::output::EngineOutput;
 use super::stats::{Counters, Dir, IoBudget, IoPattern, Latencies, Sampler};
 use super::target::Target;
-use super::EngineOutput;
 
 const NAME: &str = "psync";
 

@@ -13,9 +13,9 @@ use std::sync::Arc;
 use super::engine_psync::{job_buf, open_target, pio};
 use super::error::BenchError;
 use super::options::Job;
+use super::output::EngineOutput;
 use super::stats::{self, Counters, IoBudget, IoPattern, Latencies, Sampler};
 use super::target::Target;
-use super::EngineOutput;
 
 const NAME: &str = "tokio";
 

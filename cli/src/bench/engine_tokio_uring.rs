@@ -21,9 +21,9 @@ use std::sync::Arc;
 
 use super::error::BenchError;
 use super::options::Job;
+use super::output::EngineOutput;
 use super::stats::Counters;
 use super::target::Target;
-use super::EngineOutput;
 
 const NAME: &str = "tokio-uring";
 

@@ -37,9 +37,11 @@ pub mod engine_tokio_uring;
 pub mod error;
 pub mod limits;
 pub mod options;
+pub mod output;
 pub mod peers;
 mod plots;
 pub mod report;
+mod runs;
 pub mod stats;
 pub mod target;
 
@@ -50,19 +52,10 @@ pub use error::BenchError;
 pub use options::{BenchArgs, EngineKind, Job};
 pub use report::BenchResult;
 
+use output::{EngineOutput, StopReason};
+use report::Timeline;
 use stats::Counters;
 use target::Target;
-
-/// What an engine hands back when its workers have stopped.
-#[derive(Debug)]
-pub struct EngineOutput {
-    /// Sampled IO latencies in ns by direction, all workers merged.
-    pub latency: stats::Latencies,
-    /// Things the run could not do as asked (printed and put in the JSON).
-    pub notes: Vec<String>,
-    /// Final iostats (plugio engines).
-    pub iostats: Option<plugio_engine::IoStats>,
-}
 
 /// Runs the job the command line describes and prints its report.
 ///
@@ -90,15 +83,6 @@ pub fn main(args: BenchArgs) -> Result<BenchResult, BenchError> {
         return Err(BenchError::Interrupted(sig));
     }
     Ok(result)
-}
-
-/// Why a run stopped before its runtime or IO count.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopReason {
-    /// SIGINT or SIGTERM.
-    Signal(nix::sys::signal::Signal),
-    /// A write to standard output failed: it was closed.
-    StdoutClosed,
 }
 
 /// Workers (counter slots) an engine uses.
@@ -178,19 +162,6 @@ fn run_engine(
 /// The target, for engines that need one.
 fn need(t: Option<&Target>) -> Result<&Target, BenchError> {
     t.ok_or_else(|| BenchError::usage("this engine needs a target file: pass --filename"))
-}
-
-/// The run's timeline: when IO started and stopped, and the per-second
-/// samples.
-#[derive(Debug, Clone, Default)]
-pub struct Timeline {
-    /// From the start of IO until the engine stopped, its last IO
-    /// completed (the summary's window).
-    pub elapsed: Duration,
-    /// One entry per whole second: the counters' delta over it.
-    pub seconds: Vec<report::Second>,
-    /// Set when a signal or a closed standard output stopped the run.
-    pub stopped_by: Option<StopReason>,
 }
 
 /// Waits for the engine to start, prints a line each second, and stops the

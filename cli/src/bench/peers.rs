@@ -25,9 +25,9 @@ use plugio_device::DmaBuf;
 
 use super::error::BenchError;
 use super::options::Job;
+use super::output::EngineOutput;
 use super::stats::{self, Counters, Dir, IoBudget, IoPattern, Latencies, Sampler};
 use super::target::Target;
-use super::EngineOutput;
 
 /// [`Target::kind`] of an NVMe passthrough namespace (`/dev/ngXnY`).
 const PASSTHROUGH_KIND: &str = "NVMe passthrough namespace";

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::compare::{engines_of, fmt_iops, median_of, stats, targets_of, Key, Runs};
 use super::error::BenchError;
+use super::runs::{engines_of, fmt_iops, median_of, stats, targets_of, Key, Runs};
 
 /// Engines in the order of their fixed colours.
 const ENGINE_COLORS: [(&str, RGBColor); 11] = [

@@ -16,9 +16,9 @@ use serde::{Deserialize, Serialize};
 
 use super::error::BenchError;
 use super::options::{Ablation, EngineKind, Job};
+use super::output::{EngineOutput, StopReason};
 use super::stats::{Counters, Snapshot};
 use super::target::Target;
-use super::{EngineOutput, StopReason, Timeline};
 
 /// The name `--ablate` takes for `a`.
 pub fn ablation_name(a: Ablation) -> &'static str {
@@ -651,4 +651,17 @@ pub fn print_result(job: &Job, r: &BenchResult) -> Result<(), BenchError> {
         writeln!(out, "  diskstats: {}", label_diskstats(d)).map_err(io)?;
     }
     out.flush().map_err(io)
+}
+
+/// The run's timeline: when IO started and stopped, and the per-second
+/// samples.
+#[derive(Debug, Clone, Default)]
+pub struct Timeline {
+    /// From the start of IO until the engine stopped, its last IO
+    /// completed (the summary's window).
+    pub elapsed: Duration,
+    /// One entry per whole second: the counters' delta over it.
+    pub seconds: Vec<Second>,
+    /// Set when a signal or a closed standard output stopped the run.
+    pub stopped_by: Option<StopReason>,
 }

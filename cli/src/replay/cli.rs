@@ -26,9 +26,10 @@ use serde::Serialize;
 
 use super::dispatch::{replay, ReplayOptions};
 use super::error::ReplayError;
+use super::load;
 use super::report::ReplayReport;
 use super::timing::Timing;
-use super::trace::{self, BlkAction, ParseOptions, Trace, TraceFormat, SECTOR_BYTES};
+use super::trace::{BlkAction, ParseOptions, Trace, TraceFormat, SECTOR_BYTES};
 use super::verify::Unwritten;
 
 /// `plugio replay` options.
@@ -195,7 +196,7 @@ pub fn run(args: &ReplayArgs) -> Result<CliReport, ReplayError> {
         action: args.action,
         limit: args.limit,
     };
-    let trace = trace::load(&args.trace, &popts)?;
+    let trace = load::load(&args.trace, &popts)?;
     if trace.ios.is_empty() {
         return Err(ReplayError::usage(format!(
             "{}: no IOs to replay ({} lines skipped; for blkparse text, is --action right?)",

@@ -61,8 +61,9 @@ use plugio_executor::channel::{self, Receiver, Sender};
 use plugio_executor::Handle;
 
 use super::error::ReplayError;
+use super::latency;
 use super::pattern;
-use super::report::{self, DepthFigures, EngineFigures, OpReport, ReplayReport};
+use super::report::{DepthFigures, EngineFigures, OpReport, ReplayReport};
 use super::timing::{Schedule, Timing};
 use super::trace::{TraceIo, TraceOp};
 use super::verify::{self, BlockMap, Unwritten, VerifyStats};
@@ -387,7 +388,7 @@ impl<'a> Dispatcher<'a> {
                 .map(|_| OpAcc {
                     ios: 0,
                     bytes: 0,
-                    latency: report::new_histogram(),
+                    latency: latency::new_histogram(),
                 })
                 .collect(),
             issued: vec![false; ios.len()],
@@ -624,7 +625,7 @@ impl<'a> Dispatcher<'a> {
         let acc = &mut self.acc[io.op.index()];
         acc.ios += 1;
         acc.bytes += n;
-        report::record(&mut acc.latency, done.latency_ns);
+        latency::record(&mut acc.latency, done.latency_ns);
         if let (Some(buf), Some(map), Some(stats)) = (&done.buf, &self.map, self.verify.as_mut()) {
             let what = format!("read at trace line {}", io.line);
             let checked = map.check(buf.as_slice(), io.offset_bytes, self.ios, &what, stats);
@@ -646,7 +647,7 @@ impl<'a> Dispatcher<'a> {
                     op: op.name(),
                     ios: a.ios,
                     bytes: a.bytes,
-                    latency: report::summary(&a.latency),
+                    latency: latency::summary(&a.latency),
                 }
             })
             .collect();

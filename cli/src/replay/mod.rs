@@ -2,8 +2,8 @@
 //! compared.
 //!
 //! A trace (the shared traces' CSV, fio's iolog v2/v3, or blkparse text,
-//! plain or zstd) is parsed into [`TraceIo`]s ([`trace`], one parser per
-//! format), checked against the target, and replayed by [`replay`]
+//! plain or zstd) is read ([`load`]) and parsed into [`TraceIo`]s
+//! ([`trace`], one parser per format), checked against the target, and replayed by [`replay`]
 //! ([`dispatch`]) at its recorded times or as fast as possible
 //! ([`timing`]). Writes carry bytes derived from (sector, write index)
 //! ([`pattern`]) so [`verify`] can tell, for every sector, whether it holds
@@ -13,7 +13,7 @@
 //! use plugio_cli::replay::{self, ReplayOptions, Timing};
 //! use plugio::{Device, DeviceOptions, RingConfig};
 //!
-//! let trace = replay::trace::load("q.csv.zst".as_ref(), &Default::default())?;
+//! let trace = replay::load::load("q.csv.zst".as_ref(), &Default::default())?;
 //! let ex = plugio::runtime::local(RingConfig::default())?;
 //! let report = ex.run(async {
 //!     let dev = Device::open("scratch.img", DeviceOptions::default())?;
@@ -40,6 +40,8 @@
 pub mod cli;
 pub mod dispatch;
 pub mod error;
+pub mod latency;
+pub mod load;
 mod parse_blkparse;
 mod parse_csv;
 mod parse_iolog;

@@ -170,7 +170,8 @@ fn event(i: usize, f: &[&str], sink: &mut Sink<'_>) -> Result<(), ReplayError> {
 
 #[cfg(test)]
 mod tests {
-    use crate::replay::trace::{parse, ParseOptions, Trace, TraceFormat};
+    use crate::replay::load::parse;
+    use crate::replay::trace::{ParseOptions, Trace, TraceFormat};
 
     use super::*;
 

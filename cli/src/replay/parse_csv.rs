@@ -59,7 +59,8 @@ pub(crate) fn parse(text: &str, sink: &mut Sink<'_>) -> Result<(), ReplayError> 
 
 #[cfg(test)]
 mod tests {
-    use crate::replay::trace::{parse, ParseOptions, TraceFormat, TraceIo};
+    use crate::replay::load::parse;
+    use crate::replay::trace::{ParseOptions, TraceFormat, TraceIo};
 
     use super::*;
 

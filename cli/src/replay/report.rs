@@ -9,7 +9,6 @@
 
 use std::fmt::Write as _;
 
-use hdrhistogram::Histogram;
 use plugio_engine::IoStats;
 use serde::Serialize;
 
@@ -17,29 +16,10 @@ use super::timing::Timing;
 use super::trace::TraceOp;
 use super::verify::VerifyStats;
 
-/// Highest latency the histograms track: 100 s in ns (larger values are
-/// clamped).
-pub const MAX_TRACKED_NS: u64 = 100_000_000_000;
-
-/// A latency histogram in ns, 3 significant digits.
-pub fn new_histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, MAX_TRACKED_NS, 3).expect("static histogram bounds are valid")
-}
-
-/// Records `ns` (clamped into the histogram's range).
-pub fn record(h: &mut Histogram<u64>, ns: u64) {
-    h.saturating_record(ns.clamp(1, MAX_TRACKED_NS));
-}
-
 /// Percentiles of a latency histogram, ns: the JSON vocabulary's summary,
 /// shared with `plugio bench` (every replayed IO is recorded:
 /// `sample_every` is 1).
 pub use crate::json::LatencySummary;
-
-/// The summary of `h`; `None` when it is empty.
-pub fn summary(h: &Histogram<u64>) -> Option<LatencySummary> {
-    (!h.is_empty()).then(|| LatencySummary::of(h, 1))
-}
 
 /// One op's figures.
 #[derive(Debug, Clone, Serialize)]
@@ -320,22 +300,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn units_and_latency_summary() {
+    fn units() {
         assert_eq!(human_ns(800), "800 ns");
         assert_eq!(human_ns(15_000), "15.0 us");
         assert_eq!(human_ns(25_000_000), "25.0 ms");
         assert_eq!(human_bytes(1536.0), "1.5 KiB");
         assert_eq!(human_bytes(100.0), "100 B");
-        let mut h = new_histogram();
-        assert!(summary(&h).is_none());
-        for v in 1..=100u64 {
-            record(&mut h, v * 1000);
-        }
-        record(&mut h, 0);
-        let l = summary(&h).unwrap();
-        assert_eq!(l.samples, 101);
-        assert!(l.p50_ns <= l.p99_ns && l.p99_ns <= l.max_ns);
-        assert!((99_000..=100_100).contains(&l.max_ns));
     }
 
     #[test]

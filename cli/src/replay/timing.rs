@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use super::report::{self, LatencySummary};
+use super::latency;
 use super::trace::TraceIo;
+use crate::json::LatencySummary;
 
 /// How replayed IOs are timed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -57,7 +58,7 @@ impl Schedule {
             timing,
             start: Instant::now(),
             origin_ns: ios.first().map_or(0, |io| io.time_ns),
-            lag: report::new_histogram(),
+            lag: latency::new_histogram(),
         }
     }
 
@@ -76,7 +77,7 @@ impl Schedule {
     pub fn issued(&mut self, io: &TraceIo, now: Instant) {
         if let Some(due) = self.due(io) {
             let lag = now.saturating_duration_since(due);
-            report::record(
+            latency::record(
                 &mut self.lag,
                 lag.as_nanos().min(u128::from(u64::MAX)) as u64,
             );
@@ -88,7 +89,7 @@ impl Schedule {
     pub fn lag(&self) -> Option<LatencySummary> {
         match self.timing {
             Timing::None => None,
-            Timing::Original => report::summary(&self.lag),
+            Timing::Original => latency::summary(&self.lag),
         }
     }
 }
