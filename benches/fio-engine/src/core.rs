@@ -31,6 +31,7 @@ use plugio_engine::Device;
 use plugio_executor::{JoinHandle, LocalExecutor};
 
 use crate::config::EngineConfig;
+pub use crate::slots::Completion;
 use crate::slots::IoSlots;
 
 /// What an io_u asks for (fio's `ddir`).
@@ -62,18 +63,6 @@ impl Op {
             _ => return None,
         })
     }
-}
-
-/// A finished IO: its cookie (the shim's io_u pointer) and its result,
-/// the bytes moved (`>= 0`, short at end of file; a trim's whole length)
-/// or a negative errno.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(C)]
-pub struct Completion {
-    /// The `cookie` given to [`FioCore::queue`].
-    pub cookie: usize,
-    /// Bytes moved (0 for a sync, the length for a trim), or `-errno`.
-    pub result: i64,
 }
 
 /// How [`FioCore::open`] opens a file.

@@ -16,7 +16,8 @@ use std::time::Duration;
 use plugio_device::ErrorKind;
 
 use crate::config::EngineConfig;
-use crate::core::{Access, Completion, DevId, FioCore, Op};
+use crate::core::{Access, DevId, FioCore, Op};
+use crate::slots::Completion;
 
 /// The state the shim keeps in `td->io_ops_data` (opaque to C).
 pub struct CoreHandle {

@@ -32,7 +32,17 @@ use std::task::{Context, Poll, Wake, Waker};
 
 use futures::task::AtomicWaker;
 
-use crate::core::Completion;
+/// A finished IO: its cookie (the shim's io_u pointer) and its result,
+/// the bytes moved (`>= 0`, short at end of file; a trim's whole length)
+/// or a negative errno.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
+pub struct Completion {
+    /// The `cookie` given to [`FioCore::queue`](crate::FioCore::queue).
+    pub cookie: usize,
+    /// Bytes moved (0 for a sync, the length for a trim), or `-errno`.
+    pub result: i64,
+}
 
 /// The bitmap of woken slots and the engine task's waker.
 struct Ready {
