@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Fails when the files of a crate import each other in a cycle (issue 16).
 
-Usage: .ci/check-import-cycles.py CRATE_SRC_DIR [CRATE_SRC_DIR ...]
-       (for example `.ci/check-import-cycles.py device/src`)
+Usage: .ci/check-import-cycles.py CRATE [CRATE ...]
+       CRATE: a library's source folder (its root is `lib.rs`), or a crate
+       root file (a binary's `main.rs`)
+       (for example `.ci/check-import-cycles.py device/src cli/src/main.rs`)
        .ci/check-import-cycles.py --self-test
        (checks the checker on small crates written to a temporary folder:
        a cycle through `use crate::`, one through an inline `super::` path,
@@ -92,11 +94,17 @@ def remove_test_blocks(text):
 
 class Crate:
     def __init__(self, src):
+        # A folder is a library's `src/` (its root is `lib.rs`); a `.rs`
+        # file is a crate root itself (a binary's `main.rs`).
+        root = None
+        if src.endswith(".rs"):
+            root = os.path.normpath(src)
+            src = os.path.dirname(src)
         self.src = os.path.normpath(src)
         self.files = {}  # module path tuple -> file path
         self.test_modules = set()
         self.texts = {}
-        self._collect(("crate",), os.path.join(self.src, "lib.rs"), test=False)
+        self._collect(("crate",), root or os.path.join(self.src, "lib.rs"), test=False)
         self.reexports = {mod: self._reexports(mod) for mod in self.files}
 
     def _collect(self, mod, path, test):
@@ -109,7 +117,8 @@ class Crate:
         self.texts[mod] = text
         here = os.path.dirname(path)
         base = os.path.basename(path)
-        child_dir = here if base in ("lib.rs", "mod.rs") else os.path.join(here, base[:-3])
+        is_root = mod == ("crate",)
+        child_dir = here if is_root or base == "mod.rs" else os.path.join(here, base[:-3])
         for m in re.finditer(r"((?:#\[[^\]]*\]\s*)*)(?:pub(?:\([^)]*\))?\s+)?mod\s+(" + IDENT + r")\s*;", text):
             attrs, name = m.group(1), m.group(2)
             explicit = re.search(r'#\[path\s*=\s*"([^"]+)"\]', attrs)
@@ -315,6 +324,11 @@ SELF_TESTS = [
         "b.rs": "use crate::a::A;\npub struct B(A);\n",
         "tests.rs": "use crate::a::A;\nuse crate::b::B;\n",
     }, 0),
+    ("a binary crate (main.rs) with a cycle", {
+        "main.rs": "mod bench;\nfn main() {}\n",
+        "bench/mod.rs": "mod stats;\nuse self::stats::Stats;\npub struct Job(Stats);\n",
+        "bench/stats.rs": "pub struct Stats(Option<Box<super::Job>>);\n",
+    }, 1),
 ]
 
 
@@ -328,7 +342,9 @@ def self_test():
                 os.makedirs(os.path.dirname(full), exist_ok=True)
                 with open(full, "w", encoding="utf-8") as f:
                     f.write(text)
-            got = check(root)
+            # A crate without lib.rs is checked from its main.rs.
+            is_bin = "lib.rs" not in files
+            got = check(os.path.join(root, "main.rs") if is_bin else root)
         ok = got == want
         failed += not ok
         print(f"self-test {'ok' if ok else 'FAILED'}: {name} ({got} cycle(s), expected {want})")
