@@ -6,8 +6,9 @@
 //! order; the IO limit holds; an error names a line of the text and
 //! echoes no control character.
 
+use plugio_cli::replay::load::parse;
 use plugio_cli::replay::trace::{
-    parse, BlkAction, ParseOptions, TraceFormat, TraceOp, MAX_END_BYTES, MAX_IO_BYTES, SECTOR_BYTES,
+    BlkAction, ParseOptions, TraceFormat, TraceOp, MAX_END_BYTES, MAX_IO_BYTES, SECTOR_BYTES,
 };
 use plugio_cli::replay::ReplayError;
 
