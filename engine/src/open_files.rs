@@ -124,9 +124,10 @@ impl Registry {
 /// Raises the handle count of `shared` if it is not zero (a closed state
 /// is never revived); false when it was zero.
 fn raise_handles(shared: &DeviceShared) -> bool {
-    // Relaxed: the count's closing decision pairs Device::drop's Release
-    // decrement with is_closed's Acquire load; this increment, like a
-    // clone, publishes nothing.
+    // Relaxed: the count's closing decision pairs drop_handle's Release
+    // decrement (a Device drop, or `find` letting go of a raised count)
+    // with is_closed's Acquire load; this increment, like a clone,
+    // publishes nothing.
     let mut n = shared.handles.load(Ordering::Relaxed);
     loop {
         if n == 0 {

@@ -1,8 +1,15 @@
-//! [`DeviceShared`]: what all cores share about one open device.
+//! [`DeviceShared`]: what all cores share about one open device: its
+//! backend, options and limits ([`MAX_IO_BYTES`]), its tag sets, its
+//! counters, the count of [`Device`](crate::Device) handles (the last
+//! [`DeviceShared::drop_handle`] closes it), and the bios whose futures
+//! were dropped on another thread, which their core adopts
+//! ([`DeviceShared::adopt_remote_orphans`], on that core's thread, with its
+//! bio table).
 //!
-//! Invariants: immutable after open except for the tag sets (lock-free) and
-//! the counters; `max_request_bytes` is a positive multiple of the
-//! device's logical block size.
+//! Invariants: immutable after open except for the tag sets (lock-free),
+//! the counters, the handle count and the remote orphans (a `Mutex` and a
+//! flag); `max_request_bytes` is a positive multiple of the device's
+//! logical block size and at most [`MAX_IO_BYTES`].
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -171,11 +178,8 @@ impl DeviceShared {
     /// finishes). Called by the core at each completion batch and plug
     /// flush on this device.
     pub fn adopt_remote_orphans(&self, uid: u64, bios: &mut BioTable) {
-        // Acquire pairs with the Release store in `orphan_remote` (the
-        // same load as `take_remote_orphans`, checked before the vector).
-        if !self.remote_orphans_pending.load(Ordering::Acquire) {
-            return;
-        }
+        // No allocation unless there are some: `take_remote_orphans`
+        // returns at once when none are pending.
         let mut orphans = Vec::new();
         self.take_remote_orphans(uid, &mut orphans);
         for (_, id, keep) in orphans {

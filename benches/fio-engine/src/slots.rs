@@ -1,5 +1,5 @@
 //! [`IoSlots`]: the engine task's IO futures, one slot per IO in flight,
-//! allocated once.
+//! allocated once, and the [`Completion`] each finished one gives.
 //!
 //! A `FuturesUnordered` allocates a task per pushed future and keeps a
 //! ready queue; here the futures live in a slice made at start (as many

@@ -4,9 +4,11 @@
 //!
 //! Files: [`options`] (command line, [`Job`]), [`error`] ([`BenchError`],
 //! exit codes), [`target`] (file or device, temporary file), [`stats`]
-//! (counters, IO pattern, latency), [`report`] (lines, summary, JSON),
-//! one file per engine, and [`compare`] (the peer-comparison report and
-//! plots that `benches/compare.sh` drives).
+//! (counters, IO pattern, latency), [`output`] (what an engine hands back,
+//! why a run stopped), [`report`] (lines, the run's timeline, summary,
+//! JSON), one file per engine, and [`compare`] (the peer-comparison report
+//! and plots that `benches/compare.sh` drives, over the grouped results of
+//! `runs`).
 //!
 //! Invariants:
 //! - Bad input is refused before any IO with a [`BenchError`] of exit code

@@ -1,6 +1,7 @@
 //! What a run hands back to the report: the engine's output when its
 //! workers stopped ([`EngineOutput`]) and why a run stopped early
-//! ([`StopReason`]). A leaf: every engine and the report use it.
+//! ([`StopReason`]). Below every engine and the report, above only
+//! `stats` (the latencies' type).
 //!
 //! Invariants: the latencies are of completed IOs only, in ns; a note says
 //! what the engine could not do as asked, never a figure.

@@ -2,12 +2,13 @@
 //! compared.
 //!
 //! A trace (the shared traces' CSV, fio's iolog v2/v3, or blkparse text,
-//! plain or zstd) is read ([`load`]) and parsed into [`TraceIo`]s
-//! ([`trace`], one parser per format), checked against the target, and replayed by [`replay`]
-//! ([`dispatch`]) at its recorded times or as fast as possible
-//! ([`timing`]). Writes carry bytes derived from (sector, write index)
-//! ([`pattern`]) so [`verify`] can tell, for every sector, whether it holds
-//! its last write. [`report`] holds the figures; [`cli`] the command.
+//! plain or zstd) is read by [`load`] with one parser per format into
+//! [`TraceIo`]s (the model is [`trace`]), checked against the target, and
+//! replayed by [`replay`] ([`dispatch`]) at its recorded times or as fast
+//! as possible ([`timing`]). Writes carry bytes derived from (sector,
+//! write index) ([`pattern`]) so [`verify`] can tell, for every sector,
+//! whether it holds its last write. [`report`] holds the figures; [`cli`]
+//! the command.
 //!
 //! ```no_run
 //! use plugio_cli::replay::{self, ReplayOptions, Timing};
