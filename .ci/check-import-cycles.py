@@ -8,8 +8,13 @@ Usage: .ci/check-import-cycles.py CRATE [CRATE ...]
        .ci/check-import-cycles.py --self-test
        (checks the checker on small crates written to a temporary folder:
        a cycle through `use crate::`, one through an inline `super::` path,
-       a re-export through `lib.rs` that is no cycle, and a cycle only in
-       test code that does not count)
+       a re-export through `lib.rs` that is no cycle, a cycle only in
+       test code that does not count, a cycle through a `#[path]` module,
+       a declared module without a file (an error), and a cycle in a
+       binary crate checked from its `main.rs`)
+
+A module declared with `mod x;` whose file cannot be found is an error:
+its imports would go unchecked.
 
 A file depends on another when it names an item of it: a `use crate::...`,
 `use super::...` or `use self::...` tree, or an inline `crate::a::b` /
@@ -104,16 +109,27 @@ class Crate:
         self.files = {}  # module path tuple -> file path
         self.test_modules = set()
         self.texts = {}
+        self.missing = []  # (declaring file, module name): no file found
         self._collect(("crate",), root or os.path.join(self.src, "lib.rs"), test=False)
         self.reexports = {mod: self._reexports(mod) for mod in self.files}
 
     def _collect(self, mod, path, test):
         if not os.path.exists(path):
+            self.missing.append((path, "the crate root"))
             return
         self.files[mod] = path
         if test:
             self.test_modules.add(mod)
-        text = strip_comments_and_strings(open(path, encoding="utf-8").read())
+        raw = open(path, encoding="utf-8").read()
+        # `#[path = "..."]` before a `mod x;`, read before the strings are
+        # blanked out.
+        path_attrs = {
+            m.group(2): m.group(1)
+            for m in re.finditer(
+                r'#\[path\s*=\s*"([^"]+)"\]\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\([^)]*\))?\s+)?mod\s+('
+                + IDENT + r")\s*;", raw)
+        }
+        text = strip_comments_and_strings(raw)
         self.texts[mod] = text
         here = os.path.dirname(path)
         base = os.path.basename(path)
@@ -121,11 +137,12 @@ class Crate:
         child_dir = here if is_root or base == "mod.rs" else os.path.join(here, base[:-3])
         for m in re.finditer(r"((?:#\[[^\]]*\]\s*)*)(?:pub(?:\([^)]*\))?\s+)?mod\s+(" + IDENT + r")\s*;", text):
             attrs, name = m.group(1), m.group(2)
-            explicit = re.search(r'#\[path\s*=\s*"([^"]+)"\]', attrs)
             candidates = [os.path.join(child_dir, name + ".rs"), os.path.join(child_dir, name, "mod.rs")]
-            if explicit:
-                candidates = [os.path.join(here, explicit.group(1))]
+            if "#[path" in attrs.replace(" ", "") and name in path_attrs:
+                candidates = [os.path.join(here, path_attrs[name])]
             is_test = test or re.search(TEST_CFG, attrs) is not None
+            if not any(os.path.exists(c) for c in candidates):
+                self.missing.append((path, name))
             for cand in candidates:
                 if os.path.exists(cand):
                     self._collect(mod + (name,), cand, is_test)
@@ -282,9 +299,12 @@ def a_cycle(graph, scc):
 
 
 def check(src):
-    """Prints the crate's cycles; returns how many strongly connected
-    components with more than one file it has."""
+    """Prints the crate's cycles and its declared modules without a file;
+    returns how many strongly connected components with more than one
+    file it has, and how many module files are missing."""
     crate = Crate(src)
+    for where, name in crate.missing:
+        print(f"{src}: no file found for module `{name}` declared in {where} (not checked)")
     mods = [m for m in crate.files if m not in crate.test_modules]
     graph = {m: crate.edges(m) for m in mods}
     name = lambda m: os.path.relpath(crate.files[m], os.path.dirname(crate.src))
@@ -298,37 +318,44 @@ def check(src):
         for m in scc:
             inside = sorted(name(d) for d in graph[m] if d in scc)
             print(f"    {name(m)} uses {', '.join(inside)}")
-    return len(sccs)
+    return len(sccs), len(crate.missing)
 
 
 SELF_TESTS = [
-    # (name, files, cycles expected)
+    # (name, files, (cycles, missing module files) expected)
     ("use crate:: cycle", {
         "lib.rs": "mod a;\nmod b;\n",
         "a.rs": "use crate::b::B;\npub struct A(B);\n",
         "b.rs": "use crate::a::A;\npub struct B(Option<Box<A>>);\n",
-    }, 1),
+    }, (1, 0)),
     ("child uses its parent inline", {
         "lib.rs": "mod ring;\n",
         "ring/mod.rs": "mod cmd;\npub use cmd::Cmd;\npub struct Ring;\n",
         "ring/cmd.rs": "pub struct Cmd(super::Ring);\n",
-    }, 1),
+    }, (1, 0)),
     ("re-exports are followed, no cycle", {
         "lib.rs": "mod a;\nmod b;\npub use a::A;\npub use b::B;\n",
         "a.rs": "// use crate::B; (a comment)\npub struct A;\nconst S: &str = \"crate::B\";\n",
         "b.rs": "use crate::A;\npub struct B(A);\n",
-    }, 0),
+    }, (0, 0)),
     ("a cycle in test code only", {
         "lib.rs": "mod a;\nmod b;\n#[cfg(test)]\nmod tests;\n",
         "a.rs": "pub struct A;\n#[cfg(all(test, not(loom)))]\nmod t {\n    use crate::b::B;\n}\n",
         "b.rs": "use crate::a::A;\npub struct B(A);\n",
         "tests.rs": "use crate::a::A;\nuse crate::b::B;\n",
-    }, 0),
+    }, (0, 0)),
+    ("a #[path] module is followed", {
+        "lib.rs": "#[path = \"support.rs\"]\npub mod __support;\npub struct A;\npub use __support::B;\n",
+        "support.rs": "pub struct B(Option<Box<crate::A>>);\npub fn a() -> crate::A { crate::A }\n",
+    }, (1, 0)),
+    ("a declared module without a file", {
+        "lib.rs": "mod gone;\n",
+    }, (0, 1)),
     ("a binary crate (main.rs) with a cycle", {
         "main.rs": "mod bench;\nfn main() {}\n",
         "bench/mod.rs": "mod stats;\nuse self::stats::Stats;\npub struct Job(Stats);\n",
         "bench/stats.rs": "pub struct Stats(Option<Box<super::Job>>);\n",
-    }, 1),
+    }, (1, 0)),
 ]
 
 
@@ -347,7 +374,8 @@ def self_test():
             got = check(os.path.join(root, "main.rs") if is_bin else root)
         ok = got == want
         failed += not ok
-        print(f"self-test {'ok' if ok else 'FAILED'}: {name} ({got} cycle(s), expected {want})")
+        print(f"self-test {'ok' if ok else 'FAILED'}: {name} "
+              f"({got[0]} cycle(s) and {got[1]} missing file(s), expected {want[0]} and {want[1]})")
     return 1 if failed else 0
 
 
@@ -359,7 +387,7 @@ def main(argv):
         return self_test()
     failed = False
     for src in argv[1:]:
-        failed |= check(src) > 0
+        failed |= sum(check(src)) > 0
     return 1 if failed else 0
 
 
