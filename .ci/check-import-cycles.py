@@ -9,7 +9,10 @@ Usage: .ci/check-import-cycles.py CRATE [CRATE ...]
        (checks the checker on small crates written to a temporary folder:
        a cycle through `use crate::`, one through an inline `super::` path,
        a re-export through `lib.rs` that is no cycle, a cycle only in
-       test code that does not count, a cycle through a `#[path]` module,
+       test code that does not count, `super::` inside an inline module
+       (the file's own module, no cycle), a parent's bare path into its
+       child with the child's `super::` (a cycle), a cycle through a
+       `#[path]` module,
        a declared module without a file (an error), and a cycle in a
        binary crate checked from its `main.rs`)
 
@@ -17,8 +20,11 @@ A module declared with `mod x;` whose file cannot be found is an error:
 its imports would go unchecked.
 
 A file depends on another when it names an item of it: a `use crate::...`,
-`use super::...` or `use self::...` tree, or an inline `crate::a::b` /
-`super::a` path in its code. A path is mapped to the deepest module file it
+`use super::...` or `use self::...` tree, an inline `crate::a::b` /
+`super::a` path in its code, or a bare path through one of its own child
+modules (`report::Printer::new(..)` in the parent). Paths inside an inline
+`mod x { ... }` block are relative to `x` (its `super::` is the file's own
+module). A path is mapped to the deepest module file it
 walks through (`crate::ring::cmd::CmdRing` -> `ring/cmd.rs`); when the item
 it then names is a re-export of that module (`pub use cmd::CmdRing;` in
 `ring/mod.rs`, or the crate root's `pub use`s in `lib.rs`), the re-export is
@@ -95,6 +101,24 @@ def remove_test_blocks(text):
             depth += {"{": 1, "}": -1}.get(text[j], 0)
             j += 1
         text = text[:m.start()] + "\n" * text.count("\n", m.start(), j) + text[j:]
+
+
+def inline_modules(text):
+    """`(start, end, name)` of each inline `mod name { ... }` block
+    (brace-matched; nested blocks are listed too)."""
+    spans = []
+    for m in re.finditer(r"(?<![\w:])mod\s+(" + IDENT + r")\s*\{", text):
+        depth, j = 1, m.end()
+        while j < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[j], 0)
+            j += 1
+        spans.append((m.end(), j, m.group(1)))
+    return spans
+
+
+def scope_at(spans, pos):
+    """The inline modules (outermost first) that enclose `pos`."""
+    return tuple(name for start, end, name in sorted(spans) if start <= pos < end)
 
 
 class Crate:
@@ -194,20 +218,33 @@ class Crate:
 
     def edges(self, mod):
         text = self.code(mod)
+        # A path inside an inline `mod x { ... }` is relative to `x` (its
+        # `super::` is this file's module); what it names is still looked
+        # up among the files.
+        spans = inline_modules(text)
         paths = []
         for m in re.finditer(r"\buse\s+([^;]+);", text):
-            paths += [p for p, _ in expand_use_tree(m.group(1))]
+            scope = scope_at(spans, m.start())
+            paths += [(scope, p) for p, _ in expand_use_tree(m.group(1))]
         # Inline paths; `use` lines were matched above, the regex finds them
         # again, which is harmless.
         for m in re.finditer(r"(?<![\w:])((?:crate|super|self)(?:::" + IDENT + r")+)", text):
-            paths.append(tuple(m.group(1).split("::")))
+            paths.append((scope_at(spans, m.start()), tuple(m.group(1).split("::"))))
+        # A bare path through a child module (`report::Printer::new(..)`
+        # in the parent's code) uses that child.
+        children = [k[-1] for k in self.files if k[:-1] == mod]
+        if children:
+            alt = "|".join(re.escape(c) for c in children)
+            for m in re.finditer(r"(?<![\w:])((?:" + alt + r")(?:::" + IDENT + r")+)", text):
+                if not scope_at(spans, m.start()):
+                    paths.append(((), tuple(m.group(1).split("::"))))
         deps = set()
-        for p in paths:
+        for scope, p in paths:
             if p[-1] == "*":
                 p = p[:-1]
             if p and p[-1] == "self":
                 p = p[:-1]
-            absolute = self.absolute(mod, p) if p else None
+            absolute = self.absolute(mod + scope, p) if p else None
             if absolute is None:
                 continue
             target = self.resolve(absolute)
@@ -344,10 +381,24 @@ SELF_TESTS = [
         "b.rs": "use crate::a::A;\npub struct B(A);\n",
         "tests.rs": "use crate::a::A;\nuse crate::b::B;\n",
     }, (0, 0)),
+    ("a parent's bare path into its child, and the child's super::", {
+        "lib.rs": "mod bench;\n",
+        "bench/mod.rs": "mod report;\npub struct Job;\npub fn run() { report::print(&Job); }\n",
+        "bench/report.rs": "pub fn print(_: &super::Job) {}\n",
+    }, (1, 0)),
     ("a #[path] module is followed", {
         "lib.rs": "#[path = \"support.rs\"]\npub mod __support;\npub struct A;\npub use __support::B;\n",
         "support.rs": "pub struct B(Option<Box<crate::A>>);\npub fn a() -> crate::A { crate::A }\n",
     }, (1, 0)),
+    ("super:: inside an inline module is the file's own module", {
+        "lib.rs": "mod bench;\n",
+        "bench/mod.rs": "mod peers;\nmod stats;\npub use peers::Peer;\npub struct Job;\n",
+        # Old reading: `super::Buf` (peers.rs's own) named bench/mod.rs,
+        # which re-exports peers: a cycle that is not there.
+        "bench/peers.rs": "pub struct Peer;\npub struct Buf;\nmod imp {\n    use super::Buf;\n"
+                          "    use super::super::stats::Stats;\n    pub fn f(_: Buf, _: Stats) {}\n}\n",
+        "bench/stats.rs": "pub struct Stats;\n",
+    }, (0, 0)),
     ("a declared module without a file", {
         "lib.rs": "mod gone;\n",
     }, (0, 1)),
