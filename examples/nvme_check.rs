@@ -237,18 +237,29 @@ async fn check_fixed_buffer(ns: &Ns, report: &Report) {
     let segs = [buf.iovec(len)];
     let lba = 200u64;
     let op = IoOp::read(lba * ns.block as u64, &segs).with_fixed_buf(index);
+    let counted_before = plugio_device::ring::current_fixed_buf_sqes();
     let r = submit_direct(backend, &op, false).await;
+    let counted = plugio_device::ring::current_fixed_buf_sqes() - counted_before;
     let bad = pattern_mismatches(buf.as_slice(), lba, ns.block);
     // Where the kernel cannot map the registered buffer for passthrough
     // (EINVAL) the command is resent with a plain buffer and the core stops
     // using fixed buffers (so a later namespace on this core starts with
     // them off): the data must be right either way.
     let fixed_after = backend.fixed_buffers_here();
+    // The ring's count of registered-buffer IO (`RingStats::fixed_buf_sqes`,
+    // which the engine's `fixed_buf_requests` reads) takes the command
+    // only if it went fixed: a command refused in that form and sent
+    // plain is taken back.
+    let expect_counted = u64::from(fixed_after == Ok(true));
     report.check(
         "registered-buffer read (URING_CMD_FIXED or its fallback)",
-        fixed_ring.is_ok() && index.is_some() && r == Ok(len as i32) && bad.is_empty(),
+        fixed_ring.is_ok()
+            && index.is_some()
+            && r == Ok(len as i32)
+            && bad.is_empty()
+            && counted == expect_counted,
         format!(
-            "fixed buffers before {fixed_ring:?} after {fixed_after:?}, buffer index {index:?}, result {r:?}, bad blocks {bad:?}"
+            "fixed buffers before {fixed_ring:?} after {fixed_after:?}, buffer index {index:?}, result {r:?}, bad blocks {bad:?}, fixed commands counted {counted} (expected {expect_counted})"
         ),
     );
 }

@@ -93,6 +93,15 @@ impl EngineCore {
         // request without it (the ablation of the cached clock).
         let batch_clock = d.iostats && d.cached_clock;
         let mut now = if batch_clock { clock::now_ns(true) } else { 0 };
+        // What the backend sent on a registered buffer, counted where the
+        // SQE is built (the ring's count, read around the batch): a request
+        // that names one in `fixed_buf` but goes to the mem device, the
+        // sync pool or a refused submit is no fixed-buffer request.
+        let fixed_before = if d.iostats {
+            plugio_device::ring::current_fixed_buf_sqes()
+        } else {
+            0
+        };
         let mut started = 0;
         for (i, &tag) in tags.iter().enumerate() {
             if d.dispatchable() == 0 {
@@ -117,6 +126,11 @@ impl EngineCore {
             d.busy.event(now, started, &d.counters);
         }
         if d.iostats && started > 0 {
+            let fixed = plugio_device::ring::current_fixed_buf_sqes().saturating_sub(fixed_before);
+            if fixed > 0 {
+                d.pending.fixed_buf_requests += fixed;
+                d.pending.dirty = true;
+            }
             d.publish();
         }
     }
@@ -150,10 +164,6 @@ impl EngineCore {
             d.last_built = crate::interval::NIL;
         }
         let rq = d.rqs.get(slot);
-        if d.iostats && rq.fixed_buf.is_some() {
-            d.pending.fixed_buf_requests += 1;
-            d.pending.dirty = true;
-        }
         let op = IoOp {
             kind: rq.op,
             offset_bytes: rq.offset_bytes,

@@ -193,7 +193,14 @@ pub struct IoStats {
     /// the core's registered arena, as [`Device::alloc_buf`](crate::Device::alloc_buf)
     /// hands out. A request of several segments (merged bios whose buffers
     /// are apart) counts only where the ring has `READV_FIXED` /
-    /// `WRITEV_FIXED` (Linux 6.15).
+    /// `WRITEV_FIXED` (Linux 6.15); an NVMe passthrough command counts when
+    /// it goes with `IORING_URING_CMD_FIXED`. Counted where the SQE is
+    /// built, so a backend that does not use registered buffers (the mem
+    /// device, the sync pool) or refuses the submit counts none. A request
+    /// dispatched again (a requeue) counts again. One overcount is
+    /// possible per core: the first passthrough command the kernel refuses
+    /// in the fixed form (it then goes unfixed, and the core stops using
+    /// fixed commands).
     pub fixed_buf_requests: u64,
     /// Requests issued again after a short or failed completion: the
     /// uncovered rest of a short transfer, or each bio of a merged request

@@ -151,6 +151,11 @@ fn check_observed(named: Setup, seen: &Observed) {
                 seen.fixed_buf_sqes, 0,
                 "{name}: mem IO never reaches the ring"
             );
+            assert_eq!(
+                seen.fixed_buf_requests, 0,
+                "{name}: the mem device never uses a registered buffer, \
+                 whatever the request names"
+            );
             assert!(
                 seen.mem_written_bytes >= 8192,
                 "{name}: the write went to the mem device"

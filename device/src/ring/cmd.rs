@@ -90,6 +90,10 @@ pub struct CmdRing {
     /// The core's arena is registered as fixed buffer 0 (the same index it
     /// has on the main ring), so `IoOp::fixed_buf == Some(0)` is valid here.
     fixed_buffers: std::cell::Cell<bool>,
+    /// Commands queued on a registered buffer (`IORING_URING_CMD_FIXED`),
+    /// less those the kernel refused in that form and that went again
+    /// unfixed: this ring's share of `RingStats::fixed_buf_sqes`.
+    fixed_cmds: std::cell::Cell<u64>,
     _arena: Option<Rc<Arena>>,
 }
 
@@ -167,6 +171,7 @@ impl CmdRing {
             efd,
             polled,
             fixed_buffers: std::cell::Cell::new(fixed_buffers),
+            fixed_cmds: std::cell::Cell::new(0),
             _arena: arena,
         })
     }
@@ -174,6 +179,12 @@ impl CmdRing {
     /// True for the `IOPOLL` ring.
     pub fn is_polled(&self) -> bool {
         self.polled
+    }
+
+    /// Commands queued on a registered buffer, less those that went again
+    /// unfixed.
+    pub(crate) fn fixed_cmds(&self) -> u64 {
+        self.fixed_cmds.get()
     }
 
     /// True when registered buffer 0 (the core's arena) can be used with
@@ -195,6 +206,10 @@ impl CmdRing {
     /// Queues a command; it is submitted at the core's next park or
     /// `submit_now`. Never blocks, never delivers.
     pub(crate) fn push(&self, slot: CmdSlot) {
+        if slot.unfixed.is_some() {
+            // A command on a registered buffer (it has an unfixed form).
+            self.fixed_cmds.set(self.fixed_cmds.get() + 1);
+        }
         let entry = slot.entry.clone();
         let preflush = slot.preflush.clone();
         let index = {
@@ -332,6 +347,8 @@ impl CmdRing {
         let slot = slots.get_mut(index as usize)?.as_mut()?;
         let unfixed = slot.unfixed.take()?;
         slot.entry = unfixed.clone();
+        // It goes again on plain memory: not a registered-buffer command.
+        self.fixed_cmds.set(self.fixed_cmds.get().saturating_sub(1));
         if self.fixed_buffers.replace(false) {
             tracing::info!("passthrough refused a registered buffer (EINVAL); using plain buffers on this core");
         }

@@ -432,9 +432,23 @@ impl Ring {
     /// The push-back counters.
     pub fn stats(&self) -> RingStats {
         RingStats {
-            fixed_buf_sqes: self.fixed_buf_sqes.get(),
+            fixed_buf_sqes: self.fixed_buf_sqes(),
             ..*self.base.stats.borrow()
         }
+    }
+
+    /// SQEs with a registered-buffer opcode on this ring, and passthrough
+    /// commands on a registered buffer on its command rings
+    /// ([`RingStats::fixed_buf_sqes`]).
+    pub(crate) fn fixed_buf_sqes(&self) -> u64 {
+        let cmds: u64 = self
+            .cmd_rings
+            .borrow()
+            .iter()
+            .flatten()
+            .map(|r| r.fixed_cmds())
+            .sum();
+        self.fixed_buf_sqes.get() + cmds
     }
 
     /// Counts one SQE with a registered-buffer opcode.
@@ -1411,6 +1425,23 @@ pub(crate) fn set_current(ring: Option<&Rc<Ring>>) {
 /// a driver or whose driver has no ring (the sync fallback).
 pub fn current_stats() -> Option<RingStats> {
     with_current(Ring::stats)
+}
+
+/// [`RingStats::fixed_buf_sqes`] of the calling thread's ring: the IO it
+/// queued on a registered buffer so far (READ_FIXED and its kin, and
+/// passthrough commands with `IORING_URING_CMD_FIXED`); 0 without a ring.
+/// A caller that reads it before and after submitting a batch learns how
+/// many of the batch's ops the backend sent on a registered buffer (the
+/// mem device, the sync pool and a refused submit send none). Two loads
+/// and the command rings' counts: no `RefCell` of the ring is borrowed
+/// mutably, so it may be called from inside
+/// [`Backend::with_sq_writer`](crate::Backend::with_sq_writer)'s callback.
+///
+/// ```
+/// assert_eq!(plugio_device::ring::current_fixed_buf_sqes(), 0); // no driver here
+/// ```
+pub fn current_fixed_buf_sqes() -> u64 {
+    with_current(Ring::fixed_buf_sqes).unwrap_or(0)
 }
 
 /// What the calling thread's ring supports (its probed opcodes:

@@ -55,8 +55,10 @@ pub struct RingStats {
     /// CQEs reaped (wake reads included).
     pub cqes: u64,
     /// SQEs queued with a registered-buffer opcode (`READ_FIXED`,
-    /// `WRITE_FIXED`, `READV_FIXED`, `WRITEV_FIXED`): IO on a buffer of
-    /// the core's registered arena.
+    /// `WRITE_FIXED`, `READV_FIXED`, `WRITEV_FIXED`), and NVMe passthrough
+    /// commands queued with `IORING_URING_CMD_FIXED` on the ring's command
+    /// rings (less any the kernel refused in that form, which went again
+    /// on plain memory): IO on a buffer of the core's registered arena.
     pub fixed_buf_sqes: u64,
 }
 
