@@ -3,7 +3,7 @@
 //!
 //! Each [`Runtime`](crate::Runtime) and [`LocalExecutor`](crate::LocalExecutor)
 //! owns two [`BlockingPool`]s, shared by its cores:
-//! - the **blocking pool**, for [`spawn_blocking`]: at most
+//! - the **blocking pool**, for [`spawn_blocking`](crate::spawn_blocking): at most
 //!   [`DEFAULT_MAX_BLOCKING_THREADS`] (512, tokio's default) threads,
 //!   changed with [`Builder::max_blocking_threads`](crate::Builder::max_blocking_threads);
 //! - the **sync IO pool**, for the device crate's sync backend (file IO on a
@@ -48,8 +48,6 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::Duration;
-
-use crate::task::JoinHandle;
 
 /// Default bound of a runtime's blocking pool (threads), as tokio's.
 ///
@@ -159,38 +157,6 @@ impl BlockingPool {
                 condvar: Condvar::new(),
             }),
         }
-    }
-
-    /// The blocking pool of the runtime the calling core belongs to (what
-    /// [`spawn_blocking`] uses); `None` off a plugio core.
-    ///
-    /// ```
-    /// use plugio_executor::blocking::{BlockingPool, DEFAULT_MAX_BLOCKING_THREADS};
-    /// use plugio_executor::LocalExecutor;
-    ///
-    /// assert!(BlockingPool::current().is_none());
-    /// let ex = LocalExecutor::new();
-    /// let max = ex.run(async { BlockingPool::current().map(|p| p.max_threads()) });
-    /// assert_eq!(max, Some(DEFAULT_MAX_BLOCKING_THREADS));
-    /// ```
-    pub fn current() -> Option<BlockingPool> {
-        crate::core::try_with_current(|core| core.pools.blocking.clone())
-    }
-
-    /// The sync IO pool of the runtime the calling core belongs to (where
-    /// the device crate's sync backend runs its calls); `None` off a plugio
-    /// core.
-    ///
-    /// ```
-    /// use plugio_executor::blocking::{BlockingPool, DEFAULT_SYNC_IO_THREADS};
-    /// use plugio_executor::LocalExecutor;
-    ///
-    /// let ex = LocalExecutor::new();
-    /// let max = ex.run(async { BlockingPool::current_sync_io().map(|p| p.max_threads()) });
-    /// assert_eq!(max, Some(DEFAULT_SYNC_IO_THREADS));
-    /// ```
-    pub fn current_sync_io() -> Option<BlockingPool> {
-        crate::core::try_with_current(|core| core.pools.sync_io.clone())
     }
 
     /// Runs `job` on a pool thread: an idle one, a new one while the pool
@@ -461,77 +427,4 @@ impl Pools {
         self.blocking.shutdown();
         self.sync_io.shutdown();
     }
-}
-
-/// Runs `f` on the current runtime's blocking pool and returns a handle
-/// that yields its result; await it on any core (or block on it from any
-/// thread). Use it for calls that would stall the core: `std::fs` walks,
-/// DNS, compression of a large block, a C library that blocks.
-///
-/// The pool is bounded (default [`DEFAULT_MAX_BLOCKING_THREADS`], set with
-/// [`Builder::max_blocking_threads`](crate::Builder::max_blocking_threads)
-/// or [`LocalBuilder::max_blocking_threads`](crate::LocalBuilder::max_blocking_threads));
-/// when all its threads are busy, `f` waits in the pool's queue for the
-/// first to free. The runtime's IO never waits behind it: the sync IO
-/// backend has its own pool (module docs).
-///
-/// The handle gives `Err(JoinError::Panic(_))` if `f` panicked, and
-/// `Err(JoinError::Cancelled)` if it was aborted or the runtime shut down
-/// first. Aborting the handle does not stop `f` once it started (a thread
-/// cannot be interrupted); its result is then dropped.
-///
-/// Off a plugio core there is no runtime to own the thread, so this
-/// panics, like [`crate::spawn`]: call it from a task, or from outside
-/// through [`Handle::spawn_on`](crate::Handle::spawn_on):
-/// `handle.spawn_on(0, async { spawn_blocking(f).await })`.
-///
-/// Idea: tokio's `spawn_blocking`.
-///
-/// ```
-/// use plugio_executor::{spawn_blocking, LocalExecutor};
-///
-/// let ex = LocalExecutor::new();
-/// let sum = ex.run(async {
-///     spawn_blocking(|| (1..=100u64).sum::<u64>()).await
-/// })?;
-/// assert_eq!(sum, 5050);
-/// # Ok::<_, plugio_executor::JoinError>(())
-/// ```
-///
-/// # Panics
-/// Off a plugio core (see above), or when the OS refuses to start the
-/// pool's first thread.
-pub fn spawn_blocking<F, R>(f: F) -> JoinHandle<R>
-where
-    F: FnOnce() -> R + Send + 'static,
-    R: Send + 'static,
-{
-    let Some(pool) = BlockingPool::current() else {
-        panic!(
-            "spawn_blocking must be called on a plugio core (inside Runtime or LocalExecutor); \
-             from another thread use Handle::spawn_on(core, async {{ spawn_blocking(f).await }})"
-        );
-    };
-    let (tx, rx) = futures::channel::oneshot::channel();
-    let job = move || {
-        let out = catch_unwind(AssertUnwindSafe(f));
-        // The receiver is gone when the handle was aborted or the runtime
-        // stopped: the result is dropped here, on the pool thread.
-        let _ = tx.send(out);
-    };
-    if let Err(e) = pool.execute(job) {
-        panic!("spawn_blocking: {e}");
-    }
-    crate::spawn(async move {
-        match rx.await {
-            Ok(Ok(out)) => out,
-            Ok(Err(payload)) => std::panic::resume_unwind(payload),
-            // The pool dropped the job without running it. At shutdown the
-            // core cancelled this task before (the owner stops its cores
-            // first), so only a pool that lost its last thread gets here.
-            Err(_) => {
-                panic!("spawn_blocking: the blocking pool dropped the job (no thread to run it)")
-            }
-        }
-    })
 }

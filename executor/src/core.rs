@@ -12,7 +12,7 @@
 //!   from the task header, without a thread-local lookup) but only the
 //!   core's thread touches it, and never while a reference into it is held
 //!   across a call: push, pop, length and take are single short calls
-//!   ([`LocalQueue`]). The thread-local current core uid
+//!   (`LocalQueue`, in `task/raw.rs`). The thread-local current core uid
 //!   (`sync::current_uid`) equals `CoreShared::uid` exactly while the core
 //!   is entered on its thread, which is what makes a wake "local".
 //! - The core never blocks in `Driver::park` while its run queue is
@@ -24,27 +24,25 @@
 
 #[cfg(test)]
 use crate::blocking::PoolConfig;
-use crate::blocking::Pools;
+use crate::blocking::{BlockingPool, Pools};
+use crate::coop::{Budget, BudgetGuard};
 use crate::driver::Driver;
 use crate::owned::OwnedTasks;
-use crate::remote::{ParkGate, RemoteQueue};
-use crate::stats::{AtomicTickStats, TickStats};
+use crate::stats::TickStats;
 use crate::sync::{fence, set_current_uid, AtomicBool};
 use crate::task::{
-    adopt_remote, detach_all, new_local_task, Header, JoinHandle, LocalGroups, LocalRef, TaskRef,
-    UNREGISTERED,
+    adopt_remote, detach_all, new_local_task, CoreShared, JoinHandle, LocalRef, SHUTDOWN_DRAIN,
+    SHUTDOWN_NONE, UNREGISTERED,
 };
 use crate::timers::TimerQueue;
-use crate::Unpark;
-use std::cell::{Cell, OnceCell, RefCell, UnsafeCell};
-use std::collections::VecDeque;
+use std::cell::{Cell, OnceCell, RefCell};
 use std::future::Future;
 use std::pin::pin;
 use std::ptr;
 use std::rc::Rc;
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
-use std::sync::atomic::{AtomicU64, AtomicU8};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, SeqCst};
+use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
@@ -81,146 +79,6 @@ impl Default for CoreConfig {
 }
 
 static NEXT_CORE_UID: AtomicU64 = AtomicU64::new(1);
-
-pub(crate) const SHUTDOWN_NONE: u8 = 0;
-pub(crate) const SHUTDOWN_DRAIN: u8 = 1;
-pub(crate) const SHUTDOWN_CANCEL: u8 = 2;
-
-/// The part of a core that other threads reach: the remote wake queue, the
-/// park gate, the unparker, published statistics and the shutdown request.
-pub(crate) struct CoreShared {
-    pub(crate) index: usize,
-    /// Unique for the life of the process (see [`core_uid`]).
-    pub(crate) uid: u64,
-    /// The local run queue: core thread only (module invariants).
-    pub(crate) run_queue: LocalQueue,
-    /// Tasks with local references: core thread only (see `task::raw`).
-    pub(crate) groups: LocalGroups,
-    remote: RemoteQueue<Header>,
-    gate: ParkGate,
-    unparker: Arc<dyn Unpark>,
-    closed: AtomicBool,
-    pub(crate) stats: AtomicTickStats,
-    shutdown: AtomicU8,
-    drain_deadline: Mutex<Option<Instant>>,
-}
-
-/// The local run queue: a FIFO of local task references, touched only by
-/// the core's thread.
-pub(crate) struct LocalQueue(UnsafeCell<VecDeque<LocalRef>>);
-
-// SAFETY: only the core's thread touches the queue (every method is
-// `unsafe` with that contract); other threads only hold the `CoreShared`
-// it sits in, and the queue is empty when the core closes (`close`), so it
-// drops no `LocalRef` anywhere else.
-unsafe impl Send for LocalQueue {}
-// SAFETY: as above.
-unsafe impl Sync for LocalQueue {}
-
-impl LocalQueue {
-    fn new() -> Self {
-        Self(UnsafeCell::new(VecDeque::with_capacity(256)))
-    }
-
-    /// # Safety
-    /// The core's thread. No reference into the queue outlives the call.
-    pub(crate) unsafe fn push(&self, task: LocalRef) {
-        // SAFETY: core thread only, and the only live reference (caller).
-        unsafe { (*self.0.get()).push_back(task) }
-    }
-
-    /// # Safety
-    /// As for `push`.
-    unsafe fn pop(&self) -> Option<LocalRef> {
-        // SAFETY: as in `push`.
-        unsafe { (*self.0.get()).pop_front() }
-    }
-
-    /// # Safety
-    /// As for `push`.
-    unsafe fn len(&self) -> usize {
-        // SAFETY: as in `push`.
-        unsafe { (*self.0.get()).len() }
-    }
-
-    /// Takes every queued task (dropped by the caller, outside the queue).
-    ///
-    /// # Safety
-    /// As for `push`.
-    unsafe fn take(&self) -> VecDeque<LocalRef> {
-        // SAFETY: as in `push`.
-        unsafe { std::mem::take(&mut *self.0.get()) }
-    }
-}
-
-impl CoreShared {
-    pub(crate) fn new(index: usize, uid: u64, unparker: Arc<dyn Unpark>) -> CoreShared {
-        CoreShared {
-            index,
-            uid,
-            run_queue: LocalQueue::new(),
-            groups: LocalGroups::new(),
-            remote: RemoteQueue::new(),
-            gate: ParkGate::new(),
-            unparker,
-            closed: AtomicBool::new(false),
-            stats: AtomicTickStats::default(),
-            shutdown: AtomicU8::new(SHUTDOWN_NONE),
-            drain_deadline: Mutex::new(None),
-        }
-    }
-
-    /// Queues `task` from any thread and unparks the core if it may block.
-    pub(crate) fn push_remote(&self, task: TaskRef) {
-        let node = task.into_raw();
-        // SAFETY: NOTIFIED (set by our caller's transition) keeps the task
-        // out of every other queue, and the reference we hand over keeps it
-        // alive until the core takes it.
-        let was_empty = unsafe { self.remote.push(node) };
-        // SeqCst fence: pairs with the fence in `close` (so either we see
-        // `closed` or its final drain sees our node) and with the fence of
-        // `ParkGate::prepare_park` (so either we see `parked` or the core
-        // sees our node).
-        fence(SeqCst);
-        // Relaxed: ordered by the fence above.
-        if self.closed.load(Relaxed) {
-            self.cancel_remote();
-            return;
-        }
-        if was_empty && self.gate.needs_unpark() {
-            self.unparker.unpark();
-        }
-    }
-
-    /// Cancels every task in the remote queue of a closed core.
-    pub(crate) fn cancel_remote(&self) {
-        for node in self.remote.take_all() {
-            // SAFETY: the queue held one reference per node.
-            let task = unsafe { TaskRef::from_raw(node) };
-            // The node is out of the queue, so a later wake pushes again,
-            // and is cancelled by its pusher. Orderings: see
-            // `State::transition_out_of_closed_queue`.
-            let prev = task.header().state.transition_out_of_closed_queue();
-            if !prev.is_complete() {
-                // SAFETY: the core is closed, so the only tasks that can be
-                // incomplete here are unregistered `Send` ones (see `close`),
-                // and taking the node made us their only holder.
-                unsafe { task.cancel() };
-            }
-        }
-    }
-
-    /// Asks the core to stop (see `Runtime::shutdown`).
-    pub(crate) fn request_shutdown(&self, mode: u8, deadline: Option<Instant>) {
-        if let Ok(mut d) = self.drain_deadline.lock() {
-            *d = deadline;
-        }
-        // Release: pairs with the Acquire load in `Core::should_stop`, which
-        // then reads the deadline.
-        self.shutdown.fetch_max(mode, Release);
-        self.unparker.unpark();
-    }
-}
 
 /// The main future's waker: a flag plus the park handshake.
 pub(crate) struct MainWake {
@@ -269,6 +127,9 @@ fn with_current<R>(what: &str, f: impl FnOnce(&Core) -> R) -> R {
 pub(crate) struct EnterGuard<'a> {
     prev: *const Core,
     prev_uid: u64,
+    /// The core's coop budget, current while the core is (restored after
+    /// `CURRENT` by field order: fields drop after `drop`).
+    _budget: BudgetGuard<'a>,
     _core: &'a Core,
 }
 
@@ -294,7 +155,7 @@ pub(crate) struct Core {
     hooks: RefCell<Vec<Rc<dyn TickHook>>>,
     driver: Box<dyn Driver>,
     config: CoreConfig,
-    budget: Cell<u32>,
+    budget: Budget,
     stats: Cell<TickStats>,
     main_wake: Arc<MainWake>,
     drain_deadline: Cell<Option<Instant>>,
@@ -343,7 +204,7 @@ impl Core {
             hooks: RefCell::new(Vec::new()),
             driver,
             config,
-            budget: Cell::new(config.coop_budget),
+            budget: Budget::new(config.coop_budget),
             stats: Cell::new(TickStats::default()),
             drain_deadline: Cell::new(None),
             runtime_cores: OnceCell::new(),
@@ -360,6 +221,7 @@ impl Core {
         EnterGuard {
             prev,
             prev_uid,
+            _budget: self.budget.enter(),
             _core: self,
         }
     }
@@ -367,19 +229,6 @@ impl Core {
     /// Whether some core is current on this thread.
     pub(crate) fn is_inside_core() -> bool {
         try_with_current(|_| ()).is_some()
-    }
-
-    pub(crate) fn consume_budget(&self) -> bool {
-        let left = self.budget.get();
-        if left == 0 {
-            return false;
-        }
-        self.budget.set(left - 1);
-        true
-    }
-
-    pub(crate) fn budget_remaining(&self) -> u32 {
-        self.budget.get()
     }
 
     pub(crate) fn stats(&self) -> TickStats {
@@ -422,7 +271,7 @@ impl Core {
             // RMW; AcqRel swap: pairs with the waker's AcqRel swap. A wake
             // the load misses is seen by the next iteration or by `park`.
             if self.main_wake.woken.load(Relaxed) && self.main_wake.woken.swap(false, AcqRel) {
-                self.budget.set(self.config.coop_budget);
+                self.budget.reset(self.config.coop_budget);
                 if let Poll::Ready(out) = main.as_mut().poll(&mut cx) {
                     return Some(out);
                 }
@@ -545,7 +394,7 @@ impl Core {
             unsafe { task.cancel() };
             true
         } else {
-            self.budget.set(self.config.coop_budget);
+            self.budget.reset(self.config.coop_budget);
             // SAFETY: owner thread.
             unsafe { task.poll() }
         };
@@ -805,10 +654,121 @@ pub async fn yield_now() {
     .await
 }
 
+/// Runs `f` on the current runtime's blocking pool and returns a handle
+/// that yields its result; await it on any core (or block on it from any
+/// thread). Use it for calls that would stall the core: `std::fs` walks,
+/// DNS, compression of a large block, a C library that blocks.
+///
+/// The pool is bounded (default [`DEFAULT_MAX_BLOCKING_THREADS`](crate::blocking::DEFAULT_MAX_BLOCKING_THREADS), set with
+/// [`Builder::max_blocking_threads`](crate::Builder::max_blocking_threads)
+/// or [`LocalBuilder::max_blocking_threads`](crate::LocalBuilder::max_blocking_threads));
+/// when all its threads are busy, `f` waits in the pool's queue for the
+/// first to free. The runtime's IO never waits behind it: the sync IO
+/// backend has its own pool (see [`crate::blocking`]).
+///
+/// The handle gives `Err(JoinError::Panic(_))` if `f` panicked, and
+/// `Err(JoinError::Cancelled)` if it was aborted or the runtime shut down
+/// first. Aborting the handle does not stop `f` once it started (a thread
+/// cannot be interrupted); its result is then dropped.
+///
+/// Off a plugio core there is no runtime to own the thread, so this
+/// panics, like [`crate::spawn`]: call it from a task, or from outside
+/// through [`Handle::spawn_on`](crate::Handle::spawn_on):
+/// `handle.spawn_on(0, async { spawn_blocking(f).await })`.
+///
+/// Idea: tokio's `spawn_blocking`.
+///
+/// ```
+/// use plugio_executor::{spawn_blocking, LocalExecutor};
+///
+/// let ex = LocalExecutor::new();
+/// let sum = ex.run(async {
+///     spawn_blocking(|| (1..=100u64).sum::<u64>()).await
+/// })?;
+/// assert_eq!(sum, 5050);
+/// # Ok::<_, plugio_executor::JoinError>(())
+/// ```
+///
+/// # Panics
+/// Off a plugio core (see above), or when the OS refuses to start the
+/// pool's first thread.
+pub fn spawn_blocking<F, R>(f: F) -> JoinHandle<R>
+where
+    F: FnOnce() -> R + Send + 'static,
+    R: Send + 'static,
+{
+    let Some(pool) = BlockingPool::current() else {
+        panic!(
+            "spawn_blocking must be called on a plugio core (inside Runtime or LocalExecutor); \
+             from another thread use Handle::spawn_on(core, async {{ spawn_blocking(f).await }})"
+        );
+    };
+    let (tx, rx) = futures::channel::oneshot::channel();
+    let job = move || {
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        // The receiver is gone when the handle was aborted or the runtime
+        // stopped: the result is dropped here, on the pool thread.
+        let _ = tx.send(out);
+    };
+    if let Err(e) = pool.execute(job) {
+        panic!("spawn_blocking: {e}");
+    }
+    spawn(async move {
+        match rx.await {
+            Ok(Ok(out)) => out,
+            Ok(Err(payload)) => std::panic::resume_unwind(payload),
+            // The pool dropped the job without running it. At shutdown the
+            // core cancelled this task before (the owner stops its cores
+            // first), so only a pool that lost its last thread gets here.
+            Err(_) => {
+                panic!("spawn_blocking: the blocking pool dropped the job (no thread to run it)")
+            }
+        }
+    })
+}
+
+/// The pools of the calling core's runtime. Defined here, beside the
+/// core that holds them, so that the pools' module does not import the
+/// core (the core starts and stops the pools).
+impl BlockingPool {
+    /// The blocking pool of the runtime the calling core belongs to (what
+    /// [`spawn_blocking`] uses); `None` off a plugio core.
+    ///
+    /// ```
+    /// use plugio_executor::blocking::{BlockingPool, DEFAULT_MAX_BLOCKING_THREADS};
+    /// use plugio_executor::LocalExecutor;
+    ///
+    /// assert!(BlockingPool::current().is_none());
+    /// let ex = LocalExecutor::new();
+    /// let max = ex.run(async { BlockingPool::current().map(|p| p.max_threads()) });
+    /// assert_eq!(max, Some(DEFAULT_MAX_BLOCKING_THREADS));
+    /// ```
+    pub fn current() -> Option<BlockingPool> {
+        try_with_current(|core| core.pools.blocking.clone())
+    }
+
+    /// The sync IO pool of the runtime the calling core belongs to (where
+    /// the device crate's sync backend runs its calls); `None` off a plugio
+    /// core.
+    ///
+    /// ```
+    /// use plugio_executor::blocking::{BlockingPool, DEFAULT_SYNC_IO_THREADS};
+    /// use plugio_executor::LocalExecutor;
+    ///
+    /// let ex = LocalExecutor::new();
+    /// let max = ex.run(async { BlockingPool::current_sync_io().map(|p| p.max_threads()) });
+    /// assert_eq!(max, Some(DEFAULT_SYNC_IO_THREADS));
+    /// ```
+    pub fn current_sync_io() -> Option<BlockingPool> {
+        try_with_current(|core| core.pools.sync_io.clone())
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use crate::driver::ThreadDriver;
+    use std::sync::Mutex;
 
     fn core() -> Core {
         Core::new(0, Box::new(ThreadDriver::new()), CoreConfig::default())
@@ -932,6 +892,7 @@ mod loom_tests {
     use crate::task::DEALLOCS;
     use loom::sync::atomic::AtomicBool as LoomBool;
     use loom::sync::Arc as LoomArc;
+    use std::sync::atomic::Ordering::Release;
 
     fn model(f: impl Fn() + Sync + Send + 'static) {
         let mut builder = loom::model::Builder::new();

@@ -105,10 +105,9 @@ pub mod time;
 mod timers;
 
 pub use crate::core::{
-    core_id, core_uid, in_tick_hooks, register_tick_hook, spawn, spawn_local, tick_stats,
-    unregister_tick_hook, yield_now, TickHook,
+    core_id, core_uid, in_tick_hooks, register_tick_hook, spawn, spawn_blocking, spawn_local,
+    tick_stats, unregister_tick_hook, yield_now, TickHook,
 };
-pub use blocking::spawn_blocking;
 pub use driver::{Driver, ThreadDriver, ThreadUnpark, Unpark};
 pub use local::{LocalBuilder, LocalExecutor};
 pub use runtime::{

@@ -12,10 +12,11 @@
 //!   leftover `Handle` are cancelled at once.
 
 use crate::blocking::{PoolConfig, Pools};
-use crate::core::{Core, CoreConfig, CoreShared, SHUTDOWN_CANCEL, SHUTDOWN_DRAIN};
+use crate::core::{Core, CoreConfig};
 use crate::driver::{Driver, ThreadDriver};
 use crate::stats::TickStats;
 use crate::task::{new_task, JoinError, JoinHandle};
+use crate::task::{CoreShared, SHUTDOWN_CANCEL, SHUTDOWN_DRAIN};
 use std::fmt;
 use std::future::Future;
 use std::io;

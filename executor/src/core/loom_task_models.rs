@@ -20,6 +20,7 @@ use crate::task::{new_task, DEALLOCS};
 use loom::cell::UnsafeCell as LoomCell;
 use loom::sync::atomic::{AtomicBool as LoomBool, AtomicUsize as LoomUsize};
 use loom::sync::Arc as LoomArc;
+use std::sync::atomic::Ordering::Release;
 use std::task::Poll;
 
 fn model(f: impl Fn() + Sync + Send + 'static) {

@@ -1,68 +1,12 @@
-//! `JoinHandle` and `JoinError`.
+//! `JoinHandle`: the owned permission to await a task's output.
 
+use super::error::JoinError;
 use super::raw::JoinRef;
 use super::state::{CancelRequest, JoinDropped};
-use std::any::Any;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-
-/// Why a task produced no output.
-pub enum JoinError {
-    /// The task was aborted ([`JoinHandle::abort`]) or its core shut down
-    /// before it finished.
-    Cancelled,
-    /// The task panicked; the payload is what `panic!` was given (as from
-    /// `std::panic::catch_unwind`). The core kept running.
-    Panic(Box<dyn Any + Send + 'static>),
-}
-
-impl JoinError {
-    /// Whether the task was cancelled.
-    pub fn is_cancelled(&self) -> bool {
-        matches!(self, JoinError::Cancelled)
-    }
-
-    /// Whether the task panicked.
-    pub fn is_panic(&self) -> bool {
-        matches!(self, JoinError::Panic(_))
-    }
-
-    /// The panic message, when the payload is a string.
-    pub fn panic_message(&self) -> Option<&str> {
-        match self {
-            JoinError::Panic(p) => p
-                .downcast_ref::<&'static str>()
-                .copied()
-                .or_else(|| p.downcast_ref::<String>().map(String::as_str)),
-            JoinError::Cancelled => None,
-        }
-    }
-}
-
-impl fmt::Debug for JoinError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            JoinError::Cancelled => f.write_str("JoinError::Cancelled"),
-            JoinError::Panic(_) => write!(f, "JoinError::Panic({:?})", self.panic_message()),
-        }
-    }
-}
-
-impl fmt::Display for JoinError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            JoinError::Cancelled => f.write_str("task was cancelled"),
-            JoinError::Panic(_) => match self.panic_message() {
-                Some(m) => write!(f, "task panicked: {m}"),
-                None => f.write_str("task panicked"),
-            },
-        }
-    }
-}
-
-impl std::error::Error for JoinError {}
 
 /// An owned permission to await a spawned task's output.
 ///

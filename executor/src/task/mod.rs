@@ -26,14 +26,16 @@
 //!   `state::State`, which returns a `#[must_use]` value naming what the
 //!   caller owes (push the task, drop the output, wake the join waker).
 
+mod error;
 mod join;
 mod raw;
 mod state;
 
-pub use join::{JoinError, JoinHandle};
+pub use error::JoinError;
+pub use join::JoinHandle;
 pub(crate) use raw::{
-    adopt_remote, detach_all, new_local_task, new_task, Header, LocalGroups, LocalRef, TaskRef,
-    UNREGISTERED,
+    adopt_remote, detach_all, new_local_task, new_task, CoreShared, LocalRef, SHUTDOWN_CANCEL,
+    SHUTDOWN_DRAIN, SHUTDOWN_NONE, UNREGISTERED,
 };
 
 #[cfg(all(test, loom))]

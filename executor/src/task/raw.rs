@@ -52,6 +52,15 @@
 //!   clear it with an RMW (that remote wake is served by this poll; its node
 //!   is then only dropped when taken).
 //!
+//! # The core's side
+//!
+//! The core's shared part ([`CoreShared`]: the local run queue, the group
+//! list, the remote queue, the park gate, the shutdown request) is defined
+//! at the end of this file, not in `crate::core`: a task's header holds it
+//! and it holds task references, so the two types name each other and
+//! live in one file. The core (`crate::core`) owns and drives it; its
+//! invariants are the core module's.
+//!
 //! # Invariants
 //!
 //! - `local.notified` set ⇔ the task is in the local run queue, once.
@@ -69,21 +78,25 @@
 //!   owner, or (for an unregistered `Send` task in a closed core's queue,
 //!   which has no local references) whoever found it there.
 
+use super::error::JoinError;
 use super::state::{Completed, RemoteWake, Snapshot, State};
-use super::JoinError;
-use crate::core::CoreShared;
-use crate::remote::Linked;
-use crate::sync::{current_uid, fence, AtomicPtr, AtomicUsize, AtomicWaker};
+use crate::remote::{Linked, ParkGate, RemoteQueue};
+use crate::stats::AtomicTickStats;
+use crate::sync::{current_uid, fence, AtomicBool, AtomicPtr, AtomicUsize, AtomicWaker};
+use crate::Unpark;
 use std::cell::{Cell as StdCell, UnsafeCell};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::ptr::{self, NonNull};
-use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-use std::sync::Arc;
+use std::sync::atomic::AtomicU8;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, RawWaker, RawWakerVTable, Waker};
+use std::time::Instant;
 
 /// Bit 0 of a waker's data pointer: its reference is a local one.
 const LOCAL_TAG: usize = 1;
@@ -762,6 +775,152 @@ impl LocalGroups {
             // SAFETY: linked tasks are alive.
             unsafe { n.as_ref() }.local.prev.set(prev);
         }
+    }
+}
+
+pub(crate) const SHUTDOWN_NONE: u8 = 0;
+pub(crate) const SHUTDOWN_DRAIN: u8 = 1;
+pub(crate) const SHUTDOWN_CANCEL: u8 = 2;
+
+// ---- The core's side: the queues a task schedules itself onto ----
+//
+// Defined here, with the task, because the two name each other: a task's
+// header holds its core's shared part, and that part holds the queues of
+// task references. The core (`crate::core`) owns and drives them.
+
+/// The part of a core that other threads reach: the remote wake queue, the
+/// park gate, the unparker, published statistics and the shutdown request.
+pub(crate) struct CoreShared {
+    pub(crate) index: usize,
+    /// Unique for the life of the process (see [`crate::core_uid`]).
+    pub(crate) uid: u64,
+    /// The local run queue: core thread only (the core's module invariants).
+    pub(crate) run_queue: LocalQueue,
+    /// Tasks with local references: core thread only (module docs).
+    pub(crate) groups: LocalGroups,
+    pub(crate) remote: RemoteQueue<Header>,
+    pub(crate) gate: ParkGate,
+    pub(crate) unparker: Arc<dyn Unpark>,
+    pub(crate) closed: AtomicBool,
+    pub(crate) stats: AtomicTickStats,
+    pub(crate) shutdown: AtomicU8,
+    pub(crate) drain_deadline: Mutex<Option<Instant>>,
+}
+
+/// The local run queue: a FIFO of local task references, touched only by
+/// the core's thread.
+pub(crate) struct LocalQueue(UnsafeCell<VecDeque<LocalRef>>);
+
+// SAFETY: only the core's thread touches the queue (every method is
+// `unsafe` with that contract); other threads only hold the `CoreShared`
+// it sits in, and the queue is empty when the core closes (`close`), so it
+// drops no `LocalRef` anywhere else.
+unsafe impl Send for LocalQueue {}
+// SAFETY: as above.
+unsafe impl Sync for LocalQueue {}
+
+impl LocalQueue {
+    fn new() -> Self {
+        Self(UnsafeCell::new(VecDeque::with_capacity(256)))
+    }
+
+    /// # Safety
+    /// The core's thread. No reference into the queue outlives the call.
+    pub(crate) unsafe fn push(&self, task: LocalRef) {
+        // SAFETY: core thread only, and the only live reference (caller).
+        unsafe { (*self.0.get()).push_back(task) }
+    }
+
+    /// # Safety
+    /// As for `push`.
+    pub(crate) unsafe fn pop(&self) -> Option<LocalRef> {
+        // SAFETY: as in `push`.
+        unsafe { (*self.0.get()).pop_front() }
+    }
+
+    /// # Safety
+    /// As for `push`.
+    pub(crate) unsafe fn len(&self) -> usize {
+        // SAFETY: as in `push`.
+        unsafe { (*self.0.get()).len() }
+    }
+
+    /// Takes every queued task (dropped by the caller, outside the queue).
+    ///
+    /// # Safety
+    /// As for `push`.
+    pub(crate) unsafe fn take(&self) -> VecDeque<LocalRef> {
+        // SAFETY: as in `push`.
+        unsafe { std::mem::take(&mut *self.0.get()) }
+    }
+}
+
+impl CoreShared {
+    pub(crate) fn new(index: usize, uid: u64, unparker: Arc<dyn Unpark>) -> CoreShared {
+        CoreShared {
+            index,
+            uid,
+            run_queue: LocalQueue::new(),
+            groups: LocalGroups::new(),
+            remote: RemoteQueue::new(),
+            gate: ParkGate::new(),
+            unparker,
+            closed: AtomicBool::new(false),
+            stats: AtomicTickStats::default(),
+            shutdown: AtomicU8::new(SHUTDOWN_NONE),
+            drain_deadline: Mutex::new(None),
+        }
+    }
+
+    /// Queues `task` from any thread and unparks the core if it may block.
+    pub(crate) fn push_remote(&self, task: TaskRef) {
+        let node = task.into_raw();
+        // SAFETY: NOTIFIED (set by our caller's transition) keeps the task
+        // out of every other queue, and the reference we hand over keeps it
+        // alive until the core takes it.
+        let was_empty = unsafe { self.remote.push(node) };
+        // SeqCst fence: pairs with the fence in `close` (so either we see
+        // `closed` or its final drain sees our node) and with the fence of
+        // `ParkGate::prepare_park` (so either we see `parked` or the core
+        // sees our node).
+        fence(SeqCst);
+        // Relaxed: ordered by the fence above.
+        if self.closed.load(Relaxed) {
+            self.cancel_remote();
+            return;
+        }
+        if was_empty && self.gate.needs_unpark() {
+            self.unparker.unpark();
+        }
+    }
+
+    /// Cancels every task in the remote queue of a closed core.
+    pub(crate) fn cancel_remote(&self) {
+        for node in self.remote.take_all() {
+            // SAFETY: the queue held one reference per node.
+            let task = unsafe { TaskRef::from_raw(node) };
+            // The node is out of the queue, so a later wake pushes again,
+            // and is cancelled by its pusher. Orderings: see
+            // `State::transition_out_of_closed_queue`.
+            let prev = task.header().state.transition_out_of_closed_queue();
+            if !prev.is_complete() {
+                // SAFETY: the core is closed, so the only tasks that can be
+                // incomplete here are unregistered `Send` ones (see `close`),
+                // and taking the node made us their only holder.
+                unsafe { task.cancel() };
+            }
+        }
+    }
+
+    /// Asks the core to stop (see `Runtime::shutdown`).
+    pub(crate) fn request_shutdown(&self, mode: u8, deadline: Option<Instant>) {
+        if let Ok(mut d) = self.drain_deadline.lock() {
+            *d = deadline;
+        }
+        // Release: pairs with the Acquire load in `Core::should_stop`, which
+        // then reads the deadline.
+        self.shutdown.fetch_max(mode, Release);
+        self.unparker.unpark();
     }
 }
 
