@@ -193,9 +193,10 @@ impl DeviceShared {
         }
     }
 
-    /// Moves the remote drops of core `uid` into `out`.
+    /// Moves the remote drops of core `uid` into `out` (for
+    /// [`DeviceShared::adopt_remote_orphans`], its only caller).
     #[inline]
-    pub fn take_remote_orphans(&self, uid: u64, out: &mut Vec<RemoteOrphan>) {
+    fn take_remote_orphans(&self, uid: u64, out: &mut Vec<RemoteOrphan>) {
         // Acquire pairs with the Release store in `orphan_remote`.
         if !self.remote_orphans_pending.load(Ordering::Acquire) {
             return;
