@@ -37,7 +37,7 @@
 //!   ring; `DmaBuf::fixed_index()` gives the `IoOp::fixed_buf` to use.
 //! - [`DeviceDriver`] implements the executor's `Driver`: one
 //!   `io_uring_enter` per park submits everything queued and waits for up
-//!   to `min(in_flight, 32)` CQEs for a short adaptive time, then for any
+//!   to `min(ceil(in_flight / 2), 32)` CQEs for a short adaptive time, then for any
 //!   CQE, an unpark (eventfd read armed in the ring) or the timeout
 //!   (shortened to the nearest simulated completion); none at all when
 //!   completions are already there and nothing is queued (see

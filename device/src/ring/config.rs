@@ -45,7 +45,8 @@ pub struct RingConfig {
     /// Size of the sparse registered-file table (0 disables registered
     /// files). Default 64.
     pub registered_files: u32,
-    /// Longest time a park waits for a batch of up to 32 CQEs before it
+    /// Longest time a park waits for a batch of up to 32 CQEs (and at most
+    /// half of the ops in flight) before it
     /// takes whatever arrived (the latency batching may add to an IO that
     /// completed early; the ring uses less when completions come fast, see
     /// the `ring` module docs). Default 100 µs. `Duration::ZERO` disables

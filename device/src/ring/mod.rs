@@ -64,9 +64,17 @@
 //!   `io_req_local_work_add`, and clears it when the work runs; without
 //!   the flag a `DEFER_TASKRUN`/`COOP_TASKRUN` ring always enters, since
 //!   only an enter posts their completions).
-//! - Otherwise it waits for `min(in_flight, 32)` CQEs, not 1: on devices
-//!   whose completions trickle in (zram punted to io-wq) waiting for one
-//!   CQE made ~4 IOs per enter and a context switch every 2.5 IOs.
+//! - Otherwise it waits for `min(ceil(in_flight / 2), 32)` CQEs, not 1: on
+//!   devices whose completions trickle in (zram punted to io-wq) waiting
+//!   for one CQE made ~4 IOs per enter and a context switch every 2.5 IOs.
+//!   Never for more than half of what is in flight: the other half keeps
+//!   the device busy while the core handles the batch and refills it.
+//!   Waiting for all of it (the policy before 2026-12-02) drained the
+//!   device before every refill: with two merged requests in flight (32
+//!   tasks reading sequentially on zram) the core woke only when both were
+//!   done, and a replay at queue depth 32 kept about 11 requests at the
+//!   device instead of about 20 (`benches/RESULTS.md`, "Half of what is
+//!   in flight").
 //!   Waiting for many must not trade latency away (a task may wait on one
 //!   fast IO while 100 slow ones are in flight), so the batched wait is
 //!   bounded by a short time, then falls back to "any CQE": with
@@ -1000,7 +1008,12 @@ impl Ring {
         {
             return (1, Duration::ZERO);
         }
-        let want = in_flight.min(BATCH_WANT).min(self.info.cq_entries as usize);
+        // Half of what is in flight (rounded up), so the other half keeps
+        // the device busy while this core handles the batch and refills.
+        let want = in_flight
+            .div_ceil(2)
+            .min(BATCH_WANT)
+            .min(self.info.cq_entries as usize);
         let fill_ns = 2 * want as u64 * interval;
         let bound = Duration::from_nanos(fill_ns).clamp(BATCH_WAIT_MIN.min(max), max);
         (want, bound)

@@ -653,7 +653,12 @@ fn batch_policy_adapts_to_the_completion_interval_and_the_cap() {
     let (want, bound) = ring.batch_policy(100);
     assert_eq!(want, 32);
     assert_eq!(bound, super::BATCH_WAIT_MIN);
-    assert_eq!(ring.batch_policy(5).0, 5);
+    // At most half of what is in flight (rounded up): the rest keeps the
+    // device busy while the core handles the batch and refills.
+    assert_eq!(ring.batch_policy(64).0, 32);
+    assert_eq!(ring.batch_policy(40).0, 20);
+    assert_eq!(ring.batch_policy(5).0, 3);
+    assert_eq!(ring.batch_policy(2).0, 1, "two ops: wait for the first");
     assert_eq!(ring.batch_policy(1).0, 1, "one op: nothing to batch");
     // Completions every 1 µs: twice the fill time of 32.
     ring.completion_interval_ns.set(1_000);
