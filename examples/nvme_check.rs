@@ -248,9 +248,9 @@ async fn check_fixed_buffer(ns: &Ns, report: &Report) {
     let fixed_after = backend.fixed_buffers_here();
     // The ring's count of registered-buffer IO (`RingStats::fixed_buf_sqes`,
     // which the engine's `fixed_buf_requests` reads) takes the command
-    // only if it went fixed: a command refused in that form and sent
-    // plain is taken back.
-    let expect_counted = u64::from(fixed_after == Ok(true));
+    // when it is queued in the fixed form: where the ring had fixed
+    // buffers then (a refusal and plain resend later keeps it counted).
+    let expect_counted = u64::from(fixed_ring == Ok(true));
     report.check(
         "registered-buffer read (URING_CMD_FIXED or its fallback)",
         fixed_ring.is_ok()

@@ -199,7 +199,8 @@ pub struct PlugFigures {
     /// Bios per request (1.0 without merging).
     pub bios_per_request: Option<f64>,
     /// Requests that went out on a registered buffer (`READ_FIXED` /
-    /// `WRITE_FIXED`), per request.
+    /// `WRITE_FIXED`, the vectored `READV_FIXED` / `WRITEV_FIXED`, or an
+    /// NVMe passthrough command with `IORING_URING_CMD_FIXED`), per request.
     #[serde(default)]
     pub fixed_buf_share: Option<f64>,
     /// Requests issued again after a short or failed completion.

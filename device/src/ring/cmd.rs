@@ -90,9 +90,11 @@ pub struct CmdRing {
     /// The core's arena is registered as fixed buffer 0 (the same index it
     /// has on the main ring), so `IoOp::fixed_buf == Some(0)` is valid here.
     fixed_buffers: std::cell::Cell<bool>,
-    /// Commands queued on a registered buffer (`IORING_URING_CMD_FIXED`),
-    /// less those the kernel refused in that form and that went again
-    /// unfixed: this ring's share of `RingStats::fixed_buf_sqes`.
+    /// Commands queued on a registered buffer (`IORING_URING_CMD_FIXED`):
+    /// this ring's share of `RingStats::fixed_buf_sqes`. Only grows: a
+    /// command the kernel refuses in that form and that goes again plain
+    /// stays counted (at most the fixed commands queued before the ring's
+    /// first refusal, after which it queues none).
     fixed_cmds: std::cell::Cell<u64>,
     _arena: Option<Rc<Arena>>,
 }
@@ -181,8 +183,7 @@ impl CmdRing {
         self.polled
     }
 
-    /// Commands queued on a registered buffer, less those that went again
-    /// unfixed.
+    /// Commands queued on a registered buffer (see the field).
     pub(crate) fn fixed_cmds(&self) -> u64 {
         self.fixed_cmds.get()
     }
@@ -347,8 +348,6 @@ impl CmdRing {
         let slot = slots.get_mut(index as usize)?.as_mut()?;
         let unfixed = slot.unfixed.take()?;
         slot.entry = unfixed.clone();
-        // It goes again on plain memory: not a registered-buffer command.
-        self.fixed_cmds.set(self.fixed_cmds.get().saturating_sub(1));
         if self.fixed_buffers.replace(false) {
             tracing::info!("passthrough refused a registered buffer (EINVAL); using plain buffers on this core");
         }

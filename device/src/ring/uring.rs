@@ -37,7 +37,8 @@ pub(crate) const PREFLUSH_BIT: u64 = 1 << 40;
 /// CQE before the rest is left to the next reap.
 const IDLE_FLUSHES_MAX: u32 = 2;
 
-/// Counters of the push-backs a ring absorbed.
+/// Counters of a ring: the push-backs it absorbed, the CQEs it reaped and
+/// the IO it queued on registered buffers. Each only grows.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RingStats {
     /// `io_uring_enter` calls.
@@ -57,8 +58,11 @@ pub struct RingStats {
     /// SQEs queued with a registered-buffer opcode (`READ_FIXED`,
     /// `WRITE_FIXED`, `READV_FIXED`, `WRITEV_FIXED`), and NVMe passthrough
     /// commands queued with `IORING_URING_CMD_FIXED` on the ring's command
-    /// rings (less any the kernel refused in that form, which went again
-    /// on plain memory): IO on a buffer of the core's registered arena.
+    /// rings: IO on a buffer of the core's registered arena. Like every
+    /// field here it only grows. A passthrough command the kernel refuses
+    /// in the fixed form goes again on plain memory and stays counted; a
+    /// command ring queues no fixed command after its first refusal, so
+    /// that is at most the fixed commands it had queued by then.
     pub fixed_buf_sqes: u64,
 }
 
