@@ -22,12 +22,12 @@
 //! - After `close`, nothing runs on the core again; tasks that still reach
 //!   its remote queue are cancelled by whoever pushed them.
 
-#[cfg(test)]
-use crate::blocking::PoolConfig;
-use crate::blocking::{BlockingPool, Pools};
 use crate::coop::{Budget, BudgetGuard};
 use crate::driver::Driver;
 use crate::owned::OwnedTasks;
+#[cfg(test)]
+use crate::pools::PoolConfig;
+use crate::pools::{BlockingPool, Pools};
 use crate::stats::TickStats;
 use crate::sync::{fence, set_current_uid, AtomicBool};
 use crate::task::{

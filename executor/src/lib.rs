@@ -96,6 +96,7 @@ mod core;
 pub mod driver;
 mod local;
 mod owned;
+mod pools;
 mod remote;
 mod runtime;
 mod stats;

@@ -5,9 +5,9 @@
 //! per call, for embedders); dropping it cancels the tasks it still owns
 //! (on this thread), then shuts its blocking pools down.
 
-use crate::blocking::{PoolConfig, Pools};
 use crate::core::{Core, CoreConfig};
 use crate::driver::{Driver, ThreadDriver};
+use crate::pools::{PoolConfig, Pools};
 use crate::stats::TickStats;
 use crate::task::JoinHandle;
 use std::fmt;

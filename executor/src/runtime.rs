@@ -11,9 +11,9 @@
 //!   the runtime has completed or been cancelled, and spawns through a
 //!   leftover `Handle` are cancelled at once.
 
-use crate::blocking::{PoolConfig, Pools};
 use crate::core::{Core, CoreConfig};
 use crate::driver::{Driver, ThreadDriver};
+use crate::pools::{PoolConfig, Pools};
 use crate::stats::TickStats;
 use crate::task::{new_task, JoinError, JoinHandle};
 use crate::task::{CoreShared, SHUTDOWN_CANCEL, SHUTDOWN_DRAIN};

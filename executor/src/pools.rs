@@ -1,0 +1,408 @@
+//! The blocking pools' implementation: lazy threads, an idle keep-alive
+//! and one FIFO queue per pool. What they are for, their bounds and
+//! defaults are in the public module, [`crate::blocking`], which
+//! re-exports this module's public items beside `spawn_blocking` (which
+//! lives with `spawn` in `crate::core`, since it spawns on the current
+//! core; the core holds the pools, so this module never names it).
+//!
+//! # Invariants
+//!
+//! - `threads <= max_threads` at all times; `idle <= threads`.
+//! - A job is run at most once, by one pool thread; a job queued when the
+//!   pool shuts down is dropped without running, never lost silently in a
+//!   running pool.
+//! - `notified` counts idle threads claimed by a submitter (taken out of
+//!   `idle` by it): a woken thread that finds `notified > 0` takes one
+//!   claim and goes back to the queue, so two submits that race with one
+//!   idle thread start a second thread instead of both waiting on it.
+//! - The owner (runtime or local executor) shuts its pools down only after
+//!   its cores (and their drivers, which wait for their in-flight IO) are
+//!   gone: no sync IO job is queued then.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::io;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread;
+use std::time::Duration;
+
+/// Default bound of a runtime's blocking pool (threads), as tokio's.
+///
+/// ```
+/// use plugio_executor::blocking::{BlockingPool, DEFAULT_MAX_BLOCKING_THREADS};
+///
+/// let max = plugio_executor::LocalExecutor::new()
+///     .run(async { BlockingPool::current().unwrap().max_threads() });
+/// assert_eq!(max, DEFAULT_MAX_BLOCKING_THREADS);
+/// ```
+pub const DEFAULT_MAX_BLOCKING_THREADS: usize = 512;
+/// Default size of a runtime's sync IO pool (threads).
+///
+/// ```
+/// use plugio_executor::blocking::{BlockingPool, DEFAULT_SYNC_IO_THREADS};
+///
+/// let max = plugio_executor::LocalExecutor::new()
+///     .run(async { BlockingPool::current_sync_io().unwrap().max_threads() });
+/// assert_eq!(max, DEFAULT_SYNC_IO_THREADS);
+/// ```
+pub const DEFAULT_SYNC_IO_THREADS: usize = 4;
+/// Default time an idle pool thread waits for a job before it exits.
+///
+/// ```
+/// assert_eq!(plugio_executor::blocking::DEFAULT_BLOCKING_KEEP_ALIVE.as_secs(), 10);
+/// ```
+pub const DEFAULT_BLOCKING_KEEP_ALIVE: Duration = Duration::from_secs(10);
+
+type Job = Box<dyn FnOnce() + Send + 'static>;
+
+/// A bounded pool of threads for blocking calls (see the module docs).
+///
+/// A cloneable handle: clones name the same pool. The pools of the current
+/// runtime are [`BlockingPool::current`] and
+/// [`BlockingPool::current_sync_io`]; a pool made with [`BlockingPool::new`]
+/// belongs to whoever made it (the device crate keeps one for threads that
+/// drive IO without an executor).
+///
+/// ```
+/// use plugio_executor::blocking::BlockingPool;
+/// use std::sync::mpsc;
+///
+/// let pool = BlockingPool::new("doc-pool", 2);
+/// let (tx, rx) = mpsc::channel();
+/// pool.execute(move || tx.send(6 * 7).unwrap())?;
+/// assert_eq!(rx.recv()?, 42);
+/// assert!(pool.threads() <= pool.max_threads());
+/// pool.shutdown();
+/// # Ok::<_, Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct BlockingPool {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    name: String,
+    max_threads: usize,
+    keep_alive: Duration,
+    state: Mutex<State>,
+    condvar: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    queue: VecDeque<Job>,
+    /// Threads alive.
+    threads: usize,
+    /// Threads waiting for a job and not claimed by a submitter.
+    idle: usize,
+    /// Idle threads claimed by a submitter and not yet awake.
+    notified: usize,
+    shutdown: bool,
+    /// Names the next thread (`{name}-{n}`).
+    spawned: u64,
+}
+
+impl BlockingPool {
+    /// A pool of at most `max_threads` threads (at least 1) named
+    /// `{name}-{n}`, idle keep-alive [`DEFAULT_BLOCKING_KEEP_ALIVE`].
+    /// No thread starts before the first job.
+    pub fn new(name: impl Into<String>, max_threads: usize) -> Self {
+        Self::with_keep_alive(name, max_threads, DEFAULT_BLOCKING_KEEP_ALIVE)
+    }
+
+    /// [`BlockingPool::new`] with the idle keep-alive `keep_alive`.
+    ///
+    /// ```
+    /// use plugio_executor::blocking::BlockingPool;
+    /// use std::time::Duration;
+    ///
+    /// let pool = BlockingPool::with_keep_alive("short", 1, Duration::from_millis(10));
+    /// assert_eq!(pool.max_threads(), 1);
+    /// assert_eq!(pool.threads(), 0, "threads start with the first job");
+    /// ```
+    pub fn with_keep_alive(
+        name: impl Into<String>,
+        max_threads: usize,
+        keep_alive: Duration,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                name: name.into(),
+                max_threads: max_threads.max(1),
+                keep_alive,
+                state: Mutex::new(State::default()),
+                condvar: Condvar::new(),
+            }),
+        }
+    }
+
+    /// Runs `job` on a pool thread: an idle one, a new one while the pool
+    /// is under its bound, or else the first one that finishes its job
+    /// (the job waits in the FIFO queue). Never blocks the caller. A panic
+    /// in `job` is caught and logged; the thread keeps serving.
+    ///
+    /// ```
+    /// use plugio_executor::blocking::BlockingPool;
+    /// use std::sync::mpsc;
+    ///
+    /// let pool = BlockingPool::new("doc-execute", 1);
+    /// let (tx, rx) = mpsc::channel();
+    /// for i in 0..3 {
+    ///     let tx = tx.clone();
+    ///     pool.execute(move || tx.send(i).unwrap())?; // one thread, run in turn
+    /// }
+    /// let got: Vec<i32> = (0..3).map(|_| rx.recv().unwrap()).collect();
+    /// assert_eq!(got, [0, 1, 2]);
+    /// # Ok::<_, std::io::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `Other` when the pool was shut down (the job is dropped), or when the
+    /// pool has no thread and the OS refused to start one (the job is
+    /// dropped; with threads alive it waits for them instead).
+    pub fn execute<F>(&self, job: F) -> io::Result<()>
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        let mut state = self.lock();
+        if state.shutdown {
+            return Err(io::Error::other(format!(
+                "blocking pool {} is shut down (its runtime stopped)",
+                self.inner.name
+            )));
+        }
+        state.queue.push_back(Box::new(job));
+        if state.idle > 0 {
+            state.idle -= 1;
+            state.notified += 1;
+            self.inner.condvar.notify_one();
+            return Ok(());
+        }
+        if state.threads >= self.inner.max_threads {
+            // Full: the job waits for the first thread that frees.
+            return Ok(());
+        }
+        state.threads += 1;
+        state.spawned += 1;
+        let name = format!("{}-{}", self.inner.name, state.spawned);
+        drop(state);
+        let inner = self.inner.clone();
+        match thread::Builder::new()
+            .name(name)
+            .spawn(move || inner.worker())
+        {
+            Ok(_detached) => Ok(()),
+            Err(e) => {
+                let mut state = self.lock();
+                state.threads -= 1;
+                if state.threads > 0 {
+                    tracing::warn!(pool = %self.inner.name, error = %e, "cannot start a blocking thread; the job waits for a busy one");
+                    return Ok(());
+                }
+                let job = state.queue.pop_back();
+                drop(state);
+                drop(job);
+                Err(io::Error::new(
+                    e.kind(),
+                    format!(
+                        "blocking pool {}: cannot start a thread: {e}",
+                        self.inner.name
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// The pool's bound on threads (at least 1).
+    ///
+    /// ```
+    /// use plugio_executor::blocking::BlockingPool;
+    ///
+    /// assert_eq!(BlockingPool::new("doc-max", 0).max_threads(), 1);
+    /// ```
+    pub fn max_threads(&self) -> usize {
+        self.inner.max_threads
+    }
+
+    /// Threads alive now (busy or idle).
+    ///
+    /// ```
+    /// use plugio_executor::blocking::BlockingPool;
+    /// use std::sync::mpsc;
+    /// use std::time::Duration;
+    ///
+    /// let pool = BlockingPool::with_keep_alive("doc-threads", 2, Duration::from_secs(3600));
+    /// assert_eq!(pool.threads(), 0);
+    /// let (tx, rx) = mpsc::channel();
+    /// pool.execute(move || tx.send(()).unwrap())?;
+    /// rx.recv().unwrap();
+    /// assert_eq!(pool.threads(), 1, "idle, kept alive for the next job");
+    /// # Ok::<_, std::io::Error>(())
+    /// ```
+    pub fn threads(&self) -> usize {
+        self.lock().threads
+    }
+
+    /// Jobs waiting for a thread now.
+    ///
+    /// ```
+    /// use plugio_executor::blocking::BlockingPool;
+    /// use std::sync::mpsc;
+    ///
+    /// let pool = BlockingPool::new("doc-queued", 1);
+    /// let (release, wait) = mpsc::channel::<()>();
+    /// let (started_tx, started) = mpsc::channel();
+    /// pool.execute(move || { started_tx.send(()).unwrap(); wait.recv().unwrap() })?;
+    /// started.recv().unwrap(); // the one thread is busy
+    /// pool.execute(|| ())?;
+    /// assert_eq!(pool.queued(), 1, "the second job waits for the thread");
+    /// release.send(()).unwrap();
+    /// # Ok::<_, std::io::Error>(())
+    /// ```
+    pub fn queued(&self) -> usize {
+        self.lock().queue.len()
+    }
+
+    /// Stops the pool: jobs still queued are dropped without running, idle
+    /// threads exit at once, busy ones when their job returns (they are
+    /// not joined: a blocking call may never return), and later
+    /// [`BlockingPool::execute`] calls fail. A runtime does this to its
+    /// pools after its cores stopped.
+    ///
+    /// ```
+    /// use plugio_executor::blocking::BlockingPool;
+    ///
+    /// let pool = BlockingPool::new("doc-shutdown", 1);
+    /// pool.shutdown();
+    /// assert!(pool.execute(|| ()).is_err());
+    /// ```
+    pub fn shutdown(&self) {
+        let queued = {
+            let mut state = self.lock();
+            state.shutdown = true;
+            std::mem::take(&mut state.queue)
+        };
+        self.inner.condvar.notify_all();
+        // Dropped outside the lock: a job's captures may do anything.
+        drop(queued);
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.inner.lock()
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // No job runs under the lock, so a poisoned lock means a panic in
+        // this module's own short sections; the state is still consistent.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A pool thread: runs queued jobs, waits up to the keep-alive for
+    /// more, exits when idle that long or at shutdown.
+    fn worker(&self) {
+        let mut state = self.lock();
+        loop {
+            while let Some(job) = state.queue.pop_front() {
+                drop(state);
+                if catch_unwind(AssertUnwindSafe(job)).is_err() {
+                    tracing::error!(pool = %self.name, "a blocking job panicked");
+                }
+                state = self.lock();
+            }
+            if state.shutdown {
+                break;
+            }
+            state.idle += 1;
+            let exit = loop {
+                let (guard, waited) = self
+                    .condvar
+                    .wait_timeout(state, self.keep_alive)
+                    .unwrap_or_else(PoisonError::into_inner);
+                state = guard;
+                if state.notified > 0 {
+                    // Claimed by a submitter, which took us out of `idle`.
+                    state.notified -= 1;
+                    break false;
+                }
+                if state.shutdown || waited.timed_out() {
+                    state.idle -= 1;
+                    break true;
+                }
+                // Spurious wake-up: still idle.
+            };
+            if exit && !state.shutdown && !state.queue.is_empty() {
+                // A job queued by a submit that found us busy just before
+                // we went idle: serve it rather than leave it waiting.
+                continue;
+            }
+            if exit {
+                break;
+            }
+        }
+        state.threads -= 1;
+        debug_assert!(state.idle <= state.threads);
+    }
+}
+
+impl fmt::Debug for BlockingPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.lock();
+        f.debug_struct("BlockingPool")
+            .field("name", &self.inner.name)
+            .field("max_threads", &self.inner.max_threads)
+            .field("threads", &state.threads)
+            .field("idle", &state.idle)
+            .field("queued", &state.queue.len())
+            .finish()
+    }
+}
+
+/// The two pools a runtime owns (see the module docs).
+#[derive(Clone, Debug)]
+pub(crate) struct Pools {
+    pub(crate) blocking: BlockingPool,
+    pub(crate) sync_io: BlockingPool,
+}
+
+/// The pool settings of a builder.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PoolConfig {
+    pub(crate) max_blocking_threads: usize,
+    pub(crate) sync_io_threads: usize,
+    pub(crate) keep_alive: Duration,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        Self {
+            max_blocking_threads: DEFAULT_MAX_BLOCKING_THREADS,
+            sync_io_threads: DEFAULT_SYNC_IO_THREADS,
+            keep_alive: DEFAULT_BLOCKING_KEEP_ALIVE,
+        }
+    }
+}
+
+impl Pools {
+    pub(crate) fn new(config: &PoolConfig, prefix: &str) -> Self {
+        Self {
+            blocking: BlockingPool::with_keep_alive(
+                format!("{prefix}-blocking"),
+                config.max_blocking_threads,
+                config.keep_alive,
+            ),
+            sync_io: BlockingPool::with_keep_alive(
+                format!("{prefix}-sync-io"),
+                config.sync_io_threads,
+                config.keep_alive,
+            ),
+        }
+    }
+
+    pub(crate) fn shutdown(&self) {
+        self.blocking.shutdown();
+        self.sync_io.shutdown();
+    }
+}
