@@ -198,11 +198,11 @@ pub struct IoStats {
     /// built, so a backend that does not use registered buffers (the mem
     /// device, the sync pool) or refuses the submit counts none. A request
     /// dispatched again (a requeue) counts again. Where the kernel refuses
-    /// the fixed form of passthrough commands (it then sends them plain,
-    /// and the command ring stops using it), the fixed commands a command
-    /// ring had queued before its first refusal still count: at most the
-    /// queue depth, once per command ring (a core has two, polled and
-    /// interrupt-driven).
+    /// the fixed form of passthrough commands (they are then sent plain,
+    /// and the command ring stops using the form), the refused commands
+    /// still count: those in flight when a command ring's first refusal
+    /// came back, so at most the queue depth, once per command ring (a
+    /// core has two, polled and interrupt-driven).
     pub fixed_buf_requests: u64,
     /// Requests issued again after a short or failed completion: the
     /// uncovered rest of a short transfer, or each bio of a merged request

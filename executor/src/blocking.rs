@@ -31,6 +31,20 @@
 //! module is their public face with [`spawn_blocking`] (defined with
 //! `spawn` in the core, which holds the pools: so neither imports the
 //! other in a cycle).
+//!
+//! ```
+//! use plugio_executor::blocking::{spawn_blocking, BlockingPool};
+//! use plugio_executor::LocalExecutor;
+//!
+//! let ex = LocalExecutor::new();
+//! let (sum, bounded) = ex.run(async {
+//!     let sum = spawn_blocking(|| (1..=10u64).sum::<u64>()).await;
+//!     (sum, BlockingPool::current().map(|p| p.max_threads() > 0))
+//! });
+//! assert_eq!(sum?, 55);
+//! assert_eq!(bounded, Some(true));
+//! # Ok::<_, plugio_executor::JoinError>(())
+//! ```
 
 pub use crate::core::spawn_blocking;
 pub use crate::pools::{

@@ -657,12 +657,14 @@ fn batch_policy_adapts_to_the_completion_interval_and_the_cap() {
     // device busy while the core handles the batch and refills.
     assert_eq!(ring.batch_policy(64).0, 32);
     assert_eq!(ring.batch_policy(40).0, 20);
-    assert_eq!(ring.batch_policy(5).0, 3);
+    assert_eq!(ring.batch_policy(5), (3, super::BATCH_WAIT_MIN));
     assert_eq!(ring.batch_policy(2).0, 1, "two ops: wait for the first");
     assert_eq!(ring.batch_policy(1).0, 1, "one op: nothing to batch");
     // Completions every 1 µs: twice the fill time of 32.
     ring.completion_interval_ns.set(1_000);
     assert_eq!(ring.batch_policy(100), (32, Duration::from_micros(64)));
+    // The bound is twice the fill time of the halved batch.
+    assert_eq!(ring.batch_policy(40), (20, Duration::from_micros(40)));
     // Every 20 µs: the fill time is past the cap, which bounds the wait.
     ring.completion_interval_ns.set(20_000);
     assert_eq!(ring.batch_policy(100), (32, cap));
