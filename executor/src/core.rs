@@ -291,8 +291,8 @@ impl Core {
 
     /// One tick for an embedder that drives the core from its own loop
     /// (`LocalExecutor::run_once`): a park that waits at most `wait` (and
-    /// not at all while work is ready), the tick, then a park that does
-    /// not block, so that what the tick queued for the driver (the
+    /// not at all while work is ready; skipped when `wait` is zero), the
+    /// tick, then a park that does not block, so that what the tick queued for the driver (the
     /// engine's SQEs) is submitted before returning. Returns whether work
     /// is ready at once: a task in the run queue, a remote wake, or a hook
     /// that reported pending work.
@@ -302,9 +302,14 @@ impl Core {
         // must not keep every later park from waiting.
         // Relaxed: same-thread flag; the waker's wake is seen by `park`.
         self.main_wake.woken.store(false, Relaxed);
-        // The first park only waits or collects: the last call's second
-        // park submitted what its tick queued.
-        self.park_and_count(false, wait);
+        // The first park only waits: the last call's second park submitted
+        // what its tick queued and collected what was there. A call that
+        // does not wait skips it, so that one call is one enter (an embedder
+        // such as the fio engine commits a batch with one `run_once`); what
+        // completed since is collected by the park after the tick.
+        if wait != Some(Duration::ZERO) {
+            self.park_and_count(false, wait);
+        }
         let hook_pending = self.tick();
         self.park_and_count(hook_pending, Some(Duration::ZERO));
         // SAFETY: core thread.

@@ -7,7 +7,9 @@
 //! ([`LocalExecutor::run`]) or one tick per call
 //! ([`LocalExecutor::run_once`], [`LocalExecutor::run_once_timeout`]) for
 //! an embedder that owns the loop (a C plug-in such as the fio engine in
-//! `benches/fio-engine`, a foreign event loop). An embedder with several
+//! `benches/fio-engine`, a foreign event loop), which may also poll
+//! futures itself between ticks with the core entered
+//! ([`LocalExecutor::enter`]). An embedder with several
 //! threads makes one `LocalExecutor` per thread; a [`Runtime`]'s cores
 //! run their own loops.
 //!
@@ -110,7 +112,7 @@ pub use crate::core::{
     tick_stats, unregister_tick_hook, yield_now, TickHook,
 };
 pub use driver::{Driver, ThreadDriver, ThreadUnpark, Unpark};
-pub use local::{LocalBuilder, LocalExecutor};
+pub use local::{LocalBuilder, LocalEnterGuard, LocalExecutor};
 pub use runtime::{
     allowed_cpus, Builder, DriverFactory, Handle, Placement, Runtime, ShutdownError, ShutdownMode,
     ThreadStartHook, DEFAULT_COOP_BUDGET, DEFAULT_TASK_BUDGET,

@@ -200,12 +200,12 @@ impl LocalExecutor {
     /// own loop (a C plug-in such as a fio ioengine, a foreign event loop)
     /// instead of handing the thread to [`LocalExecutor::run`].
     ///
-    /// It parks the driver without blocking (collecting the events already
-    /// there: for the io_uring driver, the completions in the CQ, which
-    /// wake their tasks), runs one tick (remote wakes, expired timers, one
-    /// batch of ready tasks, the tick-end hooks: the engine's plug flush),
-    /// then parks again without blocking, so that what the tick queued (the
-    /// engine's SQEs) is submitted before it returns. It never waits;
+    /// It runs one tick (remote wakes, expired timers, one batch of ready
+    /// tasks, the tick-end hooks: the engine's plug flush), then parks the
+    /// driver without blocking: what the tick queued (the engine's SQEs) is
+    /// submitted, and the events already there are collected (for the
+    /// io_uring driver, the completions in the CQ, which wake their tasks
+    /// for the next call), in one `io_uring_enter` at most. It never waits;
     /// [`LocalExecutor::run_once_timeout`] waits for an event first.
     ///
     /// Returns `true` when more work is ready at once (a task is queued, a
@@ -253,8 +253,9 @@ impl LocalExecutor {
     /// driver's park (for the io_uring driver, one `io_uring_enter` that
     /// submits and waits for completions); it returns early on an event, a
     /// wake from another thread, or a timer, and does not wait at all while
-    /// a task is ready. Then one tick runs and what it queued is submitted,
-    /// as in `run_once`.
+    /// a task is ready (it still collects the events already there). Then
+    /// one tick runs and what it queued is submitted, as in `run_once`. A
+    /// zero `timeout` is `run_once`: no park before the tick.
     ///
     /// A loop that needs `n` completions calls this until it has them, with
     /// the time it has left:
@@ -284,6 +285,51 @@ impl LocalExecutor {
         self.core.run_once(timeout)
     }
 
+    /// Makes this executor's core current on the calling thread until the
+    /// guard is dropped, without running a tick: for embedders that poll
+    /// plugio futures themselves between [`LocalExecutor::run_once`] calls
+    /// (a fio ioengine starts each IO in its `queue` hook this way, with no
+    /// task to hand it to). While the guard lives, IO futures can be polled
+    /// (an IO joins the core's plug; the next tick's end flushes it) and
+    /// [`spawn_local`](crate::spawn_local) spawns onto this core. Nothing
+    /// runs by itself: wakes queue tasks for the next tick. The idea is
+    /// tokio's `Runtime::enter`, for one core.
+    ///
+    /// ```
+    /// use std::future::Future;
+    /// use std::pin::pin;
+    /// use std::task::{Context, Poll, Waker};
+    /// use plugio_executor::{core_uid, yield_now, LocalExecutor};
+    ///
+    /// let ex = LocalExecutor::new();
+    /// assert_eq!(core_uid(), None);
+    /// let mut fut = pin!(yield_now());
+    /// let mut cx = Context::from_waker(Waker::noop());
+    /// {
+    ///     let _core = ex.enter();
+    ///     assert!(core_uid().is_some());
+    ///     // Polled by the embedder, not by a task.
+    ///     assert!(fut.as_mut().poll(&mut cx).is_pending());
+    /// }
+    /// assert_eq!(core_uid(), None);
+    /// assert!(fut.as_mut().poll(&mut cx).is_ready());
+    /// ```
+    ///
+    /// # Panics
+    /// When called on a plugio core (inside a task, inside `run`, or while
+    /// another guard is alive on this thread). `run`, `run_once` and
+    /// `run_once_timeout` panic while the guard is alive: drop it first.
+    pub fn enter(&self) -> LocalEnterGuard<'_> {
+        assert!(
+            !Core::is_inside_core(),
+            "LocalExecutor::enter called on a plugio core (inside a task, `run`, or another enter guard)"
+        );
+        LocalEnterGuard {
+            _guard: self.core.enter(),
+            _not_send: std::marker::PhantomData,
+        }
+    }
+
     /// Queues a `!Send` future; it runs during the next [`LocalExecutor::run`]
     /// or [`LocalExecutor::run_once`].
     pub fn spawn_local<F>(&self, future: F) -> JoinHandle<F::Output>
@@ -311,5 +357,20 @@ impl fmt::Debug for LocalExecutor {
         f.debug_struct("LocalExecutor")
             .field("stats", &self.tick_stats())
             .finish()
+    }
+}
+
+/// The guard of [`LocalExecutor::enter`]: the executor's core is current on
+/// this thread until it is dropped (which restores "no core"). Not `Send`:
+/// it must be dropped on the thread that made it.
+#[must_use = "the core is current only while the guard lives"]
+pub struct LocalEnterGuard<'a> {
+    _guard: crate::core::EnterGuard<'a>,
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl fmt::Debug for LocalEnterGuard<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LocalEnterGuard").finish_non_exhaustive()
     }
 }

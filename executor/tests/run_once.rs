@@ -64,7 +64,7 @@ fn logging_executor() -> (LocalExecutor, Log) {
 }
 
 #[test]
-fn run_once_collects_ticks_then_submits_without_blocking() {
+fn run_once_ticks_then_submits_and_collects_in_one_park() {
     let (ex, log) = logging_executor();
     let l2 = log.clone();
     // The task registers the hook in the first tick and yields once.
@@ -81,13 +81,12 @@ fn run_once_collects_ticks_then_submits_without_blocking() {
     assert_eq!(
         *log.borrow(),
         vec![
-            // Call 1: collect, the tick (task then hooks), submit.
-            zero,
+            // Call 1: the tick (task then hooks), then one park that
+            // submits and collects (one io_uring_enter at most).
             Event::Task,
             Event::Hook,
             zero,
             // Call 2: the same, with the task's second poll.
-            zero,
             Event::Task,
             Event::Hook,
             zero,
@@ -104,7 +103,7 @@ fn run_once_on_an_idle_executor_returns_false_at_once() {
         assert!(!ex.run_once());
     }
     let parks = log.borrow();
-    assert_eq!(parks.len(), 6);
+    assert_eq!(parks.len(), 3, "one non-blocking park per call");
     assert!(parks
         .iter()
         .all(|e| *e == Event::Park(Some(Duration::ZERO))));
@@ -208,4 +207,41 @@ fn run_once_inside_a_task_panics() {
         let inner = LocalExecutor::new();
         inner.run_once();
     });
+}
+
+#[test]
+fn an_enter_guard_makes_the_core_current_without_a_tick() {
+    let (ex, log) = logging_executor();
+    let ran = Rc::new(std::cell::Cell::new(false));
+    {
+        let _core = ex.enter();
+        assert!(plugio_executor::core_uid().is_some());
+        let r = ran.clone();
+        // Spawned onto the entered core; it runs in the next tick, not now.
+        drop(plugio_executor::spawn_local(async move { r.set(true) }));
+        assert!(!ran.get());
+        assert!(log.borrow().is_empty(), "entering parks nothing");
+    }
+    assert_eq!(
+        plugio_executor::core_uid(),
+        None,
+        "the guard restores no core"
+    );
+    assert!(!ex.run_once());
+    assert!(ran.get());
+}
+
+#[test]
+fn run_once_and_a_second_enter_refuse_an_entered_core() {
+    let ex = LocalExecutor::new();
+    let _core = ex.enter();
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ex.run_once()));
+    assert!(run.is_err(), "run_once inside an enter guard panics");
+    let other = LocalExecutor::new();
+    let enter = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(other.enter())));
+    assert!(enter.is_err(), "a second enter on the thread panics");
+    assert!(
+        plugio_executor::core_uid().is_some(),
+        "the first guard still holds"
+    );
 }
