@@ -83,7 +83,7 @@ def crate_of(fn):
     if fn.startswith("plugio_") and "::" not in fn:
         return "the fio glue (C ABI, FioCore, IoSlots)"
     if "poll_fn" in fn or "futures" in fn or "raw_waker" in fn or "Wake" in fn:
-        return "wakers and poll_fn (std, futures; the glue's engine task)"
+        return "wakers and poll_fn (std, futures; the glue's slot wakers)"
     return "other (std, alloc, io-uring crate)"
 
 

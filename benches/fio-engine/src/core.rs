@@ -1,13 +1,16 @@
 //! [`FioCore`]: one plugio core per fio job thread, driven by fio's hooks.
 //!
 //! The hooks never block inside plugio except in `getevents` (and in the
-//! drains of `iomem_free` and drop). IO runs in one task per core, the
-//! engine task: it owns the IO futures of the core (in [`IoSlots`], one
-//! slot per IO in flight, allocated once), takes the IOs `queue` handed
-//! over, and moves finished ones to the done queue. A completion therefore
-//! needs one tick: the park that reaps the CQE wakes the IO's slot, which
-//! wakes the engine task, which the next tick polls; a task per IO would
-//! need two.
+//! drains of `iomem_free` and drop). No task runs the IO: the core owns
+//! its IO futures (in [`IoSlots`], one slot per IO in flight, allocated
+//! once) and polls them itself, with the executor's core entered
+//! ([`LocalExecutor::enter`]). `queue` starts an IO at once (its first
+//! poll puts the bio into the plug); `commit` runs one tick, whose end
+//! flushes the plug and whose park submits the batch and collects the
+//! completions there in one `io_uring_enter`; a collected completion
+//! wakes its slot (a bit), and `getevents` polls the woken slots before it
+//! runs the executor, which it does only when they are not enough. So a
+//! batch of fio's costs one enter, as with fio's own io_uring engine.
 //!
 //! [`IoSlots`]: crate::slots::IoSlots
 //!
@@ -15,11 +18,14 @@
 //! - `outstanding` counts the IOs queued and not yet returned by
 //!   `getevents` (so it includes the done queue); `getevents` never waits
 //!   for more completions than that.
-//! - The shared cells are borrowed only for the length of a push or a
-//!   drain, never across a poll of an IO future or a tick.
+//! - IO futures are polled only with the core entered, and never while
+//!   the executor runs (`run_once` refuses an entered core).
+//! - The cells are borrowed only for the length of a push, a drain or a
+//!   round of slot polls, never across a tick.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
+use std::future::Future;
 use std::path::Path;
 use std::rc::Rc;
 use std::task::{Poll, Waker};
@@ -114,7 +120,7 @@ impl std::fmt::Display for NoSuchDevice {
 
 impl std::error::Error for NoSuchDevice {}
 
-/// One IO handed from `queue` to the engine task.
+/// One IO as `queue` got it.
 struct Submission {
     dev: Rc<Device>,
     op: Op,
@@ -124,25 +130,79 @@ struct Submission {
     cookie: usize,
 }
 
-/// What the hooks and the engine task share (same thread).
-#[derive(Default)]
-struct Shared {
-    submitted: RefCell<VecDeque<Submission>>,
-    /// Completions not yet returned by `getevents`, oldest first.
-    done: RefCell<Vec<Completion>>,
-    /// The engine task's waker, stored at its last poll.
-    task_waker: RefCell<Option<Waker>>,
+/// The core's IO slots with the function that makes an IO's future: the
+/// future is an `async fn`'s, whose type has no name, so the slots are
+/// kept behind this trait (one dynamic call per `queue` and per round of
+/// polls, none per poll of a future).
+trait IoEngine {
+    /// Whether a slot is free.
+    fn has_free(&self) -> bool;
+    /// Starts `s` in a free slot (see [`IoSlots::start`]).
+    fn start(&mut self, s: Submission) -> Option<Completion>;
+    /// Polls the woken slots (see [`IoSlots::poll_ready`]).
+    fn poll_ready(&mut self, doorbell: &Waker, done: &mut Vec<Completion>);
+}
+
+struct Engine<F, M> {
+    slots: IoSlots<F>,
+    make: M,
+}
+
+impl<F: Future<Output = i64>, M: Fn(Submission) -> F> IoEngine for Engine<F, M> {
+    fn has_free(&self) -> bool {
+        self.slots.has_free()
+    }
+
+    #[inline]
+    fn start(&mut self, s: Submission) -> Option<Completion> {
+        let cookie = s.cookie;
+        let make = &self.make;
+        self.slots.start(|| make(s), cookie)
+    }
+
+    fn poll_ready(&mut self, doorbell: &Waker, done: &mut Vec<Completion>) {
+        self.slots.poll_ready(doorbell, done);
+    }
+}
+
+fn io_engine<F, M>(make: M, iodepth: usize) -> Box<dyn IoEngine>
+where
+    F: Future<Output = i64> + 'static,
+    M: Fn(Submission) -> F + 'static,
+{
+    Box::new(Engine {
+        slots: IoSlots::new(iodepth),
+        make,
+    })
 }
 
 /// One plugio core for one fio job thread. See the crate documentation.
 pub struct FioCore {
     config: EngineConfig,
-    shared: Rc<Shared>,
     outstanding: Cell<usize>,
     devices: RefCell<Vec<Option<Rc<Device>>>>,
-    _task: JoinHandle<()>,
-    /// Dropped after the devices (and the task handle) above: its drop
-    /// waits for every op in flight on the ring.
+    /// The IO futures (dropped before the executor: a future of an IO
+    /// still in flight lets go of its bio through the core's state).
+    slots: RefCell<Box<dyn IoEngine>>,
+    /// IOs queued and not started yet, oldest first: `commit` starts them
+    /// (with the core entered once for the batch), or `getevents` when a
+    /// slot frees up (fio queues at most `iodepth`, so they normally all
+    /// start at the commit).
+    queued: RefCell<VecDeque<Submission>>,
+    /// Completions not yet returned by `getevents`, oldest first.
+    done: RefCell<Vec<Completion>>,
+    /// IOs were started since the last tick: their bios wait in the plug,
+    /// which only a tick's end flushes, so the next tick must not wait
+    /// first (nothing of them is in flight to wake it).
+    unflushed: Cell<bool>,
+    /// The waker of a task that does nothing: the first slot wake of a
+    /// round wakes it, which unparks the core when the wake comes from
+    /// another thread (an IO completed off the core), so that a
+    /// `getevents` waiting in the park returns to poll the slot.
+    doorbell: Waker,
+    _doorbell_task: JoinHandle<()>,
+    /// Dropped after the devices and the slots above: its drop waits for
+    /// every op in flight on the ring.
     ex: LocalExecutor,
     /// The io_u memory; dropped after the executor, whose drop drained
     /// the ring.
@@ -168,16 +228,24 @@ impl FioCore {
             });
         }
         let ex = plugio_engine::runtime::local(config.ring_config()).map_err(Error::from)?;
-        let shared = Rc::new(Shared::default());
-        let task = ex.spawn_local(serve(shared.clone(), config.iodepth as usize));
+        let stored = Rc::new(RefCell::new(None::<Waker>));
+        let doorbell_task = ex.spawn_local(doorbell(stored.clone()));
         // Runs the task's first poll, which stores its waker.
         ex.run_once();
+        let doorbell = stored
+            .borrow_mut()
+            .take()
+            .expect("the doorbell task stores its waker at its first poll");
         Ok(FioCore {
+            slots: RefCell::new(io_engine(run_io, config.iodepth as usize)),
             config,
-            shared,
             outstanding: Cell::new(0),
             devices: RefCell::new(Vec::new()),
-            _task: task,
+            queued: RefCell::new(VecDeque::new()),
+            done: RefCell::new(Vec::new()),
+            unflushed: Cell::new(false),
+            doorbell,
+            _doorbell_task: doorbell_task,
             ex,
             iomem: RefCell::new(None),
         })
@@ -258,7 +326,7 @@ impl FioCore {
             .get_mut(id.0)
             .and_then(Option::take);
         drop(dev);
-        self.ex.run_once();
+        self.tick(Some(Duration::ZERO));
     }
 
     /// The device of `id` (for its iostats and geometry).
@@ -266,9 +334,10 @@ impl FioCore {
         self.devices.borrow().get(id.0).cloned().flatten()
     }
 
-    /// fio's `queue`: hands one IO to the engine task; it is issued by the
-    /// next [`FioCore::commit`] (or `getevents`), and completes through
-    /// [`FioCore::getevents`] with `cookie`.
+    /// fio's `queue`: queues one IO; the next [`FioCore::commit`] starts
+    /// it (its bio joins the core's plug) and sends it. It completes
+    /// through [`FioCore::getevents`] with `cookie`; an IO refused before
+    /// submission (bad input) completes with its errno.
     ///
     /// # Errors
     /// [`NoSuchDevice`] when `id` names no open device (fio never queues
@@ -288,25 +357,31 @@ impl FioCore {
         cookie: usize,
     ) -> Result<(), NoSuchDevice> {
         let dev = self.device(id).ok_or(NoSuchDevice(id))?;
-        self.shared.submitted.borrow_mut().push_back(Submission {
+        let s = Submission {
             dev,
             op,
             offset_bytes,
             buf,
             len_bytes,
             cookie,
-        });
+        };
+        self.queued.borrow_mut().push_back(s);
         self.outstanding.set(self.outstanding.get() + 1);
         Ok(())
     }
 
-    /// fio's `commit`: one executor tick (`LocalExecutor::run_once`): the
-    /// engine task issues the queued IOs into the plug, the tick hook
-    /// flushes the plug (merging, tags, SQEs), and one `io_uring_enter`
-    /// submits the batch. Completions already there are collected too.
+    /// fio's `commit`: starts the queued IOs (their first polls, with the
+    /// core entered once for the batch: the bios join the plug), then one
+    /// executor tick (`LocalExecutor::run_once`): the tick hook flushes the
+    /// plug (merging, tags, SQEs), and one `io_uring_enter` submits the
+    /// batch and collects the completions already there (they wake their
+    /// slots for `getevents`).
     pub fn commit(&self) {
-        self.wake_task();
-        self.ex.run_once();
+        {
+            let _core = self.ex.enter();
+            self.start_queued(&mut **self.slots.borrow_mut());
+        }
+        self.tick(Some(Duration::ZERO));
     }
 
     /// fio's `getevents`: drives the executor until at least `min`
@@ -322,17 +397,20 @@ impl FioCore {
         timeout: Option<Duration>,
         out: &mut Vec<Completion>,
     ) -> usize {
-        self.wake_task();
         let min = min.min(self.outstanding.get());
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // The completions the last enter collected first: no tick (and no
+        // enter) when they are enough.
+        self.poll_slots();
         if min == 0 || self.done_len() < min {
+            let deadline = timeout.map(|t| Instant::now() + t);
             loop {
                 let wait = if min == 0 {
                     Some(Duration::ZERO)
                 } else {
                     deadline.map(|d| d.saturating_duration_since(Instant::now()))
                 };
-                self.ex.run_once_timeout(wait);
+                self.tick(wait);
+                self.poll_slots();
                 let expired = deadline.is_some_and(|d| Instant::now() >= d);
                 if self.done_len() >= min || expired {
                     break;
@@ -340,7 +418,7 @@ impl FioCore {
             }
         }
         out.clear();
-        let mut done = self.shared.done.borrow_mut();
+        let mut done = self.done.borrow_mut();
         let n = done.len().min(max);
         if n == done.len() {
             // The common case (max is fio's iodepth_batch_complete_max):
@@ -364,26 +442,52 @@ impl FioCore {
     }
 
     fn done_len(&self) -> usize {
-        self.shared.done.borrow().len()
+        self.done.borrow().len()
     }
 
-    /// Wakes the engine task when `queue` handed it IOs.
-    fn wake_task(&self) {
-        if self.shared.submitted.borrow().is_empty() {
-            return;
+    /// Polls the slots woken since the last round (their completions go to
+    /// the done queue), then starts queued IOs that waited for a free slot
+    /// (or for a commit).
+    fn poll_slots(&self) {
+        let _core = self.ex.enter();
+        let mut slots = self.slots.borrow_mut();
+        slots.poll_ready(&self.doorbell, &mut self.done.borrow_mut());
+        self.start_queued(&mut **slots);
+    }
+
+    /// Starts queued IOs while slots are free (the core is entered).
+    fn start_queued(&self, slots: &mut dyn IoEngine) {
+        let mut queued = self.queued.borrow_mut();
+        while slots.has_free() {
+            let Some(s) = queued.pop_front() else {
+                break;
+            };
+            self.unflushed.set(true);
+            if let Some(c) = slots.start(s) {
+                self.done.borrow_mut().push(c);
+            }
         }
-        let waker = self.shared.task_waker.borrow().clone();
-        if let Some(w) = waker {
-            w.wake();
-        }
+    }
+
+    /// One tick that waits at most `wait` first, or not at all while
+    /// started IOs wait in the plug (it would wait for completions of IO
+    /// that only this tick sends).
+    fn tick(&self, wait: Option<Duration>) {
+        let wait = if self.unflushed.replace(false) {
+            Some(Duration::ZERO)
+        } else {
+            wait
+        };
+        self.ex.run_once_timeout(wait);
     }
 
     /// Drives the executor until every queued IO has completed (their
     /// completions stay in the done queue for `getevents`).
     fn drain(&self) {
-        self.wake_task();
+        self.poll_slots();
         while self.done_len() < self.outstanding.get() {
-            self.ex.run_once_timeout(Some(Duration::from_millis(100)));
+            self.tick(Some(Duration::from_millis(100)));
+            self.poll_slots();
         }
     }
 }
@@ -402,26 +506,13 @@ fn cannot_write(e: &Error) -> bool {
     matches!(e.kind(), plugio_device::ErrorKind::PermissionDenied) || e.errno() == libc::EROFS
 }
 
-/// The engine task: takes the IOs handed over by `queue` (as many as it
-/// has free slots: fio never has more than `iodepth` in flight), polls the
-/// woken IO futures, and moves the finished ones to the done queue.
-async fn serve(shared: Rc<Shared>, iodepth: usize) {
-    let mut slots = IoSlots::new(iodepth);
+/// The doorbell task: never finishes; stores its waker at its first poll
+/// (a later wake only makes the executor run it, and return from a park).
+async fn doorbell(stored: Rc<RefCell<Option<Waker>>>) {
+    let mut first = true;
     std::future::poll_fn(move |cx| {
-        let mut done = shared.done.borrow_mut();
-        slots.poll_ready(cx.waker(), &mut done);
-        while slots.has_free() {
-            let Some(s) = shared.submitted.borrow_mut().pop_front() else {
-                break;
-            };
-            let cookie = s.cookie;
-            if let Some(c) = slots.start(|| run_io(s), cookie) {
-                done.push(c);
-            }
-        }
-        let mut stored = shared.task_waker.borrow_mut();
-        if !stored.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-            *stored = Some(cx.waker().clone());
+        if std::mem::take(&mut first) {
+            *stored.borrow_mut() = Some(cx.waker().clone());
         }
         Poll::<()>::Pending
     })

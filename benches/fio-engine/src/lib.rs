@@ -12,13 +12,16 @@
 //!                                                    ring + executor (runtime::local)
 //! iomem_alloc            FioCore::iomem_alloc        the registered arena chunk
 //! open_file              FioCore::open               Device::open (direct=, read-only)
-//! queue                  FioCore::queue              an IO handed to the engine task
-//! commit                 FioCore::commit             LocalExecutor::run_once: the engine
-//!                                                    task polls the new IOs (bios into the
-//!                                                    plug), the tick hook flushes the plug,
-//!                                                    one io_uring_enter submits the batch
-//! getevents(min,max,t)   FioCore::getevents          run_once_timeout until `min`
-//!                                                    completions or the timeout
+//! queue                  FioCore::queue              the IO's first poll, with the core
+//!                                                    entered (LocalExecutor::enter): its
+//!                                                    bio joins the plug
+//! commit                 FioCore::commit             LocalExecutor::run_once: the tick
+//!                                                    hook flushes the plug, one
+//!                                                    io_uring_enter submits the batch and
+//!                                                    collects the completions there
+//! getevents(min,max,t)   FioCore::getevents          polls the woken IOs; run_once_timeout
+//!                                                    only until `min` completions or the
+//!                                                    timeout
 //! event                  (C: the events array)       io_u->error / io_u->resid
 //! close_file, cleanup    FioCore::close, drop        the device, then the executor
 //! ```

@@ -1,11 +1,12 @@
-//! [`IoSlots`]: the engine task's IO futures, one slot per IO in flight,
+//! [`IoSlots`]: the core's IO futures, one slot per IO in flight,
 //! allocated once, and the [`Completion`] each finished one gives.
 //!
 //! A `FuturesUnordered` allocates a task per pushed future and keeps a
 //! ready queue; here the futures live in a slice made at start (as many
 //! slots as fio's `iodepth`), each slot has a waker made once, and a woken
-//! slot sets its bit in a bitmap and wakes the engine task. The engine task
-//! then polls exactly the woken slots.
+//! slot sets its bit in a bitmap and wakes the owner's task (the fio
+//! core's doorbell, which only unparks the executor). The owner then polls
+//! exactly the woken slots.
 //!
 //! Invariants:
 //! - A future stored in a slot never moves: the slice is allocated once
@@ -15,7 +16,7 @@
 //! - A slot's ready bit is set by its waker and taken with a swap of its
 //!   word before the slot is polled; a slot whose future already finished
 //!   ignores its bit.
-//! - The engine task is woken once per round, not once per slot: the
+//! - The owner's task is woken once per round, not once per slot: the
 //!   first slot wake after [`IoSlots::poll_ready`] cleared `notified`
 //!   wakes it, later ones only set their bit (a plain load, no locked
 //!   instruction). `poll_ready` registers the task's waker before it
@@ -44,11 +45,11 @@ pub struct Completion {
     pub result: i64,
 }
 
-/// The bitmap of woken slots and the engine task's waker.
+/// The bitmap of woken slots and the owner's task waker.
 struct Ready {
     bits: Box<[AtomicU64]>,
     task: AtomicWaker,
-    /// The engine task was woken since the last `poll_ready` began.
+    /// The owner's task was woken since the last `poll_ready` began.
     notified: AtomicBool,
 }
 
@@ -150,7 +151,7 @@ impl<F: Future<Output = i64>> IoSlots<F> {
         self.poll_slot(i)
     }
 
-    /// Registers `task` (the engine task's waker: the next slot wake wakes
+    /// Registers `task` (the owner's task waker: the next slot wake wakes
     /// it), then polls every slot woken since the last call and pushes the
     /// completions of the finished ones onto `done`.
     pub fn poll_ready(&mut self, task: &Waker, done: &mut Vec<Completion>) {
