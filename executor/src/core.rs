@@ -226,6 +226,14 @@ impl Core {
         }
     }
 
+    /// [`Core::enter`] with the coop budget refilled (as before a task
+    /// poll): for an embedder's own polls (`LocalExecutor::enter`), which
+    /// would otherwise inherit what the last task left of it.
+    pub(crate) fn enter_fresh(&self) -> EnterGuard<'_> {
+        self.budget.reset(self.config.coop_budget);
+        self.enter()
+    }
+
     /// Whether some core is current on this thread.
     pub(crate) fn is_inside_core() -> bool {
         try_with_current(|_| ()).is_some()

@@ -112,7 +112,7 @@ pub use crate::core::{
     tick_stats, unregister_tick_hook, yield_now, TickHook,
 };
 pub use driver::{Driver, ThreadDriver, ThreadUnpark, Unpark};
-pub use local::{LocalBuilder, LocalEnterGuard, LocalExecutor};
+pub use local::{LocalBuilder, LocalExecutor};
 pub use runtime::{
     allowed_cpus, Builder, DriverFactory, Handle, Placement, Runtime, ShutdownError, ShutdownMode,
     ThreadStartHook, DEFAULT_COOP_BUDGET, DEFAULT_TASK_BUDGET,

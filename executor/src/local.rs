@@ -205,7 +205,9 @@ impl LocalExecutor {
     /// driver without blocking: what the tick queued (the engine's SQEs) is
     /// submitted, and the events already there are collected (for the
     /// io_uring driver, the completions in the CQ, which wake their tasks
-    /// for the next call), in one `io_uring_enter` at most. It never waits;
+    /// for the next call), in one `io_uring_enter` at most. So an event
+    /// that arrives between two calls runs its task in the call after the
+    /// next one (the first collects it after its tick). It never waits;
     /// [`LocalExecutor::run_once_timeout`] waits for an event first.
     ///
     /// Returns `true` when more work is ready at once (a task is queued, a
@@ -285,15 +287,18 @@ impl LocalExecutor {
         self.core.run_once(timeout)
     }
 
-    /// Makes this executor's core current on the calling thread until the
-    /// guard is dropped, without running a tick: for embedders that poll
-    /// plugio futures themselves between [`LocalExecutor::run_once`] calls
-    /// (a fio ioengine starts each IO in its `queue` hook this way, with no
-    /// task to hand it to). While the guard lives, IO futures can be polled
+    /// Runs `f` with this executor's core current on the calling thread,
+    /// without running a tick: for embedders that poll plugio futures
+    /// themselves between [`LocalExecutor::run_once`] calls (the fio
+    /// ioengine starts the IOs of a batch this way in its `commit` hook,
+    /// with no task to hand them to). Inside `f`, IO futures can be polled
     /// (an IO joins the core's plug; the next tick's end flushes it) and
     /// [`spawn_local`](crate::spawn_local) spawns onto this core. Nothing
-    /// runs by itself: wakes queue tasks for the next tick. The idea is
-    /// tokio's `Runtime::enter`, for one core.
+    /// runs by itself: wakes queue tasks for the next tick. `f` gets a
+    /// fresh coop budget, as a task poll does. The idea is tokio's
+    /// `Runtime::enter`, for one core; it takes a closure rather than
+    /// returning a guard, so the core cannot stay current after the
+    /// executor is gone (a guard could be leaked with `mem::forget`).
     ///
     /// ```
     /// use std::future::Future;
@@ -305,29 +310,28 @@ impl LocalExecutor {
     /// assert_eq!(core_uid(), None);
     /// let mut fut = pin!(yield_now());
     /// let mut cx = Context::from_waker(Waker::noop());
-    /// {
-    ///     let _core = ex.enter();
+    /// let first = ex.enter(|| {
     ///     assert!(core_uid().is_some());
     ///     // Polled by the embedder, not by a task.
-    ///     assert!(fut.as_mut().poll(&mut cx).is_pending());
-    /// }
+    ///     fut.as_mut().poll(&mut cx)
+    /// });
+    /// assert!(first.is_pending());
     /// assert_eq!(core_uid(), None);
     /// assert!(fut.as_mut().poll(&mut cx).is_ready());
     /// ```
     ///
     /// # Panics
-    /// When called on a plugio core (inside a task, inside `run`, or while
-    /// another guard is alive on this thread). `run`, `run_once` and
-    /// `run_once_timeout` panic while the guard is alive: drop it first.
-    pub fn enter(&self) -> LocalEnterGuard<'_> {
+    /// When called on a plugio core (inside a task, inside `run`, or inside
+    /// another `enter`); `run`, `run_once` and `run_once_timeout` panic
+    /// inside `f`. A panic of `f` leaves the thread with no core current,
+    /// and goes on.
+    pub fn enter<R>(&self, f: impl FnOnce() -> R) -> R {
         assert!(
             !Core::is_inside_core(),
-            "LocalExecutor::enter called on a plugio core (inside a task, `run`, or another enter guard)"
+            "LocalExecutor::enter called on a plugio core (inside a task, `run`, or another `enter`)"
         );
-        LocalEnterGuard {
-            _guard: self.core.enter(),
-            _not_send: std::marker::PhantomData,
-        }
+        let _core = self.core.enter_fresh();
+        f()
     }
 
     /// Queues a `!Send` future; it runs during the next [`LocalExecutor::run`]
@@ -357,20 +361,5 @@ impl fmt::Debug for LocalExecutor {
         f.debug_struct("LocalExecutor")
             .field("stats", &self.tick_stats())
             .finish()
-    }
-}
-
-/// The guard of [`LocalExecutor::enter`]: the executor's core is current on
-/// this thread until it is dropped (which restores "no core"). Not `Send`:
-/// it must be dropped on the thread that made it.
-#[must_use = "the core is current only while the guard lives"]
-pub struct LocalEnterGuard<'a> {
-    _guard: crate::core::EnterGuard<'a>,
-    _not_send: std::marker::PhantomData<*const ()>,
-}
-
-impl fmt::Debug for LocalEnterGuard<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LocalEnterGuard").finish_non_exhaustive()
     }
 }

@@ -210,23 +210,18 @@ fn run_once_inside_a_task_panics() {
 }
 
 #[test]
-fn an_enter_guard_makes_the_core_current_without_a_tick() {
+fn enter_makes_the_core_current_without_a_tick() {
     let (ex, log) = logging_executor();
-    let ran = Rc::new(std::cell::Cell::new(false));
-    {
-        let _core = ex.enter();
+    let ran = Rc::new(Cell::new(false));
+    let r = ran.clone();
+    ex.enter(|| {
         assert!(plugio_executor::core_uid().is_some());
-        let r = ran.clone();
         // Spawned onto the entered core; it runs in the next tick, not now.
         drop(plugio_executor::spawn_local(async move { r.set(true) }));
-        assert!(!ran.get());
-        assert!(log.borrow().is_empty(), "entering parks nothing");
-    }
-    assert_eq!(
-        plugio_executor::core_uid(),
-        None,
-        "the guard restores no core"
-    );
+    });
+    assert!(!ran.get());
+    assert!(log.borrow().is_empty(), "entering parks nothing");
+    assert_eq!(plugio_executor::core_uid(), None, "no core after enter");
     assert!(!ex.run_once());
     assert!(ran.get());
 }
@@ -234,14 +229,45 @@ fn an_enter_guard_makes_the_core_current_without_a_tick() {
 #[test]
 fn run_once_and_a_second_enter_refuse_an_entered_core() {
     let ex = LocalExecutor::new();
-    let _core = ex.enter();
-    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ex.run_once()));
-    assert!(run.is_err(), "run_once inside an enter guard panics");
     let other = LocalExecutor::new();
-    let enter = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(other.enter())));
-    assert!(enter.is_err(), "a second enter on the thread panics");
+    ex.enter(|| {
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ex.run_once()));
+        assert!(run.is_err(), "run_once inside enter panics");
+        let enter = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| other.enter(|| ())));
+        assert!(enter.is_err(), "a second enter on the thread panics");
+        assert!(
+            plugio_executor::core_uid().is_some(),
+            "the first enter still holds"
+        );
+    });
+    // A panic inside `f` leaves no core current.
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        ex.enter(|| panic!("inside enter"))
+    }));
+    assert!(panicked.is_err());
+    assert_eq!(plugio_executor::core_uid(), None);
+}
+
+#[test]
+fn enter_gives_a_fresh_coop_budget() {
+    // With one unit per poll, the last task of a tick spends it; the
+    // embedder's poll inside `enter` must not inherit the empty budget (a
+    // finished JoinHandle would stay pending, waking itself forever).
+    let ex = LocalExecutor::builder()
+        .coop_budget(1)
+        .build()
+        .expect("build");
+    let first = ex.spawn_local(async {});
+    let finished = ex.spawn_local(async { 7 });
+    // Polled last: awaiting the finished `first` spends its one unit.
+    let spender = ex.spawn_local(async move { first.await.expect("joined") });
+    while ex.run_once() {}
+    assert!(spender.is_finished() && finished.is_finished());
+    let mut finished = std::pin::pin!(finished);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let got = ex.enter(|| std::future::Future::poll(finished.as_mut(), &mut cx));
     assert!(
-        plugio_executor::core_uid().is_some(),
-        "the first guard still holds"
+        matches!(got, std::task::Poll::Ready(Ok(7))),
+        "a finished JoinHandle is ready inside enter: {got:?}"
     );
 }

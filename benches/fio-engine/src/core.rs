@@ -4,10 +4,11 @@
 //! drains of `iomem_free` and drop). No task runs the IO: the core owns
 //! its IO futures (in [`IoSlots`], one slot per IO in flight, allocated
 //! once) and polls them itself, with the executor's core entered
-//! ([`LocalExecutor::enter`]). `queue` starts an IO at once (its first
-//! poll puts the bio into the plug); `commit` runs one tick, whose end
-//! flushes the plug and whose park submits the batch and collects the
-//! completions there in one `io_uring_enter`; a collected completion
+//! ([`LocalExecutor::enter`]). `queue` queues an IO; `commit` starts the
+//! queued ones (their first polls put their bios into the plug, with the
+//! core entered once for the batch), then runs one tick, whose end flushes
+//! the plug and whose park submits the batch and collects the completions
+//! there in one `io_uring_enter`; a collected completion
 //! wakes its slot (a bit), and `getevents` polls the woken slots before it
 //! runs the executor, which it does only when they are not enough. So a
 //! batch of fio's costs one enter, as with fio's own io_uring engine.
@@ -377,10 +378,8 @@ impl FioCore {
     /// batch and collects the completions already there (they wake their
     /// slots for `getevents`).
     pub fn commit(&self) {
-        {
-            let _core = self.ex.enter();
-            self.start_queued(&mut **self.slots.borrow_mut());
-        }
+        self.ex
+            .enter(|| self.start_queued(&mut **self.slots.borrow_mut()));
         self.tick(Some(Duration::ZERO));
     }
 
@@ -449,10 +448,11 @@ impl FioCore {
     /// the done queue), then starts queued IOs that waited for a free slot
     /// (or for a commit).
     fn poll_slots(&self) {
-        let _core = self.ex.enter();
-        let mut slots = self.slots.borrow_mut();
-        slots.poll_ready(&self.doorbell, &mut self.done.borrow_mut());
-        self.start_queued(&mut **slots);
+        self.ex.enter(|| {
+            let mut slots = self.slots.borrow_mut();
+            slots.poll_ready(&self.doorbell, &mut self.done.borrow_mut());
+            self.start_queued(&mut **slots);
+        });
     }
 
     /// Starts queued IOs while slots are free (the core is entered).

@@ -12,13 +12,14 @@
 //!                                                    ring + executor (runtime::local)
 //! iomem_alloc            FioCore::iomem_alloc        the registered arena chunk
 //! open_file              FioCore::open               Device::open (direct=, read-only)
-//! queue                  FioCore::queue              the IO's first poll, with the core
-//!                                                    entered (LocalExecutor::enter): its
-//!                                                    bio joins the plug
-//! commit                 FioCore::commit             LocalExecutor::run_once: the tick
-//!                                                    hook flushes the plug, one
-//!                                                    io_uring_enter submits the batch and
-//!                                                    collects the completions there
+//! queue                  FioCore::queue              the IO joins the core's queue
+//! commit                 FioCore::commit             the queued IOs' first polls, with the
+//!                                                    core entered once (LocalExecutor::
+//!                                                    enter): their bios join the plug; then
+//!                                                    LocalExecutor::run_once: the tick hook
+//!                                                    flushes the plug, one io_uring_enter
+//!                                                    submits the batch and collects the
+//!                                                    completions there
 //! getevents(min,max,t)   FioCore::getevents          polls the woken IOs; run_once_timeout
 //!                                                    only until `min` completions or the
 //!                                                    timeout
