@@ -199,6 +199,21 @@ impl<'a> Worker<'a> {
         let file = o
             .open(&t.path)
             .map_err(|e| BenchError::io(format!("open {}", t.path.display()), e))?;
+        if file
+            .metadata()
+            .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_block_device(&m.file_type()))
+        {
+            // No atime checks per read of a block device, as plugio's file
+            // backend (and fio, for files that are not regular) asks.
+            // SAFETY: fcntl on a descriptor `file` keeps open, flags by
+            // value; an EPERM leaves them as they were.
+            unsafe {
+                let flags = libc::fcntl(file.as_raw_fd(), libc::F_GETFL);
+                if flags >= 0 {
+                    libc::fcntl(file.as_raw_fd(), libc::F_SETFL, flags | libc::O_NOATIME);
+                }
+            }
+        }
         if job.register_files {
             match self.ring.submitter().register_files(&[file.as_raw_fd()]) {
                 Ok(()) => self.fixed_file = true,

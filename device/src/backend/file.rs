@@ -133,6 +133,24 @@ impl OpenOptions {
     }
 }
 
+/// Asks the kernel not to update the access time of a block device's
+/// inode on each read (`O_NOATIME`, as fio opens every file that is not a
+/// regular file): without it, every read of the device checks whether
+/// its atime needs updating (`touch_atime`, about 50 ns per 4 KiB read on
+/// zram here). Best effort: only the device node's owner (or a process
+/// with `CAP_FOWNER`) may set it, and the reads are the same without it.
+fn skip_atime(file: &fs::File) {
+    let fd = file.as_raw_fd();
+    // SAFETY: F_GETFL on a descriptor `file` keeps open; no memory passed.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return;
+    }
+    // SAFETY: as above; F_SETFL takes the flags by value. EPERM (not the
+    // owner) leaves the flags as they were: atime stays on.
+    let _ = unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NOATIME) };
+}
+
 fn next_file_id() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     // Relaxed: only uniqueness matters.
@@ -173,6 +191,9 @@ impl FileBackend {
             .map_err(|e| Error::from_io(&e).with_path(path))?
             .file_type()
             .is_block_device();
+        if is_block_device {
+            skip_atime(&file);
+        }
         let geometry = Geometry::of_file(&file, direct).map_err(|e| e.with_path(path))?;
         Ok(FileBackend {
             fd: Arc::new(OwnedFd::from(file)),
@@ -370,5 +391,23 @@ impl Drop for FileBackend {
         // Tells the rings to sweep (a Release bump; see there what a ring
         // that sees it is promised).
         FileCache::backend_closed();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn skip_atime_sets_o_noatime_on_a_file_we_own() {
+        let file = tempfile::tempfile().expect("tempfile");
+        // SAFETY: F_GETFL on an open descriptor.
+        let before = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
+        assert_eq!(before & libc::O_NOATIME, 0);
+        skip_atime(&file);
+        // SAFETY: as above.
+        let after = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
+        assert_ne!(after & libc::O_NOATIME, 0, "the owner may set O_NOATIME");
+        assert_eq!(after & !libc::O_NOATIME, before, "no other flag changed");
     }
 }
