@@ -133,13 +133,17 @@ struct Submission {
 
 /// The core's IO slots with the function that makes an IO's future: the
 /// future is an `async fn`'s, whose type has no name, so the slots are
-/// kept behind this trait (one dynamic call per `queue` and per round of
-/// polls, none per poll of a future).
+/// kept behind this trait (one dynamic call per batch of starts and per
+/// round of polls, none per IO).
 trait IoEngine {
-    /// Whether a slot is free.
-    fn has_free(&self) -> bool;
-    /// Starts `s` in a free slot (see [`IoSlots::start`]).
-    fn start(&mut self, s: Submission) -> Option<Completion>;
+    /// Starts IOs of `queued`, oldest first, while a slot is free (see
+    /// [`IoSlots::start`]); those that finish at once (refused before
+    /// submission) go to `done`. Returns how many were started.
+    fn start_queued(
+        &mut self,
+        queued: &mut VecDeque<Submission>,
+        done: &mut Vec<Completion>,
+    ) -> usize;
     /// Polls the woken slots (see [`IoSlots::poll_ready`]).
     fn poll_ready(&mut self, doorbell: &Waker, done: &mut Vec<Completion>);
 }
@@ -150,15 +154,24 @@ struct Engine<F, M> {
 }
 
 impl<F: Future<Output = i64>, M: Fn(Submission) -> F> IoEngine for Engine<F, M> {
-    fn has_free(&self) -> bool {
-        self.slots.has_free()
-    }
-
-    #[inline]
-    fn start(&mut self, s: Submission) -> Option<Completion> {
-        let cookie = s.cookie;
-        let make = &self.make;
-        self.slots.start(|| make(s), cookie)
+    fn start_queued(
+        &mut self,
+        queued: &mut VecDeque<Submission>,
+        done: &mut Vec<Completion>,
+    ) -> usize {
+        let mut started = 0;
+        while self.slots.has_free() {
+            let Some(s) = queued.pop_front() else {
+                break;
+            };
+            started += 1;
+            let cookie = s.cookie;
+            let make = &self.make;
+            if let Some(c) = self.slots.start(|| make(s), cookie) {
+                done.push(c);
+            }
+        }
+        started
     }
 
     fn poll_ready(&mut self, doorbell: &Waker, done: &mut Vec<Completion>) {
@@ -458,14 +471,11 @@ impl FioCore {
     /// Starts queued IOs while slots are free (the core is entered).
     fn start_queued(&self, slots: &mut dyn IoEngine) {
         let mut queued = self.queued.borrow_mut();
-        while slots.has_free() {
-            let Some(s) = queued.pop_front() else {
-                break;
-            };
+        if queued.is_empty() {
+            return;
+        }
+        if slots.start_queued(&mut queued, &mut self.done.borrow_mut()) > 0 {
             self.unflushed.set(true);
-            if let Some(c) = slots.start(s) {
-                self.done.borrow_mut().push(c);
-            }
         }
     }
 
