@@ -41,43 +41,51 @@ fn io_us(core: &FioCore, n: usize) -> Vec<*mut u8> {
     (0..n).map(|i| unsafe { base.add(i * BS) }).collect()
 }
 
+/// Writes `seed + i` into every byte of block `i` through `bufs`, reads
+/// the blocks back into the zeroed buffers, and checks the bytes and the
+/// cookies: fio's queue, commit, getevents, twice.
+fn write_then_read_back(core: &FioCore, dev: plugio_fio::DevId, bufs: &[*mut u8], seed: u8) {
+    let n = bufs.len();
+    for (i, &b) in bufs.iter().enumerate() {
+        // SAFETY: each io_u buffer is BS bytes, ours until its completion.
+        unsafe {
+            std::ptr::write_bytes(b, seed + i as u8, BS);
+            core.queue(dev, Op::Write, (i * BS) as u64, b, BS, i)
+                .expect("queue");
+        }
+    }
+    assert_eq!(core.outstanding(), n);
+    core.commit();
+    let done = wait_all(core, n);
+    assert!(done.iter().all(|c| c.result == BS as i64), "{done:?}");
+    let cookies: HashSet<usize> = done.iter().map(|c| c.cookie).collect();
+    assert_eq!(cookies, (0..n).collect());
+    for (i, &b) in bufs.iter().enumerate() {
+        // SAFETY: as above.
+        unsafe {
+            std::ptr::write_bytes(b, 0, BS);
+            core.queue(dev, Op::Read, (i * BS) as u64, b, BS, 100 + i)
+                .expect("queue");
+        }
+    }
+    core.commit();
+    let done = wait_all(core, n);
+    assert!(done.iter().all(|c| c.result == BS as i64), "{done:?}");
+    for (i, &b) in bufs.iter().enumerate() {
+        // SAFETY: the read completed; the buffer is ours again.
+        let got = unsafe { std::slice::from_raw_parts(b, BS) };
+        assert!(got.iter().all(|&x| x == seed + i as u8), "block {i}");
+    }
+    assert_eq!(core.outstanding(), 0);
+}
+
 #[test]
 fn writes_then_reads_back_through_queue_commit_getevents() {
     let f = file(1 << 20);
     let core = FioCore::new(config(16)).expect("core");
     let dev = core.open(f.path(), true, Access::ReadWrite).expect("open");
     let bufs = io_us(&core, 16);
-    for (i, &b) in bufs.iter().enumerate() {
-        // SAFETY: each io_u buffer is BS bytes, ours until its completion.
-        unsafe {
-            std::ptr::write_bytes(b, i as u8 + 1, BS);
-            core.queue(dev, Op::Write, (i * BS) as u64, b, BS, i)
-                .expect("queue");
-        }
-    }
-    core.commit();
-    let done = wait_all(&core, 16);
-    assert!(done.iter().all(|c| c.result == BS as i64), "{done:?}");
-    let cookies: HashSet<usize> = done.iter().map(|c| c.cookie).collect();
-    assert_eq!(cookies, (0..16).collect());
-
-    for &b in &bufs {
-        // SAFETY: as above.
-        unsafe { std::ptr::write_bytes(b, 0, BS) };
-    }
-    for (i, &b) in bufs.iter().enumerate() {
-        // SAFETY: as above.
-        unsafe { core.queue(dev, Op::Read, (i * BS) as u64, b, BS, 100 + i) }.expect("queue");
-    }
-    core.commit();
-    let done = wait_all(&core, 16);
-    assert!(done.iter().all(|c| c.result == BS as i64), "{done:?}");
-    for (i, &b) in bufs.iter().enumerate() {
-        // SAFETY: the read completed; the buffer is ours again.
-        let got = unsafe { std::slice::from_raw_parts(b, BS) };
-        assert!(got.iter().all(|&x| x == i as u8 + 1), "block {i}");
-    }
-    assert_eq!(core.outstanding(), 0);
+    write_then_read_back(&core, dev, &bufs, 1);
 }
 
 #[test]
@@ -411,33 +419,5 @@ fn ios_queued_past_iodepth_wait_for_a_slot_and_all_complete() {
     let core = FioCore::new(config(2)).expect("core");
     let dev = core.open(f.path(), true, Access::ReadWrite).expect("open");
     let bufs = io_us(&core, 6);
-    for (i, &b) in bufs.iter().enumerate() {
-        // SAFETY: each io_u buffer is BS bytes, ours until its completion.
-        unsafe {
-            std::ptr::write_bytes(b, 0x40 + i as u8, BS);
-            core.queue(dev, Op::Write, (i * BS) as u64, b, BS, i)
-                .expect("queue");
-        }
-    }
-    assert_eq!(core.outstanding(), 6);
-    core.commit();
-    let done = wait_all(&core, 6);
-    assert!(done.iter().all(|c| c.result == BS as i64), "{done:?}");
-    let cookies: HashSet<usize> = done.iter().map(|c| c.cookie).collect();
-    assert_eq!(cookies, (0..6).collect());
-    for (i, &b) in bufs.iter().enumerate() {
-        // SAFETY: as above.
-        unsafe {
-            std::ptr::write_bytes(b, 0, BS);
-            core.queue(dev, Op::Read, (i * BS) as u64, b, BS, 10 + i)
-                .expect("queue");
-        }
-    }
-    core.commit();
-    assert_eq!(wait_all(&core, 6).len(), 6);
-    for (i, &b) in bufs.iter().enumerate() {
-        // SAFETY: the read completed; the buffer is ours again.
-        let got = unsafe { std::slice::from_raw_parts(b, BS) };
-        assert!(got.iter().all(|&x| x == 0x40 + i as u8), "block {i}");
-    }
+    write_then_read_back(&core, dev, &bufs, 0x40);
 }
