@@ -167,8 +167,9 @@ fn need(t: Option<&Target>) -> Result<&Target, BenchError> {
 }
 
 /// Waits for the engine to start, prints a line each second, and stops the
-/// engine after the runtime (or returns early if the engine ended, a
-/// SIGINT or SIGTERM came, or standard output was closed).
+/// engine after the runtime (or returns early if the engine ended, even
+/// before it started, a SIGINT or SIGTERM came, or standard output was
+/// closed).
 fn clock<T>(
     job: &Job,
     counters: &Arc<Counters>,
@@ -179,6 +180,11 @@ fn clock<T>(
     let start = loop {
         if let Some(t) = counters.started_at() {
             break t;
+        }
+        if engine.is_finished() {
+            // It ended (or panicked) before starting: nothing to time; the
+            // caller's join reports why.
+            break Instant::now();
         }
         if let Some(sig) = crate::signals::interrupted() {
             // Setting up takes long with many jobs: stop it too.
@@ -221,4 +227,35 @@ fn clock<T>(
     counters.request_stop();
     timeline.elapsed = start.elapsed();
     timeline
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: BenchArgs,
+    }
+
+    #[test]
+    fn the_clock_returns_when_the_engine_ends_before_it_starts() {
+        // An engine thread that panics in its setup never marks the start:
+        // the clock used to wait for it forever (SIGTERM included).
+        let job = Cli::parse_from(["bench", "--quiet", "--runtime", "3600"])
+            .args
+            .into_job()
+            .expect("valid job");
+        let counters = Counters::new(1);
+        let mut printer = report::Printer::new(&job);
+        std::thread::scope(|s| {
+            let engine = s.spawn(|| ());
+            let timeline = clock(&job, &counters, &mut printer, &engine);
+            assert!(timeline.seconds.is_empty());
+            assert!(counters.started_at().is_none());
+            engine.join().expect("the thread ended");
+        });
+    }
 }
