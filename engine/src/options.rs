@@ -63,14 +63,18 @@ pub struct DeviceOptions {
     /// `tag_batch` is off.
     pub tag_batch_retry: bool,
     /// Largest request in bytes; larger IOs are split. Default `None`: the
-    /// device's `max_sectors` (from its geometry).
+    /// device's `max_sectors` (from its geometry) where plugio talks to
+    /// the device itself (NVMe passthrough: its MDTS) or to a regular file
+    /// (1 MiB); for a block device read and written through the kernel,
+    /// at least 1 MiB, since the kernel splits an op at the device's
+    /// `max_sectors_kb` itself without another SQE or CQE.
     pub max_request_bytes: Option<u64>,
     /// Merging, as `/sys/block/*/queue/nomerges`: 0 (default) all merges
     /// (sort the plug, back and front merges), 1 only the simple one-hit
     /// merge with the newest request, 2 none. Values above 2 act as 2.
     pub nomerges: u8,
     /// Largest request merging may build, in bytes. Default `None`: the
-    /// request limit (`max_request_bytes`, or the device's `max_sectors`).
+    /// request limit (`max_request_bytes`, or its default above).
     pub max_merge_bytes: Option<u64>,
     /// Keep freed bios on a per-core free list for the next IO (the
     /// kernel's per-cpu bio cache). Default true.

@@ -73,6 +73,29 @@ pub(crate) struct DeviceShared {
     pub span: tracing::Span,
 }
 
+/// The default largest request of a device (`DeviceOptions::
+/// max_request_bytes: None`). Where plugio hands reads and writes to the
+/// kernel's block layer (a block device through io_uring or the sync
+/// pool), the kernel splits each op at the device's `max_sectors_kb`
+/// itself, per bio, at no cost of another SQE, io-wq item or CQE; so a
+/// request stops at the larger of that limit and the regular-file default
+/// (1 MiB, [`FILE_MAX_SECTORS_KB`](plugio_device::geometry::FILE_MAX_SECTORS_KB)),
+/// not at the device's limit: zram's 124 KiB would cut each tick's 32
+/// merged 4 KiB reads into a 124 KiB request and a lone 4 KiB one. Where
+/// plugio talks to the device itself (NVMe passthrough: the device's MDTS)
+/// and for the simulated device, the device's limit holds.
+fn default_request_bytes(geometry: &Geometry, backend: plugio_device::BackendKind) -> u64 {
+    use plugio_device::geometry::{DeviceKind, FILE_MAX_SECTORS_KB};
+    use plugio_device::BackendKind;
+    let device = geometry.max_request_bytes();
+    match (backend, geometry.kind) {
+        (BackendKind::Uring | BackendKind::Sync, DeviceKind::BlockDevice) => {
+            device.max(u64::from(FILE_MAX_SECTORS_KB) * 1024)
+        }
+        _ => device,
+    }
+}
+
 impl DeviceShared {
     /// Builds the shared state over an opened backend.
     pub fn new(
@@ -107,7 +130,7 @@ impl DeviceShared {
         .next_power_of_two();
         let limit = opts
             .max_request_bytes
-            .unwrap_or_else(|| geometry.max_request_bytes())
+            .unwrap_or_else(|| default_request_bytes(&geometry, backend.kind()))
             .min(MAX_IO_BYTES);
         let max_request_bytes = (limit / block * block).max(block);
         let max_merge_bytes = opts
@@ -283,4 +306,37 @@ fn add_tag_stats(a: &mut TagStats, b: &TagStats) {
     a.short_allocs += b.short_allocs;
     a.waits += b.waits;
     a.puts += b.puts;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plugio_device::geometry::DeviceKind;
+    use plugio_device::BackendKind;
+
+    #[test]
+    fn block_devices_through_the_kernel_are_not_cut_at_max_sectors() {
+        // zram: max_sectors_kb 124.
+        let mut zram = Geometry::file_defaults(4096, 4096, 4096, true);
+        zram.kind = DeviceKind::BlockDevice;
+        zram.max_sectors_kb = 124;
+        assert_eq!(
+            default_request_bytes(&zram, BackendKind::Uring),
+            1 << 20,
+            "the kernel splits at 124 KiB itself"
+        );
+        assert_eq!(default_request_bytes(&zram, BackendKind::Sync), 1 << 20);
+        // Passthrough talks to the device: its limit holds.
+        assert_eq!(
+            default_request_bytes(&zram, BackendKind::NvmePassthrough),
+            124 << 10
+        );
+        // A device whose limit is larger keeps it.
+        let mut big = zram.clone();
+        big.max_sectors_kb = 4096;
+        assert_eq!(default_request_bytes(&big, BackendKind::Uring), 4 << 20);
+        // Regular files: the file default.
+        let file = Geometry::file_defaults(4096, 4096, 4096, true);
+        assert_eq!(default_request_bytes(&file, BackendKind::Uring), 1 << 20);
+    }
 }
