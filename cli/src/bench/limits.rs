@@ -166,20 +166,7 @@ fn cgroup_memory_left() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::BenchArgs;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        args: BenchArgs,
-    }
-
-    fn job(args: &[&str]) -> Job {
-        let mut argv = vec!["bench"];
-        argv.extend_from_slice(args);
-        Cli::parse_from(argv).args.into_job().expect("valid job")
-    }
+    use crate::bench::options::test_job as job;
 
     #[test]
     fn a_job_larger_than_the_machine_is_refused_and_the_default_fits() {

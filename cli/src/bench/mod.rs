@@ -232,22 +232,12 @@ fn clock<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        args: BenchArgs,
-    }
 
     #[test]
     fn the_clock_returns_when_the_engine_ends_before_it_starts() {
         // An engine thread that panics in its setup never marks the start:
         // the clock used to wait for it forever (SIGTERM included).
-        let job = Cli::parse_from(["bench", "--quiet", "--runtime", "3600"])
-            .args
-            .into_job()
-            .expect("valid job");
+        let job = options::test_job(&["--quiet", "--runtime", "3600"]);
         let counters = Counters::new(1);
         let mut printer = report::Printer::new(&job);
         std::thread::scope(|s| {

@@ -394,6 +394,23 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("'{text}' is too large"))
 }
 
+/// The job `plugio bench ARGS...` would run (for tests).
+///
+/// # Panics
+/// When the arguments do not parse or make no valid job.
+#[cfg(test)]
+pub(crate) fn test_job(args: &[&str]) -> Job {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: BenchArgs,
+    }
+    let mut argv = vec!["bench"];
+    argv.extend_from_slice(args);
+    Cli::parse_from(argv).args.into_job().expect("valid job")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
