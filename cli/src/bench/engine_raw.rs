@@ -205,14 +205,7 @@ impl<'a> Worker<'a> {
         {
             // No atime checks per read of a block device, as plugio's file
             // backend (and fio, for files that are not regular) asks.
-            // SAFETY: fcntl on a descriptor `file` keeps open, flags by
-            // value; an EPERM leaves them as they were.
-            unsafe {
-                let flags = libc::fcntl(file.as_raw_fd(), libc::F_GETFL);
-                if flags >= 0 {
-                    libc::fcntl(file.as_raw_fd(), libc::F_SETFL, flags | libc::O_NOATIME);
-                }
-            }
+            plugio_device::backend::file::skip_atime(&file);
         }
         if job.register_files {
             match self.ring.submitter().register_files(&[file.as_raw_fd()]) {
