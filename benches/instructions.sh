@@ -17,6 +17,11 @@
 # `xchg` with a memory operand, found by matching callgrind's per-address
 # counts (--dump-instr=yes) with `objdump -d` (benches/tools/cglock.py).
 # Only user space is counted: callgrind does not see the kernel.
+# Where the IO thread's instructions go is differenced the same way per
+# function (self instructions: a function's own code and what was inlined
+# into it), written to DIR/WORKLOAD.ENGINE.functions.txt, the 12 largest
+# of each plugio workload in table.md: run it before and after a hot-path
+# change to see which step moved.
 #
 # Workloads:
 #   nop        --engine nop  vs  --engine raw --nop
@@ -121,7 +126,7 @@ measure() {
   run "$label" "$N1" "$@"
   run "$label" "$N2" "$@"
   show "benches/tools/cglock.py --json $OUT/$label.{$N1,$N2}.out-*"
-  benches/tools/cglock.py --json --top 40 "$OUT/$label.$N1".out-* "$OUT/$label.$N2".out-* \
+  benches/tools/cglock.py --json --top 40 --functions "$OUT/$label.$N1".out-* "$OUT/$label.$N2".out-* \
     > "$OUT/$label.cglock.jsonl" || fail "$label: cglock.py failed"
   python3 - "$OUT/$label.cglock.jsonl" "$N1" "$N2" "$workload" "$engine" "${PER_IO_DIV:-1}" >> "$ROWS" <<'PY' \
     || fail "$label: could not difference the runs"
@@ -153,6 +158,14 @@ with open(path.replace(".cglock.jsonl", ".locked.txt"), "w") as f:
         d = (t["ir"] - before.get(t["addr"], 0)) / (n2 - n1) / div
         if d >= 0.005:
             f.write(f"{d:6.3f}  {t['insn'].split('#')[0].strip():32} {t['fn']}\n")
+# Where the IO thread's instructions go: self instructions per IO by
+# function (inlined callees included), the two runs differenced.
+fa, fb = runs[n1][io].get("functions", {}), runs[n2][io].get("functions", {})
+rows = sorted(((fb.get(k, 0) - fa.get(k, 0)) / (n2 - n1) / div, k) for k in set(fa) | set(fb))
+with open(path.replace(".cglock.jsonl", ".functions.txt"), "w") as f:
+    for d, name in reversed(rows):
+        if d >= 1:
+            f.write(f"{d:8.1f}  {name[:140]}\n")
 allt = set(runs[n1]) | set(runs[n2])
 proc = lambda n: sum(r["ir"] for r in runs[n].values())
 print("\t".join([workload, engine, str(io),
@@ -185,6 +198,16 @@ N1=$N1_4K; N2=$N2_4K
   echo "| workload | engine | user instr/IO (IO thread) | locked instr/IO (IO thread) | user instr/IO (process) | locked instr/IO (process) | Ir total N1 / N2 (process) |"
   echo "|---|---|---|---|---|---|---|"
   awk -F'\t' '{printf "| %s | %s | %s | %s | %s | %s | %s / %s |\n", $1, $2, $4, $5, $6, $7, $8, $9}' "$ROWS"
+  echo
+  echo "Where the IO thread's instructions go: self instructions per IO by function (code inlined into a function counts as that function's), the 12 largest for each plugio workload (every function at >= 1 per IO is in \`$OUT/WORKLOAD.ENGINE.functions.txt\`):"
+  for f in "$OUT"/nop.nop.functions.txt "$OUT"/cached-4k.plugio.functions.txt "$OUT"/seq-4k.plugio.functions.txt; do
+    echo
+    echo "$(basename "$f" .functions.txt):"
+    echo
+    echo '```'
+    head -12 "$f"
+    echo '```'
+  done
   echo
   echo "Locked instructions per IO of the IO thread (of the 40 most executed in the N2 run, those >= 0.005 per IO):"
   for f in "$OUT"/*.locked.txt; do

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Counts the locked atomic instructions a callgrind run executed.
 
-Usage: cglock.py [--json] [--top N] [--check] CALLGRIND_OUT...
+Usage: cglock.py [--json] [--top N] [--functions] [--check] CALLGRIND_OUT...
 
 Each CALLGRIND_OUT must come from `valgrind --tool=callgrind
 --dump-instr=yes` (one file per thread with --separate-threads=yes). For
@@ -15,6 +15,10 @@ see the kernel); objects that are not files (the vDSO) are skipped.
 
 --json   one JSON object per file instead of a text line.
 --top N  also list the N most executed locked instructions.
+--functions  also give each function's self Ir (instructions executed in
+         the function's own code, inlined callees included, calls to
+         functions that were not inlined excluded), the unit of the
+         per-function tables of benches/instructions.sh.
 --check  also check that the executed addresses of each object are
          instruction starts in objdump's listing (validates the matching;
          slower).
@@ -180,7 +184,7 @@ def parse(path):
     return cost, fn_of, thread, total_header
 
 
-def analyse(path, top, check):
+def analyse(path, top, check, functions=False):
     cost, fn_of, thread, total_header = parse(path)
     per_ob = defaultdict(lambda: [0, 0])  # ob -> [Ir, locked Ir]
     locked_rows = []
@@ -217,11 +221,16 @@ def analyse(path, top, check):
     }
     if check:
         result["ir_not_at_instruction_start"] = unmatched
+    if functions:
+        per_fn = defaultdict(int)
+        for k, ir in cost.items():
+            per_fn[fn_of[k]] += ir
+        result["functions"] = dict(sorted(per_fn.items(), key=lambda kv: -kv[1]))
     return result
 
 
 def main(argv):
-    as_json, top, check, files = False, 0, False, []
+    as_json, top, check, functions, files = False, 0, False, False, []
     it = iter(argv)
     for a in it:
         if a == "--json":
@@ -230,6 +239,8 @@ def main(argv):
             top = int(next(it))
         elif a == "--check":
             check = True
+        elif a == "--functions":
+            functions = True
         elif a in ("-h", "--help"):
             print(__doc__)
             return 0
@@ -239,7 +250,7 @@ def main(argv):
         print(__doc__, file=sys.stderr)
         return 2
     for path in files:
-        r = analyse(path, top, check)
+        r = analyse(path, top, check, functions)
         if as_json:
             print(json.dumps(r))
             continue
@@ -249,6 +260,8 @@ def main(argv):
         print(line)
         for row in r["top_locked"]:
             print(f"  {row['ir']:>12} {row['object']} {row['addr']} {row['insn']}  [{row['fn']}]")
+        for name, ir in list(r.get("functions", {}).items())[:top or 20]:
+            print(f"  {ir:>12} {name}")
     return 0
 
 
