@@ -17,6 +17,14 @@
 # `xchg` with a memory operand, found by matching callgrind's per-address
 # counts (--dump-instr=yes) with `objdump -d` (benches/tools/cglock.py).
 # Only user space is counted: callgrind does not see the kernel.
+# The runs also simulate the caches (--cache-sim=yes, which does not change
+# the instruction counts): the IO thread's L1 data cache misses per IO
+# (D1mr + D1mw, differenced the same way) count the cache lines its per-IO
+# state makes it fetch again: with IOs in flight, each IO's bio, request,
+# task and ring entries are touched again only after the other IOs', so
+# state that does not fit the L1 is missed at every touch. The simulated
+# geometry is valgrind's reading of this CPU (its cachegrind defaults),
+# printed in table.md; the kernel's share (the page copy) is not seen.
 # Where the IO thread's instructions go is differenced the same way per
 # function (self instructions: a function's own code and what was inlined
 # into it), written to DIR/WORKLOAD.ENGINE.functions.txt, the 12 largest
@@ -95,13 +103,15 @@ cat "$DATA" > /dev/null # read once: the reads below hit the page cache
 
 COMMON=(--numjobs 1 --clat-sample 0 --runtime 3600 --json --quiet)
 ROWS=$OUT/rows.tsv
+# The L1 data cache valgrind simulates here (from CPUID), for table.md.
+D1_GEOMETRY=unknown
 : > "$ROWS"
 
 # run LABEL N bench-args...: one callgrind run; its per-thread files are
 # $OUT/LABEL.N.out-NN.
 run() {
   local label=$1 n=$2; shift 2
-  local cmd=(taskset -c 0 valgrind --tool=callgrind --separate-threads=yes --dump-instr=yes
+  local cmd=(taskset -c 0 valgrind --tool=callgrind --cache-sim=yes --separate-threads=yes --dump-instr=yes
     "--callgrind-out-file=$OUT/$label.$n.out" "$BIN" bench "$@" "${COMMON[@]}" --number_ios "$n")
   show "${cmd[*]}"
   local start=$SECONDS
@@ -116,6 +126,9 @@ run() {
     || fail "$label: no JSON result in $OUT/$label.$n.json"
   [ "$ios" = "$n" ] || fail "$label: asked for $n IOs, the bench reports $ios"
   log "$label N=$n: $ios IOs in $((SECONDS - start)) s"
+  local geometry
+  geometry=$(sed -n 's/^desc: D1 cache: *//p' "$OUT/$label.$n.out"-* 2>/dev/null | head -1)
+  [ -z "$geometry" ] || D1_GEOMETRY=$geometry
 }
 
 # measure WORKLOAD ENGINE bench-args...: per IO, or with PER_IO_DIV=K set,
@@ -151,6 +164,10 @@ def per_io(key, threads):
     a = sum(runs[n1][t][key] for t in threads if t in runs[n1])
     b = sum(runs[n2][t][key] for t in threads if t in runs[n2])
     return (b - a) / (n2 - n1) / div
+def d1_per_io(t):
+    ev = lambda n: runs[n][t]["events"]
+    miss = lambda n: ev(n).get("D1mr", 0) + ev(n).get("D1mw", 0)
+    return (miss(n2) - miss(n1)) / (n2 - n1) / div
 # Which locked instructions the IO thread runs per IO (from the top lists).
 before = {t["addr"]: t["ir"] for t in runs[n1][io]["top_locked"]}
 with open(path.replace(".cglock.jsonl", ".locked.txt"), "w") as f:
@@ -171,9 +188,9 @@ proc = lambda n: sum(r["ir"] for r in runs[n].values())
 print("\t".join([workload, engine, str(io),
     f"{per_io('ir', [io]):.0f}", f"{round(per_io('locked', [io]), 2) + 0.0:.2f}",
     f"{per_io('ir', allt):.0f}", f"{round(per_io('locked', allt), 2) + 0.0:.2f}",
-    str(proc(n1)), str(proc(n2))]))
+    str(proc(n1)), str(proc(n2)), f"{d1_per_io(io):.1f}"]))
 PY
-  tail -1 "$ROWS" | awk -F'\t' -v n1="$N1" -v n2="$N2" '{printf "[instructions] %s %s: IO thread %s: %s instr/IO, %s locked/IO; process Ir %s (N=%s), %s (N=%s)\n", $1, $2, $3, $4, $5, $8, n1, $9, n2}' >&2
+  tail -1 "$ROWS" | awk -F'\t' -v n1="$N1" -v n2="$N2" '{printf "[instructions] %s %s: IO thread %s: %s instr/IO, %s locked/IO, %s L1D misses/IO; process Ir %s (N=%s), %s (N=%s)\n", $1, $2, $3, $4, $5, $10, $8, n1, $9, n2}' >&2
 }
 
 START=$SECONDS
@@ -191,13 +208,13 @@ N1=$N1_4K; N2=$N2_4K
 
 {
   echo "Per-IO cost, callgrind, N1=$N1 and N2=$N2 IOs (1,000 and 3,000 of the raw loop's 128 KiB reads), \`taskset -c 0\`, \`${COMMON[*]:0:4}\`, \`--iodepth 128\` (seq-4k: 32, raw 1)${FEATURES:+, features \`$FEATURES\`}"
-  echo "($(valgrind --version); plugio engines with \`--idle-wait futex\`; IO thread = the thread that runs the IO loop)"
+  echo "($(valgrind --version); plugio engines with \`--idle-wait futex\`; IO thread = the thread that runs the IO loop; simulated L1D: $D1_GEOMETRY)"
   echo
   echo "(seq-4k rows: per 4 KiB of data, so the raw loop's figures are its count per 128 KiB read / 32)"
   echo
-  echo "| workload | engine | user instr/IO (IO thread) | locked instr/IO (IO thread) | user instr/IO (process) | locked instr/IO (process) | Ir total N1 / N2 (process) |"
-  echo "|---|---|---|---|---|---|---|"
-  awk -F'\t' '{printf "| %s | %s | %s | %s | %s | %s | %s / %s |\n", $1, $2, $4, $5, $6, $7, $8, $9}' "$ROWS"
+  echo "| workload | engine | user instr/IO (IO thread) | locked instr/IO (IO thread) | L1D misses/IO (IO thread, simulated) | user instr/IO (process) | locked instr/IO (process) | Ir total N1 / N2 (process) |"
+  echo "|---|---|---|---|---|---|---|---|"
+  awk -F'\t' '{printf "| %s | %s | %s | %s | %s | %s | %s | %s / %s |\n", $1, $2, $4, $5, $10, $6, $7, $8, $9}' "$ROWS"
   echo
   echo "Where the IO thread's instructions go: self instructions per IO by function (code inlined into a function counts as that function's), the 12 largest for each plugio workload (every function at >= 1 per IO is in \`$OUT/WORKLOAD.ENGINE.functions.txt\`):"
   for f in "$OUT"/nop.nop.functions.txt "$OUT"/cached-4k.plugio.functions.txt "$OUT"/seq-4k.plugio.functions.txt; do

@@ -11,7 +11,10 @@ operand (implicitly locked). Locked instructions are found with
 `objdump -d` of each object (`ob=`) the file names; callgrind's
 instruction addresses are the objects' link-time addresses, the same
 addresses objdump prints. Only user space is counted (callgrind does not
-see the kernel); objects that are not files (the vDSO) are skipped.
+see the kernel); objects that are not files (the vDSO) are skipped. The
+JSON form also carries every event's total from the file's header
+(`events`), such as the simulated L1 data cache misses `D1mr` and `D1mw`
+of a run with `--cache-sim=yes`.
 
 --json   one JSON object per file instead of a text line.
 --top N  also list the N most executed locked instructions.
@@ -118,6 +121,7 @@ def parse(path):
     fn_of = {}
     thread = None
     total_header = None
+    summary = None
     with open(path, encoding="utf-8", errors="replace") as f:
         for raw in f:
             line = raw.rstrip("\n")
@@ -176,16 +180,20 @@ def parse(path):
             elif line.startswith("thread:"):
                 thread = line.split(":", 1)[1].strip()
             elif line.startswith(("summary:", "totals:")):
-                total_header = int(line.split(":", 1)[1].split()[0])
+                summary = [int(v) for v in line.split(":", 1)[1].split()]
+                total_header = summary[0]
     if "instr" not in positions[:1]:
         sys.exit(f"cglock: {path} has no instruction positions: run callgrind with --dump-instr=yes")
     if events and events[0] != "Ir":
         sys.exit(f"cglock: {path}: first event is {events[0]}, expected Ir")
-    return cost, fn_of, thread, total_header
+    # Every event's total (Ir, and with --cache-sim=yes the simulated cache
+    # events such as D1mr and D1mw), from the header.
+    totals = dict(zip(events or ["Ir"], summary or []))
+    return cost, fn_of, thread, total_header, totals
 
 
 def analyse(path, top, check, functions=False):
-    cost, fn_of, thread, total_header = parse(path)
+    cost, fn_of, thread, total_header, totals = parse(path)
     per_ob = defaultdict(lambda: [0, 0])  # ob -> [Ir, locked Ir]
     locked_rows = []
     unmatched = 0
@@ -212,6 +220,7 @@ def analyse(path, top, check, functions=False):
         "thread": thread,
         "ir": total,
         "ir_header": total_header,
+        "events": totals,
         "locked": locked_total,
         "objects": {ob: {"ir": v[0], "locked": v[1]} for ob, v in sorted(per_ob.items())},
         "top_locked": [
