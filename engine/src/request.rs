@@ -16,9 +16,16 @@
 
 use plugio_device::{IoFlags, OpKind};
 
+use smallvec::SmallVec;
+
 use crate::bio::BioId;
 use crate::interval::Node;
 use crate::tag::Tag;
+
+/// A request's pieces: one (an unmerged bio, the common case) is held in
+/// the request's own slot, so building and completing it touch no heap
+/// memory for it; more spill to the heap, whose capacity the slot keeps.
+pub(crate) type Pieces = SmallVec<[Piece; 1]>;
 
 /// Where a request is on its path.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -57,7 +64,7 @@ pub(crate) struct Request {
     pub flags: IoFlags,
     pub offset_bytes: u64,
     pub len_bytes: u64,
-    pub pieces: Vec<Piece>,
+    pub pieces: Pieces,
     pub iovecs: Vec<libc::iovec>,
     /// The registered buffer holding the whole request, if any.
     pub fixed_buf: Option<u16>,
@@ -148,7 +155,7 @@ mod tests {
     #[test]
     fn short_result_is_shared_in_order() {
         let rq = Request {
-            pieces: vec![piece(0, 4096), piece(1, 4096), piece(2, 4096)],
+            pieces: smallvec::smallvec![piece(0, 4096), piece(1, 4096), piece(2, 4096)],
             len_bytes: 12288,
             ..Default::default()
         };
