@@ -145,6 +145,10 @@ impl Drop for EnterGuard<'_> {
 pub(crate) struct Core {
     /// True while the tick-end hooks run (see [`in_tick_hooks`]).
     in_hooks: Cell<bool>,
+    /// An embedder's `enter` ran since the last tick: what it started may
+    /// wait for a tick-end hook (an IO in the engine's plug), so the next
+    /// `run_once` ticks before it waits.
+    entered_since_tick: Cell<bool>,
     /// Unique for the life of the process (a new executor on the same
     /// thread gets a new one).
     uid: u64,
@@ -192,6 +196,7 @@ impl Core {
         let shared = Arc::new(CoreShared::new(index, core_uid, driver.unparker()));
         Core {
             in_hooks: Cell::new(false),
+            entered_since_tick: Cell::new(false),
             uid: core_uid,
             main_wake: Arc::new(MainWake {
                 woken: AtomicBool::new(false),
@@ -231,6 +236,7 @@ impl Core {
     /// would otherwise inherit what the last task left of it.
     pub(crate) fn enter_fresh(&self) -> EnterGuard<'_> {
         self.budget.reset(self.config.coop_budget);
+        self.entered_since_tick.set(true);
         self.enter()
     }
 
@@ -314,8 +320,12 @@ impl Core {
         // what its tick queued and collected what was there. A call that
         // does not wait skips it, so that one call is one enter (an embedder
         // such as the fio engine commits a batch with one `run_once`); what
-        // completed since is collected by the park after the tick.
-        if wait != Some(Duration::ZERO) {
+        // completed since is collected by the park after the tick. So does
+        // the first call after an `enter`: what the embedder started there
+        // (an IO in the engine's plug) goes out at this tick's end, and
+        // nothing would end a wait for it before.
+        let entered = self.entered_since_tick.replace(false);
+        if wait != Some(Duration::ZERO) && !entered {
             self.park_and_count(false, wait);
         }
         let hook_pending = self.tick();
@@ -328,6 +338,7 @@ impl Core {
     /// One tick up to the park: remote wakes, timers, the ready batch,
     /// hooks. Returns whether a hook reported pending work.
     fn tick(&self) -> bool {
+        self.entered_since_tick.set(false);
         let mut stats = self.stats.get();
         stats.ticks += 1;
         // Published early so tasks see the number of the tick they run in.

@@ -257,7 +257,10 @@ impl LocalExecutor {
     /// wake from another thread, or a timer, and does not wait at all while
     /// a task is ready (it still collects the events already there). Then
     /// one tick runs and what it queued is submitted, as in `run_once`. A
-    /// zero `timeout` is `run_once`: no park before the tick.
+    /// zero `timeout` is `run_once`: no park before the tick. Nor does the
+    /// first call after an [`enter`](LocalExecutor::enter) wait before its
+    /// tick: an IO polled inside `enter` sits in the core's plug until a
+    /// tick ends, and no event could end a wait for it.
     ///
     /// A loop that needs `n` completions calls this until it has them, with
     /// the time it has left:
@@ -292,7 +295,8 @@ impl LocalExecutor {
     /// themselves between [`LocalExecutor::run_once`] calls (the fio
     /// ioengine starts the IOs of a batch this way in its `commit` hook,
     /// with no task to hand them to). Inside `f`, IO futures can be polled
-    /// (an IO joins the core's plug; the next tick's end flushes it) and
+    /// (an IO joins the core's plug; the next tick's end flushes it, and
+    /// the next `run_once_timeout` runs that tick before it waits) and
     /// [`spawn_local`](crate::spawn_local) spawns onto this core. Nothing
     /// runs by itself: wakes queue tasks for the next tick. `f` gets a
     /// fresh coop budget, as a task poll does. The idea is tokio's

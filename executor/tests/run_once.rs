@@ -227,6 +227,32 @@ fn enter_makes_the_core_current_without_a_tick() {
 }
 
 #[test]
+fn run_once_after_enter_ticks_before_it_waits() {
+    // What an embedder starts inside `enter` may wait for a tick-end hook
+    // (an IO in the engine's plug): a wait before that tick would never
+    // end (`None`) or last its whole timeout.
+    let (ex, log) = logging_executor();
+    let l2 = log.clone();
+    ex.enter(|| register_tick_hook(Rc::new(LoggingHook(l2))));
+    assert!(!ex.run_once_timeout(Some(Duration::from_secs(5))));
+    let zero = Event::Park(Some(Duration::ZERO));
+    assert_eq!(
+        *log.borrow(),
+        vec![Event::Hook, zero],
+        "no wait before the tick"
+    );
+    // With no `enter` since, the next call waits first, as before.
+    log.borrow_mut().clear();
+    let short = Duration::from_millis(1);
+    assert!(!ex.run_once_timeout(Some(short)));
+    assert_eq!(
+        *log.borrow(),
+        vec![Event::Park(Some(short)), Event::Hook, zero],
+        "an idle call waits, then ticks"
+    );
+}
+
+#[test]
 fn run_once_and_a_second_enter_refuse_an_entered_core() {
     let ex = LocalExecutor::new();
     let other = LocalExecutor::new();
