@@ -104,6 +104,9 @@ pub(crate) struct Core {
     ring: RefCell<Option<Rc<Ring>>>,
     /// `DeviceDriver`s alive on this thread (0 or 1).
     drivers: Cell<usize>,
+    /// The executor core the driver was attached to (`Driver::attach`), if
+    /// it was: only IO of that core is reaped by its parks.
+    owner_uid: Cell<Option<u64>>,
     /// The fork generation the driver was installed in (see `fork`).
     fork_generation: Cell<u64>,
 }
@@ -118,6 +121,24 @@ thread_local! {
 /// submitted on a thread without one would never complete.
 pub fn driver_installed() -> bool {
     CORE.try_with(|c| c.drivers.get() > 0).unwrap_or(false)
+}
+
+/// Whether the [`DeviceDriver`](crate::DeviceDriver) installed on the
+/// calling thread serves executor core `core_uid`: it is installed and was
+/// attached to that core, or to none (a driver used without an executor,
+/// or wrapped by a driver that does not forward
+/// [`Driver::attach`](plugio_executor::Driver::attach)). IO of another
+/// executor on the same thread would wait for parks of its own, which do
+/// not reap this thread's ring: it must be refused.
+///
+/// ```
+/// let ex = plugio_executor::LocalExecutor::new(); // no DeviceDriver
+/// let uid = ex.run(async { plugio_executor::core_uid() }).unwrap();
+/// assert!(!plugio_device::driver_serves(uid));
+/// ```
+pub fn driver_serves(core_uid: u64) -> bool {
+    CORE.try_with(|c| c.drivers.get() > 0 && c.owner_uid.get().is_none_or(|o| o == core_uid))
+        .unwrap_or(false)
 }
 
 /// Runs `f` with the current thread's core context.
@@ -150,6 +171,7 @@ impl Core {
             external: Cell::new(0),
             ring: RefCell::new(None),
             drivers: Cell::new(0),
+            owner_uid: Cell::new(None),
             fork_generation: Cell::new(0),
         }
     }
@@ -160,8 +182,15 @@ impl Core {
         if delta > 0 {
             self.fork_generation.set(crate::fork::generation());
         }
+        // A new driver is attached anew; a dropped one's owner is gone.
+        self.owner_uid.set(None);
         self.drivers
             .set(self.drivers.get().saturating_add_signed(delta));
+    }
+
+    /// Records the executor core that owns this thread's driver.
+    pub fn set_owner(&self, core_uid: u64) {
+        self.owner_uid.set(Some(core_uid));
     }
 
     /// This thread's driver was installed before a fork of the process:

@@ -260,6 +260,12 @@ impl Driver for DeviceDriver {
     fn unparker(&self) -> Arc<dyn Unpark> {
         self.unparker.clone()
     }
+
+    /// Records `core_uid` as the one executor core whose IO this driver
+    /// reaps (see [`driver_serves`](crate::driver_serves)).
+    fn attach(&self, core_uid: u64) {
+        self.core.set_owner(core_uid);
+    }
 }
 
 impl Drop for DeviceDriver {

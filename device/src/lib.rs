@@ -87,8 +87,8 @@ pub use backend::nvme::{is_passthrough_path, NvmeBackend, NvmeOptions};
 pub use backend::{check_op, Backend, BackendKind, SqWriter};
 pub use buf::DmaBuf;
 pub use core::{
-    driver_installed, register_handler, run_completions, submit_now, unregister_handler,
-    CompletionHandler, HandlerId,
+    driver_installed, driver_serves, register_handler, run_completions, submit_now,
+    unregister_handler, CompletionHandler, HandlerId,
 };
 pub use driver::DeviceDriver;
 pub use error::{Error, ErrorKind, InvalidInput, Result};

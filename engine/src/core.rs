@@ -161,7 +161,10 @@ impl EngineCore {
         if let Some(c) = Self::by_uid(uid) {
             return Ok(c);
         }
-        if !plugio_device::driver_installed() {
+        // The thread's DeviceDriver must be this executor's: another
+        // executor on the thread (one without the driver) would never
+        // reap the IO, and its state would end the live one's (`create`).
+        if !plugio_device::driver_serves(uid) {
             return Err(no_runtime(NO_DEVICE_DRIVER));
         }
         let core = plugio_executor::core_id().ok_or_else(|| no_runtime(OFF_CORE))?;
@@ -207,9 +210,10 @@ impl EngineCore {
             LAST.with(|l| l.set((0, std::ptr::null())));
             cores.retain(|old| {
                 // Only one plugio executor (one DeviceDriver) lives on a
-                // thread at a time, so every other state here belongs to
-                // an executor that is gone; its driver drained what was
-                // in flight. What is still in its plug or its FIFOs will
+                // thread at a time, and a state is made only for the
+                // executor the driver serves (`current_slow`), so every
+                // other state here belongs to an executor that is gone;
+                // its driver drained what was in flight. What is still in its plug or its FIFOs will
                 // never be dispatched: end it, so the state (and the
                 // devices it holds) can go.
                 old.abandon();

@@ -52,3 +52,35 @@ fn io_on_an_executor_without_the_driver_is_no_driver_and_names_the_fix() {
         assert!(msg.contains("plugio::runtime::local"), "{msg}");
     });
 }
+
+#[test]
+fn io_on_a_second_executor_of_the_thread_is_no_driver_and_leaves_the_first_alone() {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+    watchdog(30, || {
+        let dir = tmpdir();
+        let dev = file_device(&dir);
+        let ex = plugio_engine::runtime::local(plugio_device::RingConfig::default()).expect("ex");
+        // The driver's own executor has an IO in its plug (polled by an
+        // embedder inside `enter`, not yet flushed).
+        let mut first = std::pin::pin!(dev.read_alloc_at(0, 4096));
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(ex.enter(|| first.as_mut().poll(&mut cx)).is_pending());
+        // Another executor on the same thread, without the driver: its IO
+        // is refused at once (nothing of it would ever be reaped) ...
+        let plain = plugio_executor::LocalExecutor::new();
+        let err = plain
+            .run(dev.read_alloc_at(4096, 4096))
+            .expect_err("no driver");
+        assert_eq!(*err.kind(), ErrorKind::NoDriver);
+        assert!(err.to_string().contains("no DeviceDriver"), "{err}");
+        // ... and the first executor's IO is left alone: it completes.
+        let data = loop {
+            if let Poll::Ready(r) = ex.enter(|| first.as_mut().poll(&mut cx)) {
+                break r.expect("the first executor's read");
+            }
+            ex.run_once_timeout(Some(std::time::Duration::from_millis(100)));
+        };
+        assert_eq!(data.as_slice(), &[1u8; 4096][..]);
+    });
+}

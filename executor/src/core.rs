@@ -193,6 +193,7 @@ impl Core {
     ) -> Core {
         // Relaxed: a unique id, no data hangs on it.
         let core_uid = NEXT_CORE_UID.fetch_add(1, Relaxed);
+        driver.attach(core_uid);
         let shared = Arc::new(CoreShared::new(index, core_uid, driver.unparker()));
         Core {
             in_hooks: Cell::new(false),

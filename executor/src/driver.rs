@@ -49,6 +49,40 @@ pub trait Driver {
     /// Returns a handle that other threads use to wake this core out of
     /// [`Driver::park`]. Cheap to clone; called once per core at start.
     fn unparker(&self) -> Arc<dyn Unpark>;
+
+    /// Tells the driver which executor core owns it: called once, on the
+    /// core's thread, as the core is built around it, with the core's
+    /// [`core_uid`](crate::core_uid). A driver whose events only its own
+    /// core may consume (the device layer's, which reaps the thread's
+    /// io_uring) records it, so that IO polled on another executor of the
+    /// same thread is refused instead of waiting for a park that never
+    /// comes. A driver that wraps another forwards it. The default does
+    /// nothing.
+    ///
+    /// ```
+    /// use std::cell::Cell;
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use plugio_executor::{core_uid, Driver, LocalExecutor, ThreadDriver, Unpark};
+    ///
+    /// struct Owned(ThreadDriver, Arc<std::sync::Mutex<Option<u64>>>);
+    /// impl Driver for Owned {
+    ///     fn park(&self, t: Option<Duration>) -> std::io::Result<()> { self.0.park(t) }
+    ///     fn unparker(&self) -> Arc<dyn Unpark> { self.0.unparker() }
+    ///     fn attach(&self, uid: u64) { *self.1.lock().unwrap() = Some(uid); }
+    /// }
+    /// let owner = Arc::new(std::sync::Mutex::new(None));
+    /// let o = owner.clone();
+    /// let ex = LocalExecutor::builder()
+    ///     .driver(move |_| Ok(Box::new(Owned(ThreadDriver::new(), o.clone())) as Box<dyn Driver>))
+    ///     .build()?;
+    /// let uid = ex.run(async { core_uid() });
+    /// assert_eq!(*owner.lock().unwrap(), uid);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    fn attach(&self, core_uid: u64) {
+        let _ = core_uid;
+    }
 }
 
 /// Wakes a parked core from any thread.

@@ -120,6 +120,10 @@ impl Driver for StatsDriver {
             None => self.inner.unparker(),
         }
     }
+
+    fn attach(&self, core_uid: u64) {
+        self.inner.attach(core_uid);
+    }
 }
 
 /// The device options `job` asks for, with its ablations applied; notes

@@ -305,6 +305,10 @@ impl Driver for CountingDriver {
     fn unparker(&self) -> Arc<dyn Unpark> {
         self.inner.unparker()
     }
+
+    fn attach(&self, core_uid: u64) {
+        self.inner.attach(core_uid);
+    }
 }
 
 fn open_device(args: &ReplayArgs) -> Result<Device, ReplayError> {
