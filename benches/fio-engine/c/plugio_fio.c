@@ -216,6 +216,29 @@ static uint64_t plugio_iomem_bytes(struct thread_data *td)
 		2 * (uint64_t) td->o.mem_align + page_size;
 }
 
+/*
+ * The numjobs of the job this thread belongs to. fio makes the N threads of
+ * a numjobs=N job by cloning the first, and sets numjobs=1 in each clone
+ * (init.c, add_job); the clones follow their original in fio's thread table
+ * (subjob_number 0 marks an original). Every thread of the job must ask for
+ * the same tag count of a file they share, or the second open is refused.
+ */
+static unsigned int plugio_numjobs(struct thread_data *td)
+{
+	struct thread_data *t, *orig = td;
+	int i;
+
+	if (!td->subjob_number)
+		return td->o.numjobs;
+	for_each_td(t, i) {
+		if (t == td)
+			break;
+		if (!t->subjob_number)
+			orig = t;
+	}
+	return orig->o.numjobs;
+}
+
 static int plugio_init(struct thread_data *td)
 {
 	struct plugio_options *o = td->eo;
@@ -238,7 +261,7 @@ static int plugio_init(struct thread_data *td)
 	cfg.sq_entries = o->sq_entries;
 	cfg.iomem_bytes = plugio_iomem_bytes(td);
 	cfg.bounce_unaligned = o->bounce_unaligned;
-	cfg.numjobs = td->o.numjobs;
+	cfg.numjobs = plugio_numjobs(td);
 
 	d = calloc(1, sizeof(*d));
 	if (!d)
