@@ -211,8 +211,9 @@ pub struct BenchArgs {
     /// flight are the same either way.
     #[arg(long, value_enum, default_value_t = IdleWait::Auto)]
     pub idle_wait: IdleWait,
-    /// A label copied into the JSON result (used by benches/compare.sh).
-    #[arg(long, hide = true)]
+    /// A label copied into the JSON result as `"tag"` (benches/compare.sh
+    /// names each run's engine and settings with it).
+    #[arg(long)]
     pub tag: Option<String>,
 }
 

@@ -182,7 +182,9 @@ impl FileBackend {
     /// A backend over `fd`, a file or block device already opened from
     /// `path` (with `O_DIRECT` when `direct`; see
     /// [`crate::fs_ops::open`]), served by `kind`. Reads the geometry
-    /// (`fstat`, `statx`, and sysfs for a block device).
+    /// (`fstat`, `statx`, and sysfs for a block device). On a block device
+    /// it sets `O_NOATIME` on `fd` ([`skip_atime`]): a file status flag,
+    /// so every duplicate of `fd` (`dup`, a fork's copy) gets it too.
     ///
     /// # Errors
     /// [`ErrorKind::Unsupported`] for `BackendKind::Mem`; the `fstat`,
