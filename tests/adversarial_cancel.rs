@@ -407,10 +407,12 @@ fn file_io_on_an_executor_without_the_device_driver_completes_or_fails_typed() {
 }
 
 /// Two executors alive on one thread: A (with the device driver) leaves a
-/// read in flight; B (a plain executor) touches the engine, which replaces
-/// the thread's engine state and so drops A's bio table, buffers of
-/// in-flight reads included. A's read then lands in freed memory that a
-/// new buffer already reuses.
+/// read in flight; B (a plain executor) tries the engine. Once, that
+/// replaced the thread's engine state and so dropped A's bio table,
+/// buffers of in-flight reads included, and A's read landed in freed
+/// memory that a new buffer already reused; later, B's state ended A's
+/// IO. Now B is refused (`NoDriver`: the thread's driver serves A) and
+/// A's read is untouched.
 #[test]
 fn a_second_executor_on_the_thread_does_not_free_in_flight_buffers() {
     watchdog(10, || {
@@ -438,7 +440,10 @@ fn a_second_executor_on_the_thread_does_not_free_in_flight_buffers() {
         b.run({
             let dev = dev.clone();
             async move {
-                let _guard = dev.plug(1).expect("plug");
+                // B has no DeviceDriver of its own (A's is the thread's):
+                // it is refused before it touches the engine.
+                let err = dev.plug(1).expect_err("no driver for B");
+                assert_eq!(*err.kind(), ErrorKind::NoDriver, "{err}");
             }
         });
         // Memory freed by the swap is handed out again.

@@ -276,8 +276,9 @@ impl EngineCore {
     /// still in its plug and requests waiting in its FIFOs. A bio whose
     /// future was dropped is freed (its IO never reached the device); any
     /// other fails with `ECANCELED` (its future, polled again, gets that).
-    /// Called only for states whose executor is gone (see `create`).
-    fn abandon(&self) {
+    /// Called only for states whose executor is gone (see `create`, and
+    /// `Issued::poll` of an IO polled again after its executor dropped).
+    pub(crate) fn abandon(&self) {
         let cancelled = -i64::from(libc::ECANCELED);
         let mut wakers = Vec::new();
         {

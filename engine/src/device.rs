@@ -578,10 +578,13 @@ pub(crate) fn issue_inline(
 
 impl Issued {
     /// The bio's result once it completed (its slot is freed then), else
-    /// records `cx`'s waker.
+    /// records `cx`'s waker. An IO whose executor was dropped before it
+    /// was sent (an embedder's poll inside `LocalExecutor::enter`, then
+    /// the executor gone) fails with `ECANCELED`.
     ///
     /// # Panics
-    /// When polled on another core than the one that issued it.
+    /// When polled on another core than the one that issued it while that
+    /// core's executor still exists.
     #[inline]
     pub(crate) fn poll(self, cx: &Context<'_>) -> Poll<BioResult> {
         let Issued { uid, id, .. } = self;
@@ -595,10 +598,9 @@ impl Issued {
         // old core's state (kept while busy) and wait forever: its plug is
         // never flushed and its completions never come. (Checked only
         // here, not on the ready path.)
-        assert!(
-            plugio_executor::core_uid() == Some(uid),
-            "a plugio IO future was moved to another core after its first poll"
-        );
+        if plugio_executor::core_uid() != Some(uid) {
+            return Self::poll_off_core(uid, id);
+        }
         EngineCore::with_uid(uid, |ec| {
             if let Some(bio) = ec.bios.borrow_mut().get_mut(id) {
                 match &bio.waker {
@@ -608,6 +610,28 @@ impl Issued {
             }
         });
         Poll::Pending
+    }
+
+    /// [`Issued::poll`] of an unfinished bio off its core: cancelled when
+    /// its executor is gone (the thread's device driver no longer serves
+    /// it, so nothing will send or reap it), else a misuse.
+    #[cold]
+    fn poll_off_core(uid: u64, id: BioId) -> Poll<BioResult> {
+        assert!(
+            !plugio_device::driver_serves(uid),
+            "a plugio IO future was moved to another core after its first poll"
+        );
+        // The executor of `uid` is gone, so its state may be abandoned:
+        // what is still in its plug or FIFOs ends with ECANCELED (what was
+        // in flight was reaped as its driver dropped).
+        let r = EngineCore::with_uid(uid, |ec| {
+            ec.abandon();
+            ec.bios.borrow_mut().take_result(id)
+        });
+        Poll::Ready(r.flatten().unwrap_or_else(|| {
+            Err(Error::from_errno(libc::ECANCELED)
+                .with_context("the executor this IO was issued on was dropped before it ran"))
+        }))
     }
 
     /// Lets go of the bio as its future is dropped before taking the

@@ -84,3 +84,30 @@ fn io_on_a_second_executor_of_the_thread_is_no_driver_and_leaves_the_first_alone
         assert_eq!(data.as_slice(), &[1u8; 4096][..]);
     });
 }
+
+#[test]
+fn io_polled_again_after_its_executor_dropped_is_cancelled() {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+    watchdog(30, || {
+        let dir = tmpdir();
+        let dev = file_device(&dir);
+        let ex = plugio_engine::runtime::local(plugio_device::RingConfig::default()).expect("ex");
+        // Polled by an embedder inside `enter`: the read waits in the plug.
+        let mut read = std::pin::pin!(dev.read_alloc_at(0, 4096));
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(ex.enter(|| read.as_mut().poll(&mut cx)).is_pending());
+        drop(ex);
+        // Nothing will send it now: polled again, it fails, it does not
+        // wait forever (or blame a move to another core).
+        let Poll::Ready(r) = read.as_mut().poll(&mut cx) else {
+            panic!("an IO of a dropped executor stays pending");
+        };
+        let err = r.expect_err("cancelled");
+        assert_eq!(err.errno(), libc::ECANCELED, "{err}");
+        // The thread can run a new executor and do IO with the device.
+        let ex = plugio_engine::runtime::local(plugio_device::RingConfig::default()).expect("ex");
+        let data = ex.run(dev.read_alloc_at(0, 4096)).expect("read");
+        assert_eq!(data.as_slice(), &[1u8; 4096][..]);
+    });
+}
