@@ -170,7 +170,7 @@ pub unsafe extern "C" fn plugio_fio_open(
     let (errno, refused, msg) = match res {
         Ok(Ok(id)) => return id.0 + 1,
         Ok(Err(e)) => (
-            e.errno(),
+            open_errno(&e),
             *e.kind() == ErrorKind::DirectIoRefused,
             format!("plugio: {e}"),
         ),
@@ -183,6 +183,17 @@ pub unsafe extern "C" fn plugio_fio_open(
         write_msg(err, err_len, &msg);
     }
     0
+}
+
+/// The errno an open failure reaches fio with: `EBUSY` for a file this
+/// process already has open with other options (another job thread's),
+/// not the `EINVAL` of other bad input, which fio would report as "does
+/// not support O_DIRECT" on a `direct=1` job.
+fn open_errno(e: &plugio_device::Error) -> c_int {
+    match e.kind() {
+        ErrorKind::InvalidInput(plugio_device::InvalidInput::AlreadyOpen { .. }) => libc::EBUSY,
+        _ => e.errno(),
+    }
 }
 
 /// `close_file`: lets go of device `dev` (an id from `plugio_fio_open`).
@@ -365,4 +376,23 @@ extern "C" {
 pub unsafe extern "C" fn get_ioengine(ops: *mut *mut c_void) {
     // SAFETY: the caller's contract; the shim's ops are a static.
     unsafe { *ops = plugio_fio_ioengine_ops() };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::open_errno;
+    use plugio_device::{Error, InvalidInput};
+
+    #[test]
+    fn an_open_with_other_options_is_ebusy_other_bad_input_einval() {
+        let busy = Error::invalid(InvalidInput::AlreadyOpen {
+            detail: "queue_depth: 512 vs 256".into(),
+        });
+        assert_eq!(open_errno(&busy), libc::EBUSY);
+        let bad = Error::invalid(InvalidInput::Length {
+            len_bytes: 0,
+            max_bytes: 0,
+        });
+        assert_eq!(open_errno(&bad), libc::EINVAL);
+    }
 }
