@@ -251,6 +251,11 @@ impl fmt::Display for RingInfo {
         )?;
         writeln!(f, "registered files:    {}", self.registered_files)?;
         writeln!(f, "supported ops:       {}", self.supported_ops.join(" "))?;
-        write!(f, "unsupported ops:     {}", self.unsupported_ops.join(" "))
+        let unsupported = if self.unsupported_ops.is_empty() {
+            "none".to_string()
+        } else {
+            self.unsupported_ops.join(" ")
+        };
+        write!(f, "unsupported ops:     {unsupported}")
     }
 }
