@@ -103,6 +103,13 @@ impl TickHook for CoreHooks {
         clock::invalidate();
         false
     }
+
+    /// Bios wait in the plug (polled inside `LocalExecutor::enter`): only
+    /// the next tick's end sends them.
+    fn has_pending(&self) -> bool {
+        self.core()
+            .is_some_and(|c| !c.plug.borrow().bios.is_empty())
+    }
 }
 
 impl CompletionHandler for CoreHooks {

@@ -55,6 +55,15 @@ pub trait TickHook {
     /// zero timeout) and ticks again. The hook may wake or spawn tasks; the
     /// core re-checks its run queue afterwards.
     fn tick_end(&self) -> bool;
+
+    /// Whether the hook holds work that only its next
+    /// [`tick_end`](TickHook::tick_end) moves on (the engine's non-empty
+    /// plug). Asked after an embedder's `LocalExecutor::enter`: when a hook
+    /// says so, the next `run_once_timeout` ticks before it waits, since no
+    /// event would end that wait. The default is `false`.
+    fn has_pending(&self) -> bool {
+        false
+    }
 }
 
 /// Tuning of one core.
@@ -145,10 +154,10 @@ impl Drop for EnterGuard<'_> {
 pub(crate) struct Core {
     /// True while the tick-end hooks run (see [`in_tick_hooks`]).
     in_hooks: Cell<bool>,
-    /// An embedder's `enter` ran since the last tick: what it started may
-    /// wait for a tick-end hook (an IO in the engine's plug), so the next
+    /// An embedder's `enter` left work that only a tick-end hook moves on
+    /// (an IO in the engine's plug; `TickHook::has_pending`), so the next
     /// `run_once` ticks before it waits.
-    entered_since_tick: Cell<bool>,
+    hook_work_after_enter: Cell<bool>,
     /// Unique for the life of the process (a new executor on the same
     /// thread gets a new one).
     uid: u64,
@@ -197,7 +206,7 @@ impl Core {
         let shared = Arc::new(CoreShared::new(index, core_uid, driver.unparker()));
         Core {
             in_hooks: Cell::new(false),
-            entered_since_tick: Cell::new(false),
+            hook_work_after_enter: Cell::new(false),
             uid: core_uid,
             main_wake: Arc::new(MainWake {
                 woken: AtomicBool::new(false),
@@ -237,8 +246,15 @@ impl Core {
     /// would otherwise inherit what the last task left of it.
     pub(crate) fn enter_fresh(&self) -> EnterGuard<'_> {
         self.budget.reset(self.config.coop_budget);
-        self.entered_since_tick.set(true);
         self.enter()
+    }
+
+    /// After an embedder's `enter`: notes whether a tick-end hook now
+    /// holds work (see `hook_work_after_enter`).
+    pub(crate) fn note_hook_work(&self) {
+        if self.hooks.borrow().iter().any(|h| h.has_pending()) {
+            self.hook_work_after_enter.set(true);
+        }
     }
 
     /// Whether some core is current on this thread.
@@ -322,11 +338,11 @@ impl Core {
         // does not wait skips it, so that one call is one enter (an embedder
         // such as the fio engine commits a batch with one `run_once`); what
         // completed since is collected by the park after the tick. So does
-        // the first call after an `enter`: what the embedder started there
-        // (an IO in the engine's plug) goes out at this tick's end, and
-        // nothing would end a wait for it before.
-        let entered = self.entered_since_tick.replace(false);
-        if wait != Some(Duration::ZERO) && !entered {
+        // the first call after an `enter` that left work for a hook: what
+        // the embedder started there (an IO in the engine's plug) goes out
+        // at this tick's end, and nothing would end a wait for it before.
+        let hook_work = self.hook_work_after_enter.replace(false);
+        if wait != Some(Duration::ZERO) && !hook_work {
             self.park_and_count(false, wait);
         }
         let hook_pending = self.tick();
@@ -339,7 +355,7 @@ impl Core {
     /// One tick up to the park: remote wakes, timers, the ready batch,
     /// hooks. Returns whether a hook reported pending work.
     fn tick(&self) -> bool {
-        self.entered_since_tick.set(false);
+        self.hook_work_after_enter.set(false);
         let mut stats = self.stats.get();
         stats.ticks += 1;
         // Published early so tasks see the number of the tick they run in.

@@ -258,7 +258,8 @@ impl LocalExecutor {
     /// a task is ready (it still collects the events already there). Then
     /// one tick runs and what it queued is submitted, as in `run_once`. A
     /// zero `timeout` is `run_once`: no park before the tick. Nor does the
-    /// first call after an [`enter`](LocalExecutor::enter) wait before its
+    /// first call after an [`enter`](LocalExecutor::enter) that left work
+    /// for a tick-end hook ([`TickHook::has_pending`](crate::TickHook::has_pending)) wait before its
     /// tick: an IO polled inside `enter` sits in the core's plug until a
     /// tick ends, and no event could end a wait for it.
     ///
@@ -335,7 +336,9 @@ impl LocalExecutor {
             "LocalExecutor::enter called on a plugio core (inside a task, `run`, or another `enter`)"
         );
         let _core = self.core.enter_fresh();
-        f()
+        let out = f();
+        self.core.note_hook_work();
+        out
     }
 
     /// Queues a `!Send` future; it runs during the next [`LocalExecutor::run`]
