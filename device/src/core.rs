@@ -186,6 +186,12 @@ impl Core {
         self.owner_uid.set(None);
         self.drivers
             .set(self.drivers.get().saturating_add_signed(delta));
+        debug_assert!(self.drivers.get() <= 1, "one DeviceDriver per thread");
+    }
+
+    /// `DeviceDriver`s alive on this thread (0 or 1).
+    pub fn drivers(&self) -> usize {
+        self.drivers.get()
     }
 
     /// Records the executor core that owns this thread's driver.

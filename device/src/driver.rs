@@ -109,7 +109,10 @@ impl DeviceDriver {
                  runtime on new threads (plugio_engine::runtime::builder), not this one",
             ));
         }
-        if core.ring().is_some() {
+        // One driver per thread, with a ring or without: a second one
+        // would replace the first's ring, and its drop would leave the
+        // first unattached (`driver_serves`).
+        if core.drivers() > 0 {
             return Err(Error::from_errno(libc::EBUSY)
                 .with_context("a DeviceDriver is already installed on this thread"));
         }
@@ -287,6 +290,16 @@ mod tests {
     use crate::backend::BackendKind;
     use crate::fs::File;
     use std::future::Future;
+
+    #[test]
+    fn a_second_driver_on_the_thread_is_refused_with_or_without_a_ring() {
+        let first = DeviceDriver::without_ring().expect("first");
+        let second = DeviceDriver::without_ring().map(|_| ());
+        assert_eq!(second.expect_err("second").errno(), libc::EBUSY);
+        drop(first);
+        // The thread takes a driver again once the first is gone.
+        drop(DeviceDriver::without_ring().expect("after the first"));
+    }
 
     #[test]
     fn drop_waits_for_pool_ops_of_dropped_futures() {
