@@ -125,9 +125,10 @@ mod imp {
                             Some(b) => bufs.push(TaskBuf::Fixed(b)),
                             None => {
                                 notes.push(format!(
-                                    "{NAME}: registered buffer {i} of {} not handed out: \
-                                     the other tasks use plain buffers",
-                                    job.iodepth
+                                    "{NAME}: {i} of {} registered buffers handed out: \
+                                     the other {} tasks use plain buffers",
+                                    job.iodepth,
+                                    job.iodepth as usize - i
                                 ));
                                 break;
                             }
