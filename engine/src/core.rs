@@ -220,9 +220,9 @@ impl EngineCore {
                 // thread at a time, and a state is made only for the
                 // executor the driver serves (`current_slow`), so every
                 // other state here belongs to an executor that is gone;
-                // its driver drained what was in flight. What is still in its plug or its FIFOs will
-                // never be dispatched: end it, so the state (and the
-                // devices it holds) can go.
+                // its driver drained what was in flight. What is still in
+                // its plug or its FIFOs will never be dispatched: end it,
+                // so the state (and the devices it holds) can go.
                 old.abandon();
                 let keep = old.busy();
                 if !keep {

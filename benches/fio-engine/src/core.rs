@@ -138,12 +138,8 @@ struct Submission {
 trait IoEngine {
     /// Starts IOs of `queued`, oldest first, while a slot is free (see
     /// [`IoSlots::start`]); those that finish at once (refused before
-    /// submission) go to `done`. Returns how many were started.
-    fn start_queued(
-        &mut self,
-        queued: &mut VecDeque<Submission>,
-        done: &mut Vec<Completion>,
-    ) -> usize;
+    /// submission) go to `done`.
+    fn start_queued(&mut self, queued: &mut VecDeque<Submission>, done: &mut Vec<Completion>);
     /// Polls the woken slots (see [`IoSlots::poll_ready`]).
     fn poll_ready(&mut self, doorbell: &Waker, done: &mut Vec<Completion>);
 }
@@ -154,24 +150,17 @@ struct Engine<F, M> {
 }
 
 impl<F: Future<Output = i64>, M: Fn(Submission) -> F> IoEngine for Engine<F, M> {
-    fn start_queued(
-        &mut self,
-        queued: &mut VecDeque<Submission>,
-        done: &mut Vec<Completion>,
-    ) -> usize {
-        let mut started = 0;
+    fn start_queued(&mut self, queued: &mut VecDeque<Submission>, done: &mut Vec<Completion>) {
         while self.slots.has_free() {
             let Some(s) = queued.pop_front() else {
                 break;
             };
-            started += 1;
             let cookie = s.cookie;
             let make = &self.make;
             if let Some(c) = self.slots.start(|| make(s), cookie) {
                 done.push(c);
             }
         }
-        started
     }
 
     fn poll_ready(&mut self, doorbell: &Waker, done: &mut Vec<Completion>) {
@@ -205,10 +194,6 @@ pub struct FioCore {
     queued: RefCell<VecDeque<Submission>>,
     /// Completions not yet returned by `getevents`, oldest first.
     done: RefCell<Vec<Completion>>,
-    /// IOs were started since the last tick: their bios wait in the plug,
-    /// which only a tick's end flushes, so the next tick must not wait
-    /// first (nothing of them is in flight to wake it).
-    unflushed: Cell<bool>,
     /// The waker of a task that does nothing: the first slot wake of a
     /// round wakes it, which unparks the core when the wake comes from
     /// another thread (an IO completed off the core), so that a
@@ -257,7 +242,6 @@ impl FioCore {
             devices: RefCell::new(Vec::new()),
             queued: RefCell::new(VecDeque::new()),
             done: RefCell::new(Vec::new()),
-            unflushed: Cell::new(false),
             doorbell,
             _doorbell_task: doorbell_task,
             ex,
@@ -474,20 +458,13 @@ impl FioCore {
         if queued.is_empty() {
             return;
         }
-        if slots.start_queued(&mut queued, &mut self.done.borrow_mut()) > 0 {
-            self.unflushed.set(true);
-        }
+        slots.start_queued(&mut queued, &mut self.done.borrow_mut());
     }
 
-    /// One tick that waits at most `wait` first, or not at all while
-    /// started IOs wait in the plug (it would wait for completions of IO
-    /// that only this tick sends).
+    /// One tick that waits at most `wait` first. Started IOs that wait in
+    /// the plug are not waited for: the executor ticks first after an
+    /// `enter` that left bios in the plug (`TickHook::has_pending`).
     fn tick(&self, wait: Option<Duration>) {
-        let wait = if self.unflushed.replace(false) {
-            Some(Duration::ZERO)
-        } else {
-            wait
-        };
         self.ex.run_once_timeout(wait);
     }
 
