@@ -97,4 +97,6 @@ pub use geometry::{DeviceKind, Geometry};
 pub use info::describe;
 pub use op::{IoFlags, IoOp, OpKind};
 pub use path_kind::{check_path_kind, PathKind};
-pub use ring::{RingConfig, RingInfo, RingStats};
+pub use ring::{
+    BatchWaitTimer, RingConfig, RingInfo, RingStats, BATCH_WAITS_BOUNDED, BATCH_WAIT_UNTIMED,
+};

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use plugio_device::{DeviceDriver, DmaBuf, RingConfig};
+use plugio_device::{BatchWaitTimer, DeviceDriver, DmaBuf, RingConfig};
 use plugio_engine::{Device, DeviceOptions};
 use plugio_executor::{Driver, JoinHandle, Placement, ShutdownMode, Unpark};
 use rand::RngCore;
@@ -145,6 +145,8 @@ pub fn device_options(job: &Job, notes: &mut Vec<String>) -> DeviceOptions {
             Ablation::Iostats => opts.iostats = false,
             Ablation::BioCache => opts.bio_cache = false,
             Ablation::BufCache => opts.buffer_cache = false,
+            // A ring setting (`ring_config`).
+            Ablation::UntimedWait => {}
         }
     }
     if let Some(n) = job.nomerges {
@@ -185,6 +187,11 @@ fn ring_config(job: &Job) -> RingConfig {
     RingConfig {
         sq_entries: job.iodepth.clamp(32, 4096).next_power_of_two(),
         registered_files: if job.register_files { 64 } else { 0 },
+        batch_wait_timer: if job.ablate.contains(&Ablation::UntimedWait) {
+            BatchWaitTimer::Always
+        } else {
+            BatchWaitTimer::WhenLate
+        },
         ..RingConfig::default()
     }
 }

@@ -53,8 +53,81 @@ pub struct RingConfig {
     /// batching: every park wakes on the first CQE. Longer values buy
     /// fewer context switches on devices whose completions trickle in
     /// (zram reads run on io-wq) at the price of latency.
+    ///
+    /// When the bound is armed as a kernel timer is
+    /// [`RingConfig::batch_wait_timer`]'s choice.
     pub batch_wait: Duration,
+    /// When a batched wait arms its bound (`batch_wait`, or less) as a
+    /// kernel timer. Default [`BatchWaitTimer::WhenLate`].
+    pub batch_wait_timer: BatchWaitTimer,
 }
+
+/// When a park's batched wait arms its short bound (at most
+/// [`RingConfig::batch_wait`]) as a kernel timer.
+///
+/// A timer per wait is not free: `min_wait_usec` arms an hrtimer in the
+/// enter and cancels it after, and when it is the CPU's next event each
+/// of these reprograms the local APIC timer. In a virtual machine each
+/// reprogramming and each timer interrupt is an exit to the hypervisor.
+/// On this project's test VM (firecracker, HZ 250), zram random reads at
+/// queue depth 128 armed one per 32 IOs and took about 3,500 extra timer
+/// interrupts a second; without them plugio read 20-25 % faster, level
+/// with a raw io_uring loop, and its latency percentiles fell with the
+/// queueing (`benches/RESULTS.md`, `## Per-IO cost`, "The batched wait's
+/// timer").
+///
+/// The bound matters when batches do not fill on time: a few fast ops
+/// among many slow ones. [`BatchWaitTimer::WhenLate`] arms it only after
+/// such a batch was seen; [`BatchWaitTimer::Always`] on every batched wait.
+/// Waits for one CQE, or with a batch of one, never arm it. The idea is
+/// the kernel's `IORING_ENTER_EXT_ARG` `min_wait_usec` (Linux 6.12, "io_uring:
+/// add support for batch wait timeout"), used where it pays.
+///
+/// ```
+/// use plugio_device::{BatchWaitTimer, RingConfig};
+///
+/// // A latency-first core: every batched wait is bounded by a timer.
+/// let config = RingConfig {
+///     batch_wait_timer: BatchWaitTimer::Always,
+///     ..RingConfig::default()
+/// };
+/// assert_eq!(RingConfig::default().batch_wait_timer, BatchWaitTimer::WhenLate);
+/// # let _ = config;
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BatchWaitTimer {
+    /// Arm the bound only for the [`BATCH_WAITS_BOUNDED`] batched waits
+    /// after a late batch: a wait without the timer that lasted more than
+    /// 4 times the fill time the ring expected for it (and 4 times
+    /// `batch_wait`), or a timed one that its bound ended with less than a
+    /// quarter of its batch. Otherwise a batched wait is bounded only by
+    /// [`BATCH_WAIT_UNTIMED`] (and by the park's own timeout), which is
+    /// longer than a scheduler tick (HZ 100 or more), so its timer does
+    /// not reprogram the CPU's while the CPU is busy.
+    ///
+    /// What this costs in latency: an IO that completes early in a batch
+    /// waits for the batch to fill, about half of an IO's latency at that
+    /// queue depth (the batch is half of what is in flight), rather than
+    /// at most `batch_wait`; a cross-thread unpark during such a wait is
+    /// seen as late. The first batch after a change to slow or uneven
+    /// completions can hold them up to `BATCH_WAIT_UNTIMED`, once; the
+    /// waits after it are bounded again (and usually wait for one CQE, as
+    /// the ring's estimate of the completion interval learns the change).
+    #[default]
+    WhenLate,
+    /// Arm the bound on every batched wait (the policy before 2026-12-02
+    /// 10:00 UTC): an early completion waits at most `batch_wait`, always,
+    /// at the price of a timer per wait.
+    Always,
+}
+
+/// Batched waits that arm their bound after a late batch
+/// ([`BatchWaitTimer::WhenLate`]).
+pub const BATCH_WAITS_BOUNDED: u32 = 64;
+
+/// The bound of a batched wait that arms no timer of its own
+/// ([`BatchWaitTimer::WhenLate`] while batches fill on time): 10 ms.
+pub const BATCH_WAIT_UNTIMED: Duration = Duration::from_millis(10);
 
 impl Default for RingConfig {
     fn default() -> Self {
@@ -67,6 +140,7 @@ impl Default for RingConfig {
             iopoll: false,
             registered_files: 64,
             batch_wait: Duration::from_micros(100),
+            batch_wait_timer: BatchWaitTimer::WhenLate,
         }
     }
 }

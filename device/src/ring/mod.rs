@@ -101,6 +101,21 @@
 //!   per enter (1.3 with a wait for one; `examples/nop_loop.rs` with
 //!   `READ=/dev/zramN`); a longer `batch_wait` gathers more (300 µs: ~30)
 //!   for more latency.
+//! - The bound is a kernel timer per wait, and arming one is not free
+//!   (in a VM each reprogramming of the CPU's timer and each timer
+//!   interrupt is an exit; zram reads at queue depth 128 ran 20-25 %
+//!   slower with one per 32 IOs). So by default
+//!   ([`BatchWaitTimer::WhenLate`]) a batched wait arms it only for the
+//!   [`BATCH_WAITS_BOUNDED`] waits after a late batch (an untimed wait
+//!   that took more than 4 times its expected fill time and 4 times the
+//!   cap, or a timed one its bound ended with less than a quarter of its
+//!   batch); other batched waits are bounded
+//!   by [`BATCH_WAIT_UNTIMED`] (10 ms, longer than a scheduler tick, so
+//!   its timer does not reprogram a busy CPU's), with the same "then any
+//!   CQE" fallback as a ring without `MIN_TIMEOUT`. A late batch also
+//!   teaches the interval estimate that completions are slow, which
+//!   usually turns the next waits into waits for one.
+//!   [`BatchWaitTimer::Always`] arms the bound on every batched wait.
 //! - Only 1 CQE is waited for with 2 or fewer ops in flight (half of 2 is
 //!   1), while an
 //!   interrupt-driven passthrough ring has commands in flight (its
@@ -111,7 +126,14 @@
 //!   timers); after the bound, any CQE, which includes the eventfd read a
 //!   cross-thread unpark completes and the passthrough ring's eventfd
 //!   read. So an unpark that arrives while a batch is being waited for is
-//!   seen at most the bound (<= `batch_wait`) later.
+//!   seen at most the bound (<= `batch_wait`) later in a timed wait. In an
+//!   untimed one it is seen when the batch fills: waits stay untimed only
+//!   while batches fill in about their expected time (at most 4 times
+//!   it), and `BATCH_WAIT_UNTIMED` is the worst, once, when completions
+//!   stop or slow down (that wait is late, and the next ones are timed).
+//!   With half of what is in flight as the batch, the expected fill time
+//!   is about half of an IO's latency at that depth: that is what an
+//!   untimed wait adds, at most, to an IO that completed early.
 
 mod cmd;
 mod config;
@@ -135,7 +157,7 @@ use io_uring::{cqueue, opcode, squeue, types};
 
 pub use cmd::CmdRing;
 pub(crate) use cmd::CmdSlot;
-pub use config::{RingConfig, RingInfo};
+pub use config::{BatchWaitTimer, RingConfig, RingInfo, BATCH_WAITS_BOUNDED, BATCH_WAIT_UNTIMED};
 pub(crate) use unpark::RingUnpark;
 pub use uring::RingStats;
 use uring::{is_retry, is_transient, RingCore, PREFLUSH_BIT};
@@ -161,6 +183,11 @@ const DIRECT_BIT: u64 = 1 << 62;
 pub(crate) const DIRECT_TOKEN_BITS: u32 = 48;
 /// Handler ids a direct op's user_data can carry (14 bits).
 pub(crate) const DIRECT_MAX_HANDLER: u32 = (1 << 14) - 1;
+/// An untimed batched wait is late when it lasts more than this many times
+/// its expected fill time (or the cap, if more): a change to slow or
+/// uneven completions, not the scheduling noise of a busy CPU (a factor of
+/// 2 flagged one wait in 40 on zram, 4 one in 800).
+const LATE_FACTOR: u64 = 4;
 /// Longest back-off sleep after `EBUSY`/`EAGAIN` with nothing reaped.
 const BACKOFF_MAX: Duration = Duration::from_millis(1);
 /// Most CQEs one park waits for.
@@ -307,6 +334,13 @@ pub struct Ring {
     vectored_fixed: Cell<bool>,
     /// [`RingConfig::batch_wait`].
     batch_wait: Duration,
+    /// [`RingConfig::batch_wait_timer`] (a cell so that tests can change
+    /// it).
+    batch_wait_timer: Cell<BatchWaitTimer>,
+    /// Batched waits left that arm their bound as a timer
+    /// ([`BatchWaitTimer::WhenLate`]): set by a late batch, one less per
+    /// timed wait.
+    timed_waits_left: Cell<u32>,
     /// This ring's entry in every backend's [`FileCache`]
     /// (`CACHED_RINGS` or more: none).
     cache_slot: usize,
@@ -391,6 +425,8 @@ impl Ring {
             ),
             info,
             batch_wait: config.batch_wait,
+            batch_wait_timer: Cell::new(config.batch_wait_timer),
+            timed_waits_left: Cell::new(0),
             cache_slot,
             gen,
             files: RefCell::new(FileRegs::default()),
@@ -1036,32 +1072,105 @@ impl Ring {
         // Clock reads only where the completion interval is sampled (two
         // per blocking park with 2 or more ops in flight).
         let start = (in_flight >= 2).then(Instant::now);
+        let timed = want > 1 && self.bound_armed();
+        let expected_fill_ns = want as u64 * self.completion_interval_ns.get();
         if want == 1 {
             self.enter_retrying(1, timeout, Duration::ZERO)?;
+        } else if !timed {
+            self.wait_batch_then_one(want, BATCH_WAIT_UNTIMED, timeout, start)?;
         } else if self.min_timeout() {
             // The kernel arms its first timer at min_wait even when the
             // general timeout is shorter: never let the bound outlast it.
             let bound = timeout.map_or(bound, |t| bound.min(t));
             self.enter_retrying(want, timeout, bound)?;
         } else {
-            let first = timeout.map_or(bound, |t| t.min(bound));
-            let stop = self.enter_retrying(want, Some(first), Duration::ZERO)?;
-            let rest = match (timeout, start) {
-                (Some(t), Some(s)) => t.checked_sub(s.elapsed()).map(Some),
-                (Some(t), None) => t.checked_sub(first).map(Some),
-                (None, _) => Some(None),
-            };
-            if let Some(rest) = rest {
-                if !stop && !self.has_cqes() && rest != Some(Duration::ZERO) {
-                    // Nothing at all within the bound: wait for one.
-                    self.enter_retrying(1, rest, Duration::ZERO)?;
-                }
-            }
+            self.wait_batch_then_one(want, bound, timeout, start)?;
         }
         if let Some(start) = start {
-            self.observe(start.elapsed(), self.cq_len());
+            let (waited, got) = (start.elapsed(), self.cq_len());
+            self.observe(waited, got);
+            if want > 1 {
+                self.note_batch(timed, waited, expected_fill_ns, want, got);
+            }
         }
         Ok(())
+    }
+
+    /// A batched wait without `min_wait`: for `want` CQEs up to `limit`
+    /// (or the park's `timeout`, if sooner), then, only if nothing at all
+    /// arrived, for one CQE for the rest of the park's timeout.
+    fn wait_batch_then_one(
+        &self,
+        want: usize,
+        limit: Duration,
+        timeout: Option<Duration>,
+        start: Option<Instant>,
+    ) -> Result<()> {
+        let first = timeout.map_or(limit, |t| t.min(limit));
+        let stop = self.enter_retrying(want, Some(first), Duration::ZERO)?;
+        let rest = match (timeout, start) {
+            (Some(t), Some(s)) => t.checked_sub(s.elapsed()).map(Some),
+            (Some(t), None) => t.checked_sub(first).map(Some),
+            (None, _) => Some(None),
+        };
+        if let Some(rest) = rest {
+            if !stop && !self.has_cqes() && rest != Some(Duration::ZERO) {
+                // Nothing at all within the limit: wait for one.
+                self.enter_retrying(1, rest, Duration::ZERO)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the next batched wait arms its bound as a kernel timer (see
+    /// [`BatchWaitTimer`]).
+    fn bound_armed(&self) -> bool {
+        match self.batch_wait_timer.get() {
+            BatchWaitTimer::Always => true,
+            BatchWaitTimer::WhenLate => self.timed_waits_left.get() > 0,
+        }
+    }
+
+    /// After a batched wait of `want` that took `waited` and found `got`
+    /// CQEs (`timed`: its bound was armed; `expected_fill_ns`: the
+    /// interval estimate's fill time for the batch when it began): counts
+    /// it, and under [`BatchWaitTimer::WhenLate`] arms the bound for the
+    /// next [`BATCH_WAITS_BOUNDED`] batched waits when the batch was late:
+    /// an untimed wait that lasted more than [`LATE_FACTOR`] times its
+    /// expected fill time (and than `LATE_FACTOR` times the cap), or a
+    /// timed one that ended with less than a quarter of its batch (its
+    /// bound cut it: completions still trickle in). Else a timed wait
+    /// counts down.
+    fn note_batch(
+        &self,
+        timed: bool,
+        waited: Duration,
+        expected_fill_ns: u64,
+        want: usize,
+        got: usize,
+    ) {
+        let late = if timed {
+            got < want.div_ceil(4)
+        } else {
+            let usual_ns = expected_fill_ns.max(self.batch_wait.as_nanos() as u64);
+            waited.as_nanos() > u128::from(LATE_FACTOR * usual_ns)
+        };
+        let mut stats = self.base.stats.borrow_mut();
+        if timed {
+            stats.batch_waits_timed += 1;
+        } else {
+            stats.batch_waits_untimed += 1;
+        }
+        if self.batch_wait_timer.get() == BatchWaitTimer::Always {
+            return;
+        }
+        let left = self.timed_waits_left.get();
+        if late {
+            stats.late_batches += 1;
+            self.timed_waits_left.set(BATCH_WAITS_BOUNDED);
+        } else if timed {
+            self.timed_waits_left.set(left.saturating_sub(1));
+        }
     }
 
     /// Feeds one blocking wait (`waited`, `got` CQEs) into the completion
@@ -1109,6 +1218,12 @@ impl Ring {
                 Err(e) => return Err(Error::from_io(&e).with_context("io_uring_enter")),
             }
         }
+    }
+
+    /// Test hook: the ring's [`RingConfig::batch_wait_timer`].
+    #[cfg(test)]
+    pub(crate) fn set_batch_wait_timer(&self, timer: BatchWaitTimer) {
+        self.batch_wait_timer.set(timer);
     }
 
     fn min_timeout(&self) -> bool {

@@ -10,7 +10,10 @@ use futures::future::join_all;
 
 use crate::backend::file::OpenOptions;
 use crate::testing::{block_on, direct_io_dir, park_until, RecordingHandler};
-use crate::{register_handler, Backend, DeviceDriver, DmaBuf, File, IoFlags, IoOp, RingConfig};
+use crate::{
+    register_handler, Backend, BatchWaitTimer, DeviceDriver, DmaBuf, File, IoFlags, IoOp,
+    RingConfig,
+};
 
 const BLOCK: usize = 4096;
 const FILE_BLOCKS: u64 = 64;
@@ -466,11 +469,13 @@ fn with_slow_reads(
 }
 
 /// 31 ops that do not complete and one NOP: a park that waits for a batch
-/// must still hand the NOP over (after its short bound), not wait for the
-/// slow ones.
+/// must still hand the NOP over (after its short bound, armed on every
+/// batched wait here: `BatchWaitTimer::Always`), not wait for the slow
+/// ones.
 fn one_fast_among_slow(force_no_min_timeout: bool) {
     use plugio_executor::Driver;
     let (driver, ring, handler, id, slow) = with_slow_reads(force_no_min_timeout, 31);
+    ring.set_batch_wait_timer(BatchWaitTimer::Always);
     ring.push(
         io_uring::opcode::Nop::new().build(),
         None,
@@ -501,6 +506,59 @@ fn batched_wait_hands_over_one_fast_completion_among_slow_ops() {
 #[test]
 fn batched_wait_without_min_timeout_falls_back_to_one() {
     one_fast_among_slow(true);
+}
+
+/// `BatchWaitTimer::WhenLate` (the default): the first batched wait arms
+/// no timer of its own, so one fast op among slow ones waits for the
+/// untimed bound; that batch is late, which arms the short bound for the
+/// next waits: the next fast op goes after one timed wait.
+#[test]
+fn late_batch_arms_the_bound_for_the_next_waits() {
+    use plugio_executor::Driver;
+    for force_no_min_timeout in [false, true] {
+        let (driver, ring, handler, id, slow) = with_slow_reads(force_no_min_timeout, 31);
+        if !ring.info().ext_arg {
+            return; // no batched waits before 5.11
+        }
+        assert_eq!(
+            RingConfig::default().batch_wait_timer,
+            BatchWaitTimer::WhenLate
+        );
+        let nop = |token| {
+            ring.push(
+                io_uring::opcode::Nop::new().build(),
+                None,
+                super::NO_FILE,
+                id,
+                token,
+            )
+        };
+        nop(100);
+        driver.park(None).expect("park");
+        let s = ring.stats();
+        assert_eq!((s.batch_waits_untimed, s.batch_waits_timed), (1, 0));
+        assert_eq!(s.late_batches, 1, "the first batch was late");
+        assert_eq!(ring.timed_waits_left.get(), super::BATCH_WAITS_BOUNDED);
+        // That wait also taught the ring that completions are slow (wait
+        // for one from now on); as a ring that has seen fast ones again:
+        ring.completion_interval_ns.set(0);
+        nop(101);
+        driver.park(None).expect("park");
+        let s = ring.stats();
+        assert_eq!((s.batch_waits_untimed, s.batch_waits_timed), (1, 1));
+        // The bound cut the second batch short too: still late, still armed.
+        assert_eq!(s.late_batches, 2);
+        assert_eq!(ring.timed_waits_left.get(), super::BATCH_WAITS_BOUNDED);
+        let mut delivered: Vec<u64> = handler.seen.borrow().keys().copied().collect();
+        delivered.sort_unstable();
+        assert_eq!(delivered, vec![100, 101], "each NOP after one park");
+        let (fired, _slow) = slow.finish();
+        assert!(!fired, "a park waited for the slow ops (watchdog fired)");
+        assert!(park_until(&driver, Duration::from_secs(10), || handler
+            .total()
+            == 33));
+        assert!(handler.duplicates().is_empty());
+    }
 }
 
 /// While a batch is being waited for, an unpark from another thread and

@@ -64,6 +64,19 @@ pub struct RingStats {
     /// command ring queues no fixed command after its first refusal, so
     /// that is at most the fixed commands it had queued by then.
     pub fixed_buf_sqes: u64,
+    /// Parks that waited for a batch of more than one CQE with the bound
+    /// armed as a kernel timer (see [`BatchWaitTimer`]).
+    ///
+    /// [`BatchWaitTimer`]: crate::BatchWaitTimer
+    pub batch_waits_timed: u64,
+    /// Parks that waited for a batch of more than one CQE without a timer
+    /// of their own (bounded by `BATCH_WAIT_UNTIMED` or the park timeout).
+    pub batch_waits_untimed: u64,
+    /// Batches seen late ([`BatchWaitTimer::WhenLate`]): each armed the
+    /// bound for the next `BATCH_WAITS_BOUNDED` batched waits.
+    ///
+    /// [`BatchWaitTimer::WhenLate`]: crate::BatchWaitTimer::WhenLate
+    pub late_batches: u64,
 }
 
 /// One io_uring with its backlog and counters (see the module header).
