@@ -44,6 +44,7 @@ struct plugio_options {
 	unsigned int sq_entries;
 	unsigned int stats;
 	unsigned int bounce_unaligned;
+	unsigned int batch_wait_timer;
 };
 
 static struct fio_option options[] = {
@@ -112,6 +113,16 @@ static struct fio_option options[] = {
 		.def	= "100",
 		.minval	= 0,
 		.maxval	= 1000000,
+		.category = FIO_OPT_C_ENGINE,
+		.group	= FIO_OPT_G_INVALID,
+	},
+	{
+		.name	= "plugio_batch_wait_timer",
+		.lname	= "plugio batch wait timer",
+		.type	= FIO_OPT_BOOL,
+		.off1	= offsetof(struct plugio_options, batch_wait_timer),
+		.help	= "Arm the batch wait's bound as a kernel timer on every batched wait (RingConfig::batch_wait_timer = Always); 0 arms it only after a late batch (WhenLate)",
+		.def	= "0",
 		.category = FIO_OPT_C_ENGINE,
 		.group	= FIO_OPT_G_INVALID,
 	},
@@ -262,6 +273,7 @@ static int plugio_init(struct thread_data *td)
 	cfg.iomem_bytes = plugio_iomem_bytes(td);
 	cfg.bounce_unaligned = o->bounce_unaligned;
 	cfg.numjobs = plugio_numjobs(td);
+	cfg.batch_wait_timer = o->batch_wait_timer;
 
 	d = calloc(1, sizeof(*d));
 	if (!d)

@@ -27,10 +27,12 @@ struct plugio_fio_config {
 	uint64_t iomem_bytes;
 	uint32_t bounce_unaligned;
 	uint32_t numjobs;
+	uint32_t batch_wait_timer;
+	uint32_t pad;
 };
 
 /* `CONFIG_BYTES` in src/config.rs. */
-#define PLUGIO_FIO_CONFIG_BYTES 72
+#define PLUGIO_FIO_CONFIG_BYTES 80
 
 /* `Op` in src/core.rs. */
 enum plugio_fio_op {

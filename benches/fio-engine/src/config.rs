@@ -9,12 +9,12 @@
 
 use std::time::Duration;
 
-use plugio_device::RingConfig;
+use plugio_device::{BatchWaitTimer, RingConfig};
 use plugio_engine::options::DEFAULT_QUEUE_DEPTH;
 use plugio_engine::DeviceOptions;
 
 /// The size of [`EngineConfig`] in bytes, checked by the shim.
-pub const CONFIG_BYTES: usize = 72;
+pub const CONFIG_BYTES: usize = 80;
 
 /// The engine's settings for one fio job thread.
 ///
@@ -70,6 +70,12 @@ pub struct EngineConfig {
     /// fio's `numjobs` (0 counts as 1): how many job threads of this job
     /// may share a file (and its tags).
     pub numjobs: u32,
+    /// `plugio_batch_wait_timer`: nonzero arms the batch wait's bound as a
+    /// kernel timer on every batched wait (`BatchWaitTimer::Always`); 0
+    /// only after a late batch (`WhenLate`, the ring's default).
+    pub batch_wait_timer: u32,
+    /// Padding to the C struct's size (a multiple of 8); always 0.
+    pub pad: u32,
 }
 
 impl Default for EngineConfig {
@@ -92,6 +98,8 @@ impl Default for EngineConfig {
             iomem_bytes: 0,
             bounce_unaligned: u32::from(dev.bounce_unaligned),
             numjobs: 1,
+            batch_wait_timer: u32::from(ring.batch_wait_timer == BatchWaitTimer::Always),
+            pad: 0,
         }
     }
 }
@@ -132,6 +140,11 @@ impl EngineConfig {
             registered_files: if self.registerfiles != 0 { 64 } else { 0 },
             taskrun_flags: self.defer_taskrun != 0,
             batch_wait: Duration::from_micros(u64::from(self.batch_wait_us)),
+            batch_wait_timer: if self.batch_wait_timer != 0 {
+                BatchWaitTimer::Always
+            } else {
+                BatchWaitTimer::WhenLate
+            },
             ..RingConfig::default()
         }
     }
@@ -171,6 +184,7 @@ mod tests {
         let ring = cfg.ring_config();
         assert_eq!(ring.sq_entries, 256);
         assert_eq!(ring.batch_wait, RingConfig::default().batch_wait);
+        assert_eq!(ring.batch_wait_timer, BatchWaitTimer::WhenLate);
         assert_eq!(ring.registered_files, 64);
     }
 
@@ -188,6 +202,7 @@ mod tests {
             registerfiles: 0,
             defer_taskrun: 0,
             bounce_unaligned: 0,
+            batch_wait_timer: 1,
             ..EngineConfig::default()
         };
         let dev = cfg.device_options(false, true);
@@ -201,6 +216,7 @@ mod tests {
         let ring = cfg.ring_config();
         assert_eq!(ring.sq_entries, 1024);
         assert_eq!(ring.batch_wait, Duration::ZERO);
+        assert_eq!(ring.batch_wait_timer, BatchWaitTimer::Always);
         assert_eq!(ring.registered_files, 0);
         assert!(!ring.taskrun_flags);
     }
