@@ -107,6 +107,19 @@ pub use plugio_engine as engine;
 /// ```
 pub use plugio_executor as executor;
 
+/// When a park's batched wait arms its bound as a kernel timer
+/// ([`RingConfig::batch_wait_timer`]).
+///
+/// ```
+/// let ring = plugio::RingConfig {
+///     batch_wait_timer: plugio::BatchWaitTimer::Always, // latency first
+///     ..plugio::RingConfig::default()
+/// };
+/// let ex = plugio::runtime::local(ring)?;
+/// ex.run(async {});
+/// # Ok::<_, std::io::Error>(())
+/// ```
+pub use plugio_device::BatchWaitTimer;
 /// ```
 /// # plugio::engine::doc_example(|dev| async move {
 /// let mut buf = plugio::DmaBuf::new(4096); // zeroed, 4096-aligned

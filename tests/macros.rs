@@ -25,7 +25,8 @@ async fn a_test_runs_on_a_local_core_with_the_device_driver() {
     cores = 3,
     max_blocking_threads = 2,
     sq_entries = 64,
-    batch_wait_us = 0
+    batch_wait_us = 0,
+    batch_wait_timer = "always"
 )]
 async fn cores_and_pool_arguments_shape_the_runtime() {
     let h = Handle::current().expect("a runtime");

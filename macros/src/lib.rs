@@ -19,6 +19,7 @@
 //! | `iopoll = bool` | `false` | `RingConfig::iopoll` |
 //! | `registered_files = N` | 64 | `RingConfig::registered_files` |
 //! | `batch_wait_us = N` | 100 | `RingConfig::batch_wait`, in microseconds |
+//! | `batch_wait_timer = "always"` | `"when_late"` | `RingConfig::batch_wait_timer`: `"always"` is `BatchWaitTimer::Always`, `"when_late"` `BatchWaitTimer::WhenLate` |
 //! | `timeout_s = N` | 60 | `#[plugio::test]` only: the watchdog. The test runs on its own thread; if it has not finished after `N` seconds it fails ("did not finish within N s") instead of hanging the suite |
 //! | `crate = "path"` | `"plugio"` | where the `plugio` crate is, when it was renamed |
 //!
@@ -140,6 +141,7 @@ const ARGS: &[&str] = &[
     "iopoll",
     "registered_files",
     "batch_wait_us",
+    "batch_wait_timer",
     "timeout_s",
     "crate",
 ];
@@ -153,6 +155,9 @@ struct Config {
     max_blocking_threads: Option<u64>,
     /// `RingConfig` field initialisers.
     ring: Vec<TokenStream2>,
+    /// `batch_wait_timer`: `Some(true)` for `"always"` (a path in the
+    /// `plugio` crate, built once the crate path is known).
+    batch_wait_always: Option<bool>,
     timeout_s: u64,
     krate: syn::Path,
 }
@@ -163,6 +168,7 @@ fn parse_args(kind: Kind, args: TokenStream2) -> syn::Result<Config> {
         cores: None,
         max_blocking_threads: None,
         ring: Vec::new(),
+        batch_wait_always: None,
         timeout_s: DEFAULT_TIMEOUT_S,
         krate: syn::parse_quote!(::plugio),
     };
@@ -221,6 +227,24 @@ fn apply(kind: Kind, config: &mut Config, name: &str, arg: &MetaNameValue) -> sy
             config
                 .ring
                 .push(quote!(batch_wait: ::std::time::Duration::from_micros(#us)));
+        }
+        "batch_wait_timer" => {
+            let timer = match value {
+                Expr::Lit(ExprLit {
+                    lit: Lit::Str(s), ..
+                }) => s.value(),
+                _ => String::new(),
+            };
+            config.batch_wait_always = match timer.as_str() {
+                "always" => Some(true),
+                "when_late" => Some(false),
+                _ => {
+                    return Err(syn::Error::new(
+                        value.span(),
+                        "`batch_wait_timer` takes \"always\" or \"when_late\"",
+                    ))
+                }
+            };
         }
         "crate" => {
             let Expr::Lit(ExprLit {
@@ -334,7 +358,15 @@ fn check_fn(kind: Kind, f: &ItemFn) -> syn::Result<()> {
 /// The `Settings` value the support functions take.
 fn settings(config: &Config) -> TokenStream2 {
     let krate = &config.krate;
-    let ring = &config.ring;
+    let mut ring = config.ring.clone();
+    if let Some(always) = config.batch_wait_always {
+        let timer = if always {
+            quote!(Always)
+        } else {
+            quote!(WhenLate)
+        };
+        ring.push(quote!(batch_wait_timer: #krate::BatchWaitTimer::#timer));
+    }
     let cores = match config.cores {
         Some(n) => {
             let n = n as usize;
@@ -476,7 +508,7 @@ mod tests {
     #[::core::prelude::v1::test]
     fn good_arguments_expand_to_the_support_calls() {
         let args: TokenStream2 =
-            "cores = 2, sq_entries = 64, iopoll = true, batch_wait_us = 0, timeout_s = 7"
+            "cores = 2, sq_entries = 64, iopoll = true, batch_wait_us = 0, timeout_s = 7, batch_wait_timer = \"always\""
                 .parse()
                 .expect("args");
         let item: TokenStream2 = "async fn t() -> Result<(), String> { Ok(()) }"
@@ -487,6 +519,7 @@ mod tests {
         assert!(out.contains("sq_entries : 64u32"), "{out}");
         assert!(out.contains("iopoll : true"), "{out}");
         assert!(out.contains("from_micros (0u64)"), "{out}");
+        assert!(out.contains("BatchWaitTimer :: Always"), "{out}");
         assert!(out.contains("watchdog (\"t\" , 7u64"), "{out}");
         assert!(out.contains("ExitCode"), "{out}");
         let out = expand(

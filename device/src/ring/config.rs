@@ -96,23 +96,30 @@ pub struct RingConfig {
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum BatchWaitTimer {
-    /// Arm the bound only for the [`BATCH_WAITS_BOUNDED`] batched waits
-    /// after a late batch: a wait without the timer that lasted more than
-    /// 4 times the fill time the ring expected for it (and 4 times
-    /// `batch_wait`), or a timed one that its bound ended with less than a
-    /// quarter of its batch. Otherwise a batched wait is bounded only by
-    /// [`BATCH_WAIT_UNTIMED`] (and by the park's own timeout), which is
-    /// longer than a scheduler tick (HZ 100 or more), so its timer does
-    /// not reprogram the CPU's while the CPU is busy.
+    /// Arm the bound only after a late batch, for the next
+    /// [`BATCH_WAITS_BOUNDED`] batched waits (twice as many after each
+    /// further late batch in a row, up to 65,536). A batch is late when a
+    /// wait without the timer ended without filling after more than
+    /// `batch_wait` (its limit or the park's timeout ended it), or filled
+    /// after more than 4 times the fill time the ring expected for it (and
+    /// 4 times `batch_wait`); or when a timed wait's bound ended it with
+    /// less than a quarter of its batch. Other batched waits are bounded
+    /// only by [`BATCH_WAIT_UNTIMED`] (or `batch_wait`, if longer) and by
+    /// the park's own timeout; that is longer than a scheduler tick (HZ 100
+    /// or more), so its timer does not reprogram the CPU's while the CPU is
+    /// busy.
     ///
-    /// What this costs in latency: an IO that completes early in a batch
-    /// waits for the batch to fill, about half of an IO's latency at that
-    /// queue depth (the batch is half of what is in flight), rather than
-    /// at most `batch_wait`; a cross-thread unpark during such a wait is
-    /// seen as late. The first batch after a change to slow or uneven
-    /// completions can hold them up to `BATCH_WAIT_UNTIMED`, once; the
-    /// waits after it are bounded again (and usually wait for one CQE, as
-    /// the ring's estimate of the completion interval learns the change).
+    /// What this costs in latency: where completions come evenly, an IO
+    /// that completes early in a batch waits for the batch to fill, about
+    /// half of an IO's latency at that queue depth (the batch is half of
+    /// what is in flight), rather than at most `batch_wait`; a cross-thread
+    /// unpark during such a wait waits for it too. Where fast completions
+    /// come among ones that stay out, so that a batch cannot fill, an
+    /// untimed wait holds them for its whole limit (10 ms): when that
+    /// starts, and again at each try after a timed period, whose length
+    /// doubles with each such stall (about the 1st, 66th, 195th, 452nd...
+    /// batched wait). Use [`BatchWaitTimer::Always`] where no such stall
+    /// is acceptable.
     #[default]
     WhenLate,
     /// Arm the bound on every batched wait (the policy before 2026-12-02

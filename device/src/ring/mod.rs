@@ -90,32 +90,39 @@
 //! - The bound adapts to the observed completion interval (EWMA of wait
 //!   time per CQE reaped): twice the time the batch should take to fill,
 //!   clamped to 10 µs .. [`RingConfig::batch_wait`] (default 100 µs). A
-//!   batch that fills on time ends the wait early anyway; one that does
-//!   not (a few fast ops among slow ones) costs at most about twice the
-//!   expected fill time, and never more than the cap, on top of the first
-//!   completion. When completions come slower than one per cap the batch
-//!   could never fill in time, so the ring waits for one. A fixed bound
-//!   would add up to that much to every IO of a slow device for no
-//!   batching gain; the adaptive one does not. The cap is what a zram-like
-//!   device gets: with completions every ~15 µs, 100 µs gathered 5-12 CQEs
-//!   per enter (1.3 with a wait for one; `examples/nop_loop.rs` with
-//!   `READ=/dev/zramN`); a longer `batch_wait` gathers more (300 µs: ~30)
-//!   for more latency.
+//!   batch that fills on time ends the wait early anyway; in a timed wait
+//!   one that does not (a few fast ops among slow ones) costs at most
+//!   about twice the expected fill time, and never more than the cap, on
+//!   top of the first completion. When completions come slower than one
+//!   per cap the batch could never fill in time, so the ring waits for
+//!   one. A fixed bound would add up to that much to every IO of a slow
+//!   device for no batching gain; the adaptive one does not. The cap is
+//!   what a zram-like device gets: with completions every ~15 µs, 100 µs
+//!   gathered 5-12 CQEs per enter (1.3 with a wait for one;
+//!   `examples/nop_loop.rs` with `READ=/dev/zramN`); a longer
+//!   `batch_wait` gathers more (300 µs: ~30) for more latency.
 //! - The bound is a kernel timer per wait, and arming one is not free
 //!   (in a VM each reprogramming of the CPU's timer and each timer
 //!   interrupt is an exit; zram reads at queue depth 128 ran 20-25 %
 //!   slower with one per 32 IOs). So by default
-//!   ([`BatchWaitTimer::WhenLate`]) a batched wait arms it only for the
-//!   [`BATCH_WAITS_BOUNDED`] waits after a late batch (an untimed wait
-//!   that took more than 4 times its expected fill time and 4 times the
-//!   cap, or a timed one its bound ended with less than a quarter of its
-//!   batch); other batched waits are bounded
-//!   by [`BATCH_WAIT_UNTIMED`] (10 ms, longer than a scheduler tick, so
-//!   its timer does not reprogram a busy CPU's), with the same "then any
-//!   CQE" fallback as a ring without `MIN_TIMEOUT`. A late batch also
-//!   teaches the interval estimate that completions are slow, which
-//!   usually turns the next waits into waits for one.
-//!   [`BatchWaitTimer::Always`] arms the bound on every batched wait.
+//!   ([`BatchWaitTimer::WhenLate`]) a batched wait arms it only after a
+//!   late batch; other batched waits are untimed: bounded by
+//!   [`BATCH_WAIT_UNTIMED`] (10 ms, or the cap if longer; longer than a
+//!   scheduler tick, so its timer does not reprogram a busy CPU's) and by
+//!   the park timeout, with the same "then any CQE" fallback as a ring
+//!   without `MIN_TIMEOUT`. [`BatchWaitTimer::Always`] arms the bound on
+//!   every batched wait.
+//! - Late batches (`note_batch`): an untimed wait that ended without
+//!   filling after more than the cap (its limit or the park timeout ended
+//!   it), or that filled after more than 4 times its expected fill time
+//!   and the cap (at most half the limit); a timed one its bound ended
+//!   with less than a quarter of its batch. A late untimed batch arms the
+//!   bound for [`BATCH_WAITS_BOUNDED`] batched waits, twice as many after
+//!   each further late untimed batch in a row (up to 65,536), and an
+//!   untimed batch on time resets that; a late timed batch keeps at least
+//!   `BATCH_WAITS_BOUNDED` left. A late batch also teaches the interval
+//!   estimate that completions are slow, which usually turns the next
+//!   waits into waits for one.
 //! - Only 1 CQE is waited for with 2 or fewer ops in flight (half of 2 is
 //!   1), while an
 //!   interrupt-driven passthrough ring has commands in flight (its
@@ -123,17 +130,21 @@
 //!   `EXT_ARG` (the timeout-SQE fallback), with SQPOLL and with IOPOLL
 //!   (which busy-polls for `min_complete` and has no time bound).
 //! - What ends a wait: `want` CQEs; the park timeout (the executor's
-//!   timers); after the bound, any CQE, which includes the eventfd read a
-//!   cross-thread unpark completes and the passthrough ring's eventfd
-//!   read. So an unpark that arrives while a batch is being waited for is
-//!   seen at most the bound (<= `batch_wait`) later in a timed wait. In an
-//!   untimed one it is seen when the batch fills: waits stay untimed only
-//!   while batches fill in about their expected time (at most 4 times
-//!   it), and `BATCH_WAIT_UNTIMED` is the worst, once, when completions
-//!   stop or slow down (that wait is late, and the next ones are timed).
-//!   With half of what is in flight as the batch, the expected fill time
-//!   is about half of an IO's latency at that depth: that is what an
-//!   untimed wait adds, at most, to an IO that completed early.
+//!   timers); after the bound (a timed wait) or the limit (an untimed
+//!   one), any CQE, which includes the eventfd read a cross-thread unpark
+//!   completes and the passthrough ring's eventfd read. So an unpark that
+//!   arrives while a batch is being waited for is seen at most the bound
+//!   (<= `batch_wait`) later in a timed wait, and when the batch fills in
+//!   an untimed one.
+//! - What an untimed wait costs in latency. Where completions come
+//!   evenly, the batch (half of what is in flight) fills in about half an
+//!   IO's latency at that depth: that is what it adds to an IO that
+//!   completed early, and to an unpark. Where fast completions come among
+//!   ones that stay out (the batch cannot fill), an untimed wait lasts its
+//!   whole limit (10 ms): once when that starts, then again at each probe
+//!   after a timed period, whose length doubles with each such stall, so
+//!   they grow rare geometrically (about the 1st, 66th, 195th, 452nd...
+//!   batched wait); `BatchWaitTimer::Always` has no such stalls.
 
 mod cmd;
 mod config;
@@ -183,11 +194,17 @@ const DIRECT_BIT: u64 = 1 << 62;
 pub(crate) const DIRECT_TOKEN_BITS: u32 = 48;
 /// Handler ids a direct op's user_data can carry (14 bits).
 pub(crate) const DIRECT_MAX_HANDLER: u32 = (1 << 14) - 1;
-/// An untimed batched wait is late when it lasts more than this many times
-/// its expected fill time (or the cap, if more): a change to slow or
-/// uneven completions, not the scheduling noise of a busy CPU (a factor of
-/// 2 flagged one wait in 40 on zram, 4 one in 800).
+/// An untimed batched wait that filled is late when it lasted more than
+/// this many times its expected fill time (or the cap, if more): a change
+/// to slow or uneven completions, not the scheduling noise of a busy CPU
+/// (a factor of 2 flagged one wait in 40 on zram, 4 one in 800).
 const LATE_FACTOR: u64 = 4;
+/// Late untimed batches in a row double the timed period, up to
+/// `BATCH_WAITS_BOUNDED << LATE_LEVEL_MAX` waits (65,536): where fast
+/// completions come among ones that stay out (the batch can never fill
+/// without its bound), each untimed wait is a stall, and they grow rarer
+/// geometrically.
+const LATE_LEVEL_MAX: u32 = 10;
 /// Longest back-off sleep after `EBUSY`/`EAGAIN` with nothing reaped.
 const BACKOFF_MAX: Duration = Duration::from_millis(1);
 /// Most CQEs one park waits for.
@@ -341,6 +358,10 @@ pub struct Ring {
     /// ([`BatchWaitTimer::WhenLate`]): set by a late batch, one less per
     /// timed wait.
     timed_waits_left: Cell<u32>,
+    /// Late untimed batches in a row (up to `LATE_LEVEL_MAX`): the next one
+    /// arms the bound for `BATCH_WAITS_BOUNDED << late_level` waits. An
+    /// untimed batch on time resets it.
+    late_level: Cell<u32>,
     /// This ring's entry in every backend's [`FileCache`]
     /// (`CACHED_RINGS` or more: none).
     cache_slot: usize,
@@ -427,6 +448,7 @@ impl Ring {
             batch_wait: config.batch_wait,
             batch_wait_timer: Cell::new(config.batch_wait_timer),
             timed_waits_left: Cell::new(0),
+            late_level: Cell::new(0),
             cache_slot,
             gen,
             files: RefCell::new(FileRegs::default()),
@@ -1077,7 +1099,7 @@ impl Ring {
         if want == 1 {
             self.enter_retrying(1, timeout, Duration::ZERO)?;
         } else if !timed {
-            self.wait_batch_then_one(want, BATCH_WAIT_UNTIMED, timeout, start)?;
+            self.wait_batch_then_one(want, self.untimed_limit(), timeout, start)?;
         } else if self.min_timeout() {
             // The kernel arms its first timer at min_wait even when the
             // general timeout is shorter: never let the bound outlast it.
@@ -1131,16 +1153,29 @@ impl Ring {
         }
     }
 
+    /// The limit of an untimed batched wait: [`BATCH_WAIT_UNTIMED`], or
+    /// the cap where that is longer (the bound never outlasts it).
+    fn untimed_limit(&self) -> Duration {
+        BATCH_WAIT_UNTIMED.max(self.batch_wait)
+    }
+
     /// After a batched wait of `want` that took `waited` and found `got`
     /// CQEs (`timed`: its bound was armed; `expected_fill_ns`: the
     /// interval estimate's fill time for the batch when it began): counts
-    /// it, and under [`BatchWaitTimer::WhenLate`] arms the bound for the
-    /// next [`BATCH_WAITS_BOUNDED`] batched waits when the batch was late:
-    /// an untimed wait that lasted more than [`LATE_FACTOR`] times its
-    /// expected fill time (and than `LATE_FACTOR` times the cap), or a
-    /// timed one that ended with less than a quarter of its batch (its
-    /// bound cut it: completions still trickle in). Else a timed wait
-    /// counts down.
+    /// it, and under [`BatchWaitTimer::WhenLate`] decides whether the next
+    /// batched waits arm the bound. A batch is late when:
+    /// - untimed, it ended without filling after more than the cap (its
+    ///   limit, the park's timeout or "nothing at all arrived" ended it:
+    ///   the bound would have handed the CQEs over sooner), or it filled
+    ///   after more than [`LATE_FACTOR`] times its expected fill time (and
+    ///   the cap), capped at half the untimed limit;
+    /// - timed, its bound ended it with less than a quarter of the batch.
+    ///
+    /// A late untimed batch arms the bound for `BATCH_WAITS_BOUNDED <<
+    /// late_level` waits and raises the level ([`LATE_LEVEL_MAX`] at
+    /// most); a late timed one keeps at least `BATCH_WAITS_BOUNDED` left;
+    /// a timed one on time counts down; an untimed one on time resets the
+    /// level.
     fn note_batch(
         &self,
         timed: bool,
@@ -1149,11 +1184,14 @@ impl Ring {
         want: usize,
         got: usize,
     ) {
+        let cap_ns = self.batch_wait.as_nanos() as u64;
         let late = if timed {
             got < want.div_ceil(4)
         } else {
-            let usual_ns = expected_fill_ns.max(self.batch_wait.as_nanos() as u64);
-            waited.as_nanos() > u128::from(LATE_FACTOR * usual_ns)
+            let unfilled = got < want && waited > self.batch_wait;
+            let slow_ns = (LATE_FACTOR * expected_fill_ns.max(cap_ns))
+                .min(self.untimed_limit().as_nanos() as u64 / 2);
+            unfilled || waited.as_nanos() > u128::from(slow_ns)
         };
         let mut stats = self.base.stats.borrow_mut();
         if timed {
@@ -1164,12 +1202,17 @@ impl Ring {
         if self.batch_wait_timer.get() == BatchWaitTimer::Always {
             return;
         }
+        stats.late_batches += u64::from(late);
         let left = self.timed_waits_left.get();
-        if late {
-            stats.late_batches += 1;
-            self.timed_waits_left.set(BATCH_WAITS_BOUNDED);
-        } else if timed {
-            self.timed_waits_left.set(left.saturating_sub(1));
+        match (timed, late) {
+            (false, true) => {
+                let level = self.late_level.get();
+                self.timed_waits_left.set(BATCH_WAITS_BOUNDED << level);
+                self.late_level.set((level + 1).min(LATE_LEVEL_MAX));
+            }
+            (true, true) => self.timed_waits_left.set(left.max(BATCH_WAITS_BOUNDED)),
+            (true, false) => self.timed_waits_left.set(left.saturating_sub(1)),
+            (false, false) => self.late_level.set(0),
         }
     }
 

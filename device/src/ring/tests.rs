@@ -510,8 +510,9 @@ fn batched_wait_without_min_timeout_falls_back_to_one() {
 
 /// `BatchWaitTimer::WhenLate` (the default): the first batched wait arms
 /// no timer of its own, so one fast op among slow ones waits for the
-/// untimed bound; that batch is late, which arms the short bound for the
-/// next waits: the next fast op goes after one timed wait.
+/// untimed limit; that batch is late, which arms the short bound for the
+/// next waits: the next fast op goes after one timed wait. The next late
+/// untimed batch arms it for twice as many waits.
 #[test]
 fn late_batch_arms_the_bound_for_the_next_waits() {
     use plugio_executor::Driver;
@@ -549,14 +550,24 @@ fn late_batch_arms_the_bound_for_the_next_waits() {
         // The bound cut the second batch short too: still late, still armed.
         assert_eq!(s.late_batches, 2);
         assert_eq!(ring.timed_waits_left.get(), super::BATCH_WAITS_BOUNDED);
+        // Once the timed waits run out, an untimed wait that is late again
+        // arms the bound for twice as many waits.
+        ring.timed_waits_left.set(0);
+        ring.completion_interval_ns.set(0);
+        nop(102);
+        driver.park(None).expect("park");
+        let s = ring.stats();
+        assert_eq!((s.batch_waits_untimed, s.batch_waits_timed), (2, 1));
+        assert_eq!(s.late_batches, 3);
+        assert_eq!(ring.timed_waits_left.get(), 2 * super::BATCH_WAITS_BOUNDED);
         let mut delivered: Vec<u64> = handler.seen.borrow().keys().copied().collect();
         delivered.sort_unstable();
-        assert_eq!(delivered, vec![100, 101], "each NOP after one park");
+        assert_eq!(delivered, vec![100, 101, 102], "each NOP after one park");
         let (fired, _slow) = slow.finish();
         assert!(!fired, "a park waited for the slow ops (watchdog fired)");
         assert!(park_until(&driver, Duration::from_secs(10), || handler
             .total()
-            == 33));
+            == 34));
         assert!(handler.duplicates().is_empty());
     }
 }
