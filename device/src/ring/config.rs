@@ -98,12 +98,17 @@ pub struct RingConfig {
 pub enum BatchWaitTimer {
     /// Arm the bound only after a late batch, for the next
     /// [`BATCH_WAITS_BOUNDED`] batched waits (twice as many after each
-    /// further late batch in a row, up to 65,536). A batch is late when a
-    /// wait without the timer ended without filling after more than
-    /// `batch_wait` (its limit or the park's timeout ended it), or filled
-    /// after more than 4 times the fill time the ring expected for it (and
-    /// 4 times `batch_wait`); or when a timed wait's bound ended it with
-    /// less than a quarter of its batch. Other batched waits are bounded
+    /// further late untimed batch in a row, up to 65,536). A batch is late
+    /// when a wait without the timer ended without filling after more than
+    /// `batch_wait` (its limit, the park's timeout or a signal ended it),
+    /// or filled after more than 4 times the fill time the ring expected
+    /// for it and 4 times `batch_wait` (at most half its limit, at least
+    /// `batch_wait`); or when a timed wait's bound ended it with less than
+    /// a quarter of its batch. Where timers or signals end waits more
+    /// often than batches fill, or completions come between one per
+    /// `batch_wait / 8` and one per `batch_wait`, batches keep coming late
+    /// by these rules and this acts as [`BatchWaitTimer::Always`] (the
+    /// `ring` module docs). Other batched waits are bounded
     /// only by [`BATCH_WAIT_UNTIMED`] (or `batch_wait`, if longer) and by
     /// the park's own timeout; that is longer than a scheduler tick (HZ 100
     /// or more), so its timer does not reprogram the CPU's while the CPU is

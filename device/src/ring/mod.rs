@@ -113,16 +113,25 @@
 //!   without `MIN_TIMEOUT`. [`BatchWaitTimer::Always`] arms the bound on
 //!   every batched wait.
 //! - Late batches (`note_batch`): an untimed wait that ended without
-//!   filling after more than the cap (its limit or the park timeout ended
-//!   it), or that filled after more than 4 times its expected fill time
-//!   and the cap (at most half the limit); a timed one its bound ended
-//!   with less than a quarter of its batch. A late untimed batch arms the
+//!   filling after more than the cap (its limit, the park timeout or a
+//!   signal ended it), or that filled after more than 4 times its
+//!   expected fill time and the cap (at most half the limit, at least the
+//!   cap); a timed one its bound ended with less than a quarter of its
+//!   batch. A late untimed batch arms the
 //!   bound for [`BATCH_WAITS_BOUNDED`] batched waits, twice as many after
 //!   each further late untimed batch in a row (up to 65,536), and an
 //!   untimed batch on time resets that; a late timed batch keeps at least
 //!   `BATCH_WAITS_BOUNDED` left. A late batch also teaches the interval
 //!   estimate that completions are slow, which usually turns the next
-//!   waits into waits for one.
+//!   waits into waits for one. `WhenLate` keeps the bound armed, as
+//!   `Always` does, where batches keep coming late by these rules without
+//!   any uneven completions: where the park timeout (an executor timer)
+//!   or signals end waits more often than a batch takes to fill and that
+//!   is longer than the cap; and where completions come between one per
+//!   cap / 8 and one per cap (a timed wait then ends with less than a
+//!   quarter of a batch of 32). After many late batches in a row the
+//!   bound stays armed for up to 65,536 batched waits before the next
+//!   untimed try, even if completions have become even by then.
 //! - Only 1 CQE is waited for with 2 or fewer ops in flight (half of 2 is
 //!   1), while an
 //!   interrupt-driven passthrough ring has commands in flight (its
@@ -130,7 +139,8 @@
 //!   `EXT_ARG` (the timeout-SQE fallback), with SQPOLL and with IOPOLL
 //!   (which busy-polls for `min_complete` and has no time bound).
 //! - What ends a wait: `want` CQEs; the park timeout (the executor's
-//!   timers); after the bound (a timed wait) or the limit (an untimed
+//!   timers); a signal (an enter that also submitted returns without
+//!   `EINTR`); after the bound (a timed wait) or the limit (an untimed
 //!   one), any CQE, which includes the eventfd read a cross-thread unpark
 //!   completes and the passthrough ring's eventfd read. So an unpark that
 //!   arrives while a batch is being waited for is seen at most the bound
@@ -1168,7 +1178,8 @@ impl Ring {
     ///   limit, the park's timeout or "nothing at all arrived" ended it:
     ///   the bound would have handed the CQEs over sooner), or it filled
     ///   after more than [`LATE_FACTOR`] times its expected fill time (and
-    ///   the cap), capped at half the untimed limit;
+    ///   the cap), capped at half the untimed limit (but never below the
+    ///   cap);
     /// - timed, its bound ended it with less than a quarter of the batch.
     ///
     /// A late untimed batch arms the bound for `BATCH_WAITS_BOUNDED <<
@@ -1190,7 +1201,8 @@ impl Ring {
         } else {
             let unfilled = got < want && waited > self.batch_wait;
             let slow_ns = (LATE_FACTOR * expected_fill_ns.max(cap_ns))
-                .min(self.untimed_limit().as_nanos() as u64 / 2);
+                .min(self.untimed_limit().as_nanos() as u64 / 2)
+                .max(cap_ns);
             unfilled || waited.as_nanos() > u128::from(slow_ns)
         };
         let mut stats = self.base.stats.borrow_mut();

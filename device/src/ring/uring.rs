@@ -73,7 +73,8 @@ pub struct RingStats {
     /// of their own (bounded by `BATCH_WAIT_UNTIMED` or the park timeout).
     pub batch_waits_untimed: u64,
     /// Batches seen late ([`BatchWaitTimer::WhenLate`]): each armed the
-    /// bound for the next `BATCH_WAITS_BOUNDED` batched waits.
+    /// bound for at least the next `BATCH_WAITS_BOUNDED` batched waits
+    /// (more after late untimed batches in a row).
     ///
     /// [`BatchWaitTimer::WhenLate`]: crate::BatchWaitTimer::WhenLate
     pub late_batches: u64,
