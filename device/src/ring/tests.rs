@@ -525,41 +525,40 @@ fn late_batch_arms_the_bound_for_the_next_waits() {
             RingConfig::default().batch_wait_timer,
             BatchWaitTimer::WhenLate
         );
-        let nop = |token| {
+        // One NOP (`token`) with the 31 stuck reads, one park: (untimed
+        // waits, timed waits, late batches, timed waits left).
+        let step = |token| {
             ring.push(
                 io_uring::opcode::Nop::new().build(),
                 None,
                 super::NO_FILE,
                 id,
                 token,
+            );
+            driver.park(None).expect("park");
+            let s = ring.stats();
+            let left = ring.timed_waits_left.get();
+            (
+                s.batch_waits_untimed,
+                s.batch_waits_timed,
+                s.late_batches,
+                left,
             )
         };
-        nop(100);
-        driver.park(None).expect("park");
-        let s = ring.stats();
-        assert_eq!((s.batch_waits_untimed, s.batch_waits_timed), (1, 0));
-        assert_eq!(s.late_batches, 1, "the first batch was late");
-        assert_eq!(ring.timed_waits_left.get(), super::BATCH_WAITS_BOUNDED);
+        let bounded = super::BATCH_WAITS_BOUNDED;
+        // The first batch waits untimed, and is late.
+        assert_eq!(step(100), (1, 0, 1, bounded));
         // That wait also taught the ring that completions are slow (wait
         // for one from now on); as a ring that has seen fast ones again:
+        // the next batch is timed, and the bound cut it short too (still
+        // late, still armed).
         ring.completion_interval_ns.set(0);
-        nop(101);
-        driver.park(None).expect("park");
-        let s = ring.stats();
-        assert_eq!((s.batch_waits_untimed, s.batch_waits_timed), (1, 1));
-        // The bound cut the second batch short too: still late, still armed.
-        assert_eq!(s.late_batches, 2);
-        assert_eq!(ring.timed_waits_left.get(), super::BATCH_WAITS_BOUNDED);
+        assert_eq!(step(101), (1, 1, 2, bounded));
         // Once the timed waits run out, an untimed wait that is late again
         // arms the bound for twice as many waits.
         ring.timed_waits_left.set(0);
         ring.completion_interval_ns.set(0);
-        nop(102);
-        driver.park(None).expect("park");
-        let s = ring.stats();
-        assert_eq!((s.batch_waits_untimed, s.batch_waits_timed), (2, 1));
-        assert_eq!(s.late_batches, 3);
-        assert_eq!(ring.timed_waits_left.get(), 2 * super::BATCH_WAITS_BOUNDED);
+        assert_eq!(step(102), (2, 1, 3, 2 * bounded));
         let mut delivered: Vec<u64> = handler.seen.borrow().keys().copied().collect();
         delivered.sort_unstable();
         assert_eq!(delivered, vec![100, 101, 102], "each NOP after one park");
