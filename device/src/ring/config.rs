@@ -104,10 +104,12 @@ pub enum BatchWaitTimer {
     /// or filled after more than 4 times the fill time the ring expected
     /// for it and 4 times `batch_wait` (at most half its limit, at least
     /// `batch_wait`); or when a timed wait's bound ended it with less than
-    /// a quarter of its batch. Where timers or signals end waits more
-    /// often than batches fill, or completions come between one per
-    /// `batch_wait / 8` and one per `batch_wait`, batches keep coming late
-    /// by these rules and this acts as [`BatchWaitTimer::Always`] (the
+    /// a quarter of what the bound could gather at the ring's estimated
+    /// completion rate (its batch, or less where `batch_wait` cut the
+    /// bound short of the batch's expected fill time). Where timers or
+    /// signals end waits more often than batches fill, batches keep
+    /// coming late by these rules and this acts as
+    /// [`BatchWaitTimer::Always`] (the
     /// `ring` module docs). Other batched waits are bounded
     /// only by [`BATCH_WAIT_UNTIMED`] (or `batch_wait`, if longer) and by
     /// the park's own timeout; that is longer than a scheduler tick (HZ 100

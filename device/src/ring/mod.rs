@@ -116,8 +116,10 @@
 //!   filling after more than the cap (its limit, the park timeout or a
 //!   signal ended it), or that filled after more than 4 times its
 //!   expected fill time and the cap (at most half the limit, at least the
-//!   cap); a timed one its bound ended with less than a quarter of its
-//!   batch. A late untimed batch arms the
+//!   cap); a timed one its bound ended with less than a quarter of what
+//!   the bound could gather at the estimated completion rate (the batch,
+//!   or less where the cap cut the bound short of the batch's expected
+//!   fill time). A late untimed batch arms the
 //!   bound for [`BATCH_WAITS_BOUNDED`] batched waits, twice as many after
 //!   each further late untimed batch in a row (up to 65,536), and an
 //!   untimed batch on time resets that; a late timed batch keeps at least
@@ -127,9 +129,7 @@
 //!   `Always` does, where batches keep coming late by these rules without
 //!   any uneven completions: where the park timeout (an executor timer)
 //!   or signals end waits more often than a batch takes to fill and that
-//!   is longer than the cap; and where completions come between one per
-//!   cap / 8 and one per cap (a timed wait then ends with less than a
-//!   quarter of a batch of 32). After many late batches in a row the
+//!   is longer than the cap. After many late batches in a row the
 //!   bound stays armed for up to 65,536 batched waits before the next
 //!   untimed try, even if completions have become even by then.
 //! - Only 1 CQE is waited for with 2 or fewer ops in flight (half of 2 is
@@ -1122,7 +1122,10 @@ impl Ring {
             let (waited, got) = (start.elapsed(), self.cq_len());
             self.observe(waited, got);
             if want > 1 {
-                self.note_batch(timed, waited, expected_fill_ns, want, got);
+                // A park timeout shorter than the bound cut a timed wait
+                // sooner: judge it by what that left.
+                let bound = timeout.map_or(bound, |t| bound.min(t));
+                self.note_batch(timed, waited, expected_fill_ns, bound, want, got);
             }
         }
         Ok(())
@@ -1170,8 +1173,8 @@ impl Ring {
     }
 
     /// After a batched wait of `want` that took `waited` and found `got`
-    /// CQEs (`timed`: its bound was armed; `expected_fill_ns`: the
-    /// interval estimate's fill time for the batch when it began): counts
+    /// CQEs (`timed`: its bound, `bound`, was armed; `expected_fill_ns`:
+    /// the interval estimate's fill time for the batch when it began): counts
     /// it, and under [`BatchWaitTimer::WhenLate`] decides whether the next
     /// batched waits arm the bound. A batch is late when:
     /// - untimed, it ended without filling after more than the cap (its
@@ -1180,7 +1183,10 @@ impl Ring {
     ///   after more than [`LATE_FACTOR`] times its expected fill time (and
     ///   the cap), capped at half the untimed limit (but never below the
     ///   cap);
-    /// - timed, its bound ended it with less than a quarter of the batch.
+    /// - timed, its bound ended it with less than a quarter of what the
+    ///   bound could gather at the estimated rate ([`bound_share`]: the
+    ///   batch, or less where the cap cut the bound below the batch's
+    ///   expected fill time).
     ///
     /// A late untimed batch arms the bound for `BATCH_WAITS_BOUNDED <<
     /// late_level` waits and raises the level ([`LATE_LEVEL_MAX`] at
@@ -1192,12 +1198,13 @@ impl Ring {
         timed: bool,
         waited: Duration,
         expected_fill_ns: u64,
+        bound: Duration,
         want: usize,
         got: usize,
     ) {
         let cap_ns = self.batch_wait.as_nanos() as u64;
         let late = if timed {
-            got < want.div_ceil(4)
+            4 * got < bound_share(bound, expected_fill_ns, want)
         } else {
             let unfilled = got < want && waited > self.batch_wait;
             let slow_ns = (LATE_FACTOR * expected_fill_ns.max(cap_ns))
@@ -1485,6 +1492,22 @@ impl Ring {
             }
         }
     }
+}
+
+/// How many of a timed batched wait's `want` CQEs its `bound` can gather
+/// at the completion rate the ring estimated when the wait began (`want`
+/// in `expected_fill_ns`): all of them where the bound covers the
+/// expected fill time (or there is no estimate yet), fewer where the cap
+/// cut the bound short of it (a device completing one IO per 30 µs fills
+/// a batch of 32 in about 1 ms; a 100 µs bound gathers about 3). A timed
+/// wait is late only against this share, so that such a device does not
+/// keep the timer armed for good.
+fn bound_share(bound: Duration, expected_fill_ns: u64, want: usize) -> usize {
+    if expected_fill_ns == 0 {
+        return want;
+    }
+    let share = (bound.as_nanos() as u64).saturating_mul(want as u64) / expected_fill_ns;
+    (share as usize).min(want)
 }
 
 impl Drop for Ring {

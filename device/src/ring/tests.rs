@@ -571,6 +571,67 @@ fn late_batch_arms_the_bound_for_the_next_waits() {
     }
 }
 
+/// A timed wait is judged by what its bound could gather at the
+/// estimated completion rate, not by its whole batch: on a ring that
+/// expects one completion per half a cap, a batch of 16 takes 8 caps to
+/// fill and the bound (one cap) gathers about 2, so one CQE at the bound
+/// is on time and the timed period counts down; with no estimate yet the
+/// same wait is late (the first step of
+/// `late_batch_arms_the_bound_for_the_next_waits`).
+#[test]
+fn timed_wait_is_judged_by_what_its_bound_can_gather() {
+    use plugio_executor::Driver;
+    for force_no_min_timeout in [false, true] {
+        let (driver, ring, handler, id, slow) = with_slow_reads(force_no_min_timeout, 31);
+        if !ring.info().ext_arg {
+            return; // no batched waits before 5.11
+        }
+        let cap_ns = ring.batch_wait.as_nanos() as u64;
+        // (interval estimate, token) -> (timed waits, late batches, left)
+        let step = |interval_ns: u64, token| {
+            ring.completion_interval_ns.set(interval_ns);
+            ring.push(
+                io_uring::opcode::Nop::new().build(),
+                None,
+                super::NO_FILE,
+                id,
+                token,
+            );
+            driver.park(None).expect("park");
+            let s = ring.stats();
+            (
+                s.batch_waits_timed,
+                s.late_batches,
+                ring.timed_waits_left.get(),
+            )
+        };
+        ring.timed_waits_left.set(5);
+        assert_eq!(step(cap_ns / 2, 100), (1, 0, 4), "on time: counts down");
+        assert_eq!(
+            step(0, 101),
+            (2, 1, super::BATCH_WAITS_BOUNDED),
+            "no estimate: one CQE of 16 is late"
+        );
+        let (fired, _slow) = slow.finish();
+        assert!(!fired, "a park waited for the slow ops (watchdog fired)");
+        assert!(park_until(&driver, Duration::from_secs(10), || handler
+            .total()
+            == 33));
+        assert!(handler.duplicates().is_empty());
+    }
+}
+
+#[test]
+fn bound_share_scales_the_batch_by_the_bound() {
+    use super::bound_share;
+    let us = Duration::from_micros;
+    assert_eq!(bound_share(us(100), 0, 32), 32, "no estimate: the batch");
+    assert_eq!(bound_share(us(100), 50_000, 32), 32, "fills in the bound");
+    assert_eq!(bound_share(us(100), 1_000_000, 32), 3, "1 ms fill: 3.2");
+    assert_eq!(bound_share(us(100), 1_000_000_000, 32), 0);
+    assert_eq!(bound_share(Duration::MAX, 1, 4), 4, "no overflow");
+}
+
 /// While a batch is being waited for, an unpark from another thread and
 /// the park timeout still end the wait.
 #[test]
