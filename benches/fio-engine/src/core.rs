@@ -432,6 +432,12 @@ impl FioCore {
         self.ex.tick_stats()
     }
 
+    /// The counters of this core's ring (`None` without one: the sync
+    /// fallback).
+    pub fn ring_stats(&self) -> Option<plugio_device::RingStats> {
+        plugio_device::ring::current_stats()
+    }
+
     /// IOs queued and not yet returned by `getevents`.
     pub fn outstanding(&self) -> usize {
         self.outstanding.get()

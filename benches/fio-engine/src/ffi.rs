@@ -337,10 +337,16 @@ pub unsafe extern "C" fn plugio_fio_stats(
     };
     let s = d.iostats();
     let t = h.core.tick_stats();
+    let ring = h.core.ring_stats().map_or_else(String::new, |r| {
+        format!(
+            "; its ring: {} enters, batched waits {} untimed {} timed, {} late",
+            r.enters, r.batch_waits_untimed, r.batch_waits_timed, r.late_batches
+        )
+    });
     let msg = format!(
         "plugio: {}: bios {} requests {} ({:.2} bios/request), plug flushes {}, \
          merges read {} write {}, fixed-buffer requests {}, bounced IOs {}, requeues {}; \
-         this job's core: {} ticks, {} blocking parks",
+         this job's core: {} ticks, {} blocking parks{}",
         d.path()
             .map_or_else(|| "?".into(), |p| p.display().to_string()),
         s.bios,
@@ -354,6 +360,7 @@ pub unsafe extern "C" fn plugio_fio_stats(
         s.requeues,
         t.ticks,
         t.parks,
+        ring,
     );
     // SAFETY: the caller's contract.
     unsafe { write_msg(buf, len, &msg) };

@@ -98,7 +98,8 @@ pub struct RingConfig {
 pub enum BatchWaitTimer {
     /// Arm the bound only after a late batch, for the next
     /// [`BATCH_WAITS_BOUNDED`] batched waits (twice as many after each
-    /// further late untimed batch in a row, up to 65,536). A batch is late
+    /// further untimed batch in a row that did not fill, up to 65,536;
+    /// at least 8 after an untimed batch that filled, but slowly). A batch is late
     /// when a wait without the timer ended without filling after more than
     /// `batch_wait` (its limit, the park's timeout or a signal ended it),
     /// or filled after more than 4 times the fill time the ring expected

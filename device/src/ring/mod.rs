@@ -119,10 +119,12 @@
 //!   cap); a timed one its bound ended with less than a quarter of what
 //!   the bound could gather at the estimated completion rate (the batch,
 //!   or less where the cap cut the bound short of the batch's expected
-//!   fill time). A late untimed batch arms the
+//!   fill time). An untimed batch that did not fill arms the
 //!   bound for [`BATCH_WAITS_BOUNDED`] batched waits, twice as many after
-//!   each further late untimed batch in a row (up to 65,536), and an
-//!   untimed batch on time resets that; a late timed batch keeps at least
+//!   each further such batch in a row (up to 65,536), and an untimed
+//!   batch on time resets that; one that filled slowly arms it for at
+//!   least 8 (`SLOW_BATCH_WAITS`: what the interval estimate takes to
+//!   follow a change of rate); a late timed batch keeps at least
 //!   `BATCH_WAITS_BOUNDED` left. A late batch also teaches the interval
 //!   estimate that completions are slow, which usually turns the next
 //!   waits into waits for one. `WhenLate` keeps the bound armed, as
@@ -209,6 +211,14 @@ pub(crate) const DIRECT_MAX_HANDLER: u32 = (1 << 14) - 1;
 /// to slow or uneven completions, not the scheduling noise of a busy CPU
 /// (a factor of 2 flagged one wait in 40 on zram, 4 one in 800).
 const LATE_FACTOR: u64 = 4;
+/// Batched waits that arm their bound after an untimed batch that filled,
+/// but later than `LATE_FACTOR` allows: as many as the completion
+/// interval estimate (weight 1/8) takes to follow a change of rate. An
+/// isolated slow batch, a device's or the scheduler's hiccup, then costs
+/// 8 timers rather than `BATCH_WAITS_BOUNDED` (a loop device over
+/// /dev/shm had one such batch in about 200, and the 64 timed waits after
+/// each were a fifth of its batched waits).
+const SLOW_BATCH_WAITS: u32 = 8;
 /// Late untimed batches in a row double the timed period, up to
 /// `BATCH_WAITS_BOUNDED << LATE_LEVEL_MAX` waits (65,536): where fast
 /// completions come among ones that stay out (the batch can never fill
@@ -1188,9 +1198,11 @@ impl Ring {
     ///   batch, or less where the cap cut the bound below the batch's
     ///   expected fill time).
     ///
-    /// A late untimed batch arms the bound for `BATCH_WAITS_BOUNDED <<
-    /// late_level` waits and raises the level ([`LATE_LEVEL_MAX`] at
-    /// most); a late timed one keeps at least `BATCH_WAITS_BOUNDED` left;
+    /// An untimed batch that did not fill arms the bound for
+    /// `BATCH_WAITS_BOUNDED << late_level` waits and raises the level
+    /// ([`LATE_LEVEL_MAX`] at most); one that filled slowly keeps at least
+    /// [`SLOW_BATCH_WAITS`] left; a late timed one keeps at least
+    /// `BATCH_WAITS_BOUNDED` left;
     /// a timed one on time counts down; an untimed one on time resets the
     /// level.
     fn note_batch(
@@ -1203,14 +1215,17 @@ impl Ring {
         got: usize,
     ) {
         let cap_ns = self.batch_wait.as_nanos() as u64;
-        let late = if timed {
-            4 * got < bound_share(bound, expected_fill_ns, want)
+        // (late, and if untimed: filled, only slowly)
+        let (late, slow) = if timed {
+            (4 * got < bound_share(bound, expected_fill_ns, want), false)
+        } else if got < want && waited > self.batch_wait {
+            (true, false)
         } else {
-            let unfilled = got < want && waited > self.batch_wait;
             let slow_ns = (LATE_FACTOR * expected_fill_ns.max(cap_ns))
                 .min(self.untimed_limit().as_nanos() as u64 / 2)
                 .max(cap_ns);
-            unfilled || waited.as_nanos() > u128::from(slow_ns)
+            let slow = waited.as_nanos() > u128::from(slow_ns);
+            (slow, slow)
         };
         let mut stats = self.base.stats.borrow_mut();
         if timed {
@@ -1224,6 +1239,7 @@ impl Ring {
         stats.late_batches += u64::from(late);
         let left = self.timed_waits_left.get();
         match (timed, late) {
+            (false, true) if slow => self.timed_waits_left.set(left.max(SLOW_BATCH_WAITS)),
             (false, true) => {
                 let level = self.late_level.get();
                 self.timed_waits_left.set(BATCH_WAITS_BOUNDED << level);

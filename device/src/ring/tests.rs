@@ -621,6 +621,38 @@ fn timed_wait_is_judged_by_what_its_bound_can_gather() {
     }
 }
 
+/// An untimed batch that filled, but slowly (four 1 ms timeouts: the
+/// batch of 2 fills after about 1 ms, more than 4 times the cap), arms
+/// the bound for `SLOW_BATCH_WAITS` waits, not `BATCH_WAITS_BOUNDED`, and
+/// leaves the doubling's level alone.
+#[test]
+fn slowly_filled_batch_arms_the_bound_for_a_few_waits() {
+    use plugio_executor::Driver;
+    let (driver, ring) = driver_and_ring(64);
+    if !ring.info().ext_arg {
+        return; // no batched waits before 5.11
+    }
+    let handler = Rc::new(RecordingHandler::default());
+    let id = register_handler(handler.clone());
+    // The kernel copies the timespec when it takes the SQE (the park's
+    // enter, while `ts` lives).
+    let ts = io_uring::types::Timespec::new().nsec(1_000_000);
+    for token in 0..4 {
+        let sqe = io_uring::opcode::Timeout::new(&ts).build();
+        ring.push(sqe, None, super::NO_FILE, id, token);
+    }
+    ring.completion_interval_ns.set(0);
+    driver.park(None).expect("park");
+    let s = ring.stats();
+    let late = (s.batch_waits_untimed, s.batch_waits_timed, s.late_batches);
+    assert_eq!(late, (1, 0, 1), "one untimed wait, late");
+    assert_eq!(ring.timed_waits_left.get(), super::SLOW_BATCH_WAITS);
+    assert_eq!(ring.late_level.get(), 0, "no doubling for a slow fill");
+    assert!(park_until(&driver, Duration::from_secs(10), || handler
+        .total()
+        == 4));
+}
+
 #[test]
 fn bound_share_scales_the_batch_by_the_bound() {
     use super::bound_share;
