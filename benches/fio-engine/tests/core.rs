@@ -110,6 +110,28 @@ fn one_commit_is_one_plug_flush_for_the_whole_batch() {
     assert_eq!(wait_all(&core, 8).len(), 8);
 }
 
+/// `ring_stats` (what `plugio_stats` prints) counts this core's ring: the
+/// batch's CQEs and the enters that submitted and reaped it.
+#[test]
+fn ring_stats_count_this_core_s_ring() {
+    let f = file(1 << 20);
+    let core = FioCore::new(config(8)).expect("core");
+    let Some(before) = core.ring_stats() else {
+        return; // the sync fallback: io_uring refused here, no ring
+    };
+    let dev = core.open(f.path(), true, Access::Reads).expect("open");
+    let bufs = io_us(&core, 8);
+    for (i, &b) in bufs.iter().enumerate() {
+        // SAFETY: each io_u buffer is BS bytes, ours until its completion.
+        unsafe { core.queue(dev, Op::Read, (i * 2 * BS) as u64, b, BS, i) }.expect("queue");
+    }
+    core.commit();
+    assert_eq!(wait_all(&core, 8).len(), 8);
+    let after = core.ring_stats().expect("the same ring");
+    assert!(after.cqes - before.cqes >= 8, "{before:?} -> {after:?}");
+    assert!(after.enters > before.enters, "{before:?} -> {after:?}");
+}
+
 #[test]
 fn adjacent_ios_of_one_commit_merge() {
     let f = file(1 << 20);
