@@ -381,7 +381,7 @@ static int plugio_close_file(struct thread_data *td, struct fio_file *f)
 	struct plugio_options *o = td->eo;
 	struct plugio_data *d = pdata(td);
 	size_t dev = (uintptr_t) FILE_ENG_DATA(f);
-	char line[512];
+	char line[1024];
 
 	if (dev && d) {
 		if (o->stats) {

@@ -98,20 +98,20 @@ pub struct RingConfig {
 pub enum BatchWaitTimer {
     /// Arm the bound only after a late batch, for the next
     /// [`BATCH_WAITS_BOUNDED`] batched waits (twice as many after each
-    /// further untimed batch in a row that did not fill, up to 65,536;
-    /// at least 8 after an untimed batch that filled, but slowly). A batch is late
+    /// further late untimed batch in a row, up to 65,536). A batch is late
     /// when a wait without the timer ended without filling after more than
     /// `batch_wait` (its limit, the park's timeout or a signal ended it),
     /// or filled after more than 4 times the fill time the ring expected
     /// for it and 4 times `batch_wait` (at most half its limit, at least
-    /// `batch_wait`); or when a timed wait's bound ended it with less than
+    /// `batch_wait`); or when a timed wait's bound (or the park's timeout,
+    /// if sooner) ended it with less than
     /// a quarter of what the bound could gather at the ring's estimated
     /// completion rate (its batch, or less where `batch_wait` cut the
     /// bound short of the batch's expected fill time). Where timers or
-    /// signals end waits more often than batches fill, batches keep
-    /// coming late by these rules and this acts as
-    /// [`BatchWaitTimer::Always`] (the
-    /// `ring` module docs). Other batched waits are bounded
+    /// signals end waits more often than batches fill, untimed tries keep
+    /// coming late by these rules and this acts almost as
+    /// [`BatchWaitTimer::Always`], with one untimed try after each
+    /// (doubling) timed period (the `ring` module docs). Other batched waits are bounded
     /// only by [`BATCH_WAIT_UNTIMED`] (or `batch_wait`, if longer) and by
     /// the park's own timeout; that is longer than a scheduler tick (HZ 100
     /// or more), so its timer does not reprogram the CPU's while the CPU is
@@ -126,7 +126,11 @@ pub enum BatchWaitTimer {
     /// untimed wait holds them for its whole limit (10 ms): when that
     /// starts, and again at each try after a timed period, whose length
     /// doubles with each such stall (about the 1st, 66th, 195th, 452nd...
-    /// batched wait). Use [`BatchWaitTimer::Always`] where no such stall
+    /// batched wait). Where slow ops finish in bursts every few
+    /// milliseconds with fast ones among them, the ring's interval
+    /// estimate follows the bursts, and waits that hold the fast ops until
+    /// the next burst (2-3 ms) can count as on time: the fast ops then wait
+    /// for each burst. Use [`BatchWaitTimer::Always`] where no such stall
     /// is acceptable.
     #[default]
     WhenLate,

@@ -119,19 +119,22 @@
 //!   cap); a timed one its bound ended with less than a quarter of what
 //!   the bound could gather at the estimated completion rate (the batch,
 //!   or less where the cap cut the bound short of the batch's expected
-//!   fill time). An untimed batch that did not fill arms the
+//!   fill time). A late untimed batch arms the
 //!   bound for [`BATCH_WAITS_BOUNDED`] batched waits, twice as many after
-//!   each further such batch in a row (up to 65,536), and an untimed
-//!   batch on time resets that; one that filled slowly arms it for at
-//!   least 8 (`SLOW_BATCH_WAITS`: what the interval estimate takes to
-//!   follow a change of rate); a late timed batch keeps at least
-//!   `BATCH_WAITS_BOUNDED` left. A late batch also teaches the interval
+//!   each further late untimed batch in a row (up to 65,536), and an
+//!   untimed batch on time resets that; a late timed batch keeps at least
+//!   `BATCH_WAITS_BOUNDED` left. (A slow fill arms as many as a stall: a
+//!   shorter period after a slow fill let ops that finish late, in
+//!   bursts, hold fast ones among them again every few waits.) A late batch also teaches the interval
 //!   estimate that completions are slow, which usually turns the next
-//!   waits into waits for one. `WhenLate` keeps the bound armed, as
-//!   `Always` does, where batches keep coming late by these rules without
-//!   any uneven completions: where the park timeout (an executor timer)
-//!   or signals end waits more often than a batch takes to fill and that
-//!   is longer than the cap. After many late batches in a row the
+//!   waits into waits for one. Where the park timeout (an executor
+//!   timer) or signals end waits more often than a batch takes to fill
+//!   and that is longer than the cap, even completions make batches late
+//!   by these rules: each untimed try ends unfilled at the timeout, so
+//!   the bound stays armed with one untimed try (held up to that
+//!   timeout) after each timed period, the periods doubling as after a
+//!   stall; timed waits that the timeout cut are judged by what it left,
+//!   so they are on time. After many late batches in a row the
 //!   bound stays armed for up to 65,536 batched waits before the next
 //!   untimed try, even if completions have become even by then.
 //! - Only 1 CQE is waited for with 2 or fewer ops in flight (half of 2 is
@@ -211,14 +214,6 @@ pub(crate) const DIRECT_MAX_HANDLER: u32 = (1 << 14) - 1;
 /// to slow or uneven completions, not the scheduling noise of a busy CPU
 /// (a factor of 2 flagged one wait in 40 on zram, 4 one in 800).
 const LATE_FACTOR: u64 = 4;
-/// Batched waits that arm their bound after an untimed batch that filled,
-/// but later than `LATE_FACTOR` allows: as many as the completion
-/// interval estimate (weight 1/8) takes to follow a change of rate. An
-/// isolated slow batch, a device's or the scheduler's hiccup, then costs
-/// 8 timers rather than `BATCH_WAITS_BOUNDED` (a loop device over
-/// /dev/shm had one such batch in about 200, and the 64 timed waits after
-/// each were a fifth of its batched waits).
-const SLOW_BATCH_WAITS: u32 = 8;
 /// Late untimed batches in a row double the timed period, up to
 /// `BATCH_WAITS_BOUNDED << LATE_LEVEL_MAX` waits (65,536): where fast
 /// completions come among ones that stay out (the batch can never fill
@@ -1198,11 +1193,9 @@ impl Ring {
     ///   batch, or less where the cap cut the bound below the batch's
     ///   expected fill time).
     ///
-    /// An untimed batch that did not fill arms the bound for
-    /// `BATCH_WAITS_BOUNDED << late_level` waits and raises the level
-    /// ([`LATE_LEVEL_MAX`] at most); one that filled slowly keeps at least
-    /// [`SLOW_BATCH_WAITS`] left; a late timed one keeps at least
-    /// `BATCH_WAITS_BOUNDED` left;
+    /// A late untimed batch arms the bound for `BATCH_WAITS_BOUNDED <<
+    /// late_level` waits and raises the level ([`LATE_LEVEL_MAX`] at
+    /// most); a late timed one keeps at least `BATCH_WAITS_BOUNDED` left;
     /// a timed one on time counts down; an untimed one on time resets the
     /// level.
     fn note_batch(
@@ -1215,17 +1208,14 @@ impl Ring {
         got: usize,
     ) {
         let cap_ns = self.batch_wait.as_nanos() as u64;
-        // (late, and if untimed: filled, only slowly)
-        let (late, slow) = if timed {
-            (4 * got < bound_share(bound, expected_fill_ns, want), false)
-        } else if got < want && waited > self.batch_wait {
-            (true, false)
+        let late = if timed {
+            4 * got < bound_share(bound, expected_fill_ns, want)
         } else {
+            let unfilled = got < want && waited > self.batch_wait;
             let slow_ns = (LATE_FACTOR * expected_fill_ns.max(cap_ns))
                 .min(self.untimed_limit().as_nanos() as u64 / 2)
                 .max(cap_ns);
-            let slow = waited.as_nanos() > u128::from(slow_ns);
-            (slow, slow)
+            unfilled || waited.as_nanos() > u128::from(slow_ns)
         };
         let mut stats = self.base.stats.borrow_mut();
         if timed {
@@ -1239,7 +1229,6 @@ impl Ring {
         stats.late_batches += u64::from(late);
         let left = self.timed_waits_left.get();
         match (timed, late) {
-            (false, true) if slow => self.timed_waits_left.set(left.max(SLOW_BATCH_WAITS)),
             (false, true) => {
                 let level = self.late_level.get();
                 self.timed_waits_left.set(BATCH_WAITS_BOUNDED << level);
@@ -1522,7 +1511,8 @@ fn bound_share(bound: Duration, expected_fill_ns: u64, want: usize) -> usize {
     if expected_fill_ns == 0 {
         return want;
     }
-    let share = (bound.as_nanos() as u64).saturating_mul(want as u64) / expected_fill_ns;
+    let bound_ns = u64::try_from(bound.as_nanos()).unwrap_or(u64::MAX);
+    let share = bound_ns.saturating_mul(want as u64) / expected_fill_ns;
     (share as usize).min(want)
 }
 
