@@ -12,7 +12,7 @@ use crate::backend::file::OpenOptions;
 use crate::testing::{block_on, direct_io_dir, park_until, RecordingHandler};
 use crate::{
     register_handler, Backend, BatchWaitTimer, DeviceDriver, DmaBuf, File, IoFlags, IoOp,
-    RingConfig,
+    RingConfig, RingStats,
 };
 
 const BLOCK: usize = 4096;
@@ -508,6 +508,42 @@ fn batched_wait_without_min_timeout_falls_back_to_one() {
     one_fast_among_slow(true);
 }
 
+/// Pushes one NOP (`token`) beside the slow ops and parks once: the
+/// ring's counters after the park.
+fn nop_then_park(
+    driver: &DeviceDriver,
+    ring: &super::Ring,
+    id: crate::HandlerId,
+    token: u64,
+) -> RingStats {
+    use plugio_executor::Driver;
+    ring.push(
+        io_uring::opcode::Nop::new().build(),
+        None,
+        super::NO_FILE,
+        id,
+        token,
+    );
+    driver.park(None).expect("park");
+    ring.stats()
+}
+
+/// Lets the slow ops finish and checks that the watchdog did not fire
+/// and that all `total` ops reached the handler once each.
+fn finish_slow_reads(
+    driver: &DeviceDriver,
+    handler: &RecordingHandler,
+    slow: SlowReads,
+    total: u64,
+) {
+    let (fired, _slow) = slow.finish();
+    assert!(!fired, "a park waited for the slow ops (watchdog fired)");
+    assert!(park_until(driver, Duration::from_secs(10), || handler
+        .total()
+        == total));
+    assert!(handler.duplicates().is_empty());
+}
+
 /// `BatchWaitTimer::WhenLate` (the default): the first batched wait arms
 /// no timer of its own, so one fast op among slow ones waits for the
 /// untimed limit; that batch is late, which arms the short bound for the
@@ -515,7 +551,6 @@ fn batched_wait_without_min_timeout_falls_back_to_one() {
 /// untimed batch arms it for twice as many waits.
 #[test]
 fn late_batch_arms_the_bound_for_the_next_waits() {
-    use plugio_executor::Driver;
     for force_no_min_timeout in [false, true] {
         let (driver, ring, handler, id, slow) = with_slow_reads(force_no_min_timeout, 31);
         if !ring.info().ext_arg {
@@ -528,15 +563,7 @@ fn late_batch_arms_the_bound_for_the_next_waits() {
         // One NOP (`token`) with the 31 stuck reads, one park: (untimed
         // waits, timed waits, late batches, timed waits left).
         let step = |token| {
-            ring.push(
-                io_uring::opcode::Nop::new().build(),
-                None,
-                super::NO_FILE,
-                id,
-                token,
-            );
-            driver.park(None).expect("park");
-            let s = ring.stats();
+            let s = nop_then_park(&driver, &ring, id, token);
             let left = ring.timed_waits_left.get();
             (
                 s.batch_waits_untimed,
@@ -562,12 +589,7 @@ fn late_batch_arms_the_bound_for_the_next_waits() {
         let mut delivered: Vec<u64> = handler.seen.borrow().keys().copied().collect();
         delivered.sort_unstable();
         assert_eq!(delivered, vec![100, 101, 102], "each NOP after one park");
-        let (fired, _slow) = slow.finish();
-        assert!(!fired, "a park waited for the slow ops (watchdog fired)");
-        assert!(park_until(&driver, Duration::from_secs(10), || handler
-            .total()
-            == 34));
-        assert!(handler.duplicates().is_empty());
+        finish_slow_reads(&driver, &handler, slow, 34);
     }
 }
 
@@ -580,7 +602,6 @@ fn late_batch_arms_the_bound_for_the_next_waits() {
 /// `late_batch_arms_the_bound_for_the_next_waits`).
 #[test]
 fn timed_wait_is_judged_by_what_its_bound_can_gather() {
-    use plugio_executor::Driver;
     for force_no_min_timeout in [false, true] {
         let (driver, ring, handler, id, slow) = with_slow_reads(force_no_min_timeout, 31);
         if !ring.info().ext_arg {
@@ -590,15 +611,7 @@ fn timed_wait_is_judged_by_what_its_bound_can_gather() {
         // (interval estimate, token) -> (timed waits, late batches, left)
         let step = |interval_ns: u64, token| {
             ring.completion_interval_ns.set(interval_ns);
-            ring.push(
-                io_uring::opcode::Nop::new().build(),
-                None,
-                super::NO_FILE,
-                id,
-                token,
-            );
-            driver.park(None).expect("park");
-            let s = ring.stats();
+            let s = nop_then_park(&driver, &ring, id, token);
             (
                 s.batch_waits_timed,
                 s.late_batches,
@@ -612,12 +625,7 @@ fn timed_wait_is_judged_by_what_its_bound_can_gather() {
             (2, 1, super::BATCH_WAITS_BOUNDED),
             "no estimate: one CQE of 16 is late"
         );
-        let (fired, _slow) = slow.finish();
-        assert!(!fired, "a park waited for the slow ops (watchdog fired)");
-        assert!(park_until(&driver, Duration::from_secs(10), || handler
-            .total()
-            == 33));
-        assert!(handler.duplicates().is_empty());
+        finish_slow_reads(&driver, &handler, slow, 33);
     }
 }
 
