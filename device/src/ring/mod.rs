@@ -125,9 +125,9 @@
 //!   untimed batch on time resets that; a late timed batch keeps at least
 //!   `BATCH_WAITS_BOUNDED` left. (A slow fill arms as many as a stall: a
 //!   shorter period after a slow fill let ops that finish late, in
-//!   bursts, hold fast ones among them again every few waits.) A late batch also teaches the interval
-//!   estimate that completions are slow, which usually turns the next
-//!   waits into waits for one. Where the park timeout (an executor
+//!   bursts, hold fast ones among them again every few waits.) A late
+//!   batch also teaches the interval estimate that completions are slow,
+//!   which usually turns the next waits into waits for one. Where the park timeout (an executor
 //!   timer) or signals end waits more often than a batch takes to fill
 //!   and that is longer than the cap, even completions make batches late
 //!   by these rules: each untimed try ends unfilled at the timeout, so
@@ -1106,6 +1106,11 @@ impl Ring {
         let in_flight = self.ops_in_flight().saturating_sub(self.base.backlog_len());
         let (want, bound) = self.batch_policy(in_flight);
         debug_assert!(want >= 1 && want <= in_flight.max(1));
+        // The bound as the park's timeout leaves it: the kernel arms its
+        // first timer at min_wait even when the general timeout is
+        // shorter, and a timed wait is judged by what the sooner of the
+        // two allowed.
+        let bound = timeout.map_or(bound, |t| bound.min(t));
         // Clock reads only where the completion interval is sampled (two
         // per blocking park with 2 or more ops in flight).
         let start = (in_flight >= 2).then(Instant::now);
@@ -1116,9 +1121,6 @@ impl Ring {
         } else if !timed {
             self.wait_batch_then_one(want, self.untimed_limit(), timeout, start)?;
         } else if self.min_timeout() {
-            // The kernel arms its first timer at min_wait even when the
-            // general timeout is shorter: never let the bound outlast it.
-            let bound = timeout.map_or(bound, |t| bound.min(t));
             self.enter_retrying(want, timeout, bound)?;
         } else {
             self.wait_batch_then_one(want, bound, timeout, start)?;
@@ -1127,9 +1129,6 @@ impl Ring {
             let (waited, got) = (start.elapsed(), self.cq_len());
             self.observe(waited, got);
             if want > 1 {
-                // A park timeout shorter than the bound cut a timed wait
-                // sooner: judge it by what that left.
-                let bound = timeout.map_or(bound, |t| bound.min(t));
                 self.note_batch(timed, waited, expected_fill_ns, bound, want, got);
             }
         }
