@@ -12,7 +12,7 @@
 # - the engine: `cargo build --release -p plugio-fio` with FIO_SRC set, so
 #   build.rs compiles the C shim against it; the result,
 #   target/release/libplugio_fio.so, must export `get_ioengine`.
-# Writes target/fio-engine.env (FIO=..., PLUGIO_FIO_ENGINE=...) for the
+# Writes target/fio-engine.env (export FIO=..., PLUGIO_FIO_ENGINE=...) for the
 # scripts that run fio.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -75,9 +75,11 @@ if ! nm -D --defined-only "$engine" | grep -q ' get_ioengine$'; then
   echo "$engine exports no get_ioengine: the C shim was not built" >&2
   exit 1
 fi
+# Exported: fio expands ${PLUGIO_FIO_ENGINE} in job files from its own
+# environment, so a shell that sources this file passes it on.
 cat >target/fio-engine.env <<ENV
-FIO=$FIO_SRC/fio
-PLUGIO_FIO_ENGINE=$engine
+export FIO=$FIO_SRC/fio
+export PLUGIO_FIO_ENGINE=$engine
 ENV
 echo "fio:    $FIO_SRC/fio ($("$FIO_SRC/fio" --version))"
 echo "engine: $engine"
