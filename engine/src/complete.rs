@@ -44,7 +44,7 @@ use plugio_device::OpKind;
 use crate::bio::BioTable;
 use crate::clock;
 use crate::core::EngineCore;
-use crate::queue::{group_index, CoreDev};
+use crate::queue::{group_index, CoreDev, DevMask};
 use crate::request::{Piece, RqState};
 use crate::status::{Completed, Status};
 use crate::tag::Tag;
@@ -52,8 +52,8 @@ use crate::tag::Tag;
 /// What one batch left to do once its borrows are released.
 #[derive(Default)]
 struct Outcome {
-    /// Devices (index < 64) whose FIFO got requests issued again.
-    requeued: u64,
+    /// Devices whose FIFO got requests issued again.
+    requeued: DevMask,
 }
 
 impl EngineCore {
@@ -93,14 +93,15 @@ impl EngineCore {
                 d.shared.adopt_remote_orphans(self.uid, ctx.bios);
                 complete_device(d, self.core, batch, &mut ctx, &mut puts);
                 if ctx.requeued {
-                    outcome.requeued |= 1 << dev.min(63);
+                    outcome.requeued.insert(dev);
                 }
             }
         }
-        if outcome.requeued != 0 && !self.flushing.get() {
+        if !outcome.requeued.is_empty() && !self.flushing.get() {
             let nr_devs = self.devs.borrow().len();
-            for dev in 0..nr_devs.min(64) {
-                if outcome.requeued & (1 << dev) != 0 {
+            for dev in 0..nr_devs {
+                // A vacant slot (a device released since) is skipped.
+                if outcome.requeued.may_contain(dev) && self.devs.borrow().get(dev).is_some() {
                     self.dispatch_waiting(dev as u32);
                 }
             }

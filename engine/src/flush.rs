@@ -26,7 +26,7 @@ use crate::core::EngineCore;
 use crate::interval::NIL;
 use crate::merge;
 use crate::plug::{Drained, Plugged};
-use crate::queue::{group_index, CoreDev};
+use crate::queue::{group_index, CoreDev, DevMask};
 use crate::request::{Piece, RqState};
 
 impl EngineCore {
@@ -99,25 +99,25 @@ impl EngineCore {
         if bios.windows(2).any(|w| w[0].dev != w[1].dev) {
             bios.sort_by_key(|e| e.dev);
         }
-        let mut touched = 0u64;
+        let mut touched = DevMask::default();
         let mut start = 0;
         while start < bios.len() {
             let dev = bios[start].dev;
             let end = start + bios[start..].iter().take_while(|b| b.dev == dev).count();
             self.build_device_requests(dev, &mut bios[start..end], drained);
-            touched |= 1 << dev.min(63);
+            touched.insert(dev);
             start = end;
         }
         bios.clear();
         *self.scratch_bios.borrow_mut() = bios;
         let nr_devs = self.devs.borrow().len();
         for dev in 0..nr_devs {
-            let has_waiting = self
-                .devs
-                .borrow()
-                .get(dev)
-                .is_some_and(|d| !d.waiting.is_empty());
-            if has_waiting || (dev < 64 && touched & (1 << dev) != 0) {
+            // A vacant slot (a device released since) is skipped.
+            let Some(has_waiting) = self.devs.borrow().get(dev).map(|d| !d.waiting.is_empty())
+            else {
+                continue;
+            };
+            if has_waiting || touched.may_contain(dev) {
                 self.dispatch_waiting(dev as u32);
             }
         }

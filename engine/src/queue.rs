@@ -481,6 +481,35 @@ impl DevList {
     }
 }
 
+/// A set of device indices of one core as one word: exact for indices
+/// below 63; bit 63 stands for every index from 63 up, so a core with more
+/// devices visits all of those (a visit of a device with nothing to do is
+/// a borrow and a count). Only live devices may be visited:
+/// [`DevMask::may_contain`] says nothing of whether a slot is vacant.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct DevMask(u64);
+
+impl DevMask {
+    /// Adds device `dev`.
+    #[inline]
+    pub fn insert(&mut self, dev: u32) {
+        self.0 |= 1 << dev.min(63);
+    }
+
+    /// Whether device `dev` may be in the set: exactly below 63, and for
+    /// every index from 63 up once one of those is in it.
+    #[inline]
+    pub fn may_contain(self, dev: usize) -> bool {
+        self.0 & (1 << dev.min(63)) != 0
+    }
+
+    /// Whether no device is in the set.
+    #[inline]
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+}
+
 impl std::ops::Index<usize> for DevList {
     type Output = CoreDev;
     #[inline]
