@@ -7,6 +7,7 @@
 //! error); pointers handed to C are `Box::into_raw` of the Rust values and
 //! come back once, to the matching free function.
 
+use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::os::unix::ffi::OsStrExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -23,6 +24,34 @@ use crate::slots::Completion;
 pub struct CoreHandle {
     core: FioCore,
     events: Vec<Completion>,
+    /// A hook panicked inside plugio: the core's state may be half
+    /// updated (a flush cut short), so it is never touched again. Its IO
+    /// ends with `EIO`, `getevents` fails at once (fio then stops the job
+    /// instead of waiting for completions that may never come), and the
+    /// core and the io_u memory are leaked, not freed: the kernel may
+    /// still be reading or writing that memory.
+    poisoned: Cell<bool>,
+}
+
+/// What a hook says after a panic made the core unusable.
+const POISONED_MSG: &str =
+    "plugio: this job's plugio core is unusable after the panic above; its IO fails with EIO";
+
+/// Runs `f` unless `poisoned`; a panic in it is reported on stderr and
+/// poisons the core. `None` when it did not run or panicked.
+fn guarded<T>(poisoned: &Cell<bool>, f: impl FnOnce() -> T) -> Option<T> {
+    if poisoned.get() {
+        return None;
+    }
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(v) => Some(v),
+        Err(p) => {
+            eprintln!("{}", panic_msg(&*p));
+            eprintln!("{POISONED_MSG}");
+            poisoned.set(true);
+            None
+        }
+    }
 }
 
 /// Writes `msg` into the C buffer `buf` of `len` bytes, NUL-terminated and
@@ -69,6 +98,7 @@ pub unsafe extern "C" fn plugio_fio_core_new(
         Ok(Ok(core)) => Box::into_raw(Box::new(CoreHandle {
             core,
             events: Vec::with_capacity(cfg.iodepth as usize),
+            poisoned: Cell::new(false),
         })),
         Ok(Err(e)) => {
             // SAFETY: the caller's contract.
@@ -83,7 +113,8 @@ pub unsafe extern "C" fn plugio_fio_core_new(
     }
 }
 
-/// `cleanup`: waits for the core's IO in flight, then frees it.
+/// `cleanup`: waits for the core's IO in flight, then frees it (leaks it
+/// after a panic poisoned it, see [`CoreHandle`]).
 ///
 /// # Safety
 /// `h` came from `plugio_fio_core_new` and is not used again.
@@ -94,9 +125,13 @@ pub unsafe extern "C" fn plugio_fio_core_free(h: *mut CoreHandle) {
     }
     // SAFETY: the caller's contract: the pointer is ours, given back once.
     let h = unsafe { Box::from_raw(h) };
-    if let Err(p) = catch_unwind(AssertUnwindSafe(|| drop(h))) {
-        eprintln!("{}", panic_msg(&*p));
+    if h.poisoned.get() {
+        std::mem::forget(h);
+        return;
     }
+    let poisoned = Cell::new(false);
+    // A panic here leaks what was not dropped yet.
+    guarded(&poisoned, || drop(h));
 }
 
 /// `iomem_alloc`: the io_u memory (null when the allocation failed);
@@ -112,16 +147,13 @@ pub unsafe extern "C" fn plugio_fio_iomem_alloc(
 ) -> *mut c_void {
     // SAFETY: the caller's contract.
     let h = unsafe { &*h };
-    match catch_unwind(AssertUnwindSafe(|| h.core.iomem_alloc(len))) {
-        Ok((ptr, reg)) => {
+    match guarded(&h.poisoned, || h.core.iomem_alloc(len)) {
+        Some((ptr, reg)) => {
             // SAFETY: the caller's contract.
             unsafe { *registered = c_int::from(reg) };
             ptr.cast()
         }
-        Err(p) => {
-            eprintln!("{}", panic_msg(&*p));
-            std::ptr::null_mut()
-        }
+        None => std::ptr::null_mut(),
     }
 }
 
@@ -133,9 +165,8 @@ pub unsafe extern "C" fn plugio_fio_iomem_alloc(
 pub unsafe extern "C" fn plugio_fio_iomem_free(h: *mut CoreHandle) {
     // SAFETY: the caller's contract.
     let h = unsafe { &*h };
-    if let Err(p) = catch_unwind(AssertUnwindSafe(|| h.core.iomem_free())) {
-        eprintln!("{}", panic_msg(&*p));
-    }
+    // Poisoned: the memory is leaked with the core.
+    guarded(&h.poisoned, || h.core.iomem_free());
 }
 
 /// `open_file`: opens `path` with `access` (`enum plugio_fio_access`, see
@@ -161,20 +192,20 @@ pub unsafe extern "C" fn plugio_fio_open(
     let (h, path) = unsafe { (&*h, CStr::from_ptr(path)) };
     let path = Path::new(std::ffi::OsStr::from_bytes(path.to_bytes()));
     let res = match Access::from_raw(access) {
-        Some(access) => catch_unwind(AssertUnwindSafe(|| h.core.open(path, direct != 0, access))),
-        None => Ok(Err(plugio_device::Error::from_errno(libc::EINVAL)
+        Some(access) => guarded(&h.poisoned, || h.core.open(path, direct != 0, access)),
+        None => Some(Err(plugio_device::Error::from_errno(libc::EINVAL)
             .with_context(
                 "plugio_fio_open: an access value the engine does not know",
             ))),
     };
     let (errno, refused, msg) = match res {
-        Ok(Ok(id)) => return id.0 + 1,
-        Ok(Err(e)) => (
+        Some(Ok(id)) => return id.0 + 1,
+        Some(Err(e)) => (
             open_errno(&e),
             *e.kind() == ErrorKind::DirectIoRefused,
             format!("plugio: {e}"),
         ),
-        Err(p) => (libc::EIO, false, panic_msg(&*p)),
+        None => (libc::EIO, false, POISONED_MSG.to_string()),
     };
     // SAFETY: the caller's contract.
     unsafe {
@@ -207,13 +238,12 @@ pub unsafe extern "C" fn plugio_fio_close(h: *mut CoreHandle, dev: usize) {
     if dev == 0 {
         return;
     }
-    if let Err(p) = catch_unwind(AssertUnwindSafe(|| h.core.close(DevId(dev - 1)))) {
-        eprintln!("{}", panic_msg(&*p));
-    }
+    guarded(&h.poisoned, || h.core.close(DevId(dev - 1)));
 }
 
 /// `queue`: hands one IO to the core; returns 0, or `EINVAL` for an op
-/// value or a device the core does not know (nothing is queued then).
+/// value or a device the core does not know, `EIO` once a panic poisoned
+/// the core (nothing is queued then).
 ///
 /// # Safety
 /// `h` is a live core; `buf` as [`FioCore::queue`] requires.
@@ -229,6 +259,9 @@ pub unsafe extern "C" fn plugio_fio_queue(
 ) -> c_int {
     // SAFETY: the caller's contract.
     let h = unsafe { &*h };
+    if h.poisoned.get() {
+        return libc::EIO;
+    }
     let (Some(op), Some(id)) = (Op::from_raw(op), dev.checked_sub(1)) else {
         return libc::EINVAL;
     };
@@ -250,7 +283,7 @@ pub unsafe extern "C" fn plugio_fio_queue(
 }
 
 /// `commit`: one tick (the plug flush, one `io_uring_enter`). Returns 0,
-/// or `-EIO` after a panic (reported on stderr).
+/// or `-EIO` after a panic (reported on stderr; it poisons the core).
 ///
 /// # Safety
 /// `h` is a live core.
@@ -258,18 +291,17 @@ pub unsafe extern "C" fn plugio_fio_queue(
 pub unsafe extern "C" fn plugio_fio_commit(h: *mut CoreHandle) -> c_int {
     // SAFETY: the caller's contract.
     let h = unsafe { &*h };
-    match catch_unwind(AssertUnwindSafe(|| h.core.commit())) {
-        Ok(()) => 0,
-        Err(p) => {
-            eprintln!("{}", panic_msg(&*p));
-            -libc::EIO
-        }
+    match guarded(&h.poisoned, || h.core.commit()) {
+        Some(()) => 0,
+        None => -libc::EIO,
     }
 }
 
 /// `getevents`: waits for `min` completions or `timeout_ns` (negative: no
-/// limit), returns how many are ready (at most `max`), or `-EIO` after a
-/// panic. The events are then read with [`plugio_fio_event`].
+/// limit), returns how many are ready (at most `max`), or `-EIO` once a
+/// panic poisoned the core (in this call or an earlier one: fio then ends
+/// the job instead of waiting for IO the core may never complete). The
+/// events are then read with [`plugio_fio_event`].
 ///
 /// # Safety
 /// `h` is a live core.
@@ -283,13 +315,18 @@ pub unsafe extern "C" fn plugio_fio_getevents(
     // SAFETY: the caller's contract; nothing else borrows the handle now.
     let h = unsafe { &mut *h };
     let timeout = u64::try_from(timeout_ns).ok().map(Duration::from_nanos);
-    let CoreHandle { core, events } = h;
-    match catch_unwind(AssertUnwindSafe(|| {
+    let CoreHandle {
+        core,
+        events,
+        poisoned,
+    } = h;
+    match guarded(poisoned, || {
         core.getevents(min as usize, max as usize, timeout, events)
-    })) {
-        Ok(n) => n as c_int,
-        Err(p) => {
-            eprintln!("{}", panic_msg(&*p));
+    }) {
+        Some(n) => n as c_int,
+        None => {
+            // No stale events are read back after the failure.
+            events.clear();
             -libc::EIO
         }
     }
@@ -332,6 +369,9 @@ pub unsafe extern "C" fn plugio_fio_stats(
 ) {
     // SAFETY: the caller's contract.
     let h = unsafe { &*h };
+    if h.poisoned.get() {
+        return;
+    }
     let Some(d) = dev.checked_sub(1).and_then(|i| h.core.device(DevId(i))) else {
         return;
     };
@@ -387,8 +427,71 @@ pub unsafe extern "C" fn get_ioengine(ops: *mut *mut c_void) {
 
 #[cfg(test)]
 mod tests {
-    use super::open_errno;
+    use super::*;
     use plugio_device::{Error, InvalidInput};
+
+    #[test]
+    fn a_panic_poisons_the_core_and_later_hooks_do_not_run() {
+        let poisoned = Cell::new(false);
+        assert_eq!(guarded(&poisoned, || 7), Some(7));
+        let r: Option<()> = guarded(&poisoned, || panic!("a bug in a hook"));
+        assert_eq!(r, None);
+        assert!(poisoned.get());
+        let ran = Cell::new(false);
+        assert_eq!(guarded(&poisoned, || ran.set(true)), None);
+        assert!(!ran.get(), "a poisoned core is not touched again");
+    }
+
+    #[test]
+    fn a_poisoned_core_fails_its_hooks_at_once_and_is_leaked() {
+        let cfg = EngineConfig {
+            iodepth: 4,
+            iomem_bytes: 4 * 4096,
+            ..EngineConfig::default()
+        };
+        let mut err = vec![0 as c_char; 256];
+        // SAFETY: a valid config and message buffer.
+        let h = unsafe { plugio_fio_core_new(&cfg, err.as_mut_ptr(), err.len()) };
+        assert!(!h.is_null());
+        let mut registered = 0;
+        // SAFETY: a live core; a valid out pointer.
+        let mem = unsafe { plugio_fio_iomem_alloc(h, 4 * 4096, &mut registered) };
+        assert!(!mem.is_null());
+        // What a panic inside a hook leaves (see `guarded`).
+        // SAFETY: a live core, not borrowed elsewhere.
+        unsafe { (*h).poisoned.set(true) };
+        // SAFETY: a live core; the buffer is the io_u memory.
+        unsafe {
+            assert_eq!(plugio_fio_queue(h, 1, 0, 0, mem, 4096, mem), libc::EIO);
+            assert_eq!(plugio_fio_commit(h), -libc::EIO);
+            // With no limit: it must not wait.
+            assert_eq!(plugio_fio_getevents(h, 4, 4, -1), -libc::EIO);
+            let mut result = 0;
+            assert!(plugio_fio_event(h, 0, &mut result).is_null());
+        }
+        let path = c"/nonexistent-but-never-opened";
+        let (mut errno, mut refused) = (0, 0);
+        // SAFETY: a live core, a C string, valid out pointers and buffer.
+        let dev = unsafe {
+            plugio_fio_open(
+                h,
+                path.as_ptr(),
+                1,
+                0,
+                &mut errno,
+                &mut refused,
+                err.as_mut_ptr(),
+                err.len(),
+            )
+        };
+        assert_eq!((dev, errno), (0, libc::EIO));
+        // SAFETY: a live core, then given back once.
+        unsafe {
+            plugio_fio_iomem_free(h);
+            plugio_fio_close(h, 1);
+            plugio_fio_core_free(h);
+        }
+    }
 
     #[test]
     fn an_open_with_other_options_is_ebusy_other_bad_input_einval() {
