@@ -197,8 +197,9 @@ impl DeviceDriver {
 }
 
 /// Registers the thread's buffer arena with `ring` as fixed buffer 0;
-/// where the kernel refuses (`RLIMIT_MEMLOCK`, `ENOMEM`) logs once and
-/// leaves buffers unregistered (same results, no `READ_FIXED`).
+/// where the kernel refuses (`RLIMIT_MEMLOCK`, `ENOMEM`; `EFAULT` for an
+/// arena over 1 GiB, io_uring's limit for one registered buffer) logs once
+/// and leaves buffers unregistered (same results, no `READ_FIXED`).
 fn register_arena(ring: &Ring) -> Option<Rc<Arena>> {
     let arena = current_arena()?;
     let iov = arena.iovec();

@@ -105,6 +105,37 @@ impl Default for EngineConfig {
 }
 
 impl EngineConfig {
+    /// Checks the engine options against their ranges (those of the shim's
+    /// option table). fio checks a value against its `minval` only when
+    /// that is not 0, so a negative value of an option whose minimum is 0
+    /// reaches the engine as a huge unsigned one; it is refused here.
+    ///
+    /// # Errors
+    /// A message naming the option, its value and its range.
+    pub fn check(&self) -> Result<(), String> {
+        let ranges: [(&str, u32, u32, u32); 5] = [
+            ("plugio_queue_depth", self.queue_depth, 0, 65536),
+            ("plugio_nomerges", self.nomerges, 0, 2),
+            ("plugio_plug_max", self.plug_max, 1, 65536),
+            ("plugio_batch_wait_us", self.batch_wait_us, 0, 1_000_000),
+            ("plugio_sq_entries", self.sq_entries, 0, 32768),
+        ];
+        for (name, value, min, max) in ranges {
+            if !(min..=max).contains(&value) {
+                // A negative value came as its two's complement.
+                let shown = if value > i32::MAX as u32 {
+                    i64::from(value as i32)
+                } else {
+                    i64::from(value)
+                };
+                return Err(format!(
+                    "{name}={shown} is out of range: use {min} to {max}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The device options for a file opened by this job: `direct` and
     /// `read_only` come from the job (`direct=`, whether it writes).
     pub fn device_options(&self, direct: bool, read_only: bool) -> DeviceOptions {
@@ -158,6 +189,32 @@ mod tests {
     fn the_layout_matches_the_c_header() {
         assert_eq!(std::mem::size_of::<EngineConfig>(), CONFIG_BYTES);
         assert_eq!(std::mem::align_of::<EngineConfig>(), 8);
+    }
+
+    #[test]
+    fn options_out_of_range_are_refused_with_their_name() {
+        assert_eq!(EngineConfig::default().check(), Ok(()));
+        let negative = EngineConfig {
+            nomerges: -1i32 as u32,
+            ..EngineConfig::default()
+        };
+        assert_eq!(
+            negative.check(),
+            Err("plugio_nomerges=-1 is out of range: use 0 to 2".into())
+        );
+        let wait = EngineConfig {
+            batch_wait_us: -5i32 as u32,
+            ..EngineConfig::default()
+        };
+        assert!(wait
+            .check()
+            .unwrap_err()
+            .starts_with("plugio_batch_wait_us=-5 "));
+        let no_plug = EngineConfig {
+            plug_max: 0,
+            ..EngineConfig::default()
+        };
+        assert!(no_plug.check().unwrap_err().contains("use 1 to 65536"));
     }
 
     #[test]

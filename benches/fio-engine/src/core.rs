@@ -179,6 +179,10 @@ where
     })
 }
 
+/// The most bytes one registered buffer may have: io_uring refuses a
+/// larger one with `EFAULT` (`io_buffer_validate`: 1 GiB).
+const MAX_REGISTERED_BUFFER_BYTES: u64 = 1 << 30;
+
 /// One plugio core for one fio job thread. See the crate documentation.
 pub struct FioCore {
     config: EngineConfig,
@@ -214,15 +218,27 @@ impl FioCore {
     /// and the executor.
     ///
     /// # Errors
-    /// The ring or the executor could not be made (a plugio driver is
-    /// already installed on this thread; io_uring setup failed in a way
-    /// that has no fallback).
+    /// An engine option out of its range ([`EngineConfig::check`];
+    /// `InvalidInput::Config`); the ring or the executor could not be made
+    /// (a plugio driver is already installed on this thread; io_uring
+    /// setup failed in a way that has no fallback).
     pub fn new(config: EngineConfig) -> Result<FioCore, Error> {
-        if config.fixedbufs != 0 && config.iomem_bytes > 0 {
+        config
+            .check()
+            .map_err(|detail| Error::invalid(plugio_device::InvalidInput::Config { detail }))?;
+        let iomem_bytes = config.iomem_bytes.next_multiple_of(4096);
+        if config.fixedbufs != 0 && iomem_bytes > MAX_REGISTERED_BUFFER_BYTES {
+            eprintln!(
+                "plugio: the job's io_u memory ({iomem_bytes} bytes) is over io_uring's \
+                 limit of {MAX_REGISTERED_BUFFER_BYTES} bytes for one registered buffer: it is \
+                 not registered, and IO goes without READ_FIXED/WRITE_FIXED (lower iodepth \
+                 or bs, or set plugio_fixedbufs=0)"
+            );
+        } else if config.fixedbufs != 0 && iomem_bytes > 0 {
             // One chunk holding all of fio's io_u memory, registered with
             // the ring when the driver is made just below.
             configure_arena(ArenaConfig {
-                chunk_bytes: (config.iomem_bytes as usize).next_multiple_of(4096),
+                chunk_bytes: iomem_bytes as usize,
                 nr_chunks: 1,
             });
         }
@@ -268,7 +284,19 @@ impl FioCore {
             None
         };
         let is_registered = registered.is_some();
-        let mut buf = registered.unwrap_or_else(|| DmaBuf::heap(len_bytes, 4096));
+        if self.config.fixedbufs != 0
+            && !is_registered
+            && len_bytes as u64 <= MAX_REGISTERED_BUFFER_BYTES
+        {
+            eprintln!(
+                "plugio: the job's io_u memory ({len_bytes} bytes) could not be registered \
+                 with the ring (RLIMIT_MEMLOCK?); IO goes without READ_FIXED/WRITE_FIXED"
+            );
+        }
+        // Not registered (fixed buffers off, or the ring refused the
+        // arena): the arena's chunk where it fits, as plain memory, so
+        // that the job does not hold that memory twice; else the heap.
+        let mut buf = registered.unwrap_or_else(|| DmaBuf::with_align(len_bytes, 4096));
         let ptr = buf.as_mut_slice().as_mut_ptr();
         *self.iomem.borrow_mut() = Some(buf);
         (ptr, is_registered)

@@ -39,7 +39,10 @@ pub struct ArenaConfig {
     /// from the arena. Default 64 KiB.
     pub chunk_bytes: usize,
     /// Chunks per core. Default 64 (4 MiB with the default chunk). 0
-    /// disables the arena.
+    /// disables the arena. An arena of more than 1 GiB in all is not
+    /// registered (io_uring refuses one registered buffer that large): its
+    /// chunks are then plain memory, and IO on them goes without
+    /// `READ_FIXED`/`WRITE_FIXED`.
     pub nr_chunks: u32,
 }
 
