@@ -92,6 +92,23 @@ truncate -s "$size" "$file"
 echo "== a file on disk ($(stat -f -c %T "$out")): $file"
 run_all file "$file" 256
 
+echo "== 70 files in one job, picked at random (a core with more than 64 devices)"
+# Random file service opens and closes files as it goes: devices past index
+# 63 are dispatched, and the slots of closed ones are skipped (a panic
+# once).
+many="$out/many-files"
+mkdir -p "$many"
+rc=0
+timeout 300 "$FIO" --aux-path="$out" --output-format=json --output="$out/many-files.json" \
+  --name=many --ioengine="external:$PLUGIO_FIO_ENGINE" --directory="$many" \
+  --nrfiles=70 --size=4480k --direct=1 --rw=randrw --bs=4k --iodepth=16 \
+  --file_service_type=random --verify=crc32c --do_verify=1 \
+  2>"$out/many-files.stderr" || rc=$?
+if [ "$rc" -ge 124 ] || ! python3 "$here/check.py" "$out/many-files.json" "$out/many-files.stderr"; then
+  echo "FAIL many-files (fio exit status $rc)"; sed 's/^/    /' "$out/many-files.stderr" | head -20
+  failures=$((failures + 1))
+fi
+
 if [ "$(id -u)" -eq 0 ]; then
   img="$out/loop.img"
   truncate -s "$size" "$img"
