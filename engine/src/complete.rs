@@ -98,13 +98,7 @@ impl EngineCore {
             }
         }
         if !outcome.requeued.is_empty() && !self.flushing.get() {
-            let nr_devs = self.devs.borrow().len();
-            for dev in 0..nr_devs {
-                // A vacant slot (a device released since) is skipped.
-                if outcome.requeued.may_contain(dev) && self.devs.borrow().get(dev).is_some() {
-                    self.dispatch_waiting(dev as u32);
-                }
-            }
+            self.dispatch_devices(outcome.requeued, false);
         }
         if !self.flushing.get() {
             self.wake_pending();

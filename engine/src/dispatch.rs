@@ -25,13 +25,28 @@ use plugio_device::{IoOp, SqWriter};
 use crate::bio::{Bio, BioTable};
 use crate::clock;
 use crate::core::EngineCore;
-use crate::queue::CoreDev;
+use crate::queue::{CoreDev, DevMask};
 use crate::request::{Piece, Request, RqState};
 use crate::shared::DeviceShared;
 use crate::status::Status;
 use crate::tag::Tag;
 
 impl EngineCore {
+    /// [`EngineCore::dispatch_waiting`] of every live device in `marked`
+    /// and, with `any_waiting`, of every live device with requests waiting.
+    /// Vacant slots (devices released since) are skipped.
+    pub(crate) fn dispatch_devices(self: &Rc<Self>, marked: DevMask, any_waiting: bool) {
+        let nr_devs = self.devs.borrow().len();
+        for dev in 0..nr_devs {
+            let Some(waiting) = self.devs.borrow().get(dev).map(|d| !d.waiting.is_empty()) else {
+                continue;
+            };
+            if marked.may_contain(dev) || (any_waiting && waiting) {
+                self.dispatch_waiting(dev as u32);
+            }
+        }
+    }
+
     /// Takes tags for the device's waiting requests and dispatches as many
     /// as got one; starts a tag-waiter task if some are left.
     pub fn dispatch_waiting(self: &Rc<Self>, dev: u32) {

@@ -110,17 +110,7 @@ impl EngineCore {
         }
         bios.clear();
         *self.scratch_bios.borrow_mut() = bios;
-        let nr_devs = self.devs.borrow().len();
-        for dev in 0..nr_devs {
-            // A vacant slot (a device released since) is skipped.
-            let Some(has_waiting) = self.devs.borrow().get(dev).map(|d| !d.waiting.is_empty())
-            else {
-                continue;
-            };
-            if has_waiting || touched.may_contain(dev) {
-                self.dispatch_waiting(dev as u32);
-            }
-        }
+        self.dispatch_devices(touched, true);
         self.flushing.set(false);
         self.wake_pending();
         self.release_closed_devices();
