@@ -317,6 +317,8 @@ async fn run(path: &Path) -> Result<(), Box<dyn StdError>> {
         plug_flush_bytes: (FRAMES * PAGE_BYTES) as u64,
         ..DeviceOptions::default()
     };
+    // With `nomerges: 2` every page is its own request (the check below).
+    let merging = options.nomerges < 2;
     let dev = OpenOptions::new()
         .create(true)
         .truncate(true)
@@ -384,11 +386,17 @@ async fn run(path: &Path) -> Result<(), Box<dyn StdError>> {
     let io = dev.iostats();
     let total_updates = (UPDATERS * UPDATES_PER_TASK) as u64;
     assert_eq!(expected.borrow().iter().sum::<u64>(), total_updates);
-    assert!(s.evictions > 0 && s.write_back_batches > 1, "{s:?}");
-    assert!(
-        io.write.ios < s.pages_written,
-        "no write was merged: {io:?}"
-    );
+    // A pool as large as the file never evicts: the checkpoint is its only
+    // write-back.
+    if (FRAMES as u64) < FILE_PAGES {
+        assert!(s.evictions > 0 && s.write_back_batches > 1, "{s:?}");
+    }
+    if merging {
+        assert!(
+            io.write.ios < s.pages_written,
+            "no write was merged: {io:?}"
+        );
+    }
     println!(
         "buffer pool: {FRAMES} frames over {FILE_PAGES} pages; {} hits, {} misses, {} evictions",
         s.hits, s.misses, s.evictions

@@ -38,7 +38,7 @@ enum Durability {
     /// One write with `IoFlags::FUA` (`RWF_DSYNC`): durable when it
     /// completes.
     Fua,
-    /// A plain write, then `Device::flush` (`fdatasync`).
+    /// A plain write, then `Device::sync_data` (`fdatasync`).
     Fdatasync,
 }
 
@@ -47,6 +47,10 @@ enum Durability {
 enum WalError {
     /// The device refused or failed an IO.
     Io(plugio::Error),
+    /// The commit of this record's batch failed (the committer's error,
+    /// as text: every writer of the batch gets it); the record is not
+    /// known to be durable.
+    CommitFailed(String),
     /// The committer is gone (it failed earlier, or the log was closed).
     Closed,
     /// A batch on disk does not match its checksum or header.
@@ -58,6 +62,7 @@ impl fmt::Display for WalError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             WalError::Io(e) => write!(f, "log IO failed: {e}"),
+            WalError::CommitFailed(why) => write!(f, "the batch's commit failed: {why}"),
             WalError::Closed => write!(f, "the log committer has stopped"),
             WalError::Corrupt { offset_bytes, why } => {
                 write!(f, "corrupt batch at byte {offset_bytes}: {why}")
@@ -97,10 +102,7 @@ impl Wal {
             .map_err(|_| WalError::Closed)?;
         match acked.await {
             Ok(Ok(lsn)) => Ok(lsn),
-            Ok(Err(why)) => Err(WalError::Corrupt {
-                offset_bytes: 0,
-                why,
-            }),
+            Ok(Err(why)) => Err(WalError::CommitFailed(why)),
             Err(_) => Err(WalError::Closed),
         }
     }
@@ -314,11 +316,15 @@ async fn run(path: &Path, durability: Durability) -> Result<(), Box<dyn StdError
         assert_eq!(lsn, i as u64 + 1, "LSNs are dense and unique");
         assert_eq!(log[i], record(w, seq), "record at LSN {lsn}");
     }
-    assert!(
-        stats.commits < total as u64,
-        "group commit grouped nothing: {} commits for {total} records",
-        stats.commits
-    );
+    // One writer waits for each commit before its next record, so only
+    // several writers give the committer records to group.
+    if WRITERS > 1 {
+        assert!(
+            stats.commits < total as u64,
+            "group commit grouped nothing: {} commits for {total} records",
+            stats.commits
+        );
+    }
     let io = dev.iostats();
     println!(
         "{durability:?}: {total} records from {WRITERS} writers in {} commits \
