@@ -255,6 +255,37 @@ impl Bio {
     }
 }
 
+/// Resets a bio that is being freed (its result taken or dropped) to
+/// the state `BioTable::alloc` hands out, dropping what it still holds
+/// (on the common path nothing: the waker and the error were taken, and a
+/// one-buffer bio only names its memory). Returns whether the bio may be
+/// kept for reuse (it was allocated with the cache on).
+#[inline(always)]
+fn reset(bio: &mut Bio) -> bool {
+    bio.state = BioState::Free;
+    if !matches!(bio.buf, BioBuf::None) {
+        forget_if_none(std::mem::take(&mut bio.buf));
+    }
+    if !bio.parts.is_empty() {
+        bio.parts.clear();
+    }
+    bio.split = false;
+    // Taken on the common path (the result's error by `take_result`, the
+    // waker by the completion): checked, not dropped, here.
+    if bio.error.is_some() {
+        bio.error = None;
+    }
+    if bio.waker.is_some() {
+        bio.waker = None;
+    }
+    bio.orphaned = false;
+    if bio.keep.is_some() {
+        bio.keep = None;
+    }
+    bio.done_bytes = 0;
+    bio.cached
+}
+
 /// The bytes transferred from the start of a split bio: parts sorted by
 /// offset, summed until the first short one (a short read at end of file
 /// ends the data; later parts read nothing).
@@ -386,28 +417,16 @@ impl BioTable {
         let Some(bio) = self.slots[index as usize].bio.as_deref_mut() else {
             return;
         };
-        bio.state = BioState::Free;
-        if !matches!(bio.buf, BioBuf::None) {
-            forget_if_none(std::mem::take(&mut bio.buf));
-        }
-        if !bio.parts.is_empty() {
-            bio.parts.clear();
-        }
-        bio.split = false;
-        // Taken on the common path (the result's error by `take_result`,
-        // the waker by the completion): checked, not dropped, here.
-        if bio.error.is_some() {
-            bio.error = None;
-        }
-        if bio.waker.is_some() {
-            bio.waker = None;
-        }
-        bio.orphaned = false;
-        if bio.keep.is_some() {
-            bio.keep = None;
-        }
-        bio.done_bytes = 0;
-        if bio.cached && self.free_cached.len() < BIO_CACHE_MAX {
+        let keep = reset(bio);
+        self.put_free(index, keep);
+    }
+
+    /// Puts free slot `index` on its free list: the cached one while it
+    /// has room and `keep` (the bio was allocated with the cache on), else
+    /// the bio is deallocated.
+    #[inline(always)]
+    fn put_free(&mut self, index: u32, keep: bool) {
+        if keep && self.free_cached.len() < BIO_CACHE_MAX {
             self.free_cached.push(index);
         } else {
             self.free_uncached(index);
@@ -422,18 +441,22 @@ impl BioTable {
         self.free_empty.push(index);
     }
 
-    /// Takes the result of a completed bio and frees its slot.
+    /// Takes the result of a completed bio and frees its slot. One lookup
+    /// of the slot for both (the future's second poll: the hot path).
     #[inline]
     pub fn take_result(&mut self, id: BioId) -> Option<BioResult> {
-        let bio = self.get_mut(id)?;
-        if bio.state != BioState::Done {
+        let slot = self.slots.get_mut(id.index as usize)?;
+        if slot.generation != id.generation {
             return None;
         }
+        // A free bio is never `Done`, so this also refuses free slots.
+        let bio = slot.bio.as_deref_mut().filter(|b| b.state == BioState::Done)?;
         let result = match bio.error.take() {
             Some(e) => Err(e),
             None => Ok(bio.done_bytes),
         };
-        self.free_current(id.index);
+        let keep = reset(bio);
+        self.put_free(id.index, keep);
         Some(result)
     }
 

@@ -22,11 +22,11 @@ use std::rc::Rc;
 
 use plugio_device::{IoOp, SqWriter};
 
-use crate::bio::{Bio, BioTable};
+use crate::bio::BioTable;
 use crate::clock;
 use crate::core::EngineCore;
 use crate::queue::{CoreDev, DevMask};
-use crate::request::{Piece, Request, RqState};
+use crate::request::{Request, RqState};
 use crate::shared::DeviceShared;
 use crate::status::Status;
 use crate::tag::Tag;
@@ -266,36 +266,33 @@ fn build_iovecs(bios: &BioTable, rq: &mut Request, sq: Option<&SqWriter<'_>>) {
 }
 
 /// [`build_iovecs`] of a request of several pieces, or of part of a
-/// buffer (out of line: the one-buffer case above is the hot one).
+/// buffer (out of line: the one-buffer case above is the hot one). One
+/// pass over the pieces builds the iovecs and finds the registered buffer
+/// they share, if any.
 #[inline(never)]
 fn build_iovecs_of_pieces(bios: &BioTable, rq: &mut Request, vectored_fixed: bool) {
-    for p in &rq.pieces {
-        if let Some(bio) = bios.get(p.bio) {
-            bio_iovecs(bio, p, &mut rq.iovecs);
+    // The registered buffer of the first piece, and whether every piece
+    // lies in that same one (a piece whose bio is gone shares none).
+    let mut fixed = None;
+    let mut shared = true;
+    for (i, p) in rq.pieces.iter().enumerate() {
+        let Some(bio) = bios.get(p.bio) else {
+            shared = false;
+            continue;
+        };
+        bio.buf.push_iovecs(p.bio_offset, p.len_bytes, &mut rq.iovecs);
+        let f = bio.buf.fixed();
+        if i == 0 {
+            fixed = f;
+        } else if f != fixed {
+            shared = false;
         }
     }
     // One contiguous run of memory (one piece, or merged bios whose
     // buffers are adjacent, as fio's io_u buffers often are), or several
     // where the ring has the vectored fixed opcodes: registered when every
     // piece lies in the same registered buffer.
-    if rq.iovecs.len() == 1 || vectored_fixed {
-        rq.fixed_buf = common_fixed(bios, &rq.pieces);
+    if shared && (rq.iovecs.len() == 1 || vectored_fixed) {
+        rq.fixed_buf = fixed;
     }
-}
-
-/// The registered buffer every piece's bio lies in, if they share one.
-fn common_fixed(bios: &BioTable, pieces: &[Piece]) -> Option<u16> {
-    let mut common = None;
-    for p in pieces {
-        let index = bios.get(p.bio).and_then(|b| b.buf.fixed())?;
-        if common.is_some_and(|c| c != index) {
-            return None;
-        }
-        common = Some(index);
-    }
-    common
-}
-
-fn bio_iovecs(bio: &Bio, p: &Piece, out: &mut Vec<libc::iovec>) {
-    bio.buf.push_iovecs(p.bio_offset, p.len_bytes, out);
 }
