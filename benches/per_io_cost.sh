@@ -15,8 +15,10 @@
 #
 # Usage: benches/per_io_cost.sh [--quick] [--rounds N] [--runtime S]
 #   --quick  1 round of 1 s (a smoke run for CI; prints, writes nothing)
-# Prints a markdown table: median IOPS (min-max) of each side, CPU ns/IO,
-# IOS/call and the ratio of the medians. Environment: WORK (scratch dir on
+# Prints a markdown table: median IOPS (min-max) of each side, CPU ns/IO
+# and its split into user and system time (getrusage; the user part is
+# the engine's own code, the system part the kernel's work for the same
+# IO), IOS/call and the ratio of the medians. Environment: WORK (scratch dir on
 # a disk-backed file system, default target/per-io-cost); BEFORE (a
 # `plugio` binary of an earlier commit: its plugio side runs in the same
 # rounds, and the table gains its column and ratio).
@@ -114,8 +116,9 @@ names = {
     "seq": "seq 4 KiB reads, 32 tasks, zram, merging (MiB/s; raw: 128 KiB at QD1)",
 }
 before = any(r["side"] == "before" for r in rows)
-head = "| workload | plugio | raw | ratio | plugio CPU ns/IO | raw CPU ns/IO | plugio IOS/call |"
-rule = "|---|---|---|---|---|---|---|"
+head = ("| workload | plugio | raw | ratio | plugio CPU ns/IO | raw CPU ns/IO "
+        "| plugio user / system ns/IO | raw user / system ns/IO | plugio IOS/call |")
+rule = "|---|---|---|---|---|---|---|---|---|"
 if before:
     head += " plugio before | ratio before | CPU ns/IO before | IOS/call before |"
     rule += "---|---|---|---|"
@@ -130,12 +133,16 @@ for w, title in names.items():
             vals = [r[key] for r in runs]
             sides[s] = (statistics.median(vals), min(vals), max(vals),
                         statistics.median(r["cpu_ns_per_io"] for r in runs),
-                        statistics.median((r.get("plug") or {}).get("submit_per_call") or 0 for r in runs))
+                        statistics.median((r.get("plug") or {}).get("submit_per_call") or 0 for r in runs),
+                        statistics.median(r.get("cpu_user_ns_per_io") or 0 for r in runs),
+                        statistics.median(r.get("cpu_system_ns_per_io") or 0 for r in runs))
     if "plugio" not in sides or "raw" not in sides:
         continue
     p, r = sides["plugio"], sides["raw"]
     fmt = lambda v: f"{v[0]:,.0f} ({v[1]:,.0f}–{v[2]:,.0f})"
-    line = f"| {title} | {fmt(p)} | {fmt(r)} | {p[0] / r[0]:.2f}× | {p[3]:,.0f} | {r[3]:,.0f} | {p[4]:.1f} |"
+    split = lambda v: f"{v[5]:,.0f} / {v[6]:,.0f}"
+    line = (f"| {title} | {fmt(p)} | {fmt(r)} | {p[0] / r[0]:.2f}× | {p[3]:,.0f} | {r[3]:,.0f} "
+            f"| {split(p)} | {split(r)} | {p[4]:.1f} |")
     if before and "before" in sides:
         b = sides["before"]
         line += f" {fmt(b)} | {b[0] / r[0]:.2f}× | {b[3]:,.0f} | {b[4]:.1f} |"

@@ -71,6 +71,29 @@ fn randrw_reports_reads_and_writes_apart_in_json() {
 }
 
 #[test]
+fn json_splits_cpu_time_into_user_and_system() {
+    let o = small_bench(&["--json"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v = json(&o);
+    let f = |k: &str| {
+        v[k].as_f64()
+            .unwrap_or_else(|| panic!("{k} is not a number: {v}"))
+    };
+    let (total, user, system) = (
+        f("cpu_ns_per_io"),
+        f("cpu_user_ns_per_io"),
+        f("cpu_system_ns_per_io"),
+    );
+    assert!(user >= 0.0 && system >= 0.0, "{v}");
+    // One getrusage reading, split: the parts add up to the total (up to
+    // the rounding of each division).
+    assert!(
+        (user + system - total).abs() <= 1.0 + total * 1e-9,
+        "user {user} + system {system} != total {total}"
+    );
+}
+
+#[test]
 fn a_read_job_has_no_writes_and_text_shows_one_summary() {
     let o = small_bench(&["--rw", "randread", "--json"]);
     assert!(o.status.success(), "{}", text(&o.stderr));

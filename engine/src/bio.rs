@@ -450,7 +450,10 @@ impl BioTable {
             return None;
         }
         // A free bio is never `Done`, so this also refuses free slots.
-        let bio = slot.bio.as_deref_mut().filter(|b| b.state == BioState::Done)?;
+        let bio = slot
+            .bio
+            .as_deref_mut()
+            .filter(|b| b.state == BioState::Done)?;
         let result = match bio.error.take() {
             Some(e) => Err(e),
             None => Ok(bio.done_bytes),

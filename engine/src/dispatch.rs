@@ -280,7 +280,8 @@ fn build_iovecs_of_pieces(bios: &BioTable, rq: &mut Request, vectored_fixed: boo
             shared = false;
             continue;
         };
-        bio.buf.push_iovecs(p.bio_offset, p.len_bytes, &mut rq.iovecs);
+        bio.buf
+            .push_iovecs(p.bio_offset, p.len_bytes, &mut rq.iovecs);
         let f = bio.buf.fixed();
         if i == 0 {
             fixed = f;

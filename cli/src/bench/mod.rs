@@ -102,7 +102,7 @@ fn workers(job: &Job) -> usize {
 /// The engine's setup or IO failed.
 pub fn run(job: &Job, target: Option<&Target>) -> Result<BenchResult, BenchError> {
     let counters = Counters::new(workers(job));
-    let cpu_before = stats::cpu_time();
+    let cpu_before = stats::cpu_times();
     let allocs_before = alloc_count::allocations();
     let mut printer = report::Printer::new(job);
     printer.header(job, target);
@@ -135,7 +135,7 @@ pub fn run(job: &Job, target: Option<&Target>) -> Result<BenchResult, BenchError
         }
         Ok::<_, BenchError>((output, timeline))
     })?;
-    let cpu = stats::cpu_time().saturating_sub(cpu_before);
+    let cpu = stats::cpu_times().since(cpu_before);
     let allocs = alloc_count::allocations() - allocs_before;
     let stopped_by = timeline.stopped_by;
     let mut result = report::BenchResult::new(job, target, &counters, output, timeline, cpu);

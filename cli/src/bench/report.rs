@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::error::BenchError;
 use super::options::{Ablation, EngineKind, Job};
 use super::output::{EngineOutput, StopReason};
-use super::stats::{Counters, Snapshot};
+use super::stats::{Counters, CpuTimes, Snapshot};
 use super::target::Target;
 
 /// The name `--ablate` takes for `a`.
@@ -269,6 +269,14 @@ pub struct BenchResult {
     pub bw_mib_s: f64,
     /// Process CPU time (all threads) per IO, ns.
     pub cpu_ns_per_io: Option<f64>,
+    /// The user-space part of `cpu_ns_per_io`: what the engine's own code
+    /// costs (the kernel's part is `cpu_system_ns_per_io`).
+    #[serde(default)]
+    pub cpu_user_ns_per_io: Option<f64>,
+    /// The kernel's part of `cpu_ns_per_io` (syscalls, and the IO the
+    /// kernel runs inline in them).
+    #[serde(default)]
+    pub cpu_system_ns_per_io: Option<f64>,
     /// Heap allocations (all threads, the whole run including setup) per
     /// IO.
     pub allocs_per_io: Option<f64>,
@@ -301,7 +309,7 @@ impl BenchResult {
         counters: &Counters,
         output: EngineOutput,
         timeline: Timeline,
-        cpu: Duration,
+        cpu: CpuTimes,
     ) -> BenchResult {
         let total = counters.total();
         let secs = timeline.elapsed.as_secs_f64().max(1e-9);
@@ -365,7 +373,9 @@ impl BenchResult {
             // The same count and window the summary prints.
             iops: total.ios as f64 / secs,
             bw_mib_s: total.bytes as f64 / secs / (1u64 << 20) as f64,
-            cpu_ns_per_io: ratio(cpu.as_nanos() as u64, total.ios),
+            cpu_ns_per_io: ratio(cpu.total().as_nanos() as u64, total.ios),
+            cpu_user_ns_per_io: ratio(cpu.user.as_nanos() as u64, total.ios),
+            cpu_system_ns_per_io: ratio(cpu.system.as_nanos() as u64, total.ios),
             allocs_per_io: None,
             latency,
             read,

@@ -457,15 +457,43 @@ fn merge_into(into: &mut Histogram<u64>, from: &Histogram<u64>) {
     }
 }
 
-/// Process CPU time (user + system) so far.
-pub fn cpu_time() -> Duration {
+/// The process's CPU time so far (all threads), split as `getrusage(2)`
+/// reports it: in user space, and in the kernel on its behalf (the
+/// syscalls and the IO the kernel runs inline in them, such as a
+/// page-cache copy or a zram decompression).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CpuTimes {
+    pub user: Duration,
+    pub system: Duration,
+}
+
+impl CpuTimes {
+    /// User plus system time.
+    pub fn total(self) -> Duration {
+        self.user + self.system
+    }
+
+    /// The time from `earlier` to `self` (zero where a clock went back).
+    pub fn since(self, earlier: CpuTimes) -> CpuTimes {
+        CpuTimes {
+            user: self.user.saturating_sub(earlier.user),
+            system: self.system.saturating_sub(earlier.system),
+        }
+    }
+}
+
+/// Process CPU time (user and system) so far; zero if `getrusage` fails.
+pub fn cpu_times() -> CpuTimes {
     match nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF) {
         Ok(u) => {
             let tv = |t: nix::sys::time::TimeVal| {
                 Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000)
             };
-            tv(u.user_time()) + tv(u.system_time())
+            CpuTimes {
+                user: tv(u.user_time()),
+                system: tv(u.system_time()),
+            }
         }
-        Err(_) => Duration::ZERO,
+        Err(_) => CpuTimes::default(),
     }
 }
