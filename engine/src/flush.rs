@@ -153,7 +153,7 @@ impl EngineCore {
 #[inline]
 fn build_requests(d: &mut CoreDev, id: BioId, bio: &mut Bio, allow_merge: bool) -> u64 {
     let mergeable = merge::mergeable(bio.op, bio.flags) && bio.len_bytes <= d.max_merge_bytes;
-    if allow_merge && mergeable && try_merge(d, id, bio) {
+    if allow_merge && mergeable && touches_last(d, bio) && try_merge(d, id, bio) {
         if d.iostats {
             if let Some(g) = group_index(bio.op) {
                 d.pending.groups[g].merges += 1;
@@ -195,9 +195,27 @@ fn build_requests(d: &mut CoreDev, id: BioId, bio: &mut Bio, allow_merge: bool) 
     u64::from(parts)
 }
 
+/// Whether the bio starts where the newest request built ends, or ends
+/// where it starts: the only case [`try_merge`] can join them. Kept inline,
+/// so that IO that does not merge (random IO, the common case) makes no
+/// call; the merge itself is out of line.
+#[inline(always)]
+fn touches_last(d: &CoreDev, bio: &Bio) -> bool {
+    let slot = d.last_built;
+    if slot == NIL {
+        return false;
+    }
+    let rq = d.rqs.get(slot);
+    let (rq_end, bio_end) = (
+        rq.offset_bytes + rq.len_bytes,
+        bio.offset_bytes + bio.len_bytes,
+    );
+    rq_end == bio.offset_bytes || bio_end == rq.offset_bytes
+}
+
 /// Merges bio `id` into the newest waiting request if the merge rules
 /// allow it and the bio needs no ordering that the request lacks.
-#[inline]
+#[inline(never)]
 fn try_merge(d: &mut CoreDev, id: BioId, bio: &mut Bio) -> bool {
     let slot = d.last_built;
     if slot == NIL {
@@ -215,6 +233,7 @@ fn try_merge(d: &mut CoreDev, id: BioId, bio: &mut Bio) -> bool {
 
 /// Joins bio `id` to request `slot` on `side` where the ordering allows
 /// it (the rest of [`try_merge`], once the merge rules said yes).
+#[inline]
 fn join(d: &mut CoreDev, slot: u32, side: merge::Side, id: BioId, bio: &mut Bio) -> bool {
     if !d.may_join(slot, bio.op, bio.offset_bytes, bio.len_bytes) {
         return false;
