@@ -23,29 +23,39 @@ pub(crate) struct Plugged {
     pub key: u128,
 }
 
-/// Slots of each [`Boundaries`] table; more mergeable bios than half of
-/// this in one plug count as "maybe adjacent" without looking.
-const BOUNDARY_SLOTS: usize = 64;
+/// Slots of the [`Boundaries`] table; more mergeable bios than a quarter
+/// of this in one plug count as "maybe adjacent" without looking (each
+/// bio adds at most two values, so the table stays at most half full).
+const BOUNDARY_SLOTS: usize = 128;
 
-/// Where the plug's mergeable bios start and end, in two small
-/// open-addressing sets, so that a flush knows whether any two of them
-/// touch (a back or front merge is possible) without sorting: random IO
-/// then skips the sort entirely. False positives (a read ending where a
-/// write starts) only cost a sort.
+/// Flag of a table value where a noted bio starts.
+const STARTS: u8 = 1;
+/// Flag of a table value where a noted bio ends.
+const ENDS: u8 = 2;
+
+/// Where the plug's mergeable bios start and end, in one small
+/// open-addressing table of byte offsets, each flagged as a start, an end
+/// or both, so that a flush knows whether any two of them touch (a back or
+/// front merge is possible) without sorting: random IO then skips the sort
+/// entirely. False positives (a read ending where a write starts) only
+/// cost a sort.
 #[derive(Debug)]
 pub(crate) struct Boundaries {
-    starts: [u64; BOUNDARY_SLOTS],
-    ends: [u64; BOUNDARY_SLOTS],
+    /// Offsets plus one (0 marks an empty slot).
+    values: [u64; BOUNDARY_SLOTS],
+    /// `STARTS` and `ENDS` of each value.
+    flags: [u8; BOUNDARY_SLOTS],
+    /// Bios noted.
     len: usize,
-    /// Two mergeable bios touch, or the sets overflowed.
+    /// Two mergeable bios touch, or the table filled up.
     pub adjacent: bool,
 }
 
 impl Default for Boundaries {
     fn default() -> Self {
         Self {
-            starts: [0; BOUNDARY_SLOTS],
-            ends: [0; BOUNDARY_SLOTS],
+            values: [0; BOUNDARY_SLOTS],
+            flags: [0; BOUNDARY_SLOTS],
             len: 0,
             adjacent: false,
         }
@@ -53,31 +63,50 @@ impl Default for Boundaries {
 }
 
 impl Boundaries {
-    /// Notes a mergeable bio on `[start, end)`.
+    /// Notes a mergeable bio on `[start, end)`: adjacent when it starts
+    /// where another ends or ends where another starts.
     fn add(&mut self, start: u64, end: u64) {
         if self.adjacent {
             return;
         }
-        if self.len >= BOUNDARY_SLOTS / 2 {
+        if self.len >= BOUNDARY_SLOTS / 4 {
             self.adjacent = true;
             return;
         }
         // Stored plus one: 0 marks an empty slot.
-        let (s, e) = (start.wrapping_add(1), end.wrapping_add(1));
-        if contains(&self.ends, s) || contains(&self.starts, e) {
-            self.adjacent = true;
-            return;
-        }
-        insert(&mut self.starts, s);
-        insert(&mut self.ends, e);
+        let touches = self.mark(start.wrapping_add(1), STARTS, ENDS)
+            | self.mark(end.wrapping_add(1), ENDS, STARTS);
+        self.adjacent = touches;
         self.len += 1;
+    }
+
+    /// Flags value `v` with `flag` (inserting it when absent); returns
+    /// whether it already had `other` (a bio's start meeting another's
+    /// end, or the reverse). One probe sequence for both.
+    #[inline]
+    fn mark(&mut self, v: u64, flag: u8, other: u8) -> bool {
+        let mut i = slot_of(v);
+        loop {
+            match self.values[i] {
+                0 => {
+                    self.values[i] = v;
+                    self.flags[i] = flag;
+                    return false;
+                }
+                x if x == v => {
+                    let had = self.flags[i] & other != 0;
+                    self.flags[i] |= flag;
+                    return had;
+                }
+                _ => i = (i + 1) % BOUNDARY_SLOTS,
+            }
+        }
     }
 
     /// Forgets every bio.
     fn clear(&mut self) {
         if self.len > 0 {
-            self.starts = [0; BOUNDARY_SLOTS];
-            self.ends = [0; BOUNDARY_SLOTS];
+            self.values = [0; BOUNDARY_SLOTS];
             self.len = 0;
         }
         self.adjacent = false;
@@ -87,26 +116,7 @@ impl Boundaries {
 fn slot_of(v: u64) -> usize {
     // Fibonacci hashing: offsets are multiples of the block size, so the
     // high bits of the product spread them.
-    (v.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) as usize
-}
-
-fn contains(table: &[u64; BOUNDARY_SLOTS], v: u64) -> bool {
-    let mut i = slot_of(v);
-    loop {
-        match table[i] {
-            0 => return false,
-            x if x == v => return true,
-            _ => i = (i + 1) % BOUNDARY_SLOTS,
-        }
-    }
-}
-
-fn insert(table: &mut [u64; BOUNDARY_SLOTS], v: u64) {
-    let mut i = slot_of(v);
-    while table[i] != 0 && table[i] != v {
-        i = (i + 1) % BOUNDARY_SLOTS;
-    }
-    table[i] = v;
+    (v.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 57) as usize
 }
 
 /// The bios of one tick on one core.
@@ -204,9 +214,15 @@ mod tests {
         assert!(touch(&[(0, 4096), (4096, 4096)]), "back merge");
         assert!(touch(&[(8192, 4096), (4096, 4096)]), "front merge");
         assert!(touch(&[(0, 4096), (1 << 20, 512), ((1 << 20) + 512, 4096)]));
-        let far: Vec<_> = (0..31).map(|i| (i * 3 * 4096, 4096)).collect();
-        assert!(!touch(&far), "31 bios with gaps");
-        let many: Vec<_> = (0..40).map(|i| (i * 3 * 4096, 4096)).collect();
-        assert!(touch(&many), "past half the table: assumed adjacent");
+        let far: Vec<_> = (0..32).map(|i| (i * 3 * 4096, 4096)).collect();
+        assert!(!touch(&far), "32 bios with gaps");
+        let many: Vec<_> = (0..33).map(|i| (i * 3 * 4096, 4096)).collect();
+        assert!(
+            touch(&many),
+            "past a quarter of the table: assumed adjacent"
+        );
+        assert!(!touch(&[(0, 4096), (0, 4096)]), "the same range twice");
+        assert!(!touch(&[(0, 8192), (4096, 4096)]), "ends meeting ends");
+        assert!(touch(&[(0, 0), (0, 4096)]), "an empty range touches");
     }
 }
