@@ -270,7 +270,11 @@ pub struct BenchResult {
     /// Process CPU time (all threads) per IO, ns.
     pub cpu_ns_per_io: Option<f64>,
     /// The user-space part of `cpu_ns_per_io`: what the engine's own code
-    /// costs (the kernel's part is `cpu_system_ns_per_io`).
+    /// costs (the kernel's part is `cpu_system_ns_per_io`). The kernel
+    /// splits a process's CPU time by sampling at the timer tick (unless
+    /// it accounts precisely, `CONFIG_VIRT_CPU_ACCOUNTING_GEN`), so the
+    /// split is reliable over runs of seconds, not for very short ones;
+    /// the total is exact.
     #[serde(default)]
     pub cpu_user_ns_per_io: Option<f64>,
     /// The kernel's part of `cpu_ns_per_io` (syscalls, and the IO the

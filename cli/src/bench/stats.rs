@@ -460,7 +460,9 @@ fn merge_into(into: &mut Histogram<u64>, from: &Histogram<u64>) {
 /// The process's CPU time so far (all threads), split as `getrusage(2)`
 /// reports it: in user space, and in the kernel on its behalf (the
 /// syscalls and the IO the kernel runs inline in them, such as a
-/// page-cache copy or a zram decompression).
+/// page-cache copy or a zram decompression). The total is exact; the
+/// split is sampled at the timer tick on most kernels (see
+/// `BenchResult::cpu_user_ns_per_io`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CpuTimes {
     pub user: Duration,
