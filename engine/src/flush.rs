@@ -128,9 +128,20 @@ impl EngineCore {
         }
         let allow_merge = d.nomerges < 2;
         let mut built = 0;
-        for e in list.iter() {
-            if let Some(bio) = bios.get_mut(e.id) {
-                built += build_requests(d, e.id, bio, allow_merge);
+        // Where two of the bios touch (sequential IO), most of them merge:
+        // the merge is inlined into that loop. Elsewhere a merge is rare
+        // (only with the newest request), and the loop stays small.
+        if allow_merge && drained.adjacent {
+            for e in list.iter() {
+                if let Some(bio) = bios.get_mut(e.id) {
+                    built += build_requests::<true>(d, e.id, bio, allow_merge);
+                }
+            }
+        } else {
+            for e in list.iter() {
+                if let Some(bio) = bios.get_mut(e.id) {
+                    built += build_requests::<false>(d, e.id, bio, allow_merge);
+                }
             }
         }
         if d.iostats {
@@ -149,11 +160,25 @@ impl EngineCore {
 /// Adds bio `id` to the newest waiting request of the device when it
 /// merges (and `allow_merge`), else splits it into requests no larger than
 /// the device's limit, built in place in the slab and appended to the
-/// FIFO. Returns the number of new requests.
+/// FIFO. Returns the number of new requests. `MERGES_LIKELY`: the merge
+/// is inlined (else it is called, only for a bio that touches the newest
+/// request).
 #[inline]
-fn build_requests(d: &mut CoreDev, id: BioId, bio: &mut Bio, allow_merge: bool) -> u64 {
+fn build_requests<const MERGES_LIKELY: bool>(
+    d: &mut CoreDev,
+    id: BioId,
+    bio: &mut Bio,
+    allow_merge: bool,
+) -> u64 {
     let mergeable = merge::mergeable(bio.op, bio.flags) && bio.len_bytes <= d.max_merge_bytes;
-    if allow_merge && mergeable && touches_last(d, bio) && try_merge(d, id, bio) {
+    let merged = allow_merge
+        && mergeable
+        && if MERGES_LIKELY {
+            merge_into_last(d, id, bio)
+        } else {
+            touches_last(d, bio) && try_merge(d, id, bio)
+        };
+    if merged {
         if d.iostats {
             if let Some(g) = group_index(bio.op) {
                 d.pending.groups[g].merges += 1;
@@ -213,10 +238,16 @@ fn touches_last(d: &CoreDev, bio: &Bio) -> bool {
     rq_end == bio.offset_bytes || bio_end == rq.offset_bytes
 }
 
-/// Merges bio `id` into the newest waiting request if the merge rules
-/// allow it and the bio needs no ordering that the request lacks.
+/// [`merge_into_last`], out of line.
 #[inline(never)]
 fn try_merge(d: &mut CoreDev, id: BioId, bio: &mut Bio) -> bool {
+    merge_into_last(d, id, bio)
+}
+
+/// Merges bio `id` into the newest waiting request if the merge rules
+/// allow it and the bio needs no ordering that the request lacks.
+#[inline(always)]
+fn merge_into_last(d: &mut CoreDev, id: BioId, bio: &mut Bio) -> bool {
     let slot = d.last_built;
     if slot == NIL {
         return false;
