@@ -216,6 +216,14 @@ fn complete_request(d: &mut CoreDev, slot: u32, status: Status, now: u64, ctx: &
                 finish_piece(ctx.bios, p, n.min(p.len_bytes) as i64, ctx.wakes);
                 return;
             }
+            if n >= rq.len_bytes {
+                // Every piece moved in full (a merged request that
+                // completed): each takes its own length, in one loop.
+                for p in &rq.pieces {
+                    finish_piece(ctx.bios, p, p.len_bytes as i64, ctx.wakes);
+                }
+                return;
+            }
             rq.split_result(status.as_share(), |p, share| {
                 finish_piece(ctx.bios, p, share, ctx.wakes)
             });
