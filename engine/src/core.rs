@@ -242,14 +242,18 @@ impl EngineCore {
     /// does, for a new executor core; nothing an IO result does calls it).
     #[inline]
     pub fn with_uid<R>(uid: u64, f: impl FnOnce(&EngineCore) -> R) -> Option<R> {
-        let (last_uid, ptr) = LAST.try_with(Cell::get).ok()?;
-        if last_uid == uid && !ptr.is_null() {
-            // SAFETY: a non-null LAST pointer names a state that `CORES`
-            // holds (see LAST); states leave `CORES` only in `create`,
-            // which `f` does not reach, so the state outlives the call.
-            return Some(f(unsafe { &*ptr }));
+        let (last_uid, mut ptr) = LAST.try_with(Cell::get).ok()?;
+        if last_uid != uid || ptr.is_null() {
+            // `by_uid_slow` makes the state it finds the last-used one.
+            ptr = Rc::as_ptr(&Self::by_uid_slow(uid)?);
         }
-        Self::by_uid(uid).map(|c| f(&c))
+        // SAFETY: `ptr` is a non-null LAST pointer, or the state
+        // `by_uid_slow` just found in `CORES` (the `Rc` it returned is
+        // dropped, `CORES` still holds the state). Either names a state
+        // that `CORES` holds (see LAST); states leave `CORES` only in
+        // `create`, which `f` does not reach, so the state outlives the
+        // call. (One call site of `f`, so the compiler inlines it.)
+        Some(f(unsafe { &*ptr }))
     }
 
     /// The engine state of executor core `uid` on this thread, if any.
