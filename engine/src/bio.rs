@@ -443,7 +443,7 @@ impl BioTable {
 
     /// Takes the result of a completed bio and frees its slot. One lookup
     /// of the slot for both (the future's second poll: the hot path).
-    #[inline]
+    #[inline(always)]
     pub fn take_result(&mut self, id: BioId) -> Option<BioResult> {
         let slot = self.slots.get_mut(id.index as usize)?;
         if slot.generation != id.generation {
