@@ -270,7 +270,7 @@ impl Device {
     /// # Errors
     /// The kernel's error (`EIO` after a failed writeback, for one).
     pub fn sync_all(&self) -> impl Future<Output = Result<(), Error>> + '_ {
-        UnitIo(self.io(OpKind::Fsync, IoFlags::NONE, 0, 0, BioBuf::None))
+        UnitIo(self.io(OpKind::Fsync, IoFlags::NONE, 0, 0))
     }
 
     /// Makes the file's completed writes durable, and only the metadata
@@ -290,7 +290,7 @@ impl Device {
     /// # Errors
     /// As [`sync_all`](Self::sync_all).
     pub fn sync_data(&self) -> impl Future<Output = Result<(), Error>> + '_ {
-        UnitIo(self.io(OpKind::Flush, IoFlags::NONE, 0, 0, BioBuf::None))
+        UnitIo(self.io(OpKind::Flush, IoFlags::NONE, 0, 0))
     }
 
     /// Zeroes `[offset_bytes, offset_bytes + len_bytes)` with the device's
@@ -310,15 +310,9 @@ impl Device {
         offset_bytes: u64,
         len_bytes: u64,
     ) -> Result<(), Error> {
-        self.io(
-            OpKind::WriteZeroes,
-            IoFlags::NONE,
-            offset_bytes,
-            len_bytes,
-            BioBuf::None,
-        )
-        .await
-        .map(|_| ())
+        self.io(OpKind::WriteZeroes, IoFlags::NONE, offset_bytes, len_bytes)
+            .await
+            .map(|_| ())
     }
 
     /// Discards `[offset_bytes, offset_bytes + len_bytes)`.
@@ -327,13 +321,7 @@ impl Device {
         offset_bytes: u64,
         len_bytes: u64,
     ) -> impl Future<Output = Result<(), Error>> + '_ {
-        UnitIo(self.io(
-            OpKind::Discard,
-            IoFlags::NONE,
-            offset_bytes,
-            len_bytes,
-            BioBuf::None,
-        ))
+        UnitIo(self.io(OpKind::Discard, IoFlags::NONE, offset_bytes, len_bytes))
     }
 
     /// Sends a no-op through the whole path (bio, plug, tag, dispatch,
@@ -343,7 +331,7 @@ impl Device {
     /// # Errors
     /// Only a broken ring.
     pub fn nop(&self) -> impl Future<Output = Result<(), Error>> + '_ {
-        UnitIo(self.io(OpKind::Nop, IoFlags::NONE, 0, 0, BioBuf::None))
+        UnitIo(self.io(OpKind::Nop, IoFlags::NONE, 0, 0))
     }
 
     /// Starts an explicit plug for `nr_ios` IOs that the caller is about to
@@ -366,22 +354,21 @@ impl Device {
         Ok(PlugGuard { core })
     }
 
-    /// One IO of any kind through the whole path.
+    /// One IO without memory (see [`BioFuture`]) through the whole path.
     pub(crate) fn io(
         &self,
         op: OpKind,
         flags: IoFlags,
         offset_bytes: u64,
         len_bytes: u64,
-        buf: BioBuf,
     ) -> BioFuture<'_> {
+        debug_assert!(!op.has_data(), "IO on memory has its own future (buf_io)");
         BioFuture {
             shared: &self.shared,
             op,
             flags,
             offset_bytes,
             len_bytes,
-            buf,
             issued: None,
             done: false,
         }
@@ -668,12 +655,11 @@ impl Issued {
 /// touched per IO). IO on caller buffers has its own future (`buf_io`).
 pub(crate) struct BioFuture<'a> {
     shared: &'a Arc<DeviceShared>,
-    /// The IO, issued as a bio at the first poll (which takes `buf`).
+    /// The IO, issued as a bio at the first poll.
     op: OpKind,
     flags: IoFlags,
     offset_bytes: u64,
     len_bytes: u64,
-    buf: BioBuf,
     /// The bio, from the first poll until its result is taken.
     issued: Option<Issued>,
     /// The result was handed out.
@@ -755,7 +741,7 @@ impl Future for BioFuture<'_> {
                 flags: this.flags,
                 offset_bytes: this.offset_bytes,
                 len_bytes: this.len_bytes,
-                buf: std::mem::take(&mut this.buf),
+                buf: BioBuf::None,
                 bounced: false,
             };
             return match issue_inline(this.shared, init, cx) {
@@ -783,7 +769,5 @@ impl Drop for BioFuture<'_> {
         if let Some(issued) = self.issued {
             issued.release(self.shared, None);
         }
-        // A never-polled future's `buf` (addresses only) goes with the
-        // field's own drop.
     }
 }

@@ -22,7 +22,6 @@ use std::sync::Arc;
 use plugio_device::fs_ops::{self, FileType, Metadata};
 use plugio_device::{Error, ErrorKind, InvalidInput, IoFlags, OpKind};
 
-use crate::bio::BioBuf;
 use crate::device::Device;
 use crate::options::DeviceOptions;
 
@@ -136,7 +135,6 @@ impl Device {
             IoFlags::NONE,
             offset_bytes,
             len_bytes,
-            BioBuf::None,
         )
         .await
         .map(drop)
