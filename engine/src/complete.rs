@@ -162,8 +162,12 @@ fn complete_device<C: Completed>(
         puts.push(rq.tag);
         d.tags_held -= 1;
         d.writes_in_flight -= u32::from(rq.op.is_write());
-        if (status == Status::Errno(libc::EAGAIN) && requeue_again(d, slot))
-            || stalled_once(d, slot, status)
+        // A completion that moved every byte (the common case) is neither
+        // a per-op EAGAIN nor a stall: both tests are skipped.
+        let whole = matches!(status, Status::Bytes(n) if n >= rq.len_bytes);
+        if !whole
+            && ((status == Status::Errno(libc::EAGAIN) && requeue_again(d, slot))
+                || stalled_once(d, slot, status))
         {
             ctx.requeued = true;
             continue;
