@@ -86,10 +86,16 @@ impl BioBuf {
     }
 
     /// Appends `(address, len)` of the byte range `[from, from + len)` of
-    /// this buffer list, as iovecs, to `out`.
+    /// this buffer list, as iovecs, to `out`. All of one buffer (a merged
+    /// bio, the common case) takes no range walk.
+    #[inline]
     pub(crate) fn push_iovecs(&self, from: u64, len: u64, out: &mut Vec<libc::iovec>) {
         let segs: &[Seg] = match self {
             BioBuf::None => &[],
+            BioBuf::One { seg, .. } if from == 0 && len == seg.len as u64 => {
+                push_segment(seg.addr, 0, len, out);
+                return;
+            }
             BioBuf::One { seg, .. } => std::slice::from_ref(seg),
             BioBuf::Many(v) => v,
         };

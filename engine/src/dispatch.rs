@@ -22,7 +22,7 @@ use std::rc::Rc;
 
 use plugio_device::{IoOp, SqWriter};
 
-use crate::bio::{BioBuf, BioTable};
+use crate::bio::BioTable;
 use crate::clock;
 use crate::core::EngineCore;
 use crate::queue::{CoreDev, DevMask};
@@ -280,15 +280,8 @@ fn build_iovecs_of_pieces(bios: &BioTable, rq: &mut Request, vectored_fixed: boo
             shared = false;
             continue;
         };
-        match &bio.buf {
-            // All of one buffer (a merged bio: the common case here).
-            BioBuf::One { seg, .. }
-                if p.bio_offset == 0 && seg.len > 0 && seg.len as u64 == p.len_bytes =>
-            {
-                push_whole(seg.addr, seg.len, &mut rq.iovecs);
-            }
-            buf => buf.push_iovecs(p.bio_offset, p.len_bytes, &mut rq.iovecs),
-        }
+        bio.buf
+            .push_iovecs(p.bio_offset, p.len_bytes, &mut rq.iovecs);
         let f = bio.buf.fixed();
         if i == 0 {
             fixed = f;
@@ -302,19 +295,5 @@ fn build_iovecs_of_pieces(bios: &BioTable, rq: &mut Request, vectored_fixed: boo
     // piece lies in the same registered buffer.
     if shared && (rq.iovecs.len() == 1 || vectored_fixed) {
         rq.fixed_buf = fixed;
-    }
-}
-
-/// Appends the `len` bytes at `addr` (a whole, non-empty bio buffer) to
-/// `out`, joined with the previous iovec when they are adjacent in memory
-/// (as [`BioBuf::push_iovecs`] joins them).
-#[inline]
-fn push_whole(addr: usize, len: usize, out: &mut Vec<libc::iovec>) {
-    match out.last_mut() {
-        Some(prev) if prev.iov_base as usize + prev.iov_len == addr => prev.iov_len += len,
-        _ => out.push(libc::iovec {
-            iov_base: addr as *mut libc::c_void,
-            iov_len: len,
-        }),
     }
 }
