@@ -193,6 +193,11 @@ pub(crate) struct Bio {
     pub keep: Option<Keep>,
     /// Keep this bio for reuse when it is freed (the bio cache).
     pub cached: bool,
+    /// Dispatched without a request (the fast lane, see
+    /// [`crate::queue::FAST`]): the tag it holds, and when it went
+    /// (iostats).
+    pub tag: crate::tag::Tag,
+    pub start_ns: u64,
 }
 
 impl Bio {
@@ -214,6 +219,8 @@ impl Bio {
             orphaned: false,
             keep: None,
             cached: false,
+            tag: crate::tag::Tag::new(0),
+            start_ns: 0,
         }
     }
 
@@ -467,6 +474,32 @@ impl BioTable {
         let keep = reset(bio);
         self.put_free(id.index, keep);
         Some(result)
+    }
+
+    /// The live bio in slot `index` (a fast-lane token names its bio by
+    /// index alone: the bio lives until its one part completes, so the
+    /// slot cannot have been reused; checked in debug builds).
+    #[inline]
+    pub fn fast_mut(&mut self, index: u32) -> &mut Bio {
+        let bio = self.slots[index as usize]
+            .bio
+            .as_deref_mut()
+            .expect("a fast-lane bio slot holds its bio");
+        debug_assert_eq!(
+            bio.state,
+            BioState::Issued,
+            "fast-lane bio {index} not live"
+        );
+        bio
+    }
+
+    /// The id of the live bio in slot `index`.
+    #[inline]
+    pub fn id_at(&self, index: u32) -> BioId {
+        BioId {
+            index,
+            generation: self.slots[index as usize].generation,
+        }
     }
 
     /// Bios issued and not yet freed.

@@ -44,7 +44,7 @@ use plugio_device::OpKind;
 use crate::bio::BioTable;
 use crate::clock;
 use crate::core::EngineCore;
-use crate::queue::{group_index, CoreDev, DevMask};
+use crate::queue::{group_index, CoreDev, DevMask, FAST};
 use crate::request::{Piece, RqState};
 use crate::status::{Completed, Status};
 use crate::tag::Tag;
@@ -145,7 +145,22 @@ fn complete_device<C: Completed>(
     puts.clear();
     for &c in batch {
         let (token, status) = (c.token(), c.status());
-        let slot = token as u32;
+        let mut slot = token as u32;
+        if slot & FAST != 0 {
+            let index = slot & !FAST;
+            if fast_whole(ctx.bios, index, status) {
+                if d.iostats && !batch_clock {
+                    now = clock::now_ns(false);
+                    d.busy.event(now, -1, &d.counters);
+                }
+                complete_fast(d, index, status, now, ctx, puts);
+                continue;
+            }
+            // Short, failed or to be sent again: as the request it would
+            // have been, on the general path below.
+            d.fast_in_flight -= 1;
+            slot = d.request_of_fast(ctx.bios, index, RqState::InFlight);
+        }
         let in_flight = d
             .rqs
             .try_get_mut(slot)
@@ -177,7 +192,11 @@ fn complete_device<C: Completed>(
             // Requests that waited for this one may go now.
             ctx.requeued = true;
         }
+        let fast_hold = d.rqs.get(slot).fast_hold;
         d.rqs.release(slot);
+        if fast_hold && d.fast_done() {
+            ctx.requeued = true;
+        }
     }
     if puts.is_empty() {
         return;
@@ -191,6 +210,59 @@ fn complete_device<C: Completed>(
     d.shared.tags_for(core).put_batch(core, puts);
     #[cfg(debug_assertions)]
     d.check_invariants();
+}
+
+/// Whether fast-lane bio `index` is done with `status` on the fast lane:
+/// every byte moved, or an op without data that did not fail (what
+/// [`complete_request`] ends without issuing anything again).
+#[inline(always)]
+fn fast_whole(bios: &mut BioTable, index: u32, status: Status) -> bool {
+    let bio = bios.fast_mut(index);
+    matches!(status, Status::Bytes(n)
+        if n >= bio.len_bytes || !matches!(bio.op, OpKind::Read | OpKind::Write))
+}
+
+/// Completes fast-lane bio `index` that [`fast_whole`] accepted: its tag
+/// goes back with the batch, its share is its bytes, its task is woken
+/// (or its slot freed, if its future is gone), and writes waiting for the
+/// fast lane may go once it is empty.
+#[inline(always)]
+fn complete_fast(
+    d: &mut CoreDev,
+    index: u32,
+    status: Status,
+    now: u64,
+    ctx: &mut Ctx<'_>,
+    puts: &mut Vec<Tag>,
+) {
+    let Status::Bytes(n) = status else {
+        unreachable!("fast_whole accepts byte counts only")
+    };
+    let bio = ctx.bios.fast_mut(index);
+    puts.push(bio.tag);
+    d.tags_held -= 1;
+    d.fast_in_flight -= 1;
+    let len = bio.len_bytes;
+    if d.iostats {
+        if let Some(g) = group_index(bio.op) {
+            let t = &mut d.pending.groups[g];
+            t.ios += 1;
+            t.sectors += len.div_ceil(512);
+            t.ticks_ns += now.saturating_sub(bio.start_ns);
+            d.pending.dirty = true;
+        }
+    }
+    if bio.complete_part(0, len, n.min(len) as i64) {
+        if bio.orphaned {
+            let id = ctx.bios.id_at(index);
+            ctx.bios.free(id);
+        } else if let Some(w) = bio.waker.take() {
+            ctx.wakes.push(w);
+        }
+    }
+    if d.fast_done() {
+        ctx.requeued = true;
+    }
 }
 
 /// Accounts request `slot` and hands its status to its bios, issuing
@@ -401,9 +473,9 @@ const MAX_EAGAIN_RETRIES: u8 = 64;
 fn reissue(d: &mut CoreDev, slot: u32, covered: u64, ctx: &mut Ctx<'_>) {
     let align = d.offset_align_bytes;
     let mut pieces = std::mem::take(&mut d.rqs.get_mut(slot).pieces);
-    let (op, flags, start) = {
+    let (op, flags, start, fast_hold) = {
         let rq = d.rqs.get(slot);
-        (rq.op, rq.flags, rq.offset_bytes)
+        (rq.op, rq.flags, rq.offset_bytes, rq.fast_hold)
     };
     let mut new_slots = std::mem::take(&mut d.scratch_slots);
     let mut at = start;
@@ -445,6 +517,8 @@ fn reissue(d: &mut CoreDev, slot: u32, covered: u64, ctx: &mut Ctx<'_>) {
             len_bytes: p.len_bytes - done,
         });
         rq.nr_segs = nr_segs;
+        rq.fast_hold = fast_hold;
+        d.fast_live += u32::from(fast_hold);
         d.writes_waiting += u32::from(op.is_write());
         new_slots.push(new);
         at += p.len_bytes;

@@ -31,7 +31,7 @@ use plugio_executor::TickHook;
 use crate::bio::BioTable;
 use crate::clock;
 use crate::plug::{Plug, Plugged};
-use crate::queue::{CoreDev, DevList};
+use crate::queue::{CoreDev, DevList, FAST};
 use crate::request::RqState;
 use crate::shared::DeviceShared;
 use crate::status::Done;
@@ -324,6 +324,12 @@ impl EngineCore {
                     continue;
                 };
                 d.shared.adopt_remote_orphans(self.uid, &mut bios);
+                // Fast-lane bios waiting for a tag (see `queue::FAST`).
+                for &e in d.waiting.iter().filter(|&&e| e & FAST != 0) {
+                    let id = bios.id_at(e & !FAST);
+                    end(&mut bios, id, false);
+                    d.fast_live -= 1;
+                }
                 // Waiting and blocked requests, oldest first (a blocked one
                 // is released by what it waits for as that ends).
                 let mut unstarted: Vec<(u64, u32)> = d
@@ -345,10 +351,14 @@ impl EngineCore {
                         end(&mut bios, p.bio, false);
                     }
                     let _ = d.order_done(slot);
+                    d.fast_live -= u32::from(d.rqs.get(slot).fast_hold);
                     d.rqs.release(slot);
                 }
                 d.waiting.clear();
                 d.flushes.clear();
+                // Every write that waited for the fast lane was released
+                // above.
+                d.fast_waiters.clear();
                 #[cfg(debug_assertions)]
                 d.check_invariants();
             }

@@ -25,7 +25,7 @@ use plugio_device::{IoOp, SqWriter};
 use crate::bio::BioTable;
 use crate::clock;
 use crate::core::EngineCore;
-use crate::queue::{CoreDev, DevMask};
+use crate::queue::{CoreDev, DevMask, FAST};
 use crate::request::{Request, RqState};
 use crate::shared::DeviceShared;
 use crate::status::Status;
@@ -77,9 +77,9 @@ impl EngineCore {
         {
             let mut devs = self.devs.borrow_mut();
             let d = &mut devs[dev as usize];
-            let bios = self.bios.borrow();
+            let mut bios = self.bios.borrow_mut();
             shared.backend.with_sq_writer(self.handler, &mut |sq| {
-                self.dispatch_batch(d, &bios, sq, dev, tags, &mut failed);
+                self.dispatch_batch(d, &mut bios, sq, dev, tags, &mut failed);
             });
             #[cfg(debug_assertions)]
             d.check_invariants();
@@ -98,7 +98,7 @@ impl EngineCore {
     fn dispatch_batch(
         &self,
         d: &mut CoreDev,
-        bios: &BioTable,
+        bios: &mut BioTable,
         sq: Option<&SqWriter<'_>>,
         dev: u32,
         tags: &[Tag],
@@ -133,7 +133,12 @@ impl EngineCore {
                 now = clock::now_ns(false);
                 d.busy.event(now, 1, &d.counters);
             }
-            if let Err(e) = self.dispatch_one(d, bios, sq, dev, slot, tag, now) {
+            let (slot, sent) = if slot & FAST != 0 {
+                self.dispatch_fast(d, bios, sq, dev, slot & !FAST, tag, now)
+            } else {
+                (slot, self.dispatch_one(d, bios, sq, dev, slot, tag, now))
+            };
+            if let Err(e) = sent {
                 failed.push((token(dev, slot), Status::Submit(e.errno())));
             }
         }
@@ -202,6 +207,54 @@ impl EngineCore {
                 .backend
                 .submit_direct(&op, self.handler, token(dev, slot))
         }
+    }
+
+    /// Starts fast-lane bio `index` of `d` with `tag` (see
+    /// [`FAST`](crate::queue::FAST)): its SQE written from the bio by the
+    /// batch's SQ writer, with no request. Where the writer takes no such
+    /// op (or there is none: a backend without a ring), the bio becomes a
+    /// request first and goes as one. Returns the token's slot and the
+    /// submission's result.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn dispatch_fast(
+        &self,
+        d: &mut CoreDev,
+        bios: &mut BioTable,
+        sq: Option<&SqWriter<'_>>,
+        dev: u32,
+        index: u32,
+        tag: Tag,
+        now: u64,
+    ) -> (u32, Result<(), plugio_device::Error>) {
+        if let Some(sq) = sq {
+            let bio = bios.fast_mut(index);
+            let seg = [bio.buf.first_iovec()];
+            let op = IoOp {
+                kind: bio.op,
+                offset_bytes: bio.offset_bytes,
+                len_bytes: bio.len_bytes,
+                segments: if bio.op.has_data() { &seg } else { &[] },
+                fixed_buf: bio.buf.fixed(),
+                flags: bio.flags,
+            };
+            let slot = FAST | index;
+            // SAFETY: the bio's memory stays owned by its future (or the
+            // bio, once orphaned) until this op's completion has been
+            // delivered to `complete_batch`, and the bio keeps its slot
+            // until then. The writer builds the SQE at once from the one
+            // segment's address (a single-buffer op names no iovec
+            // array), so nothing points into `seg` after the call.
+            if unsafe { sq.try_submit_direct(&op, token(dev, slot)) } {
+                bio.tag = tag;
+                bio.start_ns = now;
+                d.tags_held += 1;
+                d.fast_in_flight += 1;
+                return (slot, Ok(()));
+            }
+        }
+        let slot = d.request_of_fast(bios, index, RqState::Waiting);
+        (slot, self.dispatch_one(d, bios, sq, dev, slot, tag, now))
     }
 
     /// Spawns a task that waits on the tag set for `dev` when requests wait

@@ -10,7 +10,9 @@
 //!   -> plug              (plug)     appended; flushed at max_count / flush_bytes / tick end
 //!   -> requests          (flush)    built in place in the device's request slab
 //!                                   (queue), merged (merge), split at the request
-//!                                   limit, ordered (order)
+//!                                   limit, ordered (order); a bio that needs none
+//!                                   of that takes the fast lane (queue::FAST):
+//!                                   no request, its SQE written from the bio
 //!   -> tags              (tag)      all the flush needs in one batch (sbitmap), retried;
 //!                                   the rest wait (a task parked on the tag set)
 //!   -> dispatch          (dispatch) one backend submission per request,

@@ -116,6 +116,15 @@ pub struct DeviceOptions {
     /// writes that completed before it was issued. For callers that never
     /// have overlapping IO in flight at once.
     pub overlap_order: bool,
+    /// Send an IO that merges with nothing, needs no split, changes
+    /// nothing on the device and has nothing to wait for (no write is live
+    /// on this core) without building a request for it: its SQE is written
+    /// from the bio, and its completion goes straight back to the bio
+    /// (the fast lane; idea: the kernel's direct issue of a bio no merge
+    /// or scheduler needs, `blk_mq_try_issue_directly`). Default true.
+    /// `false` builds a request for every IO. A write built while such IO
+    /// is in flight waits for all of it.
+    pub fast_lane: bool,
     /// Which backend serves a path opened with
     /// [`Device::open`](crate::Device::open): [`BackendKind::Uring`]
     /// (default; falls back to the sync pool on cores without a ring) or
@@ -143,6 +152,7 @@ impl Default for DeviceOptions {
             direct: true,
             read_only: false,
             overlap_order: true,
+            fast_lane: true,
             backend: BackendKind::Uring,
         }
     }
@@ -182,6 +192,7 @@ impl DeviceOptions {
             direct,
             read_only,
             overlap_order,
+            fast_lane,
             backend
         );
         out

@@ -86,6 +86,12 @@ impl CoreDev {
                 self.index.insert(&mut self.rqs, slot);
             }
         }
+        if op.is_write() && self.fast_live > 0 {
+            // Fast-lane bios live (reads issued before it): it waits for
+            // all of them, overlapping or not (see `queue::FAST`).
+            deps += 1;
+            self.fast_waiters.push(slot);
+        }
         self.writes_waiting += u32::from(op.is_write());
         let rq = self.rqs.get_mut(slot);
         rq.deps = deps;
@@ -224,6 +230,32 @@ impl CoreDev {
         if self.last_built == slot {
             self.last_built = NIL;
         }
+        self.waiting.len() > fifo
+    }
+
+    /// One fast-lane bio (or a request built from one) is done. Returns
+    /// whether writes that waited for the fast lane moved to the FIFO
+    /// (they then need a dispatch).
+    #[inline]
+    pub(crate) fn fast_done(&mut self) -> bool {
+        self.fast_live -= 1;
+        if self.fast_live > 0 || self.fast_waiters.is_empty() {
+            return false;
+        }
+        self.release_fast_waiters()
+    }
+
+    /// [`CoreDev::fast_done`] of the last fast-lane bio with writes
+    /// waiting for it.
+    #[cold]
+    fn release_fast_waiters(&mut self) -> bool {
+        let fifo = self.waiting.len();
+        let mut waiters = std::mem::take(&mut self.fast_waiters);
+        for &w in &waiters {
+            self.dependency_done(w);
+        }
+        waiters.clear();
+        self.fast_waiters = waiters;
         self.waiting.len() > fifo
     }
 

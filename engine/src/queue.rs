@@ -11,10 +11,15 @@
 //! after every flush, dispatch and completion batch in debug builds):
 //! - A slot is `Free` exactly when it is on the slab's free list.
 //! - `waiting` holds each `Waiting` slot exactly once, in the order the
-//!   flush built them (program order per device).
-//! - `tags_held` is the number of `InFlight` slots, `blocked` of `Blocked`
-//!   ones; `writes_in_flight` and `writes_waiting` the number of in-flight
-//!   and waiting-or-blocked requests whose op changes the device.
+//!   flush built them (program order per device), and the fast-lane bios
+//!   waiting for a tag (entries marked [`FAST`]).
+//! - `tags_held` is the number of `InFlight` slots plus `fast_in_flight`,
+//!   `blocked` the number of `Blocked` ones; `writes_in_flight` and
+//!   `writes_waiting` the number of in-flight and waiting-or-blocked
+//!   requests whose op changes the device (a fast-lane bio never does).
+//! - `fast_live` counts the fast-lane bios in the FIFO or in flight and the
+//!   live requests built from one (`fast_hold`); while it is not zero,
+//!   every write built waits for it to reach zero (`fast_waiters`).
 //! - The ordering state (dependencies, pending flushes, the interval
 //!   index) is as [`crate::order`] states it.
 //! - The `pending` tallies hold only counts not yet added to `counters`;
@@ -25,10 +30,28 @@ use std::sync::Arc;
 
 use plugio_device::OpKind;
 
+use crate::bio::BioTable;
 use crate::interval::{IntervalIndex, Node, Nodes, NIL};
-use crate::request::{Request, RqState};
+use crate::request::{Piece, Request, RqState};
 use crate::shared::DeviceShared;
 use crate::stats::{BusyClock, CoreCounters};
+
+/// Marks a FIFO entry and a completion token's slot as a fast-lane bio
+/// (the rest is its bio table index) rather than a request slot.
+///
+/// The fast lane (`DeviceOptions::fast_lane`): a bio that merges with nothing, needs no split, changes
+/// nothing on the device and has nothing to wait for (no write is live, so
+/// the interval index is off) goes from the plug to the FIFO as itself,
+/// and its SQE is written from the bio: no request is built, ordered,
+/// completed and released for it. Idea: the kernel's direct issue of a
+/// bio that no merge or scheduler needs to see (`blk_mq_try_issue_directly`).
+/// Whatever the fast lane does not do (a backend without an SQ writer, a
+/// short, failed or `EAGAIN` completion) turns the bio into a request on
+/// the spot (`CoreDev::materialize`), which then takes the general path.
+/// A write built while fast-lane bios are live waits for all of them
+/// (`fast_waiters`): the fast lane keeps no ranges to find the
+/// overlapping ones.
+pub(crate) const FAST: u32 = 1 << 31;
 
 /// Requests of one device on one core, built in place and reused.
 #[derive(Debug, Default)]
@@ -191,8 +214,15 @@ pub(crate) struct CoreDev {
     pub checks: std::cell::Cell<u64>,
     /// A task waits on the tag set for this device.
     pub waiter_running: bool,
-    /// Tags held by requests in flight from this core.
+    /// Tags held by requests and fast-lane bios in flight from this core.
     pub tags_held: u32,
+    /// Fast-lane bios in flight (holding a tag; see [`FAST`]).
+    pub fast_in_flight: u32,
+    /// Fast-lane bios waiting or in flight, and live requests built from
+    /// one (see [`FAST`]).
+    pub fast_live: u32,
+    /// Writes blocked until `fast_live` is zero.
+    pub fast_waiters: Vec<u32>,
     /// Requests in flight from this core that change the device.
     pub writes_in_flight: u32,
     /// Waiting or blocked requests that change the device.
@@ -207,6 +237,8 @@ pub(crate) struct CoreDev {
     pub iostats: bool,
     /// The device's `cached_clock` option.
     pub cached_clock: bool,
+    /// The device's `fast_lane` option (see [`FAST`]).
+    pub fast_lane: bool,
     /// Hot copies of the device's limits and options.
     pub max_request_bytes: u64,
     pub max_merge_bytes: u64,
@@ -250,11 +282,15 @@ impl CoreDev {
             tags_held: 0,
             writes_in_flight: 0,
             writes_waiting: 0,
+            fast_in_flight: 0,
+            fast_live: 0,
+            fast_waiters: Vec::new(),
             counters: shared.register_core(),
             pending: Pending::default(),
             busy: BusyClock::default(),
             iostats: o.iostats,
             cached_clock: o.cached_clock,
+            fast_lane: o.fast_lane,
             max_request_bytes: shared.max_request_bytes,
             max_merge_bytes: shared.max_merge_bytes,
             max_segs: shared.geometry.max_segments.max(1) as usize,
@@ -265,6 +301,44 @@ impl CoreDev {
             short_read_is_eof: shared.geometry.capacity_bytes.is_none(),
             scratch_slots: Vec::new(),
         }
+    }
+
+    /// Builds the request of fast-lane bio `index` (see [`FAST`]), in state
+    /// `state` (`Waiting`: about to be dispatched; `InFlight`: its tag and
+    /// start time are the bio's), for what the fast lane does not do. It holds
+    /// the device's `fast_live` count until released (`fast_hold`).
+    pub(crate) fn request_of_fast(&mut self, bios: &BioTable, index: u32, state: RqState) -> u32 {
+        let d = self;
+        let id = bios.id_at(index);
+        let bio = bios
+            .get(id)
+            .expect("a fast-lane bio lives until it completes");
+        let slot = d.rqs.alloc();
+        let rq = d.rqs.get_mut(slot);
+        rq.op = bio.op;
+        rq.flags = bio.flags;
+        rq.offset_bytes = bio.offset_bytes;
+        rq.len_bytes = bio.len_bytes;
+        rq.pieces.push(Piece {
+            bio: id,
+            bio_offset: 0,
+            len_bytes: bio.len_bytes,
+        });
+        rq.nr_segs = bio.buf.nr_segs();
+        rq.mergeable = false;
+        // Program order: before every live write. The bio took the fast
+        // lane when no write was live, so each live write was built after
+        // it (a flush among them must not wait for those writes).
+        rq.seq = 0;
+        rq.deps = 0;
+        rq.state = state;
+        rq.fast_hold = true;
+        rq.tag = bio.tag;
+        rq.start_ns = bio.start_ns;
+        if d.index_active && rq.op.has_range() && rq.len_bytes > 0 {
+            d.index.insert(&mut d.rqs, slot);
+        }
+        slot
     }
 
     /// Whether the device may be forgotten on this core: every handle is
@@ -333,7 +407,9 @@ impl CoreDev {
     fn check_counts(&self) {
         let (mut held, mut wr_fl, mut wr_wait, mut blocked, mut waiting) = (0, 0, 0, 0, 0);
         let mut indexed = 0;
+        let mut holds = 0;
         for (i, rq) in self.rqs.iter_slots() {
+            holds += u32::from(rq.fast_hold && rq.state != RqState::Free);
             let writes = rq.op.is_write();
             match rq.state {
                 RqState::Free => {
@@ -370,14 +446,31 @@ impl CoreDev {
             );
         }
         assert_eq!(self.index.len(), indexed, "interval index size");
-        assert_eq!(held, self.tags_held, "tags_held");
+        assert_eq!(held + self.fast_in_flight, self.tags_held, "tags_held");
         assert_eq!(wr_fl, self.writes_in_flight, "writes_in_flight");
         assert_eq!(wr_wait, self.writes_waiting, "writes_waiting");
         assert_eq!(blocked, self.blocked, "blocked");
-        assert_eq!(waiting, self.waiting.len(), "waiting FIFO length");
-        for &i in &self.waiting {
+        let fast_waiting = self.waiting.iter().filter(|&&i| i & FAST != 0).count();
+        assert_eq!(
+            waiting + fast_waiting,
+            self.waiting.len(),
+            "waiting FIFO length"
+        );
+        for &i in self.waiting.iter().filter(|&&i| i & FAST == 0) {
             assert_eq!(self.rqs.get(i).state, RqState::Waiting, "slot {i} in FIFO");
         }
+        assert_eq!(
+            fast_waiting as u32 + self.fast_in_flight + holds,
+            self.fast_live,
+            "fast_live"
+        );
+        for &w in &self.fast_waiters {
+            assert_eq!(self.rqs.get(w).state, RqState::Blocked, "fast waiter {w}");
+        }
+        assert!(
+            self.fast_live > 0 || self.fast_waiters.is_empty(),
+            "writes wait for a fast lane that is empty"
+        );
     }
 
     /// Every request's `deps` equals what lists it as a dependent (plus,
@@ -407,6 +500,8 @@ impl CoreDev {
                 continue;
             }
             let mut want = waited_on[i as usize];
+            // A write built while fast-lane bios were live waits for them.
+            want += u32::from(self.fast_waiters.contains(&i));
             if self.overlap_order && is_flush(rq) && rq.seq > min_write_seq {
                 // Live writes issued before the flush.
                 want += write_seqs.iter().filter(|&&s| s < rq.seq).count() as u32;

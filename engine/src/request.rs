@@ -91,6 +91,10 @@ pub(crate) struct Request {
     /// Completions in a row that moved no data where the device has no end
     /// of file (see `complete::stalled`).
     pub stalls: u8,
+    /// Built from a fast-lane bio (or issued again from one): counted in
+    /// its device's `fast_live` until released, so that writes built
+    /// meanwhile keep waiting for it (see [`crate::queue::FAST`]).
+    pub fast_hold: bool,
 }
 
 impl Request {
@@ -114,6 +118,7 @@ impl Request {
         self.mergeable = false;
         self.eagain_retries = 0;
         self.stalls = 0;
+        self.fast_hold = false;
     }
 
     /// Splits `result` (bytes or -errno) between the pieces in order: each

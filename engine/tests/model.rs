@@ -134,7 +134,7 @@ proptest! {
         max_count in 1usize..40,
         max_request_kb in prop_oneof![Just(None), (1u64..32).prop_map(Some)],
         nomerges in 0u8..3,
-        switches in any::<[bool; 4]>(),
+        switches in any::<[bool; 5]>(),
         seed in any::<u64>(),
     ) {
         let opts = DeviceOptions {
@@ -146,6 +146,7 @@ proptest! {
             buffer_cache: switches[1],
             cached_clock: switches[2],
             iostats: switches[3],
+            fast_lane: switches[4],
             ..Default::default()
         };
         let (want_reads, want_disk) = model(&ops);
