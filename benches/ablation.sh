@@ -49,7 +49,7 @@ else
   log "no free zram device (needs root and an unused /dev/zram0): zram rows skipped"
 fi
 
-MECHS="none tag-batch tag-batch-retry plug merge bio-cache buf-cache cached-clock iostats untimed-wait"
+MECHS="none tag-batch tag-batch-retry plug merge bio-cache buf-cache cached-clock iostats fast-lane untimed-wait"
 RESULTS=$WORK/results.jsonl
 run() { # workload target direct extra...
   local workload=$1 target=$2 direct=$3; shift 3

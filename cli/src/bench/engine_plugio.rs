@@ -145,6 +145,7 @@ pub fn device_options(job: &Job, notes: &mut Vec<String>) -> DeviceOptions {
             Ablation::Iostats => opts.iostats = false,
             Ablation::BioCache => opts.bio_cache = false,
             Ablation::BufCache => opts.buffer_cache = false,
+            Ablation::FastLane => opts.fast_lane = false,
             // A ring setting (`ring_config`).
             Ablation::UntimedWait => {}
         }

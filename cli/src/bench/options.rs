@@ -126,6 +126,9 @@ pub enum Ablation {
     /// The per-core buffer cache (`buffer_cache = false`); it matters with
     /// `--buf-per-io`, where each IO takes a fresh buffer.
     BufCache,
+    /// The fast lane (`fast_lane = false`: a request is built for every
+    /// IO).
+    FastLane,
     /// The untimed batched wait (`RingConfig::batch_wait_timer =
     /// BatchWaitTimer::Always`: every park that waits for a batch arms its
     /// short bound as a kernel timer).

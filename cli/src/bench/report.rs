@@ -31,6 +31,7 @@ pub fn ablation_name(a: Ablation) -> &'static str {
         Ablation::BufCache => "buf-cache",
         Ablation::CachedClock => "cached-clock",
         Ablation::Iostats => "iostats",
+        Ablation::FastLane => "fast-lane",
         Ablation::UntimedWait => "untimed-wait",
     }
 }
