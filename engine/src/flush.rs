@@ -163,14 +163,16 @@ impl EngineCore {
 }
 
 /// Whether `bio` may skip its request (see [`FAST`]): the device's
-/// `fast_lane` option is on, the bio changes nothing
-/// on the device, no write is live there (the interval index is off, so
-/// it has nothing to wait for), it needs no split, its memory is one
-/// buffer (or none), and it does not merge with the newest request.
+/// `fast_lane` option is on, the bio changes nothing on the device and is
+/// no flush (a flush holds nothing back, while writes built during a
+/// fast-lane bio wait for it), no write is live there (the interval index
+/// is off, so it has nothing to wait for), it needs no split, its memory
+/// is one buffer (or none), and it does not merge with the newest request.
 #[inline(always)]
 fn fast_lane(d: &CoreDev, bio: &Bio, allow_merge: bool) -> bool {
     d.fast_lane
         && !bio.op.is_write()
+        && !matches!(bio.op, OpKind::Flush | OpKind::Fsync)
         && !d.index_active
         && bio.len_bytes <= d.max_request_bytes
         && matches!(bio.buf, BioBuf::None | BioBuf::One { .. })

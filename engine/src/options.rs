@@ -117,8 +117,8 @@ pub struct DeviceOptions {
     /// have overlapping IO in flight at once.
     pub overlap_order: bool,
     /// Send an IO that merges with nothing, needs no split, changes
-    /// nothing on the device and has nothing to wait for (no write is live
-    /// on this core) without building a request for it: its SQE is written
+    /// nothing on the device, is no flush and has nothing to wait for (no
+    /// write is live on this core) without building a request for it: its SQE is written
     /// from the bio, and its completion goes straight back to the bio
     /// (the fast lane; idea: the kernel's direct issue of a bio no merge
     /// or scheduler needs, `blk_mq_try_issue_directly`). Default true.

@@ -39,8 +39,10 @@ use crate::stats::{BusyClock, CoreCounters};
 /// Marks a FIFO entry and a completion token's slot as a fast-lane bio
 /// (the rest is its bio table index) rather than a request slot.
 ///
-/// The fast lane (`DeviceOptions::fast_lane`): a bio that merges with nothing, needs no split, changes
-/// nothing on the device and has nothing to wait for (no write is live, so
+/// The fast lane (`DeviceOptions::fast_lane`): a bio that merges with
+/// nothing, needs no split, changes nothing on the device, is no flush
+/// (writes built meanwhile wait for a fast-lane bio, and a flush holds
+/// nothing back) and has nothing to wait for (no write is live, so
 /// the interval index is off) goes from the plug to the FIFO as itself,
 /// and its SQE is written from the bio: no request is built, ordered,
 /// completed and released for it. Idea: the kernel's direct issue of a
