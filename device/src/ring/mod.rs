@@ -849,25 +849,23 @@ impl Ring {
         self.push_sqe(slots.sqe_ref(index));
     }
 
-    /// Queues `entry` as a direct op of `handler`/`token`: no slot, no SQE
-    /// copy; the CQE is delivered as `(token, res)` with no table lookup,
-    /// and a per-op `-EAGAIN` is delivered as it is (the caller issues the
-    /// op again). Submits by itself when the SQ is full; never blocks, never
-    /// delivers. The caller's file must stay registered until the op is
-    /// submitted (a live backend's registration always is).
-    ///
-    /// # Panics
-    /// `token` does not fit in [`DIRECT_TOKEN_BITS`] bits or `handler`
-    /// exceeds [`DIRECT_MAX_HANDLER`] (callers check `fits_direct` first).
+    /// Queues `entry`, whose user_data is [`direct_user_data`]'s, as a
+    /// direct op: no slot; the CQE is delivered as `(token, res)` with no
+    /// table lookup, and a per-op `-EAGAIN` is delivered as it is (the
+    /// caller issues the op again). Submits by itself when the SQ is full;
+    /// never blocks, never delivers. The caller's file must stay
+    /// registered until the op is submitted (a live backend's
+    /// registration always is). By reference: the SQE is built in its
+    /// caller's frame, user_data included, and copied once, into the SQ
+    /// (not field by field into a second copy first).
     #[inline]
-    pub(crate) fn push_direct(&self, entry: squeue::Entry, handler: HandlerId, token: u64) {
-        assert!(
-            fits_direct(handler, token),
-            "token or handler too large for a direct op"
+    pub(crate) fn push_direct(&self, entry: &squeue::Entry) {
+        debug_assert!(
+            entry.get_user_data() & DIRECT_BIT != 0,
+            "a direct op's user_data comes from direct_user_data"
         );
-        let ud = DIRECT_BIT | u64::from(handler.0) << DIRECT_TOKEN_BITS | token;
         self.direct_in_flight.set(self.direct_in_flight.get() + 1);
-        self.push_sqe(&entry.user_data(ud));
+        self.push_sqe(entry);
     }
 
     /// Copies `entry` into the SQ, or into the backlog (then submits) when
@@ -1609,6 +1607,48 @@ impl std::hash::Hasher for FileIdHasher {
 #[inline]
 pub(crate) fn fits_direct(handler: HandlerId, token: u64) -> bool {
     handler.0 <= DIRECT_MAX_HANDLER && token >> DIRECT_TOKEN_BITS == 0
+}
+
+/// The byte offset of `user_data` in `struct io_uring_sqe` (the kernel's
+/// ABI: opcode, flags, ioprio, fd, off, addr, len, op flags, then
+/// user_data).
+const SQE_USER_DATA_OFFSET: usize = 32;
+
+/// Sets `entry`'s user_data in place. io-uring's `Entry::user_data` takes
+/// and returns the 64-byte entry by value, and on the hot path (an entry
+/// built in one of several match arms) the compiler copied it field by
+/// field to do so (about 34 instructions per SQE); this is one store.
+#[inline(always)]
+pub(crate) fn set_user_data(entry: &mut squeue::Entry, ud: u64) {
+    const _: () = assert!(std::mem::size_of::<squeue::Entry>() == 64);
+    // SAFETY: `squeue::Entry` is `#[repr(C)]` around the kernel's
+    // 64-byte `io_uring_sqe`, whose `user_data` is the `u64` at byte
+    // `SQE_USER_DATA_OFFSET` (the ABI; debug builds check it below and the
+    // ring's tests in every build): the write stays inside the entry, and
+    // any `u64` is a valid user_data.
+    unsafe {
+        std::ptr::from_mut(entry)
+            .cast::<u8>()
+            .add(SQE_USER_DATA_OFFSET)
+            .cast::<u64>()
+            .write_unaligned(ud);
+    }
+    debug_assert_eq!(entry.get_user_data(), ud, "user_data offset in the SQE");
+}
+
+/// The user_data of a direct op of `handler` with `token` (see
+/// [`Ring::push_direct`]).
+///
+/// # Panics
+/// `token` does not fit in [`DIRECT_TOKEN_BITS`] bits or `handler`
+/// exceeds [`DIRECT_MAX_HANDLER`] (callers check [`fits_direct`] first).
+#[inline]
+pub(crate) fn direct_user_data(handler: HandlerId, token: u64) -> u64 {
+    assert!(
+        fits_direct(handler, token),
+        "token or handler too large for a direct op"
+    );
+    DIRECT_BIT | u64::from(handler.0) << DIRECT_TOKEN_BITS | token
 }
 
 thread_local! {

@@ -1077,3 +1077,31 @@ fn dropping_the_driver_inside_the_sq_writer_callback_is_sound() {
     });
     assert_eq!(calls, 2);
 }
+
+/// `set_user_data` writes the field `Entry::user_data` sets, and nothing
+/// else: the direct path's in-place store matches io-uring's builder on
+/// every opcode shape it patches (the offset is the kernel ABI's).
+#[test]
+fn user_data_set_in_place_equals_the_builder() {
+    use io_uring::{opcode, squeue, types};
+    let entries: [squeue::Entry; 3] = [
+        opcode::Nop::new().build(),
+        opcode::Read::new(types::Fd(7), std::ptr::null_mut(), 4096)
+            .offset(1 << 20)
+            .build(),
+        opcode::Fsync::new(types::Fixed(3)).build(),
+    ];
+    let raw = |e: &squeue::Entry| -> [u8; 64] {
+        // SAFETY: a `squeue::Entry` is the 64 bytes of an io_uring_sqe
+        // (checked at compile time in `set_user_data`), all initialized by
+        // its builder.
+        unsafe { std::mem::transmute_copy(e) }
+    };
+    for e in entries {
+        let ud = 0x4000_1234_5678_9abc;
+        let mut patched = e.clone();
+        super::set_user_data(&mut patched, ud);
+        assert_eq!(patched.get_user_data(), ud);
+        assert_eq!(raw(&patched), raw(&e.user_data(ud)));
+    }
+}

@@ -121,14 +121,14 @@ impl<S: squeue::EntryMarker, C: cqueue::EntryMarker> RingCore<S, C> {
     #[inline]
     pub fn try_push_sq(&self, entry: &S) -> bool {
         let mut uring = self.uring.borrow_mut();
+        // Dropping `sq` publishes the new tail (one store; no `sync`,
+        // which would also load the head again).
         let mut sq = uring.submission();
         // SAFETY: every pointer an SQE carries (buffers, iovecs, timespecs,
         // command payloads) stays valid until its CQE: buffers by the
         // Backend::submit contract, iovec arrays, payloads and eventfd read
         // buffers are owned by the op's slot or the ring.
-        let pushed = unsafe { sq.push(entry) }.is_ok();
-        sq.sync();
-        pushed
+        unsafe { sq.push(entry) }.is_ok()
     }
 
     /// Moves the backlog into the SQ, in order, as far as there is room.
