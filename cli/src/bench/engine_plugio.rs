@@ -382,7 +382,9 @@ impl IoTask {
         rand::thread_rng().fill_bytes(buf.as_mut_slice());
         let worker = self.counters.worker(self.core);
         while !self.counters.stopped() && self.budget.take_local() {
-            let (dir, offset) = self.pattern.next_io();
+            // The core's tasks share the cursor and all run on this
+            // thread (spawned locally).
+            let (dir, offset) = self.pattern.next_io_local();
             let t0 = self.sampler.start();
             if self.buf_per_io {
                 // A fresh buffer per IO, as `Device::read_at` takes one:

@@ -328,6 +328,31 @@ impl IoPattern {
     /// The next IO.
     #[inline]
     pub fn next_io(&mut self) -> (Dir, u64) {
+        // Relaxed: a shared ticket counter; only uniqueness matters.
+        self.next_with(|cursor| cursor.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// [`IoPattern::next_io`] where every pattern sharing this one's
+    /// cursor is used on the calling thread only (the plugio engine's
+    /// tasks of one core, spawned locally): the cursor advances with a
+    /// load and a store instead of a locked read-modify-write, which the
+    /// per-IO counts of `benches/instructions.sh` would otherwise charge
+    /// to the runtime (one locked instruction per IO of a sequential job).
+    #[inline]
+    pub fn next_io_local(&mut self) -> (Dir, u64) {
+        self.next_with(|cursor| {
+            // Relaxed (both): one thread (see above), and nothing else is
+            // published through the cursor; no other taker runs between
+            // the load and the store.
+            let block = cursor.load(Ordering::Relaxed);
+            cursor.store(block.wrapping_add(1), Ordering::Relaxed);
+            block
+        })
+    }
+
+    /// The next IO, taking a sequential block number from `take_block`.
+    #[inline(always)]
+    fn next_with(&mut self, take_block: impl FnOnce(&AtomicU64) -> u64) -> (Dir, u64) {
         let dir = match self.read_pct {
             100 => Dir::Read,
             0 => Dir::Write,
@@ -340,8 +365,7 @@ impl IoPattern {
             }
         };
         let block = if self.sequential {
-            // Relaxed: a shared ticket counter; only uniqueness matters.
-            self.cursor.fetch_add(1, Ordering::Relaxed) % self.blocks
+            take_block(&self.cursor) % self.blocks
         } else {
             self.rng.gen_range(0..self.blocks)
         };
