@@ -25,11 +25,37 @@ use plugio_device::{IoOp, SqWriter};
 use crate::bio::BioTable;
 use crate::clock;
 use crate::core::EngineCore;
+use crate::merge;
 use crate::queue::{CoreDev, DevMask, FAST};
 use crate::request::{Request, RqState};
 use crate::shared::DeviceShared;
 use crate::status::Status;
 use crate::tag::Tag;
+
+/// When the tags ran out with a fast-lane bio at the back of the FIFO (the
+/// newest IO built), that bio becomes the request it would have been
+/// without the fast lane, one that later bios may join (`last_built`):
+/// else a bio built next to it while it waits for a tag could not merge,
+/// and the device would get one more IO per bio (the kernel's plug too
+/// merges into the newest request until it is issued). Only while no
+/// write is live (as when the bio took the fast lane, so its request
+/// orders before every write) and no request was built after it.
+#[cold]
+fn mergeable_when_left_waiting(d: &mut CoreDev, bios: &BioTable) {
+    let Some(&back) = d.waiting.back() else {
+        return;
+    };
+    if back & FAST == 0 || d.index_active || d.last_built != crate::interval::NIL {
+        return;
+    }
+    let slot = d.request_of_fast(bios, back & !FAST, RqState::Waiting);
+    let rq = d.rqs.get_mut(slot);
+    rq.mergeable = merge::mergeable(rq.op, rq.flags) && rq.len_bytes <= d.max_merge_bytes;
+    if let Some(entry) = d.waiting.back_mut() {
+        *entry = slot;
+    }
+    d.last_built = slot;
+}
 
 impl EngineCore {
     /// [`EngineCore::dispatch_waiting`] of every live device in `marked`
@@ -81,6 +107,9 @@ impl EngineCore {
             shared.backend.with_sq_writer(self.handler, &mut |sq| {
                 self.dispatch_batch(d, &mut bios, sq, dev, tags, &mut failed);
             });
+            if !d.waiting.is_empty() {
+                mergeable_when_left_waiting(d, &bios);
+            }
             #[cfg(debug_assertions)]
             d.check_invariants();
         }

@@ -49,7 +49,10 @@ use crate::stats::{BusyClock, CoreCounters};
 /// bio that no merge or scheduler needs to see (`blk_mq_try_issue_directly`).
 /// Whatever the fast lane does not do (a backend without an SQ writer, a
 /// short, failed or `EAGAIN` completion) turns the bio into a request on
-/// the spot (`CoreDev::materialize`), which then takes the general path.
+/// the spot (`CoreDev::request_of_fast`), which then takes the general
+/// path; so does a fast-lane bio left at the back of the FIFO when the
+/// tags ran out, so that the next bio built may still merge with it
+/// (`dispatch::mergeable_when_left_waiting`).
 /// A write built while fast-lane bios are live waits for all of them
 /// (`fast_waiters`): the fast lane keeps no ranges to find the
 /// overlapping ones.
