@@ -588,15 +588,43 @@ impl Issued {
         if plugio_executor::core_uid() != Some(uid) {
             return Self::poll_off_core(uid, id);
         }
-        EngineCore::with_uid(uid, |ec| {
+        let forked = EngineCore::with_uid(uid, |ec| {
+            if ec.forked() {
+                return true;
+            }
             if let Some(bio) = ec.bios.borrow_mut().get_mut(id) {
                 match &bio.waker {
                     Some(w) if w.will_wake(cx.waker()) => {}
                     _ => bio.waker = Some(cx.waker().clone()),
                 }
             }
+            false
         });
+        if forked == Some(true) {
+            return Self::poll_forked(uid, id);
+        }
         Poll::Pending
+    }
+
+    /// [`Issued::poll`] of an unfinished bio in a forked child: it was
+    /// plugged or in flight at the fork, and the inherited core never
+    /// sends or reaps anything (the ring is the parent's), so it would
+    /// wait forever. It ends with `ErrorKind::Forked`; the bio is
+    /// orphaned (the child's copy of it never completes). Safe for the
+    /// memory: the kernel moves the data of IO in flight at the fork into
+    /// the parent's pages (pinned pages are copied for the child at fork),
+    /// never the child's.
+    #[cold]
+    fn poll_forked(uid: u64, id: BioId) -> Poll<BioResult> {
+        EngineCore::with_uid(uid, |ec| {
+            if let Some(bio) = ec.bios.borrow_mut().get_mut(id) {
+                bio.orphaned = true;
+                bio.waker = None;
+            }
+        });
+        Poll::Ready(Err(plugio_device::fork::forked_error().with_context(
+            "this IO was in flight at the fork (it completes in the parent only)",
+        )))
     }
 
     /// [`Issued::poll`] of an unfinished bio off its core: cancelled when

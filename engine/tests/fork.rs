@@ -237,3 +237,72 @@ fn fork_with_a_live_runtime_leaves_the_parent_alone_and_refuses_the_childs_io() 
         assert_eq!(msg, "ok");
     });
 }
+
+/// Reads in flight at the fork (issued, flushed and sent on the parent's
+/// ring, not reaped): awaited in the child through the inherited runtime,
+/// each ends at once with `Forked` (before, the child waited for them
+/// forever); in the parent each completes with its data.
+#[test]
+fn reads_in_flight_at_the_fork_end_with_forked_in_the_child() {
+    watchdog(120, || {
+        let dir = tmpdir();
+        let path = file_with_blocks(dir.path());
+        let (read_end, write_end) = pipe();
+        let write_fd = std::os::fd::AsRawFd::as_raw_fd(&write_end);
+        let status = local().run(async move {
+            let dev = Device::open(&path, DeviceOptions::default()).expect("open");
+            let mut reads: Vec<_> = (0..8u64)
+                .map(|b| Box::pin(dev.read_alloc_at(2 * b * BLOCK as u64, BLOCK)))
+                .collect();
+            for r in &mut reads {
+                assert!(futures::poll!(r.as_mut()).is_pending());
+            }
+            // The tick's end flushes and sends them.
+            plugio_executor::yield_now().await;
+            // SAFETY: the child only awaits the reads, reports and _exits.
+            let pid = unsafe { libc::fork() };
+            assert!(pid >= 0, "fork failed");
+            if pid == 0 {
+                // SAFETY: a plain syscall (kills a hung child).
+                unsafe { libc::alarm(30) };
+                let mut msg = String::from("ok");
+                for r in &mut reads {
+                    match r.as_mut().await {
+                        Err(e)
+                            if *e.kind() == ErrorKind::Forked
+                                && e.to_string()
+                                    .starts_with("this IO was in flight at the fork") => {}
+                        other => {
+                            msg = format!("child: {:?}", other.map(|b| b.len()));
+                            break;
+                        }
+                    }
+                }
+                // SAFETY: writes the report, then ends the process at once.
+                unsafe {
+                    libc::write(write_fd, msg.as_ptr().cast(), msg.len());
+                    libc::_exit(0)
+                }
+            }
+            for (b, r) in reads.into_iter().enumerate() {
+                let got = r.await.expect("the parent's read");
+                check_block(got.as_slice(), 2 * b as u64, 0).expect("the parent's data");
+            }
+            let mut status = 0;
+            // SAFETY: waits for our own child.
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+            assert_eq!(dev.tags_in_use(), 0);
+            status
+        });
+        drop(write_end);
+        let mut msg = String::new();
+        std::fs::File::from(read_end)
+            .read_to_string(&mut msg)
+            .expect("child's report");
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "child failed (status {status:#x}): {msg}"
+        );
+        assert_eq!(msg, "ok");
+    });
+}

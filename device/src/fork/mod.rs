@@ -26,7 +26,9 @@
 //!
 //! A child builds a new runtime (new threads, new rings) and opens its
 //! devices again; IO that was in flight at the fork completes in the
-//! parent only.
+//! parent only (the engine's futures of such IO end with
+//! [`ErrorKind::Forked`](crate::ErrorKind::Forked) when the child awaits
+//! them).
 
 mod counter;
 
