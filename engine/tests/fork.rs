@@ -174,6 +174,45 @@ async fn parent_io(dev: &Device, round: u64) -> Result<(), String> {
     Ok(())
 }
 
+/// Runs `test(device, its path, the report pipe's write end)` on a
+/// fresh core and a file of [`file_with_blocks`]; the test forks a child
+/// that reports through the pipe and returns the child's wait status.
+/// Then checks that the child exited with 0 and reported "ok".
+fn with_a_forked_child<F, Fut>(test: F)
+where
+    F: FnOnce(Device, PathBuf, RawFd) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = i32>,
+{
+    watchdog(120, move || {
+        let dir = tmpdir();
+        let path = file_with_blocks(dir.path());
+        let (read_end, write_end) = pipe();
+        let write_fd = std::os::fd::AsRawFd::as_raw_fd(&write_end);
+        let status = local().run(async move {
+            let dev = Device::open(&path, DeviceOptions::default()).expect("open");
+            test(dev, path, write_fd).await
+        });
+        assert_child_ok(read_end, write_end, status);
+    });
+}
+
+/// The parent's check of a child that reported through the pipe
+/// (`read_end`, `write_end`) and exited with `status`: it exited with 0
+/// and reported "ok".
+fn assert_child_ok(read_end: OwnedFd, write_end: OwnedFd, status: i32) {
+    drop(write_end);
+    let mut msg = String::new();
+    std::fs::File::from(read_end)
+        .read_to_string(&mut msg)
+        .expect("child's report");
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "child failed (status {status:#x}, signalled: {}): {msg}",
+        libc::WIFSIGNALED(status)
+    );
+    assert_eq!(msg, "ok");
+}
+
 fn file_with_blocks(dir: &Path) -> PathBuf {
     let path = dir.join("forked");
     let data: Vec<u8> = (0..BLOCKS).flat_map(|b| block(b, 0)).collect();
@@ -187,54 +226,36 @@ fn file_with_blocks(dir: &Path) -> PathBuf {
 /// doing verified IO before, during and after the child.
 #[test]
 fn fork_with_a_live_runtime_leaves_the_parent_alone_and_refuses_the_childs_io() {
-    watchdog(120, || {
-        let dir = tmpdir();
-        let path = file_with_blocks(dir.path());
-        let (read_end, write_end) = pipe();
-        let write_fd = std::os::fd::AsRawFd::as_raw_fd(&write_end);
-        let status = local().run(async move {
-            let dev = Device::open(&path, DeviceOptions::default()).expect("open");
-            parent_io(&dev, 0).await.expect("before the fork");
-            // IO in flight at the fork: a round started, not awaited.
-            let busy = {
-                let dev = dev.clone();
-                plugio_executor::spawn_local(async move { parent_io(&dev, 1).await })
-            };
-            plugio_executor::yield_now().await;
-            // SAFETY: the child only runs `child`, which ends in _exit.
-            let pid = unsafe { libc::fork() };
-            assert!(pid >= 0, "fork failed");
-            if pid == 0 {
-                child(&dev, &path, write_fd).await;
+    with_a_forked_child(|dev, path, write_fd| async move {
+        parent_io(&dev, 0).await.expect("before the fork");
+        // IO in flight at the fork: a round started, not awaited.
+        let busy = {
+            let dev = dev.clone();
+            plugio_executor::spawn_local(async move { parent_io(&dev, 1).await })
+        };
+        plugio_executor::yield_now().await;
+        // SAFETY: the child only runs `child`, which ends in _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            child(&dev, &path, write_fd).await;
+        }
+        busy.await.expect("task").expect("IO in flight at the fork");
+        let mut status = 0;
+        let mut round = 2;
+        loop {
+            parent_io(&dev, round).await.expect("while the child runs");
+            round += 1;
+            // SAFETY: waits for our own child without blocking.
+            let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            if r == pid {
+                break;
             }
-            busy.await.expect("task").expect("IO in flight at the fork");
-            let mut status = 0;
-            let mut round = 2;
-            loop {
-                parent_io(&dev, round).await.expect("while the child runs");
-                round += 1;
-                // SAFETY: waits for our own child without blocking.
-                let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-                if r == pid {
-                    break;
-                }
-                plugio_executor::sleep(Duration::from_millis(1)).await;
-            }
-            parent_io(&dev, round).await.expect("after the child ended");
-            assert_eq!(dev.tags_in_use(), 0);
-            status
-        });
-        drop(write_end);
-        let mut msg = String::new();
-        std::fs::File::from(read_end)
-            .read_to_string(&mut msg)
-            .expect("child's report");
-        assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "child failed (status {status:#x}, signalled: {}): {msg}",
-            libc::WIFSIGNALED(status)
-        );
-        assert_eq!(msg, "ok");
+            plugio_executor::sleep(Duration::from_millis(1)).await;
+        }
+        parent_io(&dev, round).await.expect("after the child ended");
+        assert_eq!(dev.tags_in_use(), 0);
+        status
     });
 }
 
@@ -244,65 +265,48 @@ fn fork_with_a_live_runtime_leaves_the_parent_alone_and_refuses_the_childs_io() 
 /// forever); in the parent each completes with its data.
 #[test]
 fn reads_in_flight_at_the_fork_end_with_forked_in_the_child() {
-    watchdog(120, || {
-        let dir = tmpdir();
-        let path = file_with_blocks(dir.path());
-        let (read_end, write_end) = pipe();
-        let write_fd = std::os::fd::AsRawFd::as_raw_fd(&write_end);
-        let status = local().run(async move {
-            let dev = Device::open(&path, DeviceOptions::default()).expect("open");
-            let mut reads: Vec<_> = (0..8u64)
-                .map(|b| Box::pin(dev.read_alloc_at(2 * b * BLOCK as u64, BLOCK)))
-                .collect();
+    with_a_forked_child(|dev, _path, write_fd| async move {
+        let mut reads: Vec<_> = (0..8u64)
+            .map(|b| Box::pin(dev.read_alloc_at(2 * b * BLOCK as u64, BLOCK)))
+            .collect();
+        for r in &mut reads {
+            assert!(futures::poll!(r.as_mut()).is_pending());
+        }
+        // The tick's end flushes and sends them.
+        plugio_executor::yield_now().await;
+        // SAFETY: the child only awaits the reads, reports and _exits.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            // SAFETY: a plain syscall (kills a hung child).
+            unsafe { libc::alarm(30) };
+            let mut msg = String::from("ok");
             for r in &mut reads {
-                assert!(futures::poll!(r.as_mut()).is_pending());
-            }
-            // The tick's end flushes and sends them.
-            plugio_executor::yield_now().await;
-            // SAFETY: the child only awaits the reads, reports and _exits.
-            let pid = unsafe { libc::fork() };
-            assert!(pid >= 0, "fork failed");
-            if pid == 0 {
-                // SAFETY: a plain syscall (kills a hung child).
-                unsafe { libc::alarm(30) };
-                let mut msg = String::from("ok");
-                for r in &mut reads {
-                    match r.as_mut().await {
-                        Err(e)
-                            if *e.kind() == ErrorKind::Forked
-                                && e.to_string()
-                                    .starts_with("this IO was in flight at the fork") => {}
-                        other => {
-                            msg = format!("child: {:?}", other.map(|b| b.len()));
-                            break;
-                        }
+                match r.as_mut().await {
+                    Err(e)
+                        if *e.kind() == ErrorKind::Forked
+                            && e.to_string()
+                                .starts_with("this IO was in flight at the fork") => {}
+                    other => {
+                        msg = format!("child: {:?}", other.map(|b| b.len()));
+                        break;
                     }
                 }
-                // SAFETY: writes the report, then ends the process at once.
-                unsafe {
-                    libc::write(write_fd, msg.as_ptr().cast(), msg.len());
-                    libc::_exit(0)
-                }
             }
-            for (b, r) in reads.into_iter().enumerate() {
-                let got = r.await.expect("the parent's read");
-                check_block(got.as_slice(), 2 * b as u64, 0).expect("the parent's data");
+            // SAFETY: writes the report, then ends the process at once.
+            unsafe {
+                libc::write(write_fd, msg.as_ptr().cast(), msg.len());
+                libc::_exit(0)
             }
-            let mut status = 0;
-            // SAFETY: waits for our own child.
-            unsafe { libc::waitpid(pid, &mut status, 0) };
-            assert_eq!(dev.tags_in_use(), 0);
-            status
-        });
-        drop(write_end);
-        let mut msg = String::new();
-        std::fs::File::from(read_end)
-            .read_to_string(&mut msg)
-            .expect("child's report");
-        assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "child failed (status {status:#x}): {msg}"
-        );
-        assert_eq!(msg, "ok");
+        }
+        for (b, r) in reads.into_iter().enumerate() {
+            let got = r.await.expect("the parent's read");
+            check_block(got.as_slice(), 2 * b as u64, 0).expect("the parent's data");
+        }
+        let mut status = 0;
+        // SAFETY: waits for our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert_eq!(dev.tags_in_use(), 0);
+        status
     });
 }
