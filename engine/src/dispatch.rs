@@ -22,7 +22,7 @@ use std::rc::Rc;
 
 use plugio_device::{IoOp, SqWriter};
 
-use crate::bio::BioTable;
+use crate::bio::{Bio, BioTable};
 use crate::clock;
 use crate::core::EngineCore;
 use crate::merge;
@@ -57,6 +57,115 @@ fn mergeable_when_left_waiting(d: &mut CoreDev, bios: &BioTable) {
     d.last_built = slot;
 }
 
+/// The accounting of one dispatch batch: one clock read for the batch
+/// with the cached clock (one per IO without it, the ablation of the
+/// cached clock), the busy time's in-flight count, and the IOs the backend
+/// sent on a registered buffer (the ring's count, read around the batch:
+/// a request that names one in `fixed_buf` but goes to the mem device, the
+/// sync pool or a refused submit is no fixed-buffer request); published
+/// once at its end.
+pub(crate) struct Batch {
+    batch_clock: bool,
+    now: u64,
+    fixed_before: u64,
+    started: i64,
+}
+
+impl Batch {
+    /// Opens a batch on `d`.
+    #[inline]
+    pub(crate) fn begin(d: &CoreDev) -> Batch {
+        let batch_clock = d.iostats && d.cached_clock;
+        Batch {
+            batch_clock,
+            now: if batch_clock { clock::now_ns(true) } else { 0 },
+            fixed_before: if d.iostats {
+                plugio_device::ring::current_fixed_buf_sqes()
+            } else {
+                0
+            },
+            started: 0,
+        }
+    }
+
+    /// Counts one IO started (sent, or failed to send); returns its start
+    /// time (0 without iostats).
+    #[inline]
+    pub(crate) fn start_one(&mut self, d: &mut CoreDev) -> u64 {
+        self.started += 1;
+        if d.iostats && !self.batch_clock {
+            self.now = clock::now_ns(false);
+            d.busy.event(self.now, 1, &d.counters);
+        }
+        self.now
+    }
+
+    /// Takes back [`Batch::start_one`]'s count of an IO that was not sent
+    /// after all (it waits in the FIFO instead).
+    #[inline]
+    pub(crate) fn unstart_one(&mut self, d: &mut CoreDev) {
+        self.started -= 1;
+        if d.iostats && !self.batch_clock {
+            d.busy.event(self.now, -1, &d.counters);
+        }
+    }
+
+    /// Closes the batch.
+    #[inline]
+    pub(crate) fn end(self, d: &mut CoreDev) {
+        if self.batch_clock && self.started > 0 {
+            d.busy.event(self.now, self.started, &d.counters);
+        }
+        if d.iostats && self.started > 0 {
+            let fixed =
+                plugio_device::ring::current_fixed_buf_sqes().saturating_sub(self.fixed_before);
+            if fixed > 0 {
+                d.pending.fixed_buf_requests += fixed;
+                d.pending.dirty = true;
+            }
+            d.publish();
+        }
+    }
+}
+
+/// Writes the SQE of fast-lane bio `index` (`bio`) of `d`, with `tag`,
+/// through `sq` (see [`FAST`]): `false`, with nothing changed, when the
+/// writer takes no such op or its SQ is full. `now` is its start time.
+#[inline]
+pub(crate) fn send_fast(
+    d: &mut CoreDev,
+    bio: &mut Bio,
+    sq: &SqWriter<'_>,
+    dev: u32,
+    index: u32,
+    tag: Tag,
+    now: u64,
+) -> bool {
+    let seg = [bio.buf.first_iovec()];
+    let op = IoOp {
+        kind: bio.op,
+        offset_bytes: bio.offset_bytes,
+        len_bytes: bio.len_bytes,
+        segments: if bio.op.has_data() { &seg } else { &[] },
+        fixed_buf: bio.buf.fixed(),
+        flags: bio.flags,
+    };
+    // SAFETY: the bio's memory stays owned by its future (or the bio, once
+    // orphaned) until this op's completion has been delivered to
+    // `complete_batch`, and the bio keeps its slot until then. The writer
+    // builds the SQE at once from the one segment's address (a
+    // single-buffer op names no iovec array), so nothing points into `seg`
+    // after the call.
+    if !unsafe { sq.try_submit_direct(&op, token(dev, FAST | index)) } {
+        return false;
+    }
+    bio.tag = tag;
+    bio.start_ns = now;
+    d.tags_held += 1;
+    d.fast_in_flight += 1;
+    true
+}
+
 impl EngineCore {
     /// [`EngineCore::dispatch_waiting`] of every live device in `marked`
     /// and, with `any_waiting`, of every live device with requests waiting.
@@ -76,14 +185,17 @@ impl EngineCore {
     /// Takes tags for the device's waiting requests and dispatches as many
     /// as got one; starts a tag-waiter task if some are left.
     pub fn dispatch_waiting(self: &Rc<Self>, dev: u32) {
+        // Nothing to send (the common case after a flush that sent its
+        // bios itself): no reference to the device taken.
         let (shared, nr) = {
             let devs = self.devs.borrow();
             let d = &devs[dev as usize];
-            (d.shared.clone(), d.dispatchable())
+            let nr = d.dispatchable();
+            if nr == 0 {
+                return;
+            }
+            (d.shared.clone(), nr)
         };
-        if nr == 0 {
-            return;
-        }
         let mut tags = std::mem::take(&mut *self.scratch_tags.borrow_mut());
         shared
             .tags_for(self.core)
@@ -133,20 +245,7 @@ impl EngineCore {
         tags: &[Tag],
         failed: &mut Vec<(u64, Status)>,
     ) {
-        // One clock read for the batch with the cached clock; one per
-        // request without it (the ablation of the cached clock).
-        let batch_clock = d.iostats && d.cached_clock;
-        let mut now = if batch_clock { clock::now_ns(true) } else { 0 };
-        // What the backend sent on a registered buffer, counted where the
-        // SQE is built (the ring's count, read around the batch): a request
-        // that names one in `fixed_buf` but goes to the mem device, the
-        // sync pool or a refused submit is no fixed-buffer request.
-        let fixed_before = if d.iostats {
-            plugio_device::ring::current_fixed_buf_sqes()
-        } else {
-            0
-        };
-        let mut started = 0;
+        let mut batch = Batch::begin(d);
         for (i, &tag) in tags.iter().enumerate() {
             if d.dispatchable() == 0 {
                 d.shared
@@ -157,11 +256,7 @@ impl EngineCore {
             let Some(slot) = d.waiting.pop_front() else {
                 break;
             };
-            started += 1;
-            if d.iostats && !batch_clock {
-                now = clock::now_ns(false);
-                d.busy.event(now, 1, &d.counters);
-            }
+            let now = batch.start_one(d);
             let (slot, sent) = if slot & FAST != 0 {
                 self.dispatch_fast(d, bios, sq, dev, slot & !FAST, tag, now)
             } else {
@@ -171,17 +266,7 @@ impl EngineCore {
                 failed.push((token(dev, slot), Status::Submit(e.errno())));
             }
         }
-        if batch_clock && started > 0 {
-            d.busy.event(now, started, &d.counters);
-        }
-        if d.iostats && started > 0 {
-            let fixed = plugio_device::ring::current_fixed_buf_sqes().saturating_sub(fixed_before);
-            if fixed > 0 {
-                d.pending.fixed_buf_requests += fixed;
-                d.pending.dirty = true;
-            }
-            d.publish();
-        }
+        batch.end(d);
     }
 
     /// Starts request `slot` of `d` with `tag`: builds its iovecs in place
@@ -257,29 +342,8 @@ impl EngineCore {
         now: u64,
     ) -> (u32, Result<(), plugio_device::Error>) {
         if let Some(sq) = sq {
-            let bio = bios.fast_mut(index);
-            let seg = [bio.buf.first_iovec()];
-            let op = IoOp {
-                kind: bio.op,
-                offset_bytes: bio.offset_bytes,
-                len_bytes: bio.len_bytes,
-                segments: if bio.op.has_data() { &seg } else { &[] },
-                fixed_buf: bio.buf.fixed(),
-                flags: bio.flags,
-            };
-            let slot = FAST | index;
-            // SAFETY: the bio's memory stays owned by its future (or the
-            // bio, once orphaned) until this op's completion has been
-            // delivered to `complete_batch`, and the bio keeps its slot
-            // until then. The writer builds the SQE at once from the one
-            // segment's address (a single-buffer op names no iovec
-            // array), so nothing points into `seg` after the call.
-            if unsafe { sq.try_submit_direct(&op, token(dev, slot)) } {
-                bio.tag = tag;
-                bio.start_ns = now;
-                d.tags_held += 1;
-                d.fast_in_flight += 1;
-                return (slot, Ok(()));
+            if send_fast(d, bios.fast_mut(index), sq, dev, index, tag, now) {
+                return (FAST | index, Ok(()));
             }
         }
         let slot = d.request_of_fast(bios, index, RqState::Waiting);

@@ -21,13 +21,18 @@ use std::rc::Rc;
 
 use plugio_device::OpKind;
 
-use crate::bio::{Bio, BioBuf, BioId, BioInfo};
+use plugio_device::SqWriter;
+
+use crate::bio::{Bio, BioBuf, BioId, BioInfo, BioTable};
 use crate::core::EngineCore;
+use crate::dispatch::{send_fast, Batch};
 use crate::interval::NIL;
 use crate::merge;
 use crate::plug::{Drained, Plugged};
 use crate::queue::{group_index, CoreDev, DevMask, FAST};
 use crate::request::{Piece, RqState};
+use crate::shared::DeviceShared;
+use crate::tag::Tag;
 
 impl EngineCore {
     /// Puts an issued bio into the plug (counting its bio allocation as a
@@ -137,17 +142,10 @@ impl EngineCore {
                     built += build_requests::<true>(d, e.id, bio, allow_merge);
                 }
             }
+        } else if d.fast_lane && d.waiting.is_empty() {
+            built = self.send_at_flush(d, &mut bios, dev, list, allow_merge);
         } else {
-            for e in list.iter() {
-                if let Some(bio) = bios.get_mut(e.id) {
-                    if fast_lane(d, bio, allow_merge) {
-                        queue_fast(d, e.id, bio);
-                        built += 1;
-                        continue;
-                    }
-                    built += build_requests::<false>(d, e.id, bio, allow_merge);
-                }
-            }
+            built = build_each(d, &mut bios, list, allow_merge);
         }
         if d.iostats {
             let p = &mut d.pending;
@@ -160,6 +158,117 @@ impl EngineCore {
         #[cfg(debug_assertions)]
         d.check_invariants();
     }
+}
+
+impl EngineCore {
+    /// The flush's loop over bios that do not touch, on a device with
+    /// nothing waiting in its FIFO: a fast-lane bio (see [`FAST`]) is sent
+    /// at once, its SQE written from it through the ring's SQ writer with
+    /// a tag of the batch taken for the rest of the list, instead of
+    /// queuing in the FIFO for the dispatch that follows the flush. The
+    /// others are built into requests as in [`build_each`]; once something
+    /// waits in the FIFO (a request, or a bio that found no tag or no room
+    /// in the SQ), the fast-lane bios after it queue behind it, so the
+    /// FIFO's order is kept. Tags left over go back in one batch. Returns
+    /// the number of requests and fast-lane bios.
+    fn send_at_flush(
+        &self,
+        d: &mut CoreDev,
+        bios: &mut BioTable,
+        dev: u32,
+        list: &[Plugged],
+        allow_merge: bool,
+    ) -> u64 {
+        let shared = d.shared.clone();
+        let mut tags = std::mem::take(&mut *self.scratch_tags.borrow_mut());
+        let mut built = 0;
+        shared.backend.with_sq_writer(self.handler, &mut |sq| {
+            built = match sq {
+                Some(sq) => self.send_each(d, bios, sq, &shared, dev, list, allow_merge, &mut tags),
+                None => build_each(d, bios, list, allow_merge),
+            };
+        });
+        tags.clear();
+        *self.scratch_tags.borrow_mut() = tags;
+        built
+    }
+
+    /// [`EngineCore::send_at_flush`]'s loop, with the SQ writer.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn send_each(
+        &self,
+        d: &mut CoreDev,
+        bios: &mut BioTable,
+        sq: &SqWriter<'_>,
+        shared: &DeviceShared,
+        dev: u32,
+        list: &[Plugged],
+        allow_merge: bool,
+        tags: &mut Vec<Tag>,
+    ) -> u64 {
+        let tag_set = shared.tags_for(self.core);
+        let mut batch: Option<Batch> = None;
+        let mut used = 0;
+        let mut built = 0;
+        for (i, e) in list.iter().enumerate() {
+            let Some(bio) = bios.get_mut(e.id) else {
+                continue;
+            };
+            if !fast_lane(d, bio, allow_merge) {
+                built += build_requests::<false>(d, e.id, bio, allow_merge);
+                continue;
+            }
+            built += 1;
+            if d.waiting.is_empty() {
+                if used == tags.len() {
+                    tags.clear();
+                    used = 0;
+                    tag_set.get_tags(self.core, list.len() - i, tags);
+                }
+                if let Some(&tag) = tags.get(used) {
+                    let b = batch.get_or_insert_with(|| Batch::begin(d));
+                    let now = b.start_one(d);
+                    if send_fast(d, bio, sq, dev, e.id.index, tag, now) {
+                        used += 1;
+                        bio.parts_left = 1;
+                        bio.split = false;
+                        d.fast_live += 1;
+                        d.last_built = NIL;
+                        continue;
+                    }
+                    b.unstart_one(d);
+                }
+            }
+            queue_fast(d, e.id, bio);
+        }
+        if let Some(b) = batch {
+            b.end(d);
+        }
+        if used < tags.len() {
+            tag_set.put_batch(self.core, &tags[used..]);
+        }
+        built
+    }
+}
+
+/// The flush's loop over bios that do not touch (the merge, rare there, is
+/// called only for a bio that touches the newest request): each fast-lane
+/// bio queues in the FIFO as itself, the others are built into requests.
+/// Returns the number of both.
+fn build_each(d: &mut CoreDev, bios: &mut BioTable, list: &[Plugged], allow_merge: bool) -> u64 {
+    let mut built = 0;
+    for e in list.iter() {
+        if let Some(bio) = bios.get_mut(e.id) {
+            if fast_lane(d, bio, allow_merge) {
+                queue_fast(d, e.id, bio);
+                built += 1;
+                continue;
+            }
+            built += build_requests::<false>(d, e.id, bio, allow_merge);
+        }
+    }
+    built
 }
 
 /// Whether `bio` may skip its request (see [`FAST`]): the device's
