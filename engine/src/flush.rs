@@ -13,7 +13,9 @@
 //!   [`merge::order_for_merge`] sorts (nomerges 0).
 //! - A bio becomes one request, joins the newest waiting request, or is
 //!   split at the device's request limit into several; `parts_left` counts
-//!   them.
+//!   them. A fast-lane bio (see [`FAST`]) becomes none: the flush sends it
+//!   itself while nothing waits in its device's FIFO, else it queues there
+//!   behind what waits, so the FIFO's order is kept.
 //! - A flush never runs inside another (the `flushing` flag), and it does
 //!   not enter the kernel: the core's park submits the SQEs in one enter.
 

@@ -43,9 +43,10 @@ use crate::stats::{BusyClock, CoreCounters};
 /// nothing, needs no split, changes nothing on the device, is no flush
 /// (writes built meanwhile wait for a fast-lane bio, and a flush holds
 /// nothing back) and has nothing to wait for (no write is live, so
-/// the interval index is off) goes from the plug to the FIFO as itself,
-/// and its SQE is written from the bio: no request is built, ordered,
-/// completed and released for it. Idea: the kernel's direct issue of a
+/// the interval index is off) goes without a request: its SQE is written
+/// from the bio, by the flush itself when nothing waits in the FIFO
+/// (`EngineCore::send_at_flush`), else from the FIFO, where it queues as
+/// itself. No request is built, ordered, completed and released for it. Idea: the kernel's direct issue of a
 /// bio that no merge or scheduler needs to see (`blk_mq_try_issue_directly`).
 /// Whatever the fast lane does not do (a backend without an SQ writer, a
 /// short, failed or `EAGAIN` completion) turns the bio into a request on
