@@ -236,7 +236,7 @@ impl EngineCore {
     /// writer (`None`: each request through `Backend::submit_direct`).
     /// Requests the backend refused go to `failed`.
     #[inline]
-    fn dispatch_batch(
+    pub(crate) fn dispatch_batch(
         &self,
         d: &mut CoreDev,
         bios: &mut BioTable,

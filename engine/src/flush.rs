@@ -117,10 +117,26 @@ impl EngineCore {
         }
         bios.clear();
         *self.scratch_bios.borrow_mut() = bios;
+        self.complete_refused();
         self.dispatch_devices(touched, true);
         self.flushing.set(false);
         self.wake_pending();
         self.release_closed_devices();
+    }
+
+    /// Completes what a flush's own dispatch could not submit (left in
+    /// `scratch_failed` by [`EngineCore::send_each`]), once no borrow of
+    /// the core's tables is held.
+    #[inline]
+    fn complete_refused(self: &Rc<Self>) {
+        if self.scratch_failed.borrow().is_empty() {
+            return;
+        }
+        let failed = std::mem::take(&mut *self.scratch_failed.borrow_mut());
+        self.complete_statuses(&failed);
+        let mut failed = failed;
+        failed.clear();
+        *self.scratch_failed.borrow_mut() = failed;
     }
 
     /// Turns one device's flushed bios into requests, merging as the
@@ -171,7 +187,8 @@ impl EngineCore {
     /// others are built into requests as in [`build_each`]; once something
     /// waits in the FIFO (a request, or a bio that found no tag or no room
     /// in the SQ), the fast-lane bios after it queue behind it, so the
-    /// FIFO's order is kept. Tags left over go back in one batch. Returns
+    /// FIFO's order is kept. Tags left over go to what waits in the FIFO
+    /// (the rest back to the tag set, in one batch). Returns
     /// the number of requests and fast-lane bios.
     fn send_at_flush(
         &self,
@@ -248,7 +265,11 @@ impl EngineCore {
             b.end(d);
         }
         if used < tags.len() {
-            tag_set.put_batch(self.core, &tags[used..]);
+            // Tags left over: the requests built after the last bio sent
+            // take them at once (dispatch puts back what none takes), so
+            // a mixed flush takes its tags once.
+            let mut failed = self.scratch_failed.borrow_mut();
+            self.dispatch_batch(d, bios, Some(sq), dev, &tags[used..], &mut failed);
         }
         built
     }
