@@ -20,7 +20,15 @@
 //!   is at least its children's.
 //! - `max_end` of a node is the largest end in its subtree.
 //! - A node's range does not change while it is linked: callers unlink
-//!   it, change the range, and link it again.
+//!   it, change the range, and link it again. The node keeps a copy of it
+//!   (`start`, `end`, equal to [`Nodes::range`] while linked), so that a
+//!   walk reads one record per level.
+//!
+//! Insertion and removal walk down without recursion (insertion raises
+//! `max_end` on the way; removal keeps the path and lowers `max_end` on
+//! the way back up, stopping where it no longer changes); only the split
+//! and merge below the node inserted or removed recurse, and with random
+//! priorities they are expected to be a constant number of levels deep.
 
 /// No node.
 pub(crate) const NIL: u32 = u32::MAX;
@@ -31,9 +39,12 @@ pub(crate) struct Node {
     pub left: u32,
     pub right: u32,
     pub prio: u32,
+    pub linked: bool,
+    /// The slot's range `[start, end)` as it was linked.
+    pub start: u64,
+    pub end: u64,
     /// The largest end offset (exclusive) in this node's subtree.
     pub max_end: u64,
-    pub linked: bool,
 }
 
 impl Default for Node {
@@ -42,8 +53,10 @@ impl Default for Node {
             left: NIL,
             right: NIL,
             prio: 0,
-            max_end: 0,
             linked: false,
+            start: 0,
+            end: 0,
+            max_end: 0,
         }
     }
 }
@@ -76,6 +89,11 @@ impl Default for IntervalIndex {
     }
 }
 
+/// The deepest path [`IntervalIndex::remove`] keeps without recursing; a
+/// deeper one (never expected: a treap of `n` nodes is about `2 ln n`
+/// deep) takes the recursive walk.
+const MAX_PATH: usize = 64;
+
 impl IntervalIndex {
     /// Nodes linked.
     pub fn len(&self) -> u32 {
@@ -89,24 +107,92 @@ impl IntervalIndex {
         self.rng ^= self.rng << 13;
         self.rng ^= self.rng >> 17;
         self.rng ^= self.rng << 5;
+        let prio = self.rng;
+        let (start, end) = nodes.range(i);
+        let key = (start, i);
+        // Down to where `i` belongs: below every node of a higher (or
+        // equal) priority, each of which gains `i` in its subtree.
+        let (mut parent, mut left) = (NIL, false);
+        let mut t = self.root;
+        while t != NIL {
+            let n = nodes.node_mut(t);
+            if prio > n.prio {
+                break;
+            }
+            n.max_end = n.max_end.max(end);
+            parent = t;
+            left = key < (n.start, t);
+            t = if left { n.left } else { n.right };
+        }
+        // `i` takes `t`'s place, with `t`'s subtree split around it.
+        let (l, r) = split(nodes, t, key);
         *nodes.node_mut(i) = Node {
-            left: NIL,
-            right: NIL,
-            prio: self.rng,
-            max_end: nodes.range(i).1,
+            left: l,
+            right: r,
+            prio,
             linked: true,
+            start,
+            end,
+            max_end: end.max(max_end(nodes, l)).max(max_end(nodes, r)),
         };
-        self.root = insert_at(nodes, self.root, i);
+        self.set_child(nodes, parent, left, i);
         self.len += 1;
     }
 
     /// Unlinks slot `i` (linked, with the range it was linked with).
     pub fn remove<N: Nodes>(&mut self, nodes: &mut N, i: u32) {
+        self.remove_with_path::<N, MAX_PATH>(nodes, i);
+    }
+
+    /// [`IntervalIndex::remove`] keeping a path of at most `P` nodes (the
+    /// tests use a short one to run the recursive walk too).
+    fn remove_with_path<N: Nodes, const P: usize>(&mut self, nodes: &mut N, i: u32) {
         debug_assert!(nodes.node(i).linked, "slot {i} not indexed");
-        let key = (nodes.range(i).0, i);
-        self.root = remove_at(nodes, self.root, key, i);
+        let key = (nodes.node(i).start, i);
+        let mut path = [NIL; P];
+        let mut depth = 0;
+        let mut t = self.root;
+        while t != i {
+            assert!(t != NIL, "slot {i} is not in the interval index");
+            if depth == P {
+                self.root = remove_at(nodes, self.root, key, i);
+                *nodes.node_mut(i) = Node::default();
+                self.len -= 1;
+                return;
+            }
+            path[depth] = t;
+            depth += 1;
+            let n = nodes.node(t);
+            t = if key < (n.start, t) { n.left } else { n.right };
+        }
+        let n = *nodes.node(i);
+        let joined = merge(nodes, n.left, n.right);
+        let parent = if depth == 0 { NIL } else { path[depth - 1] };
+        let left = parent != NIL && nodes.node(parent).left == i;
+        self.set_child(nodes, parent, left, joined);
+        // Back up the path: each ancestor lost `i`; once one's largest end
+        // stays, so do those above it.
+        for &a in path[..depth].iter().rev() {
+            let was = nodes.node(a).max_end;
+            if update(nodes, a) == was {
+                break;
+            }
+        }
         *nodes.node_mut(i) = Node::default();
         self.len -= 1;
+    }
+
+    /// Makes `child` the root (`parent` NIL) or `parent`'s left or right
+    /// child.
+    #[inline]
+    fn set_child<N: Nodes>(&mut self, nodes: &mut N, parent: u32, left: bool, child: u32) {
+        if parent == NIL {
+            self.root = child;
+        } else if left {
+            nodes.node_mut(parent).left = child;
+        } else {
+            nodes.node_mut(parent).right = child;
+        }
     }
 
     /// Calls `f` for every linked slot whose range overlaps `[start,
@@ -128,10 +214,12 @@ impl IntervalIndex {
     }
 }
 
+#[inline]
 fn key<N: Nodes>(nodes: &N, i: u32) -> (u64, u32) {
-    (nodes.range(i).0, i)
+    (nodes.node(i).start, i)
 }
 
+#[inline]
 fn max_end<N: Nodes>(nodes: &N, i: u32) -> u64 {
     if i == NIL {
         0
@@ -140,38 +228,17 @@ fn max_end<N: Nodes>(nodes: &N, i: u32) -> u64 {
     }
 }
 
-/// Recomputes `max_end` of `i` from its range and its children.
-fn update<N: Nodes>(nodes: &mut N, i: u32) {
+/// Recomputes `max_end` of `i` from its range and its children; returns
+/// it.
+#[inline]
+fn update<N: Nodes>(nodes: &mut N, i: u32) -> u64 {
     let n = *nodes.node(i);
-    let m = nodes
-        .range(i)
-        .1
+    let m = n
+        .end
         .max(max_end(nodes, n.left))
         .max(max_end(nodes, n.right));
     nodes.node_mut(i).max_end = m;
-}
-
-fn insert_at<N: Nodes>(nodes: &mut N, t: u32, i: u32) -> u32 {
-    if t == NIL {
-        return i;
-    }
-    if nodes.node(i).prio > nodes.node(t).prio {
-        let (l, r) = split(nodes, t, key(nodes, i));
-        let n = nodes.node_mut(i);
-        n.left = l;
-        n.right = r;
-        update(nodes, i);
-        return i;
-    }
-    if key(nodes, i) < key(nodes, t) {
-        let l = insert_at(nodes, nodes.node(t).left, i);
-        nodes.node_mut(t).left = l;
-    } else {
-        let r = insert_at(nodes, nodes.node(t).right, i);
-        nodes.node_mut(t).right = r;
-    }
-    update(nodes, t);
-    t
+    m
 }
 
 /// Splits subtree `t` into keys `< k` and keys `>= k`.
@@ -214,6 +281,9 @@ fn merge<N: Nodes>(nodes: &mut N, a: u32, b: u32) -> u32 {
     }
 }
 
+/// [`IntervalIndex::remove`] by recursion, for a path deeper than
+/// [`MAX_PATH`].
+#[cold]
 fn remove_at<N: Nodes>(nodes: &mut N, t: u32, k: (u64, u32), i: u32) -> u32 {
     assert!(t != NIL, "slot {i} is not in the interval index");
     if t == i {
@@ -231,18 +301,25 @@ fn remove_at<N: Nodes>(nodes: &mut N, t: u32, k: (u64, u32), i: u32) -> u32 {
     t
 }
 
-fn visit<N: Nodes>(nodes: &N, t: u32, start: u64, end: u64, f: &mut impl FnMut(u32)) {
-    if t == NIL || nodes.node(t).max_end <= start {
-        return;
-    }
-    let n = *nodes.node(t);
-    visit(nodes, n.left, start, end, f);
-    let (s, e) = nodes.range(t);
-    if s < end {
-        if e > start {
+/// Reports the nodes of subtree `t` that overlap `[start, end)`: in key
+/// order, the left subtree by recursion (entered only where its largest
+/// end passes `start`), the right one in the loop.
+fn visit<N: Nodes>(nodes: &N, mut t: u32, start: u64, end: u64, f: &mut impl FnMut(u32)) {
+    while t != NIL {
+        let n = *nodes.node(t);
+        if n.max_end <= start {
+            return;
+        }
+        if max_end(nodes, n.left) > start {
+            visit(nodes, n.left, start, end, f);
+        }
+        if n.start >= end {
+            return;
+        }
+        if n.end > start {
             f(t);
         }
-        visit(nodes, n.right, start, end, f);
+        t = n.right;
     }
 }
 
@@ -254,6 +331,11 @@ fn check_at<N: Nodes>(nodes: &N, t: u32, parent_prio: u32, last: &mut Option<(u6
     let n = *nodes.node(t);
     assert!(n.linked, "slot {t} reachable but not marked linked");
     assert!(n.prio <= parent_prio, "heap order broken at slot {t}");
+    assert_eq!(
+        (n.start, n.end),
+        nodes.range(t),
+        "slot {t}'s range changed while it was linked"
+    );
     let left = check_at(nodes, n.left, n.prio, last);
     let k = key(nodes, t);
     assert!(
@@ -262,9 +344,8 @@ fn check_at<N: Nodes>(nodes: &N, t: u32, parent_prio: u32, last: &mut Option<(u6
     );
     *last = Some(k);
     let right = check_at(nodes, n.right, n.prio, last);
-    let want = nodes
-        .range(t)
-        .1
+    let want = n
+        .end
         .max(max_end(nodes, n.left))
         .max(max_end(nodes, n.right));
     assert_eq!(n.max_end, want, "max_end of slot {t}");
@@ -297,14 +378,16 @@ mod tests {
     #[derive(Debug, Clone)]
     enum Step {
         Insert(u32, u64, u64),
-        Remove(u32),
+        /// The slot, and whether the removal keeps a path of two nodes at
+        /// most (deeper ones take the recursive walk).
+        Remove(u32, bool),
         Query(u64, u64),
     }
 
     fn step() -> impl Strategy<Value = Step> {
         prop_oneof![
             (0u32..64, 0u64..200, 1u64..40).prop_map(|(i, s, l)| Step::Insert(i, s, s + l)),
-            (0u32..64).prop_map(Step::Remove),
+            (0u32..64, any::<bool>()).prop_map(|(i, short)| Step::Remove(i, short)),
             (0u64..240, 0u64..60).prop_map(|(s, l)| Step::Query(s, s + l)),
         ]
     }
@@ -324,9 +407,13 @@ mod tests {
                             ix.insert(&mut p, i);
                         }
                     }
-                    Step::Remove(i) => {
+                    Step::Remove(i, short) => {
                         if p.nodes[i as usize].linked {
-                            ix.remove(&mut p, i);
+                            if short {
+                                ix.remove_with_path::<_, 2>(&mut p, i);
+                            } else {
+                                ix.remove(&mut p, i);
+                            }
                         }
                     }
                     Step::Query(a, b) => {
