@@ -35,6 +35,13 @@
 #   nop        --engine nop  vs  --engine raw --nop
 #   cached-4k  4 KiB buffered random reads (--direct 0) of a 64 MiB file
 #              read once beforehand (page-cached): --engine plugio vs raw
+#   randrw-4k  4 KiB buffered random reads (70 %) and writes (30 %) of
+#              that file, QD128: --engine plugio vs raw. With writes live,
+#              plugio keeps its program order of overlapping IO (the
+#              interval index over live requests) and the fast lane is
+#              off. The only row that moves between runs (by about 2 %):
+#              which IOs are live together depends on when the kernel
+#              completes the writes.
 #   seq-4k     sequential 4 KiB buffered reads of that file from 32 tasks
 #              (--rw read --iodepth 32), which the plug merges into 128 KiB
 #              requests: --engine plugio, against the raw loop issuing
@@ -205,6 +212,8 @@ measure seq-4k plugio --engine plugio --idle-wait futex --filename "$DATA" --dir
 N1_4K=$N1; N2_4K=$N2; N1=1000; N2=3000
 PER_IO_DIV=32 measure seq-4k raw --engine raw --filename "$DATA" --direct 0 --rw read --bs 128k --iodepth 1
 N1=$N1_4K; N2=$N2_4K
+measure randrw-4k plugio --engine plugio --idle-wait futex --filename "$DATA" --direct 0 --rw randrw --rwmixread 70 --bs 4k --iodepth 128
+measure randrw-4k raw --engine raw --filename "$DATA" --direct 0 --rw randrw --rwmixread 70 --bs 4k --iodepth 128
 
 {
   echo "Per-IO cost, callgrind, N1=$N1 and N2=$N2 IOs (1,000 and 3,000 of the raw loop's 128 KiB reads), \`taskset -c 0\`, \`${COMMON[*]:0:4}\`, \`--iodepth 128\` (seq-4k: 32, raw 1)${FEATURES:+, features \`$FEATURES\`}"
@@ -217,7 +226,7 @@ N1=$N1_4K; N2=$N2_4K
   awk -F'\t' '{printf "| %s | %s | %s | %s | %s | %s | %s | %s / %s |\n", $1, $2, $4, $5, $10, $6, $7, $8, $9}' "$ROWS"
   echo
   echo "Where the IO thread's instructions go: self instructions per IO by function (code inlined into a function counts as that function's), the 12 largest for each plugio workload (every function at >= 1 per IO is in \`$OUT/WORKLOAD.ENGINE.functions.txt\`):"
-  for f in "$OUT"/nop.nop.functions.txt "$OUT"/cached-4k.plugio.functions.txt "$OUT"/seq-4k.plugio.functions.txt; do
+  for f in "$OUT"/nop.nop.functions.txt "$OUT"/cached-4k.plugio.functions.txt "$OUT"/seq-4k.plugio.functions.txt "$OUT"/randrw-4k.plugio.functions.txt; do
     echo
     echo "$(basename "$f" .functions.txt):"
     echo
