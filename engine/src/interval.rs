@@ -199,7 +199,7 @@ impl IntervalIndex {
     /// end)` (an empty range overlaps nothing).
     pub fn for_overlaps<N: Nodes>(&self, nodes: &N, start: u64, end: u64, f: &mut impl FnMut(u32)) {
         if start < end {
-            visit(nodes, self.root, start, end, f);
+            visit::<N, MAX_PATH>(nodes, self.root, start, end, f);
         }
     }
 
@@ -301,17 +301,58 @@ fn remove_at<N: Nodes>(nodes: &mut N, t: u32, k: (u64, u32), i: u32) -> u32 {
     t
 }
 
-/// Reports the nodes of subtree `t` that overlap `[start, end)`: in key
-/// order, the left subtree by recursion (entered only where its largest
-/// end passes `start`), the right one in the loop.
-fn visit<N: Nodes>(nodes: &N, mut t: u32, start: u64, end: u64, f: &mut impl FnMut(u32)) {
+/// Reports the nodes of subtree `t` that overlap `[start, end)`, in key
+/// order, without recursion: down the left side while a subtree's largest
+/// end passes `start` (pushing the path), then each node popped, and its
+/// right subtree the same way; the first node popped that starts at or
+/// after `end` ends the walk (every node left on the path starts later).
+/// A path deeper than `P` nodes ([`MAX_PATH`]; the tests use a short one)
+/// goes on by recursion ([`visit_recursive`]).
+fn visit<N: Nodes, const P: usize>(
+    nodes: &N,
+    mut t: u32,
+    start: u64,
+    end: u64,
+    f: &mut impl FnMut(u32),
+) {
+    let mut path = [NIL; P];
+    let mut depth = 0;
+    loop {
+        while t != NIL && nodes.node(t).max_end > start {
+            if depth == P {
+                visit_recursive(nodes, t, start, end, f);
+                break;
+            }
+            path[depth] = t;
+            depth += 1;
+            t = nodes.node(t).left;
+        }
+        if depth == 0 {
+            return;
+        }
+        depth -= 1;
+        let i = path[depth];
+        let n = nodes.node(i);
+        if n.start >= end {
+            return;
+        }
+        if n.end > start {
+            f(i);
+        }
+        t = n.right;
+    }
+}
+
+/// [`visit`] by recursion: the left subtree entered only where its
+/// largest end passes `start`, the right one in the loop.
+fn visit_recursive<N: Nodes>(nodes: &N, mut t: u32, start: u64, end: u64, f: &mut impl FnMut(u32)) {
     while t != NIL {
         let n = *nodes.node(t);
         if n.max_end <= start {
             return;
         }
         if max_end(nodes, n.left) > start {
-            visit(nodes, n.left, start, end, f);
+            visit_recursive(nodes, n.left, start, end, f);
         }
         if n.start >= end {
             return;
@@ -381,14 +422,20 @@ mod tests {
         /// The slot, and whether the removal keeps a path of two nodes at
         /// most (deeper ones take the recursive walk).
         Remove(u32, bool),
-        Query(u64, u64),
+        /// The range, and whether the walk keeps a path of two nodes at
+        /// most.
+        Query(u64, u64, bool),
     }
 
     fn step() -> impl Strategy<Value = Step> {
         prop_oneof![
             (0u32..64, 0u64..200, 1u64..40).prop_map(|(i, s, l)| Step::Insert(i, s, s + l)),
             (0u32..64, any::<bool>()).prop_map(|(i, short)| Step::Remove(i, short)),
-            (0u64..240, 0u64..60).prop_map(|(s, l)| Step::Query(s, s + l)),
+            (0u64..240, 0u64..60, any::<bool>()).prop_map(|(s, l, short)| Step::Query(
+                s,
+                s + l,
+                short
+            )),
         ]
     }
 
@@ -416,9 +463,16 @@ mod tests {
                             }
                         }
                     }
-                    Step::Query(a, b) => {
+                    Step::Query(a, b, short) => {
                         let mut got = Vec::new();
-                        ix.for_overlaps(&p, a, b, &mut |i| got.push(i));
+                        if short && a < b {
+                            visit::<_, 2>(&p, ix.root, a, b, &mut |i| got.push(i));
+                        } else {
+                            ix.for_overlaps(&p, a, b, &mut |i| got.push(i));
+                        }
+                        // In key order, each once.
+                        let keys: Vec<(u64, u32)> = got.iter().map(|&i| (p.ranges[i as usize].0, i)).collect();
+                        prop_assert!(keys.windows(2).all(|w| w[0] < w[1]), "not in key order: {:?}", keys);
                         got.sort_unstable();
                         let want: Vec<u32> = (0..64u32)
                             .filter(|&i| {
