@@ -1,62 +1,78 @@
 //! An interval index over request slots: which live requests of a device
-//! overlap a byte range, in `O(log n + k)` expected time for `n` requests
-//! indexed and `k` found, with no allocation (the nodes are the request
-//! slots themselves).
+//! overlap a byte range, with no allocation per request (the nodes are the
+//! request slots themselves).
 //!
-//! A treap (a binary search tree ordered by `(offset, slot)` whose shape is
-//! a heap on random priorities) augmented with the largest end offset of
-//! each subtree, the textbook interval tree (CLRS 14.3); a subtree whose
-//! largest end is at or before the query's start holds nothing that
-//! overlaps it and is skipped. The kernel needs none: it leaves the order
-//! of overlapping IO to the file system; a userspace block layer that
-//! promises program order for overlapping IO needs this lookup to stay
-//! cheap at any queue depth.
+//! The device's byte space is cut into chunks of `2^chunk_shift` bytes (1
+//! MiB by default). A range that lies in one or two chunks (a small
+//! request, the common case) is linked into the hash bucket of each of its
+//! chunks; a longer one is linked into the list of large ranges. Every
+//! linked range is also in the list of all. A query of a few chunks reads
+//! the buckets of its chunks and the large list; a longer query reads the
+//! list of all. Random IO then costs a few list links per request and a
+//! bucket or two per query, whatever the queue depth; the price is a scan
+//! of every large range live (ranges of more than a chunk, rare but for
+//! big writes and discards) on each query. Lists are intrusive and doubly
+//! linked through the nodes, so linking and unlinking are constant time.
+//! The kernel needs no such index: it leaves the order of overlapping IO
+//! to the file system; a userspace block layer that promises program
+//! order for overlapping IO needs this lookup to stay cheap.
 //!
 //! Invariants (checked by [`IntervalIndex::check`] in the tests and the
 //! debug builds' queue checks):
-//! - Every linked node is reachable from the root exactly once; unlinked
-//!   nodes have `linked == false`.
-//! - In-order traversal is sorted by `(start, slot)`; each node's priority
-//!   is at least its children's.
-//! - `max_end` of a node is the largest end in its subtree.
+//! - Every linked node is in the list of all exactly once, and in the
+//!   buckets of its one or two chunks (link 0 for its first chunk, link 1
+//!   for its second) or in the large list (link 0), exactly once each;
+//!   unlinked nodes have `linked == false` and are in no list.
+//! - Each list is doubly linked: the `prev` of an entry's `next` is the
+//!   entry; a head's `prev` is `NIL`.
 //! - A node's range does not change while it is linked: callers unlink
 //!   it, change the range, and link it again. The node keeps a copy of it
-//!   (`start`, `end`, equal to [`Nodes::range`] while linked), so that a
-//!   walk reads one record per level.
-//!
-//! Insertion and removal walk down without recursion (insertion raises
-//! `max_end` on the way; removal keeps the path and lowers `max_end` on
-//! the way back up, stopping where it no longer changes); only the split
-//! and merge below the node inserted or removed recurse, and with random
-//! priorities they are expected to be a constant number of levels deep.
+//!   (`start`, `end`, equal to [`Nodes::range`] while linked).
+//! - A query reports each overlapping node once: from the bucket of the
+//!   first chunk that the node and the query share.
 
-/// No node.
+/// No node (and no link).
 pub(crate) const NIL: u32 = u32::MAX;
+
+/// The chunk size of the default index: 1 MiB, so that a merged request
+/// of up to 1 MiB stays a small range.
+const CHUNK_SHIFT: u32 = 20;
+
+/// Buckets of the default index (a power of two).
+const BUCKETS: usize = 256;
+
+/// A query of at most this many chunks reads their buckets; a longer one
+/// reads the list of all.
+const QUERY_CHUNKS: u64 = 4;
+
+/// The list of all, in a node's links.
+const ALL: usize = 2;
 
 /// The index fields of one slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Node {
-    pub left: u32,
-    pub right: u32,
-    pub prio: u32,
     pub linked: bool,
+    /// The range is in the large list (link 0), not in buckets.
+    pub large: bool,
     /// The slot's range `[start, end)` as it was linked.
     pub start: u64,
     pub end: u64,
-    /// The largest end offset (exclusive) in this node's subtree.
-    pub max_end: u64,
+    /// Links 0 and 1 (bucket lists, or link 0 in the large list) and 2
+    /// (the list of all): the next and previous entries, each a slot
+    /// shifted left by 2 with the link's number in the low bits.
+    pub next: [u32; 3],
+    pub prev: [u32; 3],
 }
 
 impl Default for Node {
     fn default() -> Self {
         Node {
-            left: NIL,
-            right: NIL,
-            prio: 0,
             linked: false,
+            large: false,
             start: 0,
             end: 0,
-            max_end: 0,
+            next: [NIL; 3],
+            prev: [NIL; 3],
         }
     }
 }
@@ -71,326 +87,287 @@ pub(crate) trait Nodes {
     fn range(&self, i: u32) -> (u64, u64);
 }
 
-/// The index: a root and a priority generator.
+/// Link `k` of slot `slot`, as the lists store it.
+#[inline]
+fn entry(slot: u32, k: usize) -> u32 {
+    debug_assert!(slot < (NIL >> 2), "slot {slot} too large for the index");
+    (slot << 2) | k as u32
+}
+
+/// The slot and link number of list entry `e`.
+#[inline]
+fn unentry(e: u32) -> (u32, usize) {
+    (e >> 2, (e & 3) as usize)
+}
+
+/// Where a list starts.
+#[derive(Clone, Copy)]
+enum Head {
+    Bucket(usize),
+    Large,
+    All,
+}
+
+/// The index: the bucket heads and the two lists' heads.
 #[derive(Debug)]
 pub(crate) struct IntervalIndex {
-    root: u32,
+    buckets: Box<[u32]>,
+    large: u32,
+    all: u32,
     len: u32,
-    rng: u32,
+    chunk_shift: u32,
 }
 
 impl Default for IntervalIndex {
     fn default() -> Self {
-        IntervalIndex {
-            root: NIL,
-            len: 0,
-            rng: 0x9e37_79b9,
-        }
+        IntervalIndex::with_geometry(CHUNK_SHIFT, BUCKETS)
     }
 }
 
-/// The deepest path [`IntervalIndex::remove`] keeps without recursing; a
-/// deeper one (never expected: a treap of `n` nodes is about `2 ln n`
-/// deep) takes the recursive walk.
-const MAX_PATH: usize = 64;
-
 impl IntervalIndex {
+    /// An index of `buckets` buckets (a power of two) over chunks of
+    /// `2^chunk_shift` bytes.
+    fn with_geometry(chunk_shift: u32, buckets: usize) -> Self {
+        debug_assert!(buckets.is_power_of_two());
+        IntervalIndex {
+            buckets: vec![NIL; buckets].into_boxed_slice(),
+            large: NIL,
+            all: NIL,
+            len: 0,
+            chunk_shift,
+        }
+    }
+
     /// Nodes linked.
     pub fn len(&self) -> u32 {
         self.len
     }
 
+    /// The chunks of `[start, end)`: the first and the last (an empty
+    /// range is in the chunk of its start).
+    #[inline]
+    fn chunks(&self, start: u64, end: u64) -> (u64, u64) {
+        (
+            start >> self.chunk_shift,
+            end.saturating_sub(1).max(start) >> self.chunk_shift,
+        )
+    }
+
+    /// The bucket of chunk `c`.
+    #[inline]
+    fn bucket(&self, c: u64) -> usize {
+        (c.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as usize & (self.buckets.len() - 1)
+    }
+
+    #[inline]
+    fn head(&mut self, h: Head) -> &mut u32 {
+        match h {
+            Head::Bucket(b) => &mut self.buckets[b],
+            Head::Large => &mut self.large,
+            Head::All => &mut self.all,
+        }
+    }
+
     /// Links slot `i` (not linked) with its current range.
     pub fn insert<N: Nodes>(&mut self, nodes: &mut N, i: u32) {
         debug_assert!(!nodes.node(i).linked, "slot {i} indexed twice");
-        // xorshift32: priorities need only be independent of the keys.
-        self.rng ^= self.rng << 13;
-        self.rng ^= self.rng >> 17;
-        self.rng ^= self.rng << 5;
-        let prio = self.rng;
         let (start, end) = nodes.range(i);
-        let key = (start, i);
-        // Down to where `i` belongs: below every node of a higher (or
-        // equal) priority, each of which gains `i` in its subtree.
-        let (mut parent, mut left) = (NIL, false);
-        let mut t = self.root;
-        while t != NIL {
-            let n = nodes.node_mut(t);
-            if prio > n.prio {
-                break;
-            }
-            n.max_end = n.max_end.max(end);
-            parent = t;
-            left = key < (n.start, t);
-            t = if left { n.left } else { n.right };
-        }
-        // `i` takes `t`'s place, with `t`'s subtree split around it.
-        let (l, r) = split(nodes, t, key);
+        let (first, last) = self.chunks(start, end);
+        let large = last - first > 1;
         *nodes.node_mut(i) = Node {
-            left: l,
-            right: r,
-            prio,
             linked: true,
+            large,
             start,
             end,
-            max_end: end.max(max_end(nodes, l)).max(max_end(nodes, r)),
+            ..Node::default()
         };
-        self.set_child(nodes, parent, left, i);
+        if large {
+            self.push(nodes, Head::Large, i, 0);
+        } else {
+            self.push(nodes, Head::Bucket(self.bucket(first)), i, 0);
+            if last != first {
+                self.push(nodes, Head::Bucket(self.bucket(last)), i, 1);
+            }
+        }
+        self.push(nodes, Head::All, i, ALL);
         self.len += 1;
     }
 
     /// Unlinks slot `i` (linked, with the range it was linked with).
     pub fn remove<N: Nodes>(&mut self, nodes: &mut N, i: u32) {
-        self.remove_with_path::<N, MAX_PATH>(nodes, i);
-    }
-
-    /// [`IntervalIndex::remove`] keeping a path of at most `P` nodes (the
-    /// tests use a short one to run the recursive walk too).
-    fn remove_with_path<N: Nodes, const P: usize>(&mut self, nodes: &mut N, i: u32) {
-        debug_assert!(nodes.node(i).linked, "slot {i} not indexed");
-        let key = (nodes.node(i).start, i);
-        let mut path = [NIL; P];
-        let mut depth = 0;
-        let mut t = self.root;
-        while t != i {
-            assert!(t != NIL, "slot {i} is not in the interval index");
-            if depth == P {
-                self.root = remove_at(nodes, self.root, key, i);
-                *nodes.node_mut(i) = Node::default();
-                self.len -= 1;
-                return;
-            }
-            path[depth] = t;
-            depth += 1;
-            let n = nodes.node(t);
-            t = if key < (n.start, t) { n.left } else { n.right };
-        }
         let n = *nodes.node(i);
-        let joined = merge(nodes, n.left, n.right);
-        let parent = if depth == 0 { NIL } else { path[depth - 1] };
-        let left = parent != NIL && nodes.node(parent).left == i;
-        self.set_child(nodes, parent, left, joined);
-        // Back up the path: each ancestor lost `i`; once one's largest end
-        // stays, so do those above it.
-        for &a in path[..depth].iter().rev() {
-            let was = nodes.node(a).max_end;
-            if update(nodes, a) == was {
-                break;
+        assert!(n.linked, "slot {i} is not in the interval index");
+        let (first, last) = self.chunks(n.start, n.end);
+        if n.large {
+            self.unlink(nodes, Head::Large, i, 0);
+        } else {
+            self.unlink(nodes, Head::Bucket(self.bucket(first)), i, 0);
+            if last != first {
+                self.unlink(nodes, Head::Bucket(self.bucket(last)), i, 1);
             }
         }
+        self.unlink(nodes, Head::All, i, ALL);
         *nodes.node_mut(i) = Node::default();
         self.len -= 1;
     }
 
-    /// Makes `child` the root (`parent` NIL) or `parent`'s left or right
-    /// child.
+    /// Puts link `k` of slot `i` at the front of list `h`.
     #[inline]
-    fn set_child<N: Nodes>(&mut self, nodes: &mut N, parent: u32, left: bool, child: u32) {
-        if parent == NIL {
-            self.root = child;
-        } else if left {
-            nodes.node_mut(parent).left = child;
+    fn push<N: Nodes>(&mut self, nodes: &mut N, h: Head, i: u32, k: usize) {
+        let e = entry(i, k);
+        let old = std::mem::replace(self.head(h), e);
+        let n = nodes.node_mut(i);
+        n.next[k] = old;
+        n.prev[k] = NIL;
+        if old != NIL {
+            let (j, kj) = unentry(old);
+            nodes.node_mut(j).prev[kj] = e;
+        }
+    }
+
+    /// Takes link `k` of slot `i` out of list `h`.
+    #[inline]
+    fn unlink<N: Nodes>(&mut self, nodes: &mut N, h: Head, i: u32, k: usize) {
+        let n = nodes.node(i);
+        let (next, prev) = (n.next[k], n.prev[k]);
+        if prev == NIL {
+            *self.head(h) = next;
         } else {
-            nodes.node_mut(parent).right = child;
+            let (j, kj) = unentry(prev);
+            nodes.node_mut(j).next[kj] = next;
+        }
+        if next != NIL {
+            let (j, kj) = unentry(next);
+            nodes.node_mut(j).prev[kj] = prev;
         }
     }
 
     /// Calls `f` for every linked slot whose range overlaps `[start,
-    /// end)` (an empty range overlaps nothing).
+    /// end)` (an empty range overlaps nothing), each once, in no
+    /// particular order.
     pub fn for_overlaps<N: Nodes>(&self, nodes: &N, start: u64, end: u64, f: &mut impl FnMut(u32)) {
-        if start < end {
-            visit::<N, MAX_PATH>(nodes, self.root, start, end, f);
+        if start >= end || self.len == 0 {
+            return;
+        }
+        let (first, last) = self.chunks(start, end);
+        if last - first >= QUERY_CHUNKS {
+            self.scan(nodes, self.all, start, end, f);
+            return;
+        }
+        for c in first..=last {
+            let mut e = self.buckets[self.bucket(c)];
+            while e != NIL {
+                let (j, k) = unentry(e);
+                let n = nodes.node(j);
+                // The link's chunk is the node's first chunk plus `k`; it is
+                // reported from the first chunk it shares with the query.
+                let own = (n.start >> self.chunk_shift) + k as u64;
+                if own == c && n.start < end && start < n.end && c == first.max(own - k as u64) {
+                    f(j);
+                }
+                e = n.next[k];
+            }
+        }
+        self.scan(nodes, self.large, start, end, f);
+    }
+
+    /// Reports the nodes of list `e` (the large list or the list of all)
+    /// that overlap `[start, end)`.
+    #[inline]
+    fn scan<N: Nodes>(&self, nodes: &N, mut e: u32, start: u64, end: u64, f: &mut impl FnMut(u32)) {
+        while e != NIL {
+            let (j, k) = unentry(e);
+            let n = nodes.node(j);
+            if n.start < end && start < n.end {
+                f(j);
+            }
+            e = n.next[k];
         }
     }
 
     /// Checks the invariants of the module docs; panics on a violation.
-    /// Returns the number of nodes reachable.
+    /// Returns the number of nodes linked.
     #[cfg(any(test, debug_assertions))]
     pub fn check<N: Nodes>(&self, nodes: &N) -> u32 {
-        let mut last = None;
-        let n = check_at(nodes, self.root, u32::MAX, &mut last);
-        assert_eq!(n, self.len, "interval index length");
-        n
-    }
-}
-
-#[inline]
-fn key<N: Nodes>(nodes: &N, i: u32) -> (u64, u32) {
-    (nodes.node(i).start, i)
-}
-
-#[inline]
-fn max_end<N: Nodes>(nodes: &N, i: u32) -> u64 {
-    if i == NIL {
-        0
-    } else {
-        nodes.node(i).max_end
-    }
-}
-
-/// Recomputes `max_end` of `i` from its range and its children; returns
-/// it.
-#[inline]
-fn update<N: Nodes>(nodes: &mut N, i: u32) -> u64 {
-    let n = *nodes.node(i);
-    let m = n
-        .end
-        .max(max_end(nodes, n.left))
-        .max(max_end(nodes, n.right));
-    nodes.node_mut(i).max_end = m;
-    m
-}
-
-/// Splits subtree `t` into keys `< k` and keys `>= k`.
-fn split<N: Nodes>(nodes: &mut N, t: u32, k: (u64, u32)) -> (u32, u32) {
-    if t == NIL {
-        return (NIL, NIL);
-    }
-    if key(nodes, t) < k {
-        let (l, r) = split(nodes, nodes.node(t).right, k);
-        nodes.node_mut(t).right = l;
-        update(nodes, t);
-        (t, r)
-    } else {
-        let (l, r) = split(nodes, nodes.node(t).left, k);
-        nodes.node_mut(t).left = r;
-        update(nodes, t);
-        (l, t)
-    }
-}
-
-/// Joins subtrees `a` and `b` where every key of `a` is below every key
-/// of `b`.
-fn merge<N: Nodes>(nodes: &mut N, a: u32, b: u32) -> u32 {
-    if a == NIL {
-        return b;
-    }
-    if b == NIL {
-        return a;
-    }
-    if nodes.node(a).prio > nodes.node(b).prio {
-        let r = merge(nodes, nodes.node(a).right, b);
-        nodes.node_mut(a).right = r;
-        update(nodes, a);
-        a
-    } else {
-        let l = merge(nodes, a, nodes.node(b).left);
-        nodes.node_mut(b).left = l;
-        update(nodes, b);
-        b
-    }
-}
-
-/// [`IntervalIndex::remove`] by recursion, for a path deeper than
-/// [`MAX_PATH`].
-#[cold]
-fn remove_at<N: Nodes>(nodes: &mut N, t: u32, k: (u64, u32), i: u32) -> u32 {
-    assert!(t != NIL, "slot {i} is not in the interval index");
-    if t == i {
-        let n = *nodes.node(t);
-        return merge(nodes, n.left, n.right);
-    }
-    if k < key(nodes, t) {
-        let l = remove_at(nodes, nodes.node(t).left, k, i);
-        nodes.node_mut(t).left = l;
-    } else {
-        let r = remove_at(nodes, nodes.node(t).right, k, i);
-        nodes.node_mut(t).right = r;
-    }
-    update(nodes, t);
-    t
-}
-
-/// Reports the nodes of subtree `t` that overlap `[start, end)`, in key
-/// order, without recursion: down the left side while a subtree's largest
-/// end passes `start` (pushing the path), then each node popped, and its
-/// right subtree the same way; the first node popped that starts at or
-/// after `end` ends the walk (every node left on the path starts later).
-/// A path deeper than `P` nodes ([`MAX_PATH`]; the tests use a short one)
-/// goes on by recursion ([`visit_recursive`]).
-fn visit<N: Nodes, const P: usize>(
-    nodes: &N,
-    mut t: u32,
-    start: u64,
-    end: u64,
-    f: &mut impl FnMut(u32),
-) {
-    let mut path = [NIL; P];
-    let mut depth = 0;
-    loop {
-        while t != NIL && nodes.node(t).max_end > start {
-            if depth == P {
-                visit_recursive(nodes, t, start, end, f);
-                break;
+        let all = self.check_list(nodes, self.all, |_, k| k == ALL, "all");
+        assert_eq!(all, self.len, "interval index length");
+        let large = self.check_list(nodes, self.large, |n, k| k == 0 && n.large, "large");
+        let mut links = 0;
+        for (b, &head) in self.buckets.iter().enumerate() {
+            links += self.check_list(
+                nodes,
+                head,
+                |n, k| {
+                    let (first, last) = self.chunks(n.start, n.end);
+                    !n.large
+                        && (k == 0 || (k == 1 && last != first))
+                        && self.bucket(first + k as u64) == b
+                },
+                "bucket",
+            );
+        }
+        // Every node counted in the list of all has its links: one in the
+        // large list, or one or two in buckets.
+        let mut e = self.all;
+        let mut want_large = 0;
+        let mut want_links = 0;
+        while e != NIL {
+            let (j, _) = unentry(e);
+            let n = nodes.node(j);
+            assert_eq!(
+                (n.start, n.end),
+                nodes.range(j),
+                "slot {j}'s range changed while it was linked"
+            );
+            let (first, last) = self.chunks(n.start, n.end);
+            assert_eq!(n.large, last - first > 1, "slot {j}: large flag");
+            if n.large {
+                want_large += 1;
+            } else {
+                want_links += 1 + u32::from(last != first);
             }
-            path[depth] = t;
-            depth += 1;
-            t = nodes.node(t).left;
+            e = n.next[ALL];
         }
-        if depth == 0 {
-            return;
-        }
-        depth -= 1;
-        let i = path[depth];
-        let n = nodes.node(i);
-        if n.start >= end {
-            return;
-        }
-        if n.end > start {
-            f(i);
-        }
-        t = n.right;
+        assert_eq!(large, want_large, "large list length");
+        assert_eq!(links, want_links, "bucket links");
+        all
     }
-}
 
-/// [`visit`] by recursion: the left subtree entered only where its
-/// largest end passes `start`, the right one in the loop.
-fn visit_recursive<N: Nodes>(nodes: &N, mut t: u32, start: u64, end: u64, f: &mut impl FnMut(u32)) {
-    while t != NIL {
-        let n = *nodes.node(t);
-        if n.max_end <= start {
-            return;
+    /// Walks list `head`, checking its links, that each entry is linked
+    /// and that `ok` holds for it; returns its length.
+    #[cfg(any(test, debug_assertions))]
+    fn check_list<N: Nodes>(
+        &self,
+        nodes: &N,
+        head: u32,
+        ok: impl Fn(&Node, usize) -> bool,
+        what: &str,
+    ) -> u32 {
+        let mut prev = NIL;
+        let mut e = head;
+        let mut len = 0;
+        while e != NIL {
+            let (j, k) = unentry(e);
+            let n = nodes.node(j);
+            assert!(
+                n.linked,
+                "slot {j} in the {what} list but not marked linked"
+            );
+            assert_eq!(
+                n.prev[k], prev,
+                "slot {j} link {k}: prev in the {what} list"
+            );
+            assert!(
+                ok(n, k),
+                "slot {j} link {k} does not belong in this {what} list"
+            );
+            len += 1;
+            assert!(len <= 1 << 30, "a cycle in the {what} list");
+            prev = e;
+            e = n.next[k];
         }
-        if max_end(nodes, n.left) > start {
-            visit_recursive(nodes, n.left, start, end, f);
-        }
-        if n.start >= end {
-            return;
-        }
-        if n.end > start {
-            f(t);
-        }
-        t = n.right;
+        len
     }
-}
-
-#[cfg(any(test, debug_assertions))]
-fn check_at<N: Nodes>(nodes: &N, t: u32, parent_prio: u32, last: &mut Option<(u64, u32)>) -> u32 {
-    if t == NIL {
-        return 0;
-    }
-    let n = *nodes.node(t);
-    assert!(n.linked, "slot {t} reachable but not marked linked");
-    assert!(n.prio <= parent_prio, "heap order broken at slot {t}");
-    assert_eq!(
-        (n.start, n.end),
-        nodes.range(t),
-        "slot {t}'s range changed while it was linked"
-    );
-    let left = check_at(nodes, n.left, n.prio, last);
-    let k = key(nodes, t);
-    assert!(
-        last.is_none_or(|l| l < k),
-        "search order broken at slot {t}"
-    );
-    *last = Some(k);
-    let right = check_at(nodes, n.right, n.prio, last);
-    let want = n
-        .end
-        .max(max_end(nodes, n.left))
-        .max(max_end(nodes, n.right));
-    assert_eq!(n.max_end, want, "max_end of slot {t}");
-    left + right + 1
 }
 
 #[cfg(test)]
@@ -419,33 +396,37 @@ mod tests {
     #[derive(Debug, Clone)]
     enum Step {
         Insert(u32, u64, u64),
-        /// The slot, and whether the removal keeps a path of two nodes at
-        /// most (deeper ones take the recursive walk).
-        Remove(u32, bool),
-        /// The range, and whether the walk keeps a path of two nodes at
-        /// most.
-        Query(u64, u64, bool),
+        Remove(u32),
+        Query(u64, u64),
     }
 
     fn step() -> impl Strategy<Value = Step> {
         prop_oneof![
-            (0u32..64, 0u64..200, 1u64..40).prop_map(|(i, s, l)| Step::Insert(i, s, s + l)),
-            (0u32..64, any::<bool>()).prop_map(|(i, short)| Step::Remove(i, short)),
-            (0u64..240, 0u64..60, any::<bool>()).prop_map(|(s, l, short)| Step::Query(
-                s,
-                s + l,
-                short
-            )),
+            (0u32..64, 0u64..200, 0u64..40).prop_map(|(i, s, l)| Step::Insert(i, s, s + l)),
+            (0u32..64).prop_map(Step::Remove),
+            (0u64..240, 0u64..60).prop_map(|(s, l)| Step::Query(s, s + l)),
         ]
     }
 
     proptest! {
         /// Against a plain list: every query finds exactly the linked
-        /// ranges that overlap it, and the tree stays well formed.
+        /// ranges that overlap it, each once, and the lists stay well
+        /// formed; with chunks of 1 to 64 bytes (ranges of one, two or
+        /// more chunks, queries of few or many) and 1 to 16 buckets (chunks
+        /// sharing a bucket), or the default geometry (one chunk for all).
         #[test]
-        fn matches_a_linear_scan(steps in proptest::collection::vec(step(), 1..300)) {
+        fn matches_a_linear_scan(
+            geometry in prop_oneof![
+                (0u32..7, 0u32..5).prop_map(|(shift, b)| Some((shift, 1usize << b))),
+                Just(None),
+            ],
+            steps in proptest::collection::vec(step(), 1..300),
+        ) {
             let mut p = Plain { nodes: vec![Node::default(); 64], ranges: vec![(0, 0); 64] };
-            let mut ix = IntervalIndex::default();
+            let mut ix = match geometry {
+                Some((shift, buckets)) => IntervalIndex::with_geometry(shift, buckets),
+                None => IntervalIndex::default(),
+            };
             for s in steps {
                 match s {
                     Step::Insert(i, a, b) => {
@@ -454,25 +435,14 @@ mod tests {
                             ix.insert(&mut p, i);
                         }
                     }
-                    Step::Remove(i, short) => {
+                    Step::Remove(i) => {
                         if p.nodes[i as usize].linked {
-                            if short {
-                                ix.remove_with_path::<_, 2>(&mut p, i);
-                            } else {
-                                ix.remove(&mut p, i);
-                            }
+                            ix.remove(&mut p, i);
                         }
                     }
-                    Step::Query(a, b, short) => {
+                    Step::Query(a, b) => {
                         let mut got = Vec::new();
-                        if short && a < b {
-                            visit::<_, 2>(&p, ix.root, a, b, &mut |i| got.push(i));
-                        } else {
-                            ix.for_overlaps(&p, a, b, &mut |i| got.push(i));
-                        }
-                        // In key order, each once.
-                        let keys: Vec<(u64, u32)> = got.iter().map(|&i| (p.ranges[i as usize].0, i)).collect();
-                        prop_assert!(keys.windows(2).all(|w| w[0] < w[1]), "not in key order: {:?}", keys);
+                        ix.for_overlaps(&p, a, b, &mut |i| got.push(i));
                         got.sort_unstable();
                         let want: Vec<u32> = (0..64u32)
                             .filter(|&i| {
