@@ -164,15 +164,11 @@ impl CoreDev {
     /// interval index right.
     #[inline]
     pub(crate) fn set_range(&mut self, slot: u32, offset: u64, len: u64) {
-        let linked = self.rqs.get(slot).node.linked;
-        if linked {
-            self.index.remove(&mut self.rqs, slot);
-        }
         let rq = self.rqs.get_mut(slot);
         rq.offset_bytes = offset;
         rq.len_bytes = len;
-        if linked {
-            self.index.insert(&mut self.rqs, slot);
+        if rq.node.linked {
+            self.index.update_range(&mut self.rqs, slot);
         }
     }
 

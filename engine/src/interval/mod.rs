@@ -83,6 +83,23 @@ impl IntervalIndex {
         self.chunks.insert(nodes, i);
     }
 
+    /// Takes linked slot `i`'s range as it is now (it changed: a bio
+    /// joined the request): the same as [`IntervalIndex::remove`] then
+    /// [`IntervalIndex::insert`], but a large range that only grew at its
+    /// back stays in its place in the tree.
+    pub fn update_range<N: Nodes>(&mut self, nodes: &mut N, i: u32) {
+        let n = *nodes.node(i);
+        debug_assert!(n.linked, "slot {i} is not in the interval index");
+        let (start, end) = nodes.range(i);
+        if n.large && start == n.start && end >= n.end {
+            self.tree.extend_end(nodes, i);
+            return;
+        }
+        // The range the node was linked with is still in the node.
+        self.remove(nodes, i);
+        self.insert(nodes, i);
+    }
+
     /// Unlinks slot `i` (linked, with the range it was linked with).
     pub fn remove<N: Nodes>(&mut self, nodes: &mut N, i: u32) {
         let n = nodes.node(i);
@@ -144,6 +161,10 @@ mod tests {
         Insert(u32, u64, u64),
         Remove(u32),
         Query(u64, u64),
+        /// A linked slot's range moves: its start by the first amount
+        /// (back when negative), its end by the second (a back merge
+        /// grows only the end).
+        Update(u32, i64, u64),
     }
 
     fn step() -> impl Strategy<Value = Step> {
@@ -151,6 +172,8 @@ mod tests {
             (0u32..64, 0u64..200, 0u64..40).prop_map(|(i, s, l)| Step::Insert(i, s, s + l)),
             (0u32..64).prop_map(Step::Remove),
             (0u64..240, 0u64..60).prop_map(|(s, l)| Step::Query(s, s + l)),
+            (0u32..64, prop_oneof![Just(0i64), -20i64..20], 0u64..30)
+                .prop_map(|(i, ds, de)| Step::Update(i, ds, de)),
         ]
     }
 
@@ -185,6 +208,14 @@ mod tests {
                     Step::Remove(i) => {
                         if p.nodes[i as usize].linked {
                             ix.remove(&mut p, i);
+                        }
+                    }
+                    Step::Update(i, ds, de) => {
+                        if p.nodes[i as usize].linked {
+                            let (s, e) = p.ranges[i as usize];
+                            let s2 = s.saturating_add_signed(ds).min(e + de);
+                            p.ranges[i as usize] = (s2, e + de);
+                            ix.update_range(&mut p, i);
                         }
                     }
                     Step::Query(a, b) => {

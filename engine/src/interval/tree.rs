@@ -90,6 +90,28 @@ impl Tree {
         self.len += 1;
     }
 
+    /// Moves the end of linked slot `i` to its range's end now, which
+    /// starts where it did and ends no earlier (a bio joined its back):
+    /// the key stays, so the node stays where it is, and the nodes on its
+    /// path from the root take the new end into their `max_end`.
+    pub(super) fn extend_end<N: Nodes>(&mut self, nodes: &mut N, i: u32) {
+        let (start, end) = nodes.range(i);
+        debug_assert_eq!(start, nodes.node(i).start, "slot {i}: its start moved");
+        debug_assert!(end >= nodes.node(i).end, "slot {i}: its end moved back");
+        let key = (start, i);
+        let mut t = self.root;
+        loop {
+            assert!(t != NIL, "slot {i} is not in the interval tree");
+            let n = nodes.node_mut(t);
+            n.max_end = n.max_end.max(end);
+            if t == i {
+                n.end = end;
+                return;
+            }
+            t = if key < (n.start, t) { n.left } else { n.right };
+        }
+    }
+
     /// Unlinks slot `i` (linked, with the range it was linked with).
     pub(super) fn remove<N: Nodes>(&mut self, nodes: &mut N, i: u32) {
         self.remove_with_path::<N, MAX_PATH>(nodes, i);
