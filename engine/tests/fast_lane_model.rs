@@ -13,7 +13,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{local, tmpdir, watchdog};
+use common::{local, tmpdir, watchdog, Rng};
 use plugio_engine::{Device, DeviceOptions, IoFlags};
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
@@ -42,21 +42,6 @@ fn filled(dev: &Device, v: u8, len: usize) -> plugio_engine::DmaBuf {
 
 fn err_of(e: &plugio_engine::Error) -> String {
     format!("{:?}", e.kind())
-}
-
-/// A xorshift generator: the streams are the same for a seed on every
-/// run.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 /// One op of a stream (offsets and lengths in bytes).

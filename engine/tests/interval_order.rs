@@ -9,23 +9,10 @@
 
 mod common;
 
-use common::{local, tmpdir, watchdog};
+use common::{local, tmpdir, watchdog, Rng};
 use plugio_engine::{Device, DeviceOptions};
 
 const MIB: u64 = 1 << 20;
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 #[test]
 fn overlapping_writes_across_chunks_keep_program_order() {

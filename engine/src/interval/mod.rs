@@ -136,25 +136,8 @@ impl IntervalIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::interval::node::Plain;
     use proptest::prelude::*;
-
-    /// Nodes with ranges, for the tests.
-    struct Plain {
-        nodes: Vec<Node>,
-        ranges: Vec<(u64, u64)>,
-    }
-
-    impl Nodes for Plain {
-        fn node(&self, i: u32) -> &Node {
-            &self.nodes[i as usize]
-        }
-        fn node_mut(&mut self, i: u32) -> &mut Node {
-            &mut self.nodes[i as usize]
-        }
-        fn range(&self, i: u32) -> (u64, u64) {
-            self.ranges[i as usize]
-        }
-    }
 
     #[derive(Debug, Clone)]
     enum Step {
@@ -192,7 +175,7 @@ mod tests {
             ],
             steps in proptest::collection::vec(step(), 1..300),
         ) {
-            let mut p = Plain { nodes: vec![Node::default(); 64], ranges: vec![(0, 0); 64] };
+            let mut p = Plain::new(64);
             let mut ix = match geometry {
                 Some((shift, buckets)) => IntervalIndex::with_geometry(shift, buckets),
                 None => IntervalIndex::default(),

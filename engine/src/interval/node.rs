@@ -52,3 +52,34 @@ pub(crate) trait Nodes {
     /// The byte range `[start, end)` of slot `i`.
     fn range(&self, i: u32) -> (u64, u64);
 }
+
+/// Nodes with ranges of their own, for the index's tests.
+#[cfg(test)]
+pub(super) struct Plain {
+    pub nodes: Vec<Node>,
+    pub ranges: Vec<(u64, u64)>,
+}
+
+#[cfg(test)]
+impl Plain {
+    /// `n` unlinked slots, all on `(0, 0)`.
+    pub fn new(n: usize) -> Plain {
+        Plain {
+            nodes: vec![Node::default(); n],
+            ranges: vec![(0, 0); n],
+        }
+    }
+}
+
+#[cfg(test)]
+impl Nodes for Plain {
+    fn node(&self, i: u32) -> &Node {
+        &self.nodes[i as usize]
+    }
+    fn node_mut(&mut self, i: u32) -> &mut Node {
+        &mut self.nodes[i as usize]
+    }
+    fn range(&self, i: u32) -> (u64, u64) {
+        self.ranges[i as usize]
+    }
+}

@@ -378,24 +378,8 @@ fn check_at<N: Nodes>(nodes: &N, t: u32, parent_prio: u32, last: &mut Option<(u6
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::interval::node::Plain;
     use proptest::prelude::*;
-
-    struct Plain {
-        nodes: Vec<Node>,
-        ranges: Vec<(u64, u64)>,
-    }
-
-    impl Nodes for Plain {
-        fn node(&self, i: u32) -> &Node {
-            &self.nodes[i as usize]
-        }
-        fn node_mut(&mut self, i: u32) -> &mut Node {
-            &mut self.nodes[i as usize]
-        }
-        fn range(&self, i: u32) -> (u64, u64) {
-            self.ranges[i as usize]
-        }
-    }
 
     #[derive(Debug, Clone)]
     enum Step {
@@ -427,7 +411,7 @@ mod tests {
         /// and the tree stays well formed.
         #[test]
         fn matches_a_linear_scan(steps in proptest::collection::vec(step(), 1..300)) {
-            let mut p = Plain { nodes: vec![Node::default(); 64], ranges: vec![(0, 0); 64] };
+            let mut p = Plain::new(64);
             let mut t = Tree::default();
             for s in steps {
                 match s {

@@ -61,3 +61,21 @@ pub async fn overlapping_writes_then_read(dev: plugio_engine::Device) {
     let back = dev.read_alloc_at(0, 10240).await.expect("read back");
     assert_eq!(back.as_slice(), &want[..]);
 }
+
+/// A xorshift generator: the streams are the same for a seed on every
+/// run.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A number below `n` (not 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
