@@ -88,25 +88,22 @@ impl Batch {
         }
     }
 
-    /// Counts one IO started (sent, or failed to send); returns its start
-    /// time (0 without iostats).
+    /// The start time of the next IO (0 without iostats): the batch's
+    /// one reading with the cached clock, else a fresh one.
     #[inline]
-    pub(crate) fn start_one(&mut self, d: &mut CoreDev) -> u64 {
-        self.started += 1;
+    pub(crate) fn now(&mut self, d: &CoreDev) -> u64 {
         if d.iostats && !self.batch_clock {
             self.now = clock::now_ns(false);
-            d.busy.event(self.now, 1, &d.counters);
         }
         self.now
     }
 
-    /// Takes back [`Batch::start_one`]'s count of an IO that was not sent
-    /// after all (it waits in the FIFO instead).
+    /// Counts one IO started at `now` (from [`Batch::now`]).
     #[inline]
-    pub(crate) fn unstart_one(&mut self, d: &mut CoreDev) {
-        self.started -= 1;
+    pub(crate) fn count(&mut self, d: &mut CoreDev, now: u64) {
+        self.started += 1;
         if d.iostats && !self.batch_clock {
-            d.busy.event(self.now, -1, &d.counters);
+            d.busy.event(now, 1, &d.counters);
         }
     }
 
@@ -256,7 +253,9 @@ impl EngineCore {
             let Some(slot) = d.waiting.pop_front() else {
                 break;
             };
-            let now = batch.start_one(d);
+            // Counted as started whether the backend takes it or not.
+            let now = batch.now(d);
+            batch.count(d, now);
             let (slot, sent) = if slot & FAST != 0 {
                 self.dispatch_fast(d, bios, sq, dev, slot & !FAST, tag, now)
             } else {

@@ -132,9 +132,8 @@ impl EngineCore {
         if self.scratch_failed.borrow().is_empty() {
             return;
         }
-        let failed = std::mem::take(&mut *self.scratch_failed.borrow_mut());
+        let mut failed = std::mem::take(&mut *self.scratch_failed.borrow_mut());
         self.complete_statuses(&failed);
-        let mut failed = failed;
         failed.clear();
         *self.scratch_failed.borrow_mut() = failed;
     }
@@ -176,9 +175,7 @@ impl EngineCore {
         #[cfg(debug_assertions)]
         d.check_invariants();
     }
-}
 
-impl EngineCore {
     /// The flush's loop over bios that do not touch, on a device with
     /// nothing waiting in its FIFO: a fast-lane bio (see [`FAST`]) is sent
     /// at once, its SQE written from it through the ring's SQ writer with
@@ -247,16 +244,13 @@ impl EngineCore {
                 }
                 if let Some(&tag) = tags.get(used) {
                     let b = batch.get_or_insert_with(|| Batch::begin(d));
-                    let now = b.start_one(d);
+                    let now = b.now(d);
                     if send_fast(d, bio, sq, dev, e.id.index, tag, now) {
+                        b.count(d, now);
                         used += 1;
-                        bio.parts_left = 1;
-                        bio.split = false;
-                        d.fast_live += 1;
-                        d.last_built = NIL;
+                        take_fast(d, bio);
                         continue;
                     }
-                    b.unstart_one(d);
                 }
             }
             queue_fast(d, e.id, bio);
@@ -318,9 +312,16 @@ fn fast_lane(d: &CoreDev, bio: &Bio, allow_merge: bool) -> bool {
 #[inline(always)]
 fn queue_fast(d: &mut CoreDev, id: BioId, bio: &mut Bio) {
     debug_assert!(id.index & FAST == 0, "bio index {} too large", id.index);
+    d.waiting.push_back(FAST | id.index);
+    take_fast(d, bio);
+}
+
+/// Counts `bio` as a live fast-lane bio of `d`, its own one part (queued
+/// or sent).
+#[inline(always)]
+fn take_fast(d: &mut CoreDev, bio: &mut Bio) {
     bio.parts_left = 1;
     bio.split = false;
-    d.waiting.push_back(FAST | id.index);
     d.fast_live += 1;
     // Nothing joins a request built before it any more (the newest built
     // is the one a bio may join).
