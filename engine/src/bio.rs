@@ -198,6 +198,9 @@ pub(crate) struct Bio {
     /// (iostats).
     pub tag: crate::tag::Tag,
     pub start_ns: u64,
+    /// A fast-lane bio sent while a write was live: the slot of its node
+    /// in the interval index (state `Lane`); `NIL` otherwise.
+    pub lane: u32,
 }
 
 impl Bio {
@@ -221,6 +224,7 @@ impl Bio {
             cached: false,
             tag: crate::tag::Tag::new(0),
             start_ns: 0,
+            lane: crate::interval::NIL,
         }
     }
 

@@ -44,6 +44,7 @@ use plugio_device::OpKind;
 use crate::bio::BioTable;
 use crate::clock;
 use crate::core::EngineCore;
+use crate::interval::NIL;
 use crate::queue::{group_index, CoreDev, DevMask, FAST};
 use crate::request::{Piece, RqState};
 use crate::status::{Completed, Status};
@@ -240,6 +241,7 @@ fn complete_fast(
     };
     let bio = ctx.bios.fast_mut(index);
     puts.push(bio.tag);
+    let lane = bio.lane;
     d.tags_held -= 1;
     d.fast_in_flight -= 1;
     let len = bio.len_bytes;
@@ -260,7 +262,14 @@ fn complete_fast(
             ctx.wakes.push(w);
         }
     }
-    if d.fast_done() {
+    // Sent while a write was live (its node in the index, see
+    // `crate::order`), or counted in `fast_live`.
+    let moved = if lane == NIL {
+        d.fast_done()
+    } else {
+        d.lane_done(lane)
+    };
+    if moved {
         ctx.requeued = true;
     }
 }

@@ -354,6 +354,9 @@ impl EngineCore {
                     d.fast_live -= u32::from(d.rqs.get(slot).fast_hold);
                     d.rqs.release(slot);
                 }
+                // What waited for a request or fast-lane bio in flight was
+                // released above.
+                d.rqs.clear_dependents();
                 d.waiting.clear();
                 d.flushes.clear();
                 // Every write that waited for the fast lane was released

@@ -158,6 +158,7 @@ pub(crate) fn send_fast(
     }
     bio.tag = tag;
     bio.start_ns = now;
+    bio.lane = crate::interval::NIL;
     d.tags_held += 1;
     d.fast_in_flight += 1;
     true

@@ -231,29 +231,40 @@ impl EngineCore {
             let Some(bio) = bios.get_mut(e.id) else {
                 continue;
             };
-            if !fast_lane(d, bio, allow_merge) {
+            if !fast_lane(d, bio, allow_merge) || (d.index_active && !lane_clear(d, bio)) {
                 built += build_requests::<false>(d, e.id, bio, allow_merge);
                 continue;
             }
-            built += 1;
-            if d.waiting.is_empty() {
-                if used == tags.len() {
-                    tags.clear();
-                    used = 0;
-                    tag_set.get_tags(self.core, list.len() - i, tags);
-                }
-                if let Some(&tag) = tags.get(used) {
-                    let b = batch.get_or_insert_with(|| Batch::begin(d));
-                    let now = b.now(d);
-                    if send_fast(d, bio, sq, dev, e.id.index, tag, now) {
-                        b.count(d, now);
-                        used += 1;
+            // A tag to spare beyond what waits in the FIFO: those take the
+            // tags left over at the end, in their order, so a fast-lane
+            // bio passes them only when they lose nothing by it.
+            let waiting = d.waiting.len();
+            if tags.len() - used <= waiting {
+                let want = list.len() - i + waiting - (tags.len() - used);
+                tag_set.get_tags(self.core, want, tags);
+            }
+            if tags.len() - used > waiting {
+                let b = batch.get_or_insert_with(|| Batch::begin(d));
+                let now = b.now(d);
+                if send_fast(d, bio, sq, dev, e.id.index, tags[used], now) {
+                    b.count(d, now);
+                    used += 1;
+                    built += 1;
+                    if d.index_active {
+                        link_lane(d, bio);
+                    } else {
                         take_fast(d, bio);
-                        continue;
                     }
+                    continue;
                 }
             }
-            queue_fast(d, e.id, bio);
+            built += if d.index_active {
+                // Not sent: a request, ordered as any.
+                build_requests::<false>(d, e.id, bio, allow_merge)
+            } else {
+                queue_fast(d, e.id, bio);
+                1
+            };
         }
         if let Some(b) = batch {
             b.end(d);
@@ -269,6 +280,28 @@ impl EngineCore {
     }
 }
 
+/// Whether fast-lane bio `bio` may go while a write is live (the interval
+/// index on): it overlaps no live write (see [`crate::order`]).
+#[inline(never)]
+fn lane_clear(d: &CoreDev, bio: &Bio) -> bool {
+    !bio.op.has_range() || bio.len_bytes == 0 || d.lane_clear(bio.offset_bytes, bio.len_bytes)
+}
+
+/// Counts fast-lane bio `bio`, sent while a write is live, as live: a
+/// read is linked into the interval index under a lane slot, so that the
+/// writes built after it that overlap it wait for it (see
+/// [`crate::order`]); a bio without a range overlaps nothing and is
+/// counted with those the writes built meanwhile wait for all together.
+#[inline(never)]
+fn link_lane(d: &mut CoreDev, bio: &mut Bio) {
+    if bio.op.has_range() && bio.len_bytes > 0 {
+        bio.lane = d.link_lane(bio.op, bio.offset_bytes, bio.len_bytes);
+        lane_part(d, bio);
+    } else {
+        take_fast(d, bio);
+    }
+}
+
 /// The flush's loop over bios that do not touch (the merge, rare there, is
 /// called only for a bio that touches the newest request): each fast-lane
 /// bio queues in the FIFO as itself, the others are built into requests.
@@ -277,7 +310,7 @@ fn build_each(d: &mut CoreDev, bios: &mut BioTable, list: &[Plugged], allow_merg
     let mut built = 0;
     for e in list.iter() {
         if let Some(bio) = bios.get_mut(e.id) {
-            if fast_lane(d, bio, allow_merge) {
+            if !d.index_active && fast_lane(d, bio, allow_merge) {
                 queue_fast(d, e.id, bio);
                 built += 1;
                 continue;
@@ -291,15 +324,15 @@ fn build_each(d: &mut CoreDev, bios: &mut BioTable, list: &[Plugged], allow_merg
 /// Whether `bio` may skip its request (see [`FAST`]): the device's
 /// `fast_lane` option is on, the bio changes nothing on the device and is
 /// no flush (a flush holds nothing back, while writes built during a
-/// fast-lane bio wait for it), no write is live there (the interval index
-/// is off, so it has nothing to wait for), it needs no split, its memory
-/// is one buffer (or none), and it does not merge with the newest request.
+/// fast-lane bio wait for it), it needs no split, its memory is one buffer
+/// (or none), and it does not merge with the newest request. Where a write
+/// is live (the interval index is on), the caller also checks that it
+/// overlaps none (see [`crate::order`]).
 #[inline(always)]
 fn fast_lane(d: &CoreDev, bio: &Bio, allow_merge: bool) -> bool {
     d.fast_lane
         && !bio.op.is_write()
         && !matches!(bio.op, OpKind::Flush | OpKind::Fsync)
-        && !d.index_active
         && bio.len_bytes <= d.max_request_bytes
         && matches!(bio.buf, BioBuf::None | BioBuf::One { .. })
         && !(allow_merge
@@ -316,13 +349,19 @@ fn queue_fast(d: &mut CoreDev, id: BioId, bio: &mut Bio) {
     take_fast(d, bio);
 }
 
-/// Counts `bio` as a live fast-lane bio of `d`, its own one part (queued
-/// or sent).
+/// Counts `bio` as a live fast-lane bio of `d` that writes built later
+/// wait for all together (`fast_live`), its own one part (queued or sent).
 #[inline(always)]
 fn take_fast(d: &mut CoreDev, bio: &mut Bio) {
+    d.fast_live += 1;
+    lane_part(d, bio);
+}
+
+/// Makes `bio` its own one part, on the fast lane.
+#[inline(always)]
+fn lane_part(d: &mut CoreDev, bio: &mut Bio) {
     bio.parts_left = 1;
     bio.split = false;
-    d.fast_live += 1;
     // Nothing joins a request built before it any more (the newest built
     // is the one a bio may join).
     d.last_built = NIL;

@@ -27,6 +27,13 @@
 //!   off (the live requests are indexed then, once) and off when it
 //!   empties. While it is off no write is live, so reads cannot conflict
 //!   and skip it: a read-only workload never touches it.
+//! - A fast-lane read sent while the index is on overlaps no live write;
+//!   it has a `Lane` slot linked in the index (its op and range, no
+//!   request), which writes built after it that overlap it wait for like
+//!   any request, until its completion frees the slot (or the slot becomes
+//!   its request, for a short or failed completion). Idea: the kernel's
+//!   direct issue (`blk_mq_try_issue_directly`), with the program order of
+//!   overlapping IO kept on top of it.
 //! - A bio joins the newest request built only if it conflicts with no
 //!   other live request (it would otherwise need a dependency the request
 //!   lacks).
@@ -253,6 +260,49 @@ impl CoreDev {
         waiters.clear();
         self.fast_waiters = waiters;
         self.waiting.len() > fifo
+    }
+
+    /// Whether a read of `[offset, offset + len)` overlaps no live write,
+    /// so that it may take the fast lane while the index is on.
+    #[inline]
+    pub(crate) fn lane_clear(&self, offset: u64, len: u64) -> bool {
+        let mut clear = true;
+        let rqs = &self.rqs;
+        self.index
+            .for_overlaps(rqs, offset, offset.saturating_add(len), &mut |c| {
+                clear &= !rqs.get(c).op.is_write();
+            });
+        clear
+    }
+
+    /// Takes a slot for the node of a fast-lane read `op` of `[offset,
+    /// offset + len)`, just sent with the index on, and links it (state
+    /// `Lane`): writes built from now on that overlap it wait for it.
+    /// Returns the slot.
+    #[inline]
+    pub(crate) fn link_lane(&mut self, op: OpKind, offset: u64, len: u64) -> u32 {
+        debug_assert!(self.index_active && len > 0 && !op.is_write());
+        let slot = self.rqs.alloc();
+        let rq = self.rqs.get_mut(slot);
+        rq.op = op;
+        rq.offset_bytes = offset;
+        rq.len_bytes = len;
+        rq.seq = 0;
+        rq.deps = 0;
+        rq.state = RqState::Lane;
+        self.index.insert(&mut self.rqs, slot);
+        slot
+    }
+
+    /// The fast-lane bio of lane slot `slot` completed: what waited for it
+    /// may go, and the slot leaves the index and is freed. Returns whether
+    /// a request moved to the FIFO (it then needs a dispatch).
+    #[inline]
+    pub(crate) fn lane_done(&mut self, slot: u32) -> bool {
+        debug_assert_eq!(self.rqs.get(slot).state, RqState::Lane);
+        let moved = self.order_done(slot);
+        self.rqs.release(slot);
+        moved
     }
 
     /// One request that `d` waited for is done.

@@ -17,9 +17,11 @@
 //!   `blocked` the number of `Blocked` ones; `writes_in_flight` and
 //!   `writes_waiting` the number of in-flight and waiting-or-blocked
 //!   requests whose op changes the device (a fast-lane bio never does).
-//! - `fast_live` counts the fast-lane bios in the FIFO or in flight and the
-//!   live requests built from one (`fast_hold`); while it is not zero,
-//!   every write built waits for it to reach zero (`fast_waiters`).
+//! - `fast_live` counts the fast-lane bios in the FIFO or in flight without
+//!   a lane slot and the live requests built from one (`fast_hold`); while
+//!   it is not zero, every write built waits for it to reach zero
+//!   (`fast_waiters`). A `Lane` slot stands for one fast-lane bio in flight
+//!   (see [`crate::order`]).
 //! - The ordering state (dependencies, pending flushes, the interval
 //!   index) is as [`crate::order`] states it.
 //! - The `pending` tallies hold only counts not yet added to `counters`;
@@ -42,8 +44,10 @@ use crate::stats::{BusyClock, CoreCounters};
 /// The fast lane (`DeviceOptions::fast_lane`): a bio that merges with
 /// nothing, needs no split, changes nothing on the device, is no flush
 /// (writes built meanwhile wait for a fast-lane bio, and a flush holds
-/// nothing back) and has nothing to wait for (no write is live, so
-/// the interval index is off) goes without a request: its SQE is written
+/// nothing back) and has nothing to wait for (no write is live, so the
+/// interval index is off; or it overlaps no live write and is sent at
+/// once, linked into the index under a lane slot, see [`crate::order`])
+/// goes without a request: its SQE is written
 /// from the bio, by the flush itself when nothing waits in the FIFO
 /// (`EngineCore::send_at_flush`), else from the FIFO, where it queues as
 /// itself. No request is built, ordered, completed and released for it. Idea: the kernel's direct issue of a
@@ -54,8 +58,8 @@ use crate::stats::{BusyClock, CoreCounters};
 /// path; so does a fast-lane bio left at the back of the FIFO when the
 /// tags ran out, so that the next bio built may still merge with it
 /// (`dispatch::mergeable_when_left_waiting`).
-/// A write built while fast-lane bios are live waits for all of them
-/// (`fast_waiters`): the fast lane keeps no ranges to find the
+/// A write built while fast-lane bios without a lane slot are live waits
+/// for all of them (`fast_waiters`): those keep no ranges to find the
 /// overlapping ones.
 pub(crate) const FAST: u32 = 1 << 31;
 
@@ -119,6 +123,14 @@ impl RqSlab {
     /// Number of slots (free ones included).
     pub fn len(&self) -> u32 {
         self.slots.len() as u32
+    }
+
+    /// Empties every slot's dependents (an executor that is gone released
+    /// every request that waited).
+    pub fn clear_dependents(&mut self) {
+        for rq in &mut self.slots {
+            rq.dependents.clear();
+        }
     }
 
     /// Every slot with its index.
@@ -319,6 +331,9 @@ impl CoreDev {
         let bio = bios
             .get(id)
             .expect("a fast-lane bio lives until it completes");
+        if state == RqState::InFlight && bio.lane != NIL {
+            return d.request_of_lane(bio, id);
+        }
         let slot = d.rqs.alloc();
         let rq = d.rqs.get_mut(slot);
         rq.op = bio.op;
@@ -344,6 +359,35 @@ impl CoreDev {
         if d.index_active && rq.op.has_range() && rq.len_bytes > 0 {
             d.index.insert(&mut d.rqs, slot);
         }
+        slot
+    }
+
+    /// [`CoreDev::request_of_fast`] of a bio in flight that was sent while
+    /// a write was live: its lane slot (see [`crate::order`]) becomes its
+    /// request, in flight, in the same place in the interval index and
+    /// with the same dependents; it holds no `fast_live` count (it had
+    /// none).
+    #[cold]
+    fn request_of_lane(&mut self, bio: &crate::bio::Bio, id: crate::bio::BioId) -> u32 {
+        let slot = bio.lane;
+        let rq = self.rqs.get_mut(slot);
+        debug_assert_eq!(rq.state, RqState::Lane);
+        debug_assert_eq!(
+            (rq.offset_bytes, rq.len_bytes),
+            (bio.offset_bytes, bio.len_bytes)
+        );
+        rq.flags = bio.flags;
+        rq.pieces.push(Piece {
+            bio: id,
+            bio_offset: 0,
+            len_bytes: bio.len_bytes,
+        });
+        rq.nr_segs = bio.buf.nr_segs();
+        rq.mergeable = false;
+        rq.state = RqState::InFlight;
+        rq.fast_hold = false;
+        rq.tag = bio.tag;
+        rq.start_ns = bio.start_ns;
         slot
     }
 
@@ -414,6 +458,7 @@ impl CoreDev {
         let (mut held, mut wr_fl, mut wr_wait, mut blocked, mut waiting) = (0, 0, 0, 0, 0);
         let mut indexed = 0;
         let mut holds = 0;
+        let mut lanes = 0;
         for (i, rq) in self.rqs.iter_slots() {
             holds += u32::from(rq.fast_hold && rq.state != RqState::Free);
             let writes = rq.op.is_write();
@@ -437,6 +482,12 @@ impl CoreDev {
                     held += 1;
                     wr_fl += u32::from(writes);
                     assert_eq!(rq.deps, 0, "slot {i} dispatched while blocked");
+                }
+                RqState::Lane => {
+                    lanes += 1;
+                    assert!(!writes && !rq.fast_hold, "lane slot {i} of a write");
+                    assert_eq!(rq.deps, 0, "lane slot {i} waits");
+                    assert!(rq.node.linked, "lane slot {i} not in the index");
                 }
             }
             let ranged = rq.op.has_range() && rq.len_bytes > 0;
@@ -465,10 +516,14 @@ impl CoreDev {
         for &i in self.waiting.iter().filter(|&&i| i & FAST == 0) {
             assert_eq!(self.rqs.get(i).state, RqState::Waiting, "slot {i} in FIFO");
         }
+        assert!(
+            lanes <= self.fast_in_flight,
+            "more lane slots than fast-lane bios in flight"
+        );
         assert_eq!(
             fast_waiting as u32 + self.fast_in_flight + holds,
-            self.fast_live,
-            "fast_live"
+            self.fast_live + lanes,
+            "fast_live (not counting the bios with a lane slot)"
         );
         for &w in &self.fast_waiters {
             assert_eq!(self.rqs.get(w).state, RqState::Blocked, "fast waiter {w}");

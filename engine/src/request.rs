@@ -41,6 +41,11 @@ pub(crate) enum RqState {
     Waiting,
     /// Holds a tag; submitted to the backend.
     InFlight,
+    /// No request: the interval index node of a fast-lane read in flight,
+    /// sent while a write was live (see [`crate::order`]). Its op and
+    /// range are the bio's; writes built after it that overlap it list
+    /// themselves in its `dependents`. The bio holds the tag.
+    Lane,
 }
 
 /// A piece of a bio inside a request: `len_bytes` from `bio_offset` of the

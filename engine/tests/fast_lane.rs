@@ -56,6 +56,63 @@ fn reads_issued_before_an_overlapping_write_see_the_old_data() {
     }
 }
 
+/// With a write live (the interval index on), a read that overlaps no live
+/// write still takes the fast lane, linked into the index; a write issued
+/// after it that overlaps it waits for it, and a read that overlaps a live
+/// write waits for that write. In one plug, each round: a write of block 0
+/// (the index goes on), reads of block 3 (no live write there), a write of
+/// block 3, then a read of each block.
+#[test]
+fn with_a_write_live_reads_beside_it_keep_program_order() {
+    for fast_lane in [true, false] {
+        watchdog(120, move || {
+            let dir = tmpdir();
+            let path = dir.path().join("data");
+            std::fs::write(&path, vec![0u8; 16 * BLOCK]).unwrap();
+            local().run(async move {
+                let dev = Device::open(&path, options(fast_lane)).expect("open");
+                let (at0, at3) = (0, 3 * BLOCK as u64);
+                let mut old3 = 0u8;
+                for round in 0..40u8 {
+                    let (new0, new3) = (round + 1, round + 101);
+                    let mut w0 = dev.alloc_buf(BLOCK);
+                    w0.as_mut_slice().fill(new0);
+                    let mut w3 = dev.alloc_buf(BLOCK);
+                    w3.as_mut_slice().fill(new3);
+                    let before = futures::future::join_all((0..16).map(|_| dev.read_alloc_at(at3, BLOCK)));
+                    let ((r0, _), before, (r3, _), after3, after0) = futures::join!(
+                        dev.write_at(w0, at0),
+                        before,
+                        dev.write_at(w3, at3),
+                        dev.read_alloc_at(at3, BLOCK),
+                        dev.read_alloc_at(at0, BLOCK)
+                    );
+                    assert_eq!(r0.expect("write of block 0"), BLOCK);
+                    assert_eq!(r3.expect("write of block 3"), BLOCK);
+                    for r in before {
+                        let r = r.expect("read before the write");
+                        assert!(
+                            r.as_slice().iter().all(|&b| b == old3),
+                            "fast_lane {fast_lane}, round {round}: a read issued before the write saw it"
+                        );
+                    }
+                    let (after3, after0) = (after3.expect("read 3"), after0.expect("read 0"));
+                    assert!(
+                        after3.as_slice().iter().all(|&b| b == new3),
+                        "fast_lane {fast_lane}, round {round}: a read issued after the write of block 3 missed it"
+                    );
+                    assert!(
+                        after0.as_slice().iter().all(|&b| b == new0),
+                        "fast_lane {fast_lane}, round {round}: a read issued after the write of block 0 missed it"
+                    );
+                    old3 = new3;
+                }
+                assert_eq!(dev.tags_in_use(), 0);
+            });
+        });
+    }
+}
+
 #[test]
 fn a_short_read_at_the_end_of_the_file_ends_right() {
     for fast_lane in [true, false] {
