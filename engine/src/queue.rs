@@ -32,7 +32,7 @@ use std::sync::Arc;
 
 use plugio_device::OpKind;
 
-use crate::bio::BioTable;
+use crate::bio::{Bio, BioId, BioTable};
 use crate::interval::{IntervalIndex, Node, Nodes, NIL};
 use crate::request::{Piece, Request, RqState};
 use crate::shared::DeviceShared;
@@ -155,6 +155,24 @@ impl Nodes for RqSlab {
         let rq = &self.slots[i as usize];
         (rq.offset_bytes, rq.offset_bytes + rq.len_bytes)
     }
+}
+
+/// Makes `rq` the request of fast-lane bio `id` (`bio`), its one piece,
+/// with the bio's tag and start time (those of a bio in flight).
+fn take_bio(rq: &mut Request, bio: &Bio, id: BioId) {
+    rq.op = bio.op;
+    rq.flags = bio.flags;
+    rq.offset_bytes = bio.offset_bytes;
+    rq.len_bytes = bio.len_bytes;
+    rq.pieces.push(Piece {
+        bio: id,
+        bio_offset: 0,
+        len_bytes: bio.len_bytes,
+    });
+    rq.nr_segs = bio.buf.nr_segs();
+    rq.mergeable = false;
+    rq.tag = bio.tag;
+    rq.start_ns = bio.start_ns;
 }
 
 /// Counts of one op group not yet published to the shared counters.
@@ -336,17 +354,7 @@ impl CoreDev {
         }
         let slot = d.rqs.alloc();
         let rq = d.rqs.get_mut(slot);
-        rq.op = bio.op;
-        rq.flags = bio.flags;
-        rq.offset_bytes = bio.offset_bytes;
-        rq.len_bytes = bio.len_bytes;
-        rq.pieces.push(Piece {
-            bio: id,
-            bio_offset: 0,
-            len_bytes: bio.len_bytes,
-        });
-        rq.nr_segs = bio.buf.nr_segs();
-        rq.mergeable = false;
+        take_bio(rq, bio, id);
         // Program order: before every live write. The bio took the fast
         // lane when no write was live, so each live write was built after
         // it (a flush among them must not wait for those writes).
@@ -354,8 +362,6 @@ impl CoreDev {
         rq.deps = 0;
         rq.state = state;
         rq.fast_hold = true;
-        rq.tag = bio.tag;
-        rq.start_ns = bio.start_ns;
         if d.index_active && rq.op.has_range() && rq.len_bytes > 0 {
             d.index.insert(&mut d.rqs, slot);
         }
@@ -368,7 +374,7 @@ impl CoreDev {
     /// with the same dependents; it holds no `fast_live` count (it had
     /// none).
     #[cold]
-    fn request_of_lane(&mut self, bio: &crate::bio::Bio, id: crate::bio::BioId) -> u32 {
+    fn request_of_lane(&mut self, bio: &Bio, id: BioId) -> u32 {
         let slot = bio.lane;
         let rq = self.rqs.get_mut(slot);
         debug_assert_eq!(rq.state, RqState::Lane);
@@ -376,18 +382,9 @@ impl CoreDev {
             (rq.offset_bytes, rq.len_bytes),
             (bio.offset_bytes, bio.len_bytes)
         );
-        rq.flags = bio.flags;
-        rq.pieces.push(Piece {
-            bio: id,
-            bio_offset: 0,
-            len_bytes: bio.len_bytes,
-        });
-        rq.nr_segs = bio.buf.nr_segs();
-        rq.mergeable = false;
+        take_bio(rq, bio, id);
         rq.state = RqState::InFlight;
         rq.fast_hold = false;
-        rq.tag = bio.tag;
-        rq.start_ns = bio.start_ns;
         slot
     }
 
