@@ -200,14 +200,11 @@ impl CoreDev {
     /// [`CoreDev::order_done`] for a request something may wait for.
     fn order_done_slow(&mut self, slot: u32) -> bool {
         let fifo = self.waiting.len();
-        let rq = self.rqs.get_mut(slot);
-        let mut dependents = std::mem::take(&mut rq.dependents);
+        let rq = self.rqs.get(slot);
         let (seq, write, linked) = (rq.seq, rq.op.is_write(), rq.node.linked);
-        for &d in &dependents {
-            self.dependency_done(d);
+        if !rq.dependents.is_empty() {
+            self.release_dependents(slot);
         }
-        dependents.clear();
-        self.rqs.get_mut(slot).dependents = dependents;
         if linked {
             self.index.remove(&mut self.rqs, slot);
             if self.index.len() == 0 {
@@ -234,6 +231,16 @@ impl CoreDev {
             self.last_built = NIL;
         }
         self.waiting.len() > fifo
+    }
+
+    /// What waited for `slot` (done) no longer waits for it.
+    fn release_dependents(&mut self, slot: u32) {
+        let mut dependents = std::mem::take(&mut self.rqs.get_mut(slot).dependents);
+        for &d in &dependents {
+            self.dependency_done(d);
+        }
+        dependents.clear();
+        self.rqs.get_mut(slot).dependents = dependents;
     }
 
     /// One fast-lane bio (or a request built from one) is done. Returns

@@ -175,7 +175,10 @@ impl Chunks {
             }
             return;
         }
-        for c in first..=last {
+        // A plain loop, not an inclusive range (whose iterator keeps a
+        // flag): most queries read one chunk.
+        let mut c = first;
+        loop {
             let mut e = self.buckets[self.bucket(c)];
             while e != NIL {
                 let (j, k) = unentry(e);
@@ -190,6 +193,10 @@ impl Chunks {
                 }
                 e = n.next[k];
             }
+            if c == last {
+                break;
+            }
+            c += 1;
         }
     }
 

@@ -17,7 +17,8 @@
 //! Invariants (checked by [`IntervalIndex::check`] in the tests and the
 //! debug builds' queue checks, with those of the two parts):
 //! - Every linked node is in exactly one part: the tree when `large`, the
-//!   buckets otherwise; unlinked nodes have `linked == false`.
+//!   buckets otherwise; unlinked nodes have `linked == false` (their other
+//!   fields are stale and never read).
 //! - A node's range does not change while it is linked: callers unlink
 //!   it, change the range, and link it again. The node keeps a copy of it
 //!   (`start`, `end`, equal to [`Nodes::range`] while linked).
@@ -74,12 +75,13 @@ impl IntervalIndex {
             self.tree.insert(nodes, i);
             return;
         }
-        *nodes.node_mut(i) = Node {
-            linked: true,
-            start,
-            end,
-            ..Node::default()
-        };
+        // Only what a small range uses: its links are set as it is pushed
+        // on each list (the tree's fields are the tree's to set).
+        let n = nodes.node_mut(i);
+        n.linked = true;
+        n.large = false;
+        n.start = start;
+        n.end = end;
         self.chunks.insert(nodes, i);
     }
 
@@ -109,7 +111,9 @@ impl IntervalIndex {
         } else {
             self.chunks.remove(nodes, i);
         }
-        *nodes.node_mut(i) = Node::default();
+        // Links left in an unlinked node are never read: each insert sets
+        // what its part uses.
+        nodes.node_mut(i).linked = false;
     }
 
     /// Calls `f` for every linked slot whose range overlaps `[start,
