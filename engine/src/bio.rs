@@ -338,6 +338,13 @@ pub(crate) fn forget_if_none(buf: BioBuf) {
 /// bio only named it by address, and forgets the addresses when freed.)
 pub(crate) type BioResult = Result<u64, Error>;
 
+/// Allocates the bio of `slot`, which has none (a cache miss).
+#[cold]
+#[inline(never)]
+fn new_bio(slot: &mut Slot) {
+    slot.bio = Some(Box::new(Bio::empty()));
+}
+
 /// The most idle bios a core keeps for reuse, as the kernel's per-cpu bio
 /// cache caps itself (`ALLOC_CACHE_MAX`, 256 since "bio: shrink max number
 /// of pcpu cached bios").
@@ -378,13 +385,7 @@ impl BioTable {
         let cached = if cache { self.free_cached.pop() } else { None };
         let (index, hit) = match cached {
             Some(i) => (i, true),
-            None => match self.free_empty.pop() {
-                Some(i) => (i, false),
-                None => {
-                    self.slots.push(Slot::default());
-                    ((self.slots.len() - 1) as u32, false)
-                }
-            },
+            None => (self.alloc_slot(), false),
         };
         self.in_use += 1;
         let slot = &mut self.slots[index as usize];
@@ -393,10 +394,28 @@ impl BioTable {
             index,
             generation: slot.generation,
         };
-        let bio = slot.bio.get_or_insert_with(|| Box::new(Bio::empty()));
+        if slot.bio.is_none() {
+            new_bio(slot);
+        }
+        let bio = slot.bio.as_deref_mut().expect("a bio was just made");
         bio.state = BioState::Issued;
         bio.cached = cache;
         (id, hit, bio)
+    }
+
+    /// A slot for a bio that does not come from the cache (a miss): a
+    /// free one, or a new one at the end. Out of line, so that the cache
+    /// hit's path keeps a small frame.
+    #[cold]
+    #[inline(never)]
+    fn alloc_slot(&mut self) -> u32 {
+        match self.free_empty.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(Slot::default());
+                (self.slots.len() - 1) as u32
+            }
+        }
     }
 
     /// The bio named by `id`, if the id is current.
