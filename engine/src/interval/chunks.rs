@@ -1,51 +1,38 @@
 //! The small ranges of the interval index (within two chunks): linked into
-//! the hash bucket of each chunk they touch, and into a list of them all.
+//! the hash bucket of each chunk they touch.
 //!
 //! Invariants (checked by [`Chunks::check`]):
-//! - Every small range is in the list of all exactly once, and in the
-//!   buckets of its one or two chunks (link 0 for its first chunk, link 1
-//!   for its second) exactly once each.
+//! - Every small range is in the buckets of its one or two chunks (link 0
+//!   for its first chunk, link 1 for its second) exactly once each; `len`
+//!   counts the ranges (their links 0).
 //! - Each list is doubly linked: the `prev` of an entry's `next` is the
 //!   entry; a head's `prev` is `NIL`.
 //! - A query reports each overlapping range once: from the bucket of the
-//!   first chunk that the range and the query share.
+//!   first chunk that the range and the query share; a query of as many
+//!   chunks as there are buckets, or more, reads every bucket once and
+//!   reports each range from its link 0.
 
 #[cfg(any(test, debug_assertions))]
 use super::node::Node;
 use super::node::{Nodes, NIL};
 
-/// The list of all, in a node's links.
-const ALL: usize = 2;
-
-/// A query of at most this many chunks reads their buckets; a longer one
-/// reads the list of all.
-const QUERY_CHUNKS: u64 = 16;
-
 /// Link `k` of slot `slot`, as the lists store it.
 #[inline]
 fn entry(slot: u32, k: usize) -> u32 {
-    debug_assert!(slot < (NIL >> 2), "slot {slot} too large for the index");
-    (slot << 2) | k as u32
+    debug_assert!(slot < (NIL >> 1), "slot {slot} too large for the index");
+    (slot << 1) | k as u32
 }
 
 /// The slot and link number of list entry `e`.
 #[inline]
 fn unentry(e: u32) -> (u32, usize) {
-    (e >> 2, (e & 3) as usize)
+    (e >> 1, (e & 1) as usize)
 }
 
-/// Where a list starts.
-#[derive(Clone, Copy)]
-enum Head {
-    Bucket(usize),
-    All,
-}
-
-/// The buckets and the list of all.
+/// The buckets.
 #[derive(Debug)]
 pub(super) struct Chunks {
     buckets: Box<[u32]>,
-    all: u32,
     len: u32,
     chunk_shift: u32,
 }
@@ -57,7 +44,6 @@ impl Chunks {
         debug_assert!(buckets.is_power_of_two());
         Chunks {
             buckets: vec![NIL; buckets].into_boxed_slice(),
-            all: NIL,
             len: 0,
             chunk_shift,
         }
@@ -83,25 +69,16 @@ impl Chunks {
         (c.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as usize & (self.buckets.len() - 1)
     }
 
-    #[inline]
-    fn head(&mut self, h: Head) -> &mut u32 {
-        match h {
-            Head::Bucket(b) => &mut self.buckets[b],
-            Head::All => &mut self.all,
-        }
-    }
-
     /// Links slot `i`, whose node holds its range (within two chunks).
     #[inline]
     pub(super) fn insert<N: Nodes>(&mut self, nodes: &mut N, i: u32) {
         let n = nodes.node(i);
         let (first, last) = self.chunks(n.start, n.end);
         debug_assert!(last - first <= 1, "slot {i}: a large range in the buckets");
-        self.push(nodes, Head::Bucket(self.bucket(first)), i, 0);
+        self.push(nodes, self.bucket(first), i, 0);
         if last != first {
-            self.push(nodes, Head::Bucket(self.bucket(last)), i, 1);
+            self.push(nodes, self.bucket(last), i, 1);
         }
-        self.push(nodes, Head::All, i, ALL);
         self.len += 1;
     }
 
@@ -110,19 +87,18 @@ impl Chunks {
     pub(super) fn remove<N: Nodes>(&mut self, nodes: &mut N, i: u32) {
         let n = nodes.node(i);
         let (first, last) = self.chunks(n.start, n.end);
-        self.unlink(nodes, Head::Bucket(self.bucket(first)), i, 0);
+        self.unlink(nodes, self.bucket(first), i, 0);
         if last != first {
-            self.unlink(nodes, Head::Bucket(self.bucket(last)), i, 1);
+            self.unlink(nodes, self.bucket(last), i, 1);
         }
-        self.unlink(nodes, Head::All, i, ALL);
         self.len -= 1;
     }
 
-    /// Puts link `k` of slot `i` at the front of list `h`.
+    /// Puts link `k` of slot `i` at the front of bucket `b`.
     #[inline]
-    fn push<N: Nodes>(&mut self, nodes: &mut N, h: Head, i: u32, k: usize) {
+    fn push<N: Nodes>(&mut self, nodes: &mut N, b: usize, i: u32, k: usize) {
         let e = entry(i, k);
-        let old = std::mem::replace(self.head(h), e);
+        let old = std::mem::replace(&mut self.buckets[b], e);
         let n = nodes.node_mut(i);
         n.next[k] = old;
         n.prev[k] = NIL;
@@ -132,13 +108,13 @@ impl Chunks {
         }
     }
 
-    /// Takes link `k` of slot `i` out of list `h`.
+    /// Takes link `k` of slot `i` out of bucket `b`.
     #[inline]
-    fn unlink<N: Nodes>(&mut self, nodes: &mut N, h: Head, i: u32, k: usize) {
+    fn unlink<N: Nodes>(&mut self, nodes: &mut N, b: usize, i: u32, k: usize) {
         let n = nodes.node(i);
         let (next, prev) = (n.next[k], n.prev[k]);
         if prev == NIL {
-            *self.head(h) = next;
+            self.buckets[b] = next;
         } else {
             let (j, kj) = unentry(prev);
             nodes.node_mut(j).next[kj] = next;
@@ -163,15 +139,19 @@ impl Chunks {
             return;
         }
         let (first, last) = self.chunks(start, end);
-        if last - first >= QUERY_CHUNKS {
-            let mut e = self.all;
-            while e != NIL {
-                let (j, k) = unentry(e);
-                let n = nodes.node(j);
-                if n.start < end && start < n.end {
-                    f(j);
+        if last - first >= self.buckets.len() as u64 - 1 {
+            // As many chunks as buckets, or more: every bucket once, each
+            // range reported from its first chunk's link.
+            for &head in self.buckets.iter() {
+                let mut e = head;
+                while e != NIL {
+                    let (j, k) = unentry(e);
+                    let n = nodes.node(j);
+                    if k == 0 && n.start < end && start < n.end {
+                        f(j);
+                    }
+                    e = n.next[k];
                 }
-                e = n.next[k];
             }
             return;
         }
@@ -204,11 +184,9 @@ impl Chunks {
     /// Returns the number of ranges linked.
     #[cfg(any(test, debug_assertions))]
     pub(super) fn check<N: Nodes>(&self, nodes: &N) -> u32 {
-        let all = self.check_list(nodes, self.all, |_, k| k == ALL, "all");
-        assert_eq!(all, self.len, "interval buckets' length");
-        let mut links = 0;
+        let (mut firsts, mut seconds, mut want_seconds) = (0, 0, 0);
         for (b, &head) in self.buckets.iter().enumerate() {
-            links += self.check_list(
+            self.check_list(
                 nodes,
                 head,
                 |n, k| {
@@ -217,19 +195,24 @@ impl Chunks {
                 },
                 "bucket",
             );
+            let mut e = head;
+            while e != NIL {
+                let (j, k) = unentry(e);
+                let n = nodes.node(j);
+                let (first, last) = self.chunks(n.start, n.end);
+                assert!(last - first <= 1, "slot {j}: a large range in the buckets");
+                if k == 0 {
+                    firsts += 1;
+                    want_seconds += u32::from(last != first);
+                } else {
+                    seconds += 1;
+                }
+                e = n.next[k];
+            }
         }
-        let mut e = self.all;
-        let mut want_links = 0;
-        while e != NIL {
-            let (j, _) = unentry(e);
-            let n = nodes.node(j);
-            let (first, last) = self.chunks(n.start, n.end);
-            assert!(last - first <= 1, "slot {j}: a large range in the buckets");
-            want_links += 1 + u32::from(last != first);
-            e = n.next[ALL];
-        }
-        assert_eq!(links, want_links, "bucket links");
-        all
+        assert_eq!(firsts, self.len, "interval buckets' length");
+        assert_eq!(seconds, want_seconds, "bucket links of second chunks");
+        firsts
     }
 
     /// Walks list `head`, checking its links, that each entry is a linked

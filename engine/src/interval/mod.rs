@@ -6,7 +6,8 @@
 //! KiB by default). A small range, within two chunks (the pages of random
 //! IO), is linked into the hash bucket of each chunk it touches
 //! ([`chunks`]): linking and unlinking take constant time, and a query
-//! reads the buckets of its chunks, whatever the queue depth. A larger
+//! reads the buckets of its chunks (every bucket once, for a query of more
+//! chunks than buckets), whatever the queue depth. A larger
 //! range (merged sequential IO, big writes and discards) goes into an
 //! interval tree ([`tree`], `O(log n)`). A query asks both, the tree only
 //! when it holds something. The kernel needs no such index: it leaves the
@@ -169,8 +170,9 @@ mod tests {
         /// ranges that overlap it, each once, and the buckets, lists and
         /// tree stay well formed; with chunks of 1 to 64 bytes (ranges of
         /// one, two or more chunks, in the buckets or the tree; queries of
-        /// few chunks or many) and 1 to 16 buckets (chunks sharing a
-        /// bucket), or the default geometry (one chunk for all).
+        /// fewer chunks than buckets, which read their chunks' buckets, or
+        /// more, which read every bucket once) and 1 to 16 buckets (chunks
+        /// sharing a bucket), or the default geometry (one chunk for all).
         #[test]
         fn matches_a_linear_scan(
             geometry in prop_oneof![

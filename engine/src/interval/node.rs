@@ -13,11 +13,11 @@ pub(crate) struct Node {
     /// The slot's range `[start, end)` as it was linked.
     pub start: u64,
     pub end: u64,
-    /// Bucket links 0 and 1 and the list of all (2), for a small range:
+    /// Bucket links 0 and 1, for a small range:
     /// the next and previous entries, each a slot shifted left by 2 with
     /// the link's number in the low bits.
-    pub next: [u32; 3],
-    pub prev: [u32; 3],
+    pub next: [u32; 2],
+    pub prev: [u32; 2],
     /// Tree links, for a large range.
     pub left: u32,
     pub right: u32,
@@ -33,8 +33,8 @@ impl Default for Node {
             large: false,
             start: 0,
             end: 0,
-            next: [NIL; 3],
-            prev: [NIL; 3],
+            next: [NIL; 2],
+            prev: [NIL; 2],
             left: NIL,
             right: NIL,
             prio: 0,
