@@ -42,6 +42,7 @@
 
 use plugio_device::OpKind;
 
+use crate::bio::BioId;
 use crate::interval::NIL;
 use crate::queue::CoreDev;
 use crate::request::RqState;
@@ -56,6 +57,23 @@ impl CoreDev {
     /// FIFO or marks it blocked.
     #[inline]
     pub(crate) fn order_new(&mut self, slot: u32) {
+        self.order_new_as(slot, None);
+    }
+
+    /// [`CoreDev::order_new`] of one request of a bio split at the request
+    /// limit: it waits for what the whole bio, `[offset, offset + len)`,
+    /// conflicts with (but its other requests), not only for what its own
+    /// range does. The bio is one IO to its caller: a write issued after a
+    /// read that overlaps the write's first request only must not extend
+    /// the file, through a later request, under that read (the read would
+    /// see the file's new size).
+    pub(crate) fn order_new_split(&mut self, slot: u32, offset: u64, len: u64, bio: BioId) {
+        self.order_new_as(slot, Some((offset, len, bio)));
+    }
+
+    /// [`CoreDev::order_new`], with the range and bio of a split bio.
+    #[inline]
+    fn order_new_as(&mut self, slot: u32, split: Option<(u64, u64, BioId)>) {
         let seq = self.next_seq;
         self.next_seq += 1;
         let rq = self.rqs.get_mut(slot);
@@ -70,11 +88,11 @@ impl CoreDev {
             self.waiting.push_back(slot);
             return;
         }
-        self.order_new_slow(slot, op);
+        self.order_new_slow(slot, op, split);
     }
 
     /// [`CoreDev::order_new`] where a write is live or this is one.
-    fn order_new_slow(&mut self, slot: u32, op: OpKind) {
+    fn order_new_slow(&mut self, slot: u32, op: OpKind, split: Option<(u64, u64, BioId)>) {
         let rq = self.rqs.get(slot);
         let (offset, len) = (rq.offset_bytes, rq.len_bytes);
         let mut deps = 0;
@@ -89,7 +107,12 @@ impl CoreDev {
                 self.activate_index();
             }
             if self.index_active {
-                deps = self.add_dependent(slot, op, offset, len);
+                deps = match split {
+                    None => self.add_dependent(slot, op, offset, len, None),
+                    Some((offset, len, bio)) => {
+                        self.add_dependent(slot, op, offset, len, Some(bio))
+                    }
+                };
                 self.index.insert(&mut self.rqs, slot);
             }
         }
@@ -112,10 +135,22 @@ impl CoreDev {
     }
 
     /// Registers `slot` as a dependent of every live request that conflicts
-    /// with `op` on `[offset, offset + len)`; returns how many.
-    fn add_dependent(&mut self, slot: u32, op: OpKind, offset: u64, len: u64) -> u32 {
+    /// with `op` on `[offset, offset + len)` (but the other requests of
+    /// split bio `siblings_of`); returns how many.
+    fn add_dependent(
+        &mut self,
+        slot: u32,
+        op: OpKind,
+        offset: u64,
+        len: u64,
+        siblings_of: Option<BioId>,
+    ) -> u32 {
         let mut found = std::mem::take(&mut self.scratch_conflicts);
         self.conflicts(op, offset, len, slot, &mut found);
+        if let Some(bio) = siblings_of {
+            // A split bio's requests are never merged: each has one piece.
+            found.retain(|&c| self.rqs.get(c).pieces.first().map(|p| p.bio) != Some(bio));
+        }
         for &c in &found {
             self.rqs.get_mut(c).dependents.push(slot);
         }
