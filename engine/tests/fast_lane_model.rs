@@ -11,28 +11,8 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-
-use common::{local, tmpdir, watchdog, Rng};
+use common::{file_of, local, pattern, tmpdir, watchdog, Rng};
 use plugio_engine::{Device, DeviceOptions, IoFlags};
-
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| {
-            (i as u32)
-                .wrapping_mul(31)
-                .wrapping_add(seed as u32 * 7 + (i / 512) as u32) as u8
-        })
-        .collect()
-}
-
-fn file_of(dir: &Path, name: &str, data: &[u8]) -> PathBuf {
-    let path = dir.join(name);
-    let f = std::fs::File::create(&path).unwrap();
-    std::io::Write::write_all(&mut &f, data).unwrap();
-    f.sync_all().unwrap();
-    path
-}
 
 fn filled(dev: &Device, v: u8, len: usize) -> plugio_engine::DmaBuf {
     let mut b = dev.alloc_buf(len);

@@ -62,6 +62,28 @@ pub async fn overlapping_writes_then_read(dev: plugio_engine::Device) {
     assert_eq!(back.as_slice(), &want[..]);
 }
 
+/// `len` bytes of a pattern that differs by `seed` and from one 512-byte
+/// sector to the next.
+pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            (i as u32)
+                .wrapping_mul(31)
+                .wrapping_add(seed as u32 * 7 + (i / 512) as u32) as u8
+        })
+        .collect()
+}
+
+/// A file `name` in `dir` holding `data`, synced (so that no O_DIRECT read
+/// waits for writeback).
+pub fn file_of(dir: &std::path::Path, name: &str, data: &[u8]) -> std::path::PathBuf {
+    let path = dir.join(name);
+    let f = std::fs::File::create(&path).unwrap();
+    std::io::Write::write_all(&mut &f, data).unwrap();
+    f.sync_all().unwrap();
+    path
+}
+
 /// A xorshift generator: the streams are the same for a seed on every
 /// run.
 pub struct Rng(pub u64);
