@@ -19,12 +19,15 @@
 //! iostats), `HOT=1` packs the IO into a small hot region.
 
 mod common;
+#[path = "common/stream.rs"]
+mod stream;
 
 use std::path::PathBuf;
 
 use common::{file_of, pattern, tmpdir, watchdog, Rng};
 use plugio_device::RingConfig;
 use plugio_engine::{Device, DeviceOptions, IoFlags};
+use stream::{apply, drain, run_and_check, Op, Planned};
 
 /// The last region's size at the start (the others are `REGION` long).
 const BASE: usize = 96 * 1024 + 1000;
@@ -32,73 +35,6 @@ const BASE: usize = 96 * 1024 + 1000;
 const REGION: usize = 128 * 1024;
 /// Writes may extend the last region up to here (with no hole).
 const MAXW: usize = 112 * 1024;
-
-#[derive(Debug, Clone)]
-enum Op {
-    Read {
-        off: u64,
-        len: usize,
-        flags: IoFlags,
-    },
-    Write {
-        off: u64,
-        len: usize,
-        v: u8,
-        flags: IoFlags,
-    },
-    Zeroes {
-        off: u64,
-        len: usize,
-    },
-    Discard {
-        off: u64,
-        len: usize,
-    },
-    Nop,
-    Flush,
-    DroppedRead {
-        off: u64,
-        len: usize,
-        after: usize,
-    },
-}
-
-impl Op {
-    /// The op moved `base` bytes on (into its core's region).
-    fn at(self, base: u64) -> Op {
-        match self {
-            Op::Read { off, len, flags } => Op::Read {
-                off: off + base,
-                len,
-                flags,
-            },
-            Op::Write { off, len, v, flags } => Op::Write {
-                off: off + base,
-                len,
-                v,
-                flags,
-            },
-            Op::Zeroes { off, len } => Op::Zeroes {
-                off: off + base,
-                len,
-            },
-            Op::Discard { off, len } => Op::Discard {
-                off: off + base,
-                len,
-            },
-            Op::DroppedRead { off, len, after } => Op::DroppedRead {
-                off: off + base,
-                len,
-                after,
-            },
-            op => op,
-        }
-    }
-}
-
-/// One op of a round: its device, the ticks it waits before it is
-/// issued, and the op.
-type Planned = (usize, usize, Op);
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -289,20 +225,6 @@ fn run_cores(
     out
 }
 
-/// Waits (with NOPs) until every tag of `devs` is back; checks nothing is
-/// left in flight.
-async fn drain(devs: &[Device], desc: &str) {
-    for dev in devs {
-        let mut spins = 0;
-        while dev.tags_in_use() > 0 && spins < 1000 {
-            dev.nop().await.expect("nop");
-            spins += 1;
-        }
-        assert_eq!(dev.tags_in_use(), 0, "{desc}");
-        assert_eq!(dev.iostats().in_flight, 0, "{desc}");
-    }
-}
-
 /// One core's stream on its region at `base` of each device; `sized`
 /// names the files where this region is the last (their sizes are
 /// checked against the model at each round's start). Returns the models.
@@ -326,23 +248,7 @@ async fn body(
             );
         }
         let want = apply(&mut ops, &mut models);
-        let futs = ops
-            .iter()
-            .map(|(dev, delay, op)| run_op(&devs[*dev], *delay, op.clone().at(base)));
-        let got = futures::future::join_all(futs).await;
-        for (i, (g, w)) in got.into_iter().zip(want).enumerate() {
-            let g = g.unwrap_or_else(|e| panic!("{desc}: round {round} op {i} {:?}: {e}", ops[i]));
-            if let Some(w) = w {
-                let g = g.expect("read data");
-                if g != w {
-                    let first = g.iter().zip(w.iter()).position(|(a, b)| a != b);
-                    panic!(
-                        "{desc}: round {round} op {i} {:?}: got {} bytes, want {}; first difference at {first:?}\nops: {ops:?}",
-                        ops[i], g.len(), w.len()
-                    );
-                }
-            }
-        }
+        run_and_check(devs, &ops, base, want, desc, round).await;
     }
     models
 }
@@ -456,93 +362,5 @@ fn clip(op: Op, last: bool) -> Op {
             }
         }
         op => op,
-    }
-}
-
-/// Runs `ops` on the models in program order (by tick, then as issued)
-/// and returns what each read must see. A write that would leave a hole
-/// becomes a read past the end; write zeroes and discards past the end
-/// become NOPs.
-fn apply(ops: &mut [Planned], models: &mut [Vec<u8>]) -> Vec<Option<Vec<u8>>> {
-    let mut order: Vec<usize> = (0..ops.len()).collect();
-    order.sort_by_key(|&i| (ops[i].1, i));
-    let mut want = vec![None; ops.len()];
-    for i in order {
-        let m = &mut models[ops[i].0];
-        let size = m.len();
-        match ops[i].2 {
-            Op::Read { off, len, .. } => {
-                let s = (off as usize).min(size);
-                let e = (off as usize + len).min(size).max(s);
-                want[i] = Some(m[s..e].to_vec());
-            }
-            Op::Write { off, len, v, .. } => {
-                let (s, e) = (off as usize, off as usize + len);
-                if s > size {
-                    ops[i].2 = Op::Read {
-                        off,
-                        len,
-                        flags: IoFlags::NONE,
-                    };
-                    want[i] = Some(Vec::new());
-                    continue;
-                }
-                if e > size {
-                    m.resize(e, 0);
-                }
-                m[s..e].fill(v);
-            }
-            Op::Zeroes { off, len } | Op::Discard { off, len } => {
-                let (s, e) = (off as usize, off as usize + len);
-                if e > size {
-                    ops[i].2 = Op::Nop;
-                    continue;
-                }
-                m[s..e].fill(0);
-            }
-            _ => {}
-        }
-    }
-    want
-}
-
-/// Issues `op` on `dev` after `delay` ticks; a read's data, or `None`.
-async fn run_op(dev: &Device, delay: usize, op: Op) -> Result<Option<Vec<u8>>, String> {
-    for _ in 0..delay {
-        plugio_executor::yield_now().await;
-    }
-    let e = |e: plugio_engine::Error| format!("{e:?}");
-    match op {
-        Op::Read { off, len, flags } => {
-            let (r, b) = dev.read_at_with(dev.alloc_buf(len), off, flags).await;
-            r.map(|n| Some(b.as_slice()[..n].to_vec())).map_err(e)
-        }
-        Op::Write { off, len, v, flags } => {
-            let mut b = dev.alloc_buf(len);
-            b.as_mut_slice().fill(v);
-            let (r, _) = dev.write_at_with(b, off, flags).await;
-            let n = r.map_err(e)?;
-            assert_eq!(n, len, "a whole write");
-            Ok(None)
-        }
-        Op::Zeroes { off, len } => dev
-            .write_zeroes(off, len as u64)
-            .await
-            .map(|_| None)
-            .map_err(e),
-        Op::Discard { off, len } => dev.discard(off, len as u64).await.map(|_| None).map_err(e),
-        Op::Nop => dev.nop().await.map(|_| None).map_err(e),
-        Op::Flush => dev.sync_data().await.map(|_| None).map_err(e),
-        Op::DroppedRead { off, len, after } => {
-            let mut f = Box::pin(dev.read_alloc_at(off, len));
-            if futures::poll!(f.as_mut()).is_ready() {
-                return Ok(None);
-            }
-            for _ in 0..after {
-                plugio_executor::yield_now().await;
-            }
-            drop(f);
-            Ok(None)
-        }
     }
 }
