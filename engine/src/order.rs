@@ -16,6 +16,9 @@
 //!   and each lists it in its `dependents`. It is `Blocked` (in no queue)
 //!   while `deps > 0`, and goes to the back of the FIFO when the last of
 //!   them completes. Everything in the FIFO may be dispatched.
+//! - Each request of a bio split at the request limit depends on what the
+//!   whole bio overlaps (but its other requests): the bio is one IO to its
+//!   caller.
 //! - A flush (or fsync) depends on the live writes with a lower `seq` (the
 //!   ones issued before it); pending flushes are listed in `flushes`.
 //!   Reads never hold a flush back, and a flush holds nothing back.
