@@ -417,11 +417,11 @@ fn build_requests<const MERGES_LIKELY: bool>(
         });
         rq.nr_segs = nr_segs;
         rq.mergeable = mergeable && piece_len == len;
-        if piece_len == len {
-            d.order_new(slot);
-        } else {
-            d.order_new_split(slot, bio.offset_bytes, len, id);
+        if piece_len < len {
+            // Split: ordered as the whole bio (see `crate::order`).
+            rq.whole = Some((bio.offset_bytes, bio.offset_bytes + len));
         }
+        d.order_new(slot);
         d.last_built = slot;
         parts += 1;
         off += piece_len;

@@ -16,9 +16,14 @@
 //!   and each lists it in its `dependents`. It is `Blocked` (in no queue)
 //!   while `deps > 0`, and goes to the back of the FIFO when the last of
 //!   them completes. Everything in the FIFO may be dispatched.
-//! - Each request of a bio split at the request limit depends on what the
-//!   whole bio overlaps (but its other requests): the bio is one IO to its
-//!   caller.
+//! - The requests of a bio split at the request limit (and those issued
+//!   again from one) are ordered and indexed by the whole bio's range
+//!   (`Request::whole`): each depends on what the whole bio overlaps (but
+//!   its other requests), and a later request that overlaps any part of
+//!   the bio depends on all of them. The bio is one IO to its caller: a
+//!   write issued after a read that overlaps it must not extend the file
+//!   under that read through a request that does not overlap it, in
+//!   either order.
 //! - A flush (or fsync) depends on the live writes with a lower `seq` (the
 //!   ones issued before it); pending flushes are listed in `flushes`.
 //!   Reads never hold a flush back, and a flush holds nothing back.
@@ -46,7 +51,7 @@
 use plugio_device::OpKind;
 
 use crate::bio::BioId;
-use crate::interval::NIL;
+use crate::interval::{Nodes, NIL};
 use crate::queue::CoreDev;
 use crate::request::RqState;
 
@@ -60,23 +65,6 @@ impl CoreDev {
     /// FIFO or marks it blocked.
     #[inline]
     pub(crate) fn order_new(&mut self, slot: u32) {
-        self.order_new_as(slot, None);
-    }
-
-    /// [`CoreDev::order_new`] of one request of a bio split at the request
-    /// limit: it waits for what the whole bio, `[offset, offset + len)`,
-    /// conflicts with (but its other requests), not only for what its own
-    /// range does. The bio is one IO to its caller: a write issued after a
-    /// read that overlaps the write's first request only must not extend
-    /// the file, through a later request, under that read (the read would
-    /// see the file's new size).
-    pub(crate) fn order_new_split(&mut self, slot: u32, offset: u64, len: u64, bio: BioId) {
-        self.order_new_as(slot, Some((offset, len, bio)));
-    }
-
-    /// [`CoreDev::order_new`], with the range and bio of a split bio.
-    #[inline]
-    fn order_new_as(&mut self, slot: u32, split: Option<(u64, u64, BioId)>) {
         let seq = self.next_seq;
         self.next_seq += 1;
         let rq = self.rqs.get_mut(slot);
@@ -91,13 +79,17 @@ impl CoreDev {
             self.waiting.push_back(slot);
             return;
         }
-        self.order_new_slow(slot, op, split);
+        self.order_new_slow(slot, op);
     }
 
     /// [`CoreDev::order_new`] where a write is live or this is one.
-    fn order_new_slow(&mut self, slot: u32, op: OpKind, split: Option<(u64, u64, BioId)>) {
+    fn order_new_slow(&mut self, slot: u32, op: OpKind) {
         let rq = self.rqs.get(slot);
-        let (offset, len) = (rq.offset_bytes, rq.len_bytes);
+        let len = rq.len_bytes;
+        // A piece of a split bio is ordered by the whole bio's range, and
+        // does not wait for its bio's other pieces.
+        let (offset, end) = self.rqs.range(slot);
+        let siblings_of = rq.whole.and(rq.pieces.first().map(|p| p.bio));
         let mut deps = 0;
         if is_flush(op) {
             // Every live write was issued before this flush.
@@ -110,12 +102,7 @@ impl CoreDev {
                 self.activate_index();
             }
             if self.index_active {
-                deps = match split {
-                    None => self.add_dependent(slot, op, offset, len, None),
-                    Some((offset, len, bio)) => {
-                        self.add_dependent(slot, op, offset, len, Some(bio))
-                    }
-                };
+                deps = self.add_dependent(slot, op, offset, end - offset, siblings_of);
                 self.index.insert(&mut self.rqs, slot);
             }
         }
@@ -379,8 +366,10 @@ impl CoreDev {
         for &d in &dependents {
             self.rqs.get_mut(d).deps += extra;
         }
+        let whole = self.rqs.get(orig).whole;
         for &p in pieces {
             let rq = self.rqs.get_mut(p);
+            rq.whole = whole;
             rq.seq = seq;
             rq.deps = 0;
             rq.dependents.extend_from_slice(&dependents);

@@ -150,10 +150,15 @@ impl Nodes for RqSlab {
         &mut self.slots[i as usize].node
     }
 
+    /// A request's own range, or its whole bio's for a piece of a split
+    /// bio (see [`crate::order`]).
     #[inline]
     fn range(&self, i: u32) -> (u64, u64) {
         let rq = &self.slots[i as usize];
-        (rq.offset_bytes, rq.offset_bytes + rq.len_bytes)
+        match rq.whole {
+            None => (rq.offset_bytes, rq.offset_bytes + rq.len_bytes),
+            Some(whole) => whole,
+        }
     }
 }
 

@@ -91,6 +91,10 @@ pub(crate) struct Request {
     pub dependents: Vec<u32>,
     /// The request's node in its device's interval index.
     pub node: Node,
+    /// A request of a bio split at the request limit (or issued again from
+    /// one): the whole bio's byte range, `[start, end)`, by which it is
+    /// ordered and indexed instead of its own (see [`crate::order`]).
+    pub whole: Option<(u64, u64)>,
     /// Per-op `-EAGAIN` results in a row (see `complete::requeue_again`).
     pub eagain_retries: u8,
     /// Completions in a row that moved no data where the device has no end
@@ -120,6 +124,7 @@ impl Request {
             "a request left the interval index linked"
         );
         self.nr_segs = 0;
+        self.whole = None;
         self.mergeable = false;
         self.eagain_retries = 0;
         self.stalls = 0;
