@@ -15,13 +15,14 @@
 //!   split at the device's request limit into several; `parts_left` counts
 //!   them. A fast-lane bio (see [`FAST`]) becomes none: the flush sends it
 //!   itself while nothing waits in its device's FIFO, else it queues there
-//!   behind what waits, so the FIFO's order is kept.
+//!   behind what waits, so the FIFO's order is kept (a write never queues
+//!   as itself: it becomes a request).
 //! - A flush never runs inside another (the `flushing` flag), and it does
 //!   not enter the kernel: the core's park submits the SQEs in one enter.
 
 use std::rc::Rc;
 
-use plugio_device::OpKind;
+use plugio_device::{IoFlags, OpKind};
 
 use plugio_device::SqWriter;
 
@@ -231,7 +232,12 @@ impl EngineCore {
             let Some(bio) = bios.get_mut(e.id) else {
                 continue;
             };
-            if !fast_lane(d, bio, allow_merge) || (d.index_active && !lane_clear(d, bio)) {
+            let lane = if fast_lane(d, bio, allow_merge) {
+                !d.index_active || lane_clear(d, bio)
+            } else {
+                lane_write(d, bio, allow_merge)
+            };
+            if !lane {
                 built += build_requests::<false>(d, e.id, bio, allow_merge);
                 continue;
             }
@@ -287,11 +293,35 @@ fn lane_clear(d: &CoreDev, bio: &Bio) -> bool {
     !bio.op.has_range() || bio.len_bytes == 0 || d.lane_clear(bio.offset_bytes, bio.len_bytes)
 }
 
-/// Counts fast-lane bio `bio`, sent while a write is live, as live: a
-/// read is linked into the interval index under a lane slot, so that the
-/// writes built after it that overlap it wait for it (see
-/// [`crate::order`]); a bio without a range overlaps nothing and is
-/// counted with those the writes built meanwhile wait for all together.
+/// Whether write bio `bio` may be sent at once on the fast lane, with a
+/// lane slot (see [`crate::order`]): the device's `fast_lane` and
+/// `overlap_order` options are on, it is a plain write of one buffer that
+/// needs no split, no preflush and no merge with the newest request, no
+/// fast-lane bio is live outside the interval index, and it overlaps no
+/// live request. Switches the index on when it is off (the write is about
+/// to be live either way). Only the flush's sending loop asks: a write
+/// never queues in the FIFO as a fast-lane bio.
+#[inline(never)]
+fn lane_write(d: &mut CoreDev, bio: &Bio, allow_merge: bool) -> bool {
+    d.fast_lane
+        && bio.op == OpKind::Write
+        && bio.len_bytes > 0
+        && bio.len_bytes <= d.max_request_bytes
+        && !bio.flags.contains(IoFlags::PREFLUSH)
+        && matches!(bio.buf, BioBuf::One { .. })
+        && !(allow_merge
+            && merge::mergeable(bio.op, bio.flags)
+            && bio.len_bytes <= d.max_merge_bytes
+            && touches_last(d, bio))
+        && d.lane_clear_write(bio.offset_bytes, bio.len_bytes)
+}
+
+/// Counts fast-lane bio `bio`, sent while a write is live (or a write
+/// itself), as live: a ranged bio is linked into the interval index under
+/// a lane slot, so that the requests built after it that conflict with it
+/// wait for it (see [`crate::order`]); a bio without a range overlaps
+/// nothing and is counted with those the writes built meanwhile wait for
+/// all together.
 #[inline(never)]
 fn link_lane(d: &mut CoreDev, bio: &mut Bio) {
     if bio.op.has_range() && bio.len_bytes > 0 {
@@ -322,7 +352,8 @@ fn build_each(d: &mut CoreDev, bios: &mut BioTable, list: &[Plugged], allow_merg
 }
 
 /// Whether `bio` may skip its request (see [`FAST`]): the device's
-/// `fast_lane` option is on, the bio changes nothing on the device and is
+/// `fast_lane` option is on, the bio changes nothing on the device (a
+/// write has its own test, [`lane_write`]) and is
 /// no flush (a flush holds nothing back, while writes built during a
 /// fast-lane bio wait for it), it needs no split, its memory is one buffer
 /// (or none), and it does not merge with the newest request. Where a write

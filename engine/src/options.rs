@@ -116,14 +116,16 @@ pub struct DeviceOptions {
     /// writes that completed before it was issued. For callers that never
     /// have overlapping IO in flight at once.
     pub overlap_order: bool,
-    /// Send an IO that merges with nothing, needs no split, changes
-    /// nothing on the device, is no flush and has nothing to wait for (no
-    /// write is live on this core) without building a request for it: its SQE is written
+    /// Send an IO that merges with nothing, needs no split, is no flush
+    /// and has nothing to wait for without building a request for it: a
+    /// read or NOP where no write it overlaps is live on this core, a
+    /// plain write where nothing it overlaps is live. Its SQE is written
     /// from the bio, and its completion goes straight back to the bio
     /// (the fast lane; idea: the kernel's direct issue of a bio no merge
-    /// or scheduler needs, `blk_mq_try_issue_directly`). Default true.
-    /// `false` builds a request for every IO. A write built while such IO
-    /// is in flight waits for all of it.
+    /// or scheduler needs, `blk_mq_try_issue_directly`); overlapping IO
+    /// keeps its program order. Default true. `false` builds a request
+    /// for every IO. A write built while reads sent this way with no
+    /// write live are in flight waits for all of them.
     pub fast_lane: bool,
     /// Which backend serves a path opened with
     /// [`Device::open`](crate::Device::open): [`BackendKind::Uring`]

@@ -36,12 +36,16 @@
 //!   empties. While it is off no write is live, so reads cannot conflict
 //!   and skip it: a read-only workload never touches it.
 //! - A fast-lane read sent while the index is on overlaps no live write;
-//!   it has a `Lane` slot linked in the index (its op and range, no
-//!   request), which writes built after it that overlap it wait for like
-//!   any request, until its completion frees the slot (or the slot becomes
-//!   its request, for a short or failed completion). Idea: the kernel's
-//!   direct issue (`blk_mq_try_issue_directly`), with the program order of
-//!   overlapping IO kept on top of it.
+//!   a fast-lane write overlaps no live request at all, and is sent only
+//!   while no fast-lane bio is live outside the index (`fast_live` 0).
+//!   Each has a `Lane` slot linked in the index (its op and range, no
+//!   request; a write's also its `seq`, and it counts in
+//!   `writes_in_flight`), which requests built after it that conflict with
+//!   it wait for like any request (and a flush built after a write), until
+//!   its completion frees the slot (or the slot becomes its request, for a
+//!   short or failed completion). Idea: the kernel's direct issue
+//!   (`blk_mq_try_issue_directly`), with the program order of overlapping
+//!   IO kept on top of it.
 //! - A bio joins the newest request built only if it conflicts with no
 //!   other live request (it would otherwise need a dependency the request
 //!   lacks).
@@ -307,31 +311,58 @@ impl CoreDev {
         clear
     }
 
-    /// Takes a slot for the node of a fast-lane read `op` of `[offset,
+    /// Whether a write of `[offset, offset + len)` has nothing to wait
+    /// for, so that it may take the fast lane: no fast-lane bio is live
+    /// outside the index (`fast_live`), and it overlaps no live request.
+    /// Switches the index on first (a write is about to be live).
+    pub(crate) fn lane_clear_write(&mut self, offset: u64, len: u64) -> bool {
+        if self.fast_live > 0 || !self.overlap_order {
+            return false;
+        }
+        if !self.index_active {
+            self.activate_index();
+        }
+        let mut clear = true;
+        self.index
+            .for_overlaps(&self.rqs, offset, offset.saturating_add(len), &mut |_| {
+                clear = false;
+            });
+        clear
+    }
+
+    /// Takes a slot for the node of a fast-lane bio `op` of `[offset,
     /// offset + len)`, just sent with the index on, and links it (state
-    /// `Lane`): writes built from now on that overlap it wait for it.
+    /// `Lane`): requests built from now on that conflict with it wait for
+    /// it. A write's slot takes the next `seq` and counts in
+    /// `writes_in_flight`, so that a flush built after it waits for it.
     /// Returns the slot.
     #[inline]
     pub(crate) fn link_lane(&mut self, op: OpKind, offset: u64, len: u64) -> u32 {
-        debug_assert!(self.index_active && len > 0 && !op.is_write());
+        debug_assert!(self.index_active && len > 0);
+        let write = op.is_write();
         let slot = self.rqs.alloc();
         let rq = self.rqs.get_mut(slot);
         rq.op = op;
         rq.offset_bytes = offset;
         rq.len_bytes = len;
-        rq.seq = 0;
+        rq.seq = if write { self.next_seq } else { 0 };
         rq.deps = 0;
         rq.state = RqState::Lane;
+        self.next_seq += u64::from(write);
+        self.writes_in_flight += u32::from(write);
         self.index.insert(&mut self.rqs, slot);
         slot
     }
 
     /// The fast-lane bio of lane slot `slot` completed: what waited for it
-    /// may go, and the slot leaves the index and is freed. Returns whether
-    /// a request moved to the FIFO (it then needs a dispatch).
+    /// may go (a flush built after a write, too), and the slot leaves the
+    /// index and is freed. Returns whether a request moved to the FIFO (it
+    /// then needs a dispatch).
     #[inline]
     pub(crate) fn lane_done(&mut self, slot: u32) -> bool {
-        debug_assert_eq!(self.rqs.get(slot).state, RqState::Lane);
+        let rq = self.rqs.get(slot);
+        debug_assert_eq!(rq.state, RqState::Lane);
+        self.writes_in_flight -= u32::from(rq.op.is_write());
         let moved = self.order_done(slot);
         self.rqs.release(slot);
         moved

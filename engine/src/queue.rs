@@ -15,8 +15,8 @@
 //!   waiting for a tag (entries marked [`FAST`]).
 //! - `tags_held` is the number of `InFlight` slots plus `fast_in_flight`,
 //!   `blocked` the number of `Blocked` ones; `writes_in_flight` and
-//!   `writes_waiting` the number of in-flight and waiting-or-blocked
-//!   requests whose op changes the device (a fast-lane bio never does).
+//!   `writes_waiting` the number of in-flight (lane slots included) and
+//!   waiting-or-blocked requests whose op changes the device.
 //! - `fast_live` counts the fast-lane bios in the FIFO or in flight without
 //!   a lane slot and the live requests built from one (`fast_hold`); while
 //!   it is not zero, every write built waits for it to reach zero
@@ -42,16 +42,19 @@ use crate::stats::{BusyClock, CoreCounters};
 /// (the rest is its bio table index) rather than a request slot.
 ///
 /// The fast lane (`DeviceOptions::fast_lane`): a bio that merges with
-/// nothing, needs no split, changes nothing on the device, is no flush
-/// (writes built meanwhile wait for a fast-lane bio, and a flush holds
-/// nothing back) and has nothing to wait for (no write is live, so the
-/// interval index is off; or it overlaps no live write and is sent at
-/// once, linked into the index under a lane slot, see [`crate::order`])
-/// goes without a request: its SQE is written
-/// from the bio, by the flush itself when nothing waits in the FIFO
-/// (`EngineCore::send_at_flush`), else from the FIFO, where it queues as
-/// itself. No request is built, ordered, completed and released for it. Idea: the kernel's direct issue of a
-/// bio that no merge or scheduler needs to see (`blk_mq_try_issue_directly`).
+/// nothing, needs no split, is no flush (a flush holds nothing back) and
+/// has nothing to wait for goes without a request. A read (or a NOP) has
+/// nothing to wait for where no write is live (the interval index is off)
+/// or where it overlaps no live write; a plain write, where it overlaps no
+/// live request and no fast-lane bio is live outside the index. Its SQE
+/// is written from the bio, by the flush itself when nothing waits in the
+/// FIFO (`EngineCore::send_at_flush`); with the index on, the bio is
+/// linked into it under a lane slot (see [`crate::order`]). Where a read
+/// cannot be sent at once with the index off, it queues in the FIFO as
+/// itself; a write that cannot be sent becomes a request. No request is
+/// built, ordered, completed and released for a bio sent on the fast
+/// lane. Idea: the kernel's direct issue of a bio that no merge or
+/// scheduler needs to see (`blk_mq_try_issue_directly`).
 /// Whatever the fast lane does not do (a backend without an SQ writer, a
 /// short, failed or `EAGAIN` completion) turns the bio into a request on
 /// the spot (`CoreDev::request_of_fast`), which then takes the general
@@ -487,7 +490,8 @@ impl CoreDev {
                 }
                 RqState::Lane => {
                     lanes += 1;
-                    assert!(!writes && !rq.fast_hold, "lane slot {i} of a write");
+                    wr_fl += u32::from(writes);
+                    assert!(!rq.fast_hold, "lane slot {i} holds the fast lane");
                     assert_eq!(rq.deps, 0, "lane slot {i} waits");
                     assert!(rq.node.linked, "lane slot {i} not in the index");
                 }

@@ -1,7 +1,7 @@
 //! The fast lane (`DeviceOptions::fast_lane`) on a file through the ring,
 //! where its SQEs are written from the bios themselves: results are the
 //! same as with a request per IO, a write issued after fast-lane reads
-//! waits for them, and what the fast lane does not do (a short read at the
+//! waits for them, IO issued after a fast-lane write waits for it, and what the fast lane does not do (a short read at the
 //! end of the file, a future dropped mid-IO) still ends right.
 
 mod common;
@@ -108,6 +108,84 @@ fn with_a_write_live_reads_beside_it_keep_program_order() {
                     old3 = new3;
                 }
                 assert_eq!(dev.tags_in_use(), 0);
+            });
+        });
+    }
+}
+
+/// A write that overlaps nothing live takes the fast lane too (a lane
+/// slot in the index); what is issued after it and overlaps it waits for
+/// it, and it waits for what it overlaps. In one plug, each round: a write
+/// of block 0 on odd rounds (the index goes on, so the reads after it get
+/// lane slots; on even rounds they go with the index off and hold every
+/// write back), reads of block 5, a write of block 5, a second write of
+/// it, a read of it and an fsync; with O_DIRECT and without.
+#[test]
+fn writes_on_the_fast_lane_keep_program_order() {
+    for (fast_lane, direct) in [(true, false), (true, true), (false, true)] {
+        watchdog(120, move || {
+            let dir = tmpdir();
+            let path = dir.path().join("data");
+            std::fs::write(&path, vec![0u8; 16 * BLOCK]).unwrap();
+            local().run(async move {
+                let opts = DeviceOptions {
+                    direct,
+                    ..options(fast_lane)
+                };
+                let dev = Device::open(&path, opts).expect("open");
+                let at = 5 * BLOCK as u64;
+                let mut old = 0u8;
+                let case = format!("fast_lane {fast_lane}, direct {direct}");
+                for round in 0..40u8 {
+                    let (first, second) = (round + 1, round + 101);
+                    let mut a = dev.alloc_buf(BLOCK);
+                    a.as_mut_slice().fill(first);
+                    let mut b = dev.alloc_buf(BLOCK);
+                    b.as_mut_slice().fill(second);
+                    let w0 = async {
+                        if round % 2 == 1 {
+                            let mut z = dev.alloc_buf(BLOCK);
+                            z.as_mut_slice().fill(round);
+                            dev.write_at(z, 0).await.0.expect("write of block 0");
+                        }
+                    };
+                    let before =
+                        futures::future::join_all((0..8).map(|_| dev.read_alloc_at(at, BLOCK)));
+                    let (_, before, (ra, _), (rb, _), after, synced) = futures::join!(
+                        w0,
+                        before,
+                        dev.write_at(a, at),
+                        dev.write_at(b, at),
+                        dev.read_alloc_at(at, BLOCK),
+                        dev.sync_all()
+                    );
+                    assert_eq!(ra.expect("first write"), BLOCK);
+                    assert_eq!(rb.expect("second write"), BLOCK);
+                    synced.expect("fsync");
+                    for r in before {
+                        assert!(
+                            r.expect("read before").as_slice().iter().all(|&x| x == old),
+                            "{case}, round {round}: a read issued before the writes saw one"
+                        );
+                    }
+                    assert!(
+                        after
+                            .expect("read after")
+                            .as_slice()
+                            .iter()
+                            .all(|&x| x == second),
+                        "{case}, round {round}: a read issued after both writes saw another value"
+                    );
+                    old = second;
+                }
+                assert_eq!(dev.tags_in_use(), 0);
+                let file = std::fs::read(&path).expect("read the file back");
+                assert!(
+                    file[at as usize..at as usize + BLOCK]
+                        .iter()
+                        .all(|&x| x == old),
+                    "{case}: the file holds another value than the last write's"
+                );
             });
         });
     }
