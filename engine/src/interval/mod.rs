@@ -68,6 +68,7 @@ impl IntervalIndex {
     }
 
     /// Links slot `i` (not linked) with its current range.
+    #[inline]
     pub fn insert<N: Nodes>(&mut self, nodes: &mut N, i: u32) {
         debug_assert!(!nodes.node(i).linked, "slot {i} indexed twice");
         let (start, end) = nodes.range(i);
@@ -104,6 +105,7 @@ impl IntervalIndex {
     }
 
     /// Unlinks slot `i` (linked, with the range it was linked with).
+    #[inline]
     pub fn remove<N: Nodes>(&mut self, nodes: &mut N, i: u32) {
         let n = nodes.node(i);
         assert!(n.linked, "slot {i} is not in the interval index");
