@@ -8,6 +8,12 @@
 #   nop     plugio bench --engine nop            vs  --engine raw --nop
 #   cache   4 KiB buffered random reads of a page-cached file (--direct 0)
 #   zram    4 KiB O_DIRECT random reads of a zram device (root, zram-control)
+#   randrw  4 KiB buffered random reads (70 %) and writes (30 %) of that
+#           file, QD128: with writes live, plugio keeps the program order
+#           of overlapping IO (its interval index); the raw loop orders
+#           nothing. Not a goal of issue #12; it shows what the ordering
+#           costs. The file's writeback moves the kernel's time per IO
+#           between rounds: compare sides within a round.
 #   seq     sequential 4 KiB reads from 32 tasks on zram, merging on
 #           (plugio --rw read --bs 4k --iodepth 32) against the raw loop
 #           issuing the requests merging builds: 128 KiB reads at QD 1
@@ -94,6 +100,10 @@ for round in $(seq 1 "$ROUNDS"); do
     run cache $side --filename "$CACHED" --direct 0 --rw randread --bs 4k --iodepth 128
   done
   run cache raw --engine raw --filename "$CACHED" --direct 0 --rw randread --bs 4k --iodepth 128
+  for side in plugio ${BEFORE:+before}; do
+    run randrw $side --filename "$CACHED" --direct 0 --rw randrw --rwmixread 70 --bs 4k --iodepth 128
+  done
+  run randrw raw --engine raw --filename "$CACHED" --direct 0 --rw randrw --rwmixread 70 --bs 4k --iodepth 128
   if [ -n "$ZRAM" ]; then
     for side in plugio ${BEFORE:+before}; do
       run zram $side --filename "$ZRAM" --rw randread --bs 4k --iodepth 128
@@ -112,6 +122,7 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 names = {
     "nop": "NOP, QD128 (IOPS)",
     "cache": "4 KiB buffered randread, page-cached file, QD128 (IOPS)",
+    "randrw": "4 KiB buffered randrw 70/30, page-cached file, QD128 (IOPS)",
     "zram": "4 KiB O_DIRECT randread, zram, QD128 (IOPS)",
     "seq": "seq 4 KiB reads, 32 tasks, zram, merging (MiB/s; raw: 128 KiB at QD1)",
 }
