@@ -267,6 +267,9 @@ pub(crate) struct CoreDev {
     pub fast_live: u32,
     /// Writes blocked until `fast_live` is zero.
     pub fast_waiters: Vec<u32>,
+    /// Bio indices of the fast-lane writes a flush has linked and sends
+    /// after its loop (empty outside a flush).
+    pub lane_writes: Vec<u32>,
     /// Requests in flight from this core that change the device.
     pub writes_in_flight: u32,
     /// Waiting or blocked requests that change the device.
@@ -329,6 +332,7 @@ impl CoreDev {
             fast_in_flight: 0,
             fast_live: 0,
             fast_waiters: Vec::new(),
+            lane_writes: Vec::new(),
             counters: shared.register_core(),
             pending: Pending::default(),
             busy: BusyClock::default(),
@@ -393,6 +397,26 @@ impl CoreDev {
         take_bio(rq, bio, id);
         rq.state = RqState::InFlight;
         rq.fast_hold = false;
+        slot
+    }
+
+    /// A fast-lane write of bio `index`, linked under its lane slot, that
+    /// the SQ writer refused (see `flush::send_lane_writes`): the slot
+    /// becomes its request, waiting at the back of the FIFO, with its
+    /// `seq`, its place in the index and what waits for it. Returns the
+    /// slot.
+    #[cold]
+    pub(crate) fn lane_to_waiting(&mut self, bios: &mut BioTable, index: u32) -> u32 {
+        let id = bios.id_at(index);
+        let bio = bios.fast_mut(index);
+        let slot = std::mem::replace(&mut bio.lane, NIL);
+        let rq = self.rqs.get_mut(slot);
+        debug_assert!(rq.state == RqState::Lane && rq.op.is_write());
+        take_bio(rq, bio, id);
+        rq.state = RqState::Waiting;
+        self.writes_in_flight -= 1;
+        self.writes_waiting += 1;
+        self.waiting.push_back(slot);
         slot
     }
 
