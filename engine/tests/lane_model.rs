@@ -24,7 +24,7 @@ mod stream;
 
 use std::path::PathBuf;
 
-use common::{file_of, pattern, tmpdir, watchdog, Rng};
+use common::{env_u64, fast_lane_settings, file_of, pattern, tmpdir, watchdog, Rng};
 use plugio_device::RingConfig;
 use plugio_engine::{Device, DeviceOptions, IoFlags};
 use stream::{apply, drain, run_and_check, Op, Planned};
@@ -36,21 +36,10 @@ const REGION: usize = 128 * 1024;
 /// Writes may extend the last region up to here (with no hole).
 const MAXW: usize = 112 * 1024;
 
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
-}
-
 #[test]
 fn lane_streams_match_the_model() {
     let first = env_u64("FIRST", 1);
-    let fls: &[bool] = match std::env::var("FL").as_deref() {
-        Ok("1") => &[true],
-        Ok("0") => &[false],
-        _ => &[true, false],
-    };
+    let fls = fast_lane_settings();
     for seed in first..first + env_u64("SEEDS", 40) {
         for &fl in fls {
             watchdog(90, move || stream(seed, fl));

@@ -23,7 +23,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use common::{file_of, pattern, tmpdir, watchdog, Rng};
+use common::{env_u64, fast_lane_settings, file_of, pattern, tmpdir, watchdog, Rng};
 use futures::StreamExt;
 use plugio_device::RingConfig;
 use plugio_engine::{Device, DeviceOptions, IoFlags};
@@ -85,13 +85,6 @@ enum Got {
     Failed(#[allow(dead_code)] String),
 }
 
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
-}
-
 #[test]
 fn short_and_failed_writes_match_the_model() {
     // SAFETY: plain libc calls with valid arguments; this binary's only
@@ -104,11 +97,7 @@ fn short_and_failed_writes_match_the_model() {
         };
         assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &r), 0, "setrlimit");
     }
-    let fls: &[bool] = match std::env::var("FL").as_deref() {
-        Ok("1") => &[true],
-        Ok("0") => &[false],
-        _ => &[true, false],
-    };
+    let fls = fast_lane_settings();
     let first = env_u64("FIRST", 1);
     for seed in first..first + env_u64("SEEDS", 24) {
         for &fl in fls {

@@ -101,3 +101,22 @@ impl Rng {
         self.next() % n
     }
 }
+
+/// The value of environment variable `name` as a number (a test's seed
+/// count, first seed), or `default` when it is unset or not a number.
+pub fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The fast-lane settings a model test runs: `FL=1` on only, `FL=0` off
+/// only, else both.
+pub fn fast_lane_settings() -> &'static [bool] {
+    match std::env::var("FL").as_deref() {
+        Ok("1") => &[true],
+        Ok("0") => &[false],
+        _ => &[true, false],
+    }
+}
