@@ -181,12 +181,20 @@ fn stream(seed: u64, fast_lane: bool) {
         });
 }
 
-/// NOPs until no tag is in use (at least one: it flushes the plug).
+/// NOPs until no tag is in use after four NOPs in a row (the first
+/// flushes the plug), for up to 10 s. One reading of no tag in use is not
+/// enough: a request may wait in the FIFO for the tag waiter's next tick,
+/// holding no tag, and each NOP's round trip gives that tick. The time
+/// bound, not a count: a write the kernel handed to io_uring's workers
+/// may take long beside a CPU hog, while NOPs complete at once.
 async fn settle(dev: &Device) {
-    for _ in 0..1000 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut idle = 0;
+    while idle < 4 && std::time::Instant::now() < deadline {
         dev.nop().await.unwrap();
-        if dev.tags_in_use() == 0 {
-            return;
+        idle = if dev.tags_in_use() == 0 { idle + 1 } else { 0 };
+        if idle == 0 {
+            std::thread::sleep(std::time::Duration::from_micros(200));
         }
     }
 }
