@@ -171,6 +171,23 @@ impl CoreDev {
             });
     }
 
+    /// Whether any live request but `except` overlaps `[offset, offset +
+    /// len)` where an op that changes the device (`WRITE`) or theirs
+    /// does: the test of [`CoreDev::conflicts`], without the list. False
+    /// while the index is off (it is empty then). Generic over `WRITE`, so
+    /// that each kind has its own walk of the index (a read's fast-lane
+    /// test is on the hot path).
+    #[inline]
+    fn conflicts_any<const WRITE: bool>(&self, offset: u64, len: u64, except: u32) -> bool {
+        let mut any = false;
+        let rqs = &self.rqs;
+        self.index
+            .for_overlaps(rqs, offset, offset.saturating_add(len), &mut |c| {
+                any |= c != except && (WRITE || rqs.get(c).op.is_write());
+            });
+        any
+    }
+
     /// Whether a bio `op` on `[offset, offset + len)` may join request
     /// `slot`: it conflicts with no other live request.
     #[inline]
@@ -188,12 +205,11 @@ impl CoreDev {
         if op.is_write() && !self.index_active {
             self.activate_index();
         }
-        let mut found = std::mem::take(&mut self.scratch_conflicts);
-        self.conflicts(op, offset, len, slot, &mut found);
-        let ok = found.is_empty();
-        found.clear();
-        self.scratch_conflicts = found;
-        ok
+        if op.is_write() {
+            !self.conflicts_any::<true>(offset, len, slot)
+        } else {
+            !self.conflicts_any::<false>(offset, len, slot)
+        }
     }
 
     /// Changes the range of request `slot` (a bio joined it), keeping the
@@ -302,13 +318,7 @@ impl CoreDev {
     /// so that it may take the fast lane while the index is on.
     #[inline]
     pub(crate) fn lane_clear(&self, offset: u64, len: u64) -> bool {
-        let mut clear = true;
-        let rqs = &self.rqs;
-        self.index
-            .for_overlaps(rqs, offset, offset.saturating_add(len), &mut |c| {
-                clear &= !rqs.get(c).op.is_write();
-            });
-        clear
+        !self.conflicts_any::<false>(offset, len, NIL)
     }
 
     /// Whether a write of `[offset, offset + len)` has nothing to wait
@@ -322,12 +332,7 @@ impl CoreDev {
         if !self.index_active {
             self.activate_index();
         }
-        let mut clear = true;
-        self.index
-            .for_overlaps(&self.rqs, offset, offset.saturating_add(len), &mut |_| {
-                clear = false;
-            });
-        clear
+        !self.conflicts_any::<true>(offset, len, NIL)
     }
 
     /// Takes a slot for the node of a fast-lane bio `op` of `[offset,
