@@ -199,7 +199,8 @@ pub(crate) struct Bio {
     pub tag: crate::tag::Tag,
     pub start_ns: u64,
     /// A fast-lane bio sent while a write was live: the slot of its node
-    /// in the interval index (state `Lane`); `NIL` otherwise.
+    /// in the interval index (state `Lane`); `NIL` otherwise (set at
+    /// [`BioTable::alloc`]).
     pub lane: u32,
 }
 
@@ -400,6 +401,7 @@ impl BioTable {
         let bio = slot.bio.as_deref_mut().expect("a bio was just made");
         bio.state = BioState::Issued;
         bio.cached = cache;
+        bio.lane = crate::interval::NIL;
         (id, hit, bio)
     }
 

@@ -128,6 +128,9 @@ impl Batch {
 /// Writes the SQE of fast-lane bio `index` (`bio`) of `d`, with `tag`,
 /// through `sq` (see [`FAST`]): `false`, with nothing changed, when the
 /// writer takes no such op or its SQ is full. `now` is its start time.
+/// Its lane slot (`bio.lane`) is left as it is: `NIL` from its
+/// allocation, or linked by the caller (a write's before its SQE, a
+/// read's after).
 #[inline]
 pub(crate) fn send_fast(
     d: &mut CoreDev,
@@ -158,7 +161,6 @@ pub(crate) fn send_fast(
     }
     bio.tag = tag;
     bio.start_ns = now;
-    bio.lane = crate::interval::NIL;
     d.tags_held += 1;
     d.fast_in_flight += 1;
     true

@@ -233,37 +233,33 @@ impl EngineCore {
         allow_merge: bool,
         tags: &mut Vec<Tag>,
     ) -> u64 {
-        let tag_set = shared.tags_for(self.core);
+        let mut lt = LoopTags {
+            set: shared.tags_for(self.core),
+            core: self.core,
+            tags,
+            used: 0,
+        };
         let mut batch: Option<Batch> = None;
-        let mut used = 0;
         let mut built = 0;
         for (i, e) in list.iter().enumerate() {
             let Some(bio) = bios.get_mut(e.id) else {
                 continue;
             };
+            let rest = list.len() - i;
             if !fast_lane(d, bio, allow_merge) {
-                let tag_src = (tag_set, self.core, list.len() - i);
-                built += lane_write_or_build(d, e.id, bio, allow_merge, tag_src, tags, &mut used);
+                built += lane_write_or_build(d, e.id, bio, allow_merge, &mut lt, rest);
                 continue;
             }
             if d.index_active && !lane_clear(d, bio) {
                 built += build_requests::<false>(d, e.id, bio, allow_merge);
                 continue;
             }
-            // A tag to spare beyond what waits in the FIFO: those take the
-            // tags left over at the end, in their order, so a fast-lane
-            // bio passes them only when they lose nothing by it.
-            let waiting = d.waiting.len();
-            if tags.len() - used <= waiting {
-                let want = list.len() - i + waiting - (tags.len() - used);
-                tag_set.get_tags(self.core, want, tags);
-            }
-            if tags.len() - used > waiting {
+            if let Some(tag) = lt.spare(d, rest) {
                 let b = batch.get_or_insert_with(|| Batch::begin(d));
                 let now = b.now(d);
-                if send_fast(d, bio, sq, dev, e.id.index, tags[used], now) {
+                if send_fast(d, bio, sq, dev, e.id.index, tag, now) {
                     b.count(d, now);
-                    used += 1;
+                    lt.used += 1;
                     built += 1;
                     if d.index_active {
                         link_lane(d, bio);
@@ -281,6 +277,7 @@ impl EngineCore {
                 1
             };
         }
+        let LoopTags { tags, used, .. } = lt;
         if !d.lane_writes.is_empty() {
             send_lane_writes(d, bios, sq, dev, &mut batch, tags);
         }
@@ -305,57 +302,78 @@ fn lane_clear(d: &CoreDev, bio: &Bio) -> bool {
     !bio.op.has_range() || bio.len_bytes == 0 || d.lane_clear(bio.offset_bytes, bio.len_bytes)
 }
 
+/// The tags of one flush's sending loop ([`EngineCore::send_each`]),
+/// taken from the device's tag set in batches as the loop needs them and
+/// handed out in order: `tags[..used]` went to fast-lane bios; the rest go
+/// to the requests waiting in the FIFO after the loop (and back to the
+/// tag set, what none takes).
+struct LoopTags<'a> {
+    set: &'a TagSet,
+    core: usize,
+    tags: &'a mut Vec<Tag>,
+    used: usize,
+}
+
+impl LoopTags<'_> {
+    /// The next tag, where one is to spare for a fast-lane bio beyond what
+    /// waits in `d`'s FIFO: those take the tags left over at the end, in
+    /// their order, so a fast-lane bio passes them only when they lose
+    /// nothing by it. Takes more from the tag set when short, for the
+    /// `rest` of the list (this bio included) and what waits. `None` when
+    /// the set has none to spare. The caller that uses the tag counts it
+    /// in `used`.
+    #[inline(always)]
+    fn spare(&mut self, d: &CoreDev, rest: usize) -> Option<Tag> {
+        let waiting = d.waiting.len();
+        let left = self.tags.len() - self.used;
+        if left <= waiting {
+            self.set
+                .get_tags(self.core, rest + waiting - left, self.tags);
+        }
+        (self.tags.len() - self.used > waiting).then(|| self.tags[self.used])
+    }
+}
+
 /// [`EngineCore::send_each`] of a bio that is no fast-lane read: a
 /// fast-lane write where [`lane_write`] and [`defer_lane_write`] take it,
 /// else its requests ([`build_requests`]). Out of line, so that the
-/// loop's read path keeps its registers. Returns the number of requests
-/// and fast-lane bios.
+/// loop's read path keeps its registers. `rest`: the bios left in the
+/// list, this one included. Returns the number of requests and fast-lane
+/// bios.
 #[inline(never)]
 fn lane_write_or_build(
     d: &mut CoreDev,
     id: BioId,
     bio: &mut Bio,
     allow_merge: bool,
-    (tag_set, core, rest): (&TagSet, usize, usize),
-    tags: &mut Vec<Tag>,
-    used: &mut usize,
+    lt: &mut LoopTags<'_>,
+    rest: usize,
 ) -> u64 {
-    if lane_write(d, bio, allow_merge)
-        && defer_lane_write(d, bio, id.index, (tag_set, core), rest, tags, used)
-    {
+    if lane_write(d, bio, allow_merge) && defer_lane_write(d, bio, id.index, lt, rest) {
         return 1;
     }
     build_requests::<false>(d, id, bio, allow_merge)
 }
 
 /// Takes fast-lane write bio `index` (`bio`, which [`lane_write`]
-/// accepted) where a tag is to spare beyond what waits in the FIFO (as a
-/// fast-lane read, see [`EngineCore::send_each`]; taking more for the
-/// `rest` of the list, this bio included, when short): gives it the tag,
-/// links it under a lane slot, and lists it in the device's
-/// `lane_writes` for [`send_lane_writes`]. Returns false, with nothing taken, when no tag is
-/// to spare (the bio then becomes a request).
-#[allow(clippy::too_many_arguments)]
+/// accepted) where a tag is to spare ([`LoopTags::spare`], as for a
+/// fast-lane read): gives it the tag, links it under a lane slot, and
+/// lists it in the device's `lane_writes` for [`send_lane_writes`].
+/// Returns false, with nothing taken, when no tag is to spare (the bio
+/// then becomes a request).
 #[inline(never)]
 fn defer_lane_write(
     d: &mut CoreDev,
     bio: &mut Bio,
     index: u32,
-    (tag_set, core): (&TagSet, usize),
+    lt: &mut LoopTags<'_>,
     rest: usize,
-    tags: &mut Vec<Tag>,
-    used: &mut usize,
 ) -> bool {
-    let waiting = d.waiting.len();
-    if tags.len() - *used <= waiting {
-        let want = rest + waiting - (tags.len() - *used);
-        tag_set.get_tags(core, want, tags);
-    }
-    if tags.len() - *used <= waiting {
+    let Some(tag) = lt.spare(d, rest) else {
         return false;
-    }
-    bio.tag = tags[*used];
-    *used += 1;
+    };
+    lt.used += 1;
+    bio.tag = tag;
     link_lane(d, bio);
     d.lane_writes.push(index);
     true
@@ -382,9 +400,8 @@ fn send_lane_writes(
     for &index in &writes {
         let now = b.now(d);
         let bio = bios.fast_mut(index);
-        let (tag, lane) = (bio.tag, bio.lane);
+        let tag = bio.tag;
         if send_fast(d, bio, sq, dev, index, tag, now) {
-            bio.lane = lane;
             b.count(d, now);
         } else {
             d.lane_to_waiting(bios, index);
