@@ -2,7 +2,8 @@
 # benches/per_io_cost.sh: the ratio tables of benches/RESULTS.md
 # `## Per-IO cost` (issue #12): plugio against the raw io_uring loop
 # (`--engine raw`, like fio's t/io_uring) side by side, one pinned CPU, in
-# interleaved rounds (each round runs every pair back to back), medians.
+# interleaved rounds (each round runs every pair back to back, in an order
+# that turns from round to round), medians.
 #
 # Workloads (QD128 unless said):
 #   nop     plugio bench --engine nop            vs  --engine raw --nop
@@ -90,30 +91,42 @@ run() {
   printf '{"workload":"%s","side":"%s","run":%s}\n' "$workload" "$side" "$json" >> "$OUT"
 }
 
+# workload WORKLOAD SIDE: one run of that side of that workload.
+workload() {
+  local w=$1 side=$2
+  local raw=()
+  [ "$side" = raw ] && raw=(--engine raw)
+  case "$w" in
+    nop)
+      if [ "$side" = raw ]; then run nop raw --engine raw --nop --iodepth 128
+      else run nop "$side" --engine nop --iodepth 128; fi ;;
+    cache) run cache "$side" "${raw[@]}" --filename "$CACHED" --direct 0 --rw randread --bs 4k --iodepth 128 ;;
+    randrw) run randrw "$side" "${raw[@]}" --filename "$CACHED" --direct 0 --rw randrw --rwmixread 70 --bs 4k --iodepth 128 ;;
+    zram) run zram "$side" "${raw[@]}" --filename "$ZRAM" --rw randread --bs 4k --iodepth 128 ;;
+    seq)
+      if [ "$side" = raw ]; then run seq raw --engine raw --filename "$ZRAM" --rw read --bs 128k --iodepth 1
+      else run seq "$side" --filename "$ZRAM" --rw read --bs 4k --iodepth 32; fi ;;
+  esac
+}
+
+# The sides run back to back for each workload, in an order that turns
+# from round to round (plugio, before, raw; then before, raw, plugio; ...),
+# so that no side always runs first: running first was worth 0-5 % to a
+# side on this machine.
+SIDES=(plugio ${BEFORE:+before} raw)
+order() {
+  local r=$1 n=${#SIDES[@]} i
+  for ((i = 0; i < n; i++)); do echo "${SIDES[(i + r) % n]}"; done
+}
+WORKLOADS=(nop cache randrw ${ZRAM:+zram seq})
+
 for round in $(seq 1 "$ROUNDS"); do
   log "round $round of $ROUNDS"
-  for side in plugio ${BEFORE:+before}; do
-    run nop $side --engine nop --iodepth 128
-  done
-  run nop raw --engine raw --nop --iodepth 128
-  for side in plugio ${BEFORE:+before}; do
-    run cache $side --filename "$CACHED" --direct 0 --rw randread --bs 4k --iodepth 128
-  done
-  run cache raw --engine raw --filename "$CACHED" --direct 0 --rw randread --bs 4k --iodepth 128
-  for side in plugio ${BEFORE:+before}; do
-    run randrw $side --filename "$CACHED" --direct 0 --rw randrw --rwmixread 70 --bs 4k --iodepth 128
-  done
-  run randrw raw --engine raw --filename "$CACHED" --direct 0 --rw randrw --rwmixread 70 --bs 4k --iodepth 128
-  if [ -n "$ZRAM" ]; then
-    for side in plugio ${BEFORE:+before}; do
-      run zram $side --filename "$ZRAM" --rw randread --bs 4k --iodepth 128
+  for w in "${WORKLOADS[@]}"; do
+    for side in $(order $((round - 1))); do
+      workload "$w" "$side"
     done
-    run zram raw --engine raw --filename "$ZRAM" --rw randread --bs 4k --iodepth 128
-    for side in plugio ${BEFORE:+before}; do
-      run seq $side --filename "$ZRAM" --rw read --bs 4k --iodepth 32
-    done
-    run seq raw --engine raw --filename "$ZRAM" --rw read --bs 128k --iodepth 1
-  fi
+  done
 done
 
 python3 - "$OUT" <<'EOF'
