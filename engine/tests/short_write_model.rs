@@ -156,7 +156,7 @@ fn stream(seed: u64, fast_lane: bool) {
                 run_round(&dev, &ops, &want, &desc, round).await;
                 // Dropped writes may still be in flight, or in the plug (one
                 // dropped in the round's last tick holds no tag yet).
-                settle(&dev).await;
+                settle(&dev, &desc).await;
                 let size = std::fs::metadata(&p).unwrap().len() as usize;
                 assert_eq!(
                     size,
@@ -164,7 +164,7 @@ fn stream(seed: u64, fast_lane: bool) {
                     "{desc}: round {round}: file size\nops: {ops:?}"
                 );
             }
-            settle(&dev).await;
+            settle(&dev, &desc).await;
             assert_eq!(dev.tags_in_use(), 0, "{desc}: tags left in use");
             if fast_lane {
                 REQUEUES.fetch_add(dev.iostats().requeues, Relaxed);
@@ -186,8 +186,11 @@ fn stream(seed: u64, fast_lane: bool) {
 /// enough: a request may wait in the FIFO for the tag waiter's next tick,
 /// holding no tag, and each NOP's round trip gives that tick. The time
 /// bound, not a count: a write the kernel handed to io_uring's workers
-/// may take long beside a CPU hog, while NOPs complete at once.
-async fn settle(dev: &Device) {
+/// may take long beside a CPU hog (856 ms at the most in a break-it
+/// pass's 4,000 runs beside two busy loops), while NOPs complete at once.
+/// Panics, naming `desc`, when a tag is still in use at the bound: a hang,
+/// not a size mismatch to puzzle over.
+async fn settle(dev: &Device, desc: &str) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let mut idle = 0;
     while idle < 4 && std::time::Instant::now() < deadline {
@@ -197,6 +200,11 @@ async fn settle(dev: &Device) {
             std::thread::sleep(std::time::Duration::from_micros(200));
         }
     }
+    assert!(
+        idle == 4,
+        "{desc}: a tag still in use after 10 s of NOPs ({} in use)",
+        dev.tags_in_use()
+    );
 }
 
 fn gen_op(rng: &mut Rng) -> Op {
