@@ -1,8 +1,10 @@
 //! The fast lane (`DeviceOptions::fast_lane`) on a file through the ring,
 //! where its SQEs are written from the bios themselves: results are the
 //! same as with a request per IO, a write issued after fast-lane reads
-//! waits for them, IO issued after a fast-lane write waits for it, and what the fast lane does not do (a short read at the
-//! end of the file, a future dropped mid-IO) still ends right.
+//! waits for them, IO issued after a fast-lane write waits for it, a
+//! fast-lane read does not take the last tag from a request built before
+//! it, and what the fast lane does not do (a short read at the end of the
+//! file, a future dropped mid-IO) still ends right.
 
 mod common;
 
