@@ -292,6 +292,12 @@ fn bad_input_exits_2_with_a_hint() {
         &["bench", "--rw", "randrw", "--rwmixread", "101"],
         "--rwmixread 101",
     );
+    assert_bad_input(
+        &["bench", "--rwmixread", "70"],
+        "--rwmixread 70 applies only to --rw randrw",
+    );
+    assert_bad_input(&["bench", "--size", "1000"], "smaller than one block");
+    assert_bad_input(&["bench", "--runtime", "2x"], "use seconds");
     assert_bad_input(&["bench", "--direct", "2"], "--direct");
     assert_bad_input(&["bench", "--number_ios", "0"], "--number_ios 0");
 

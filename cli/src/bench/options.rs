@@ -147,9 +147,10 @@ pub struct BenchArgs {
     /// IO pattern.
     #[arg(long, value_enum, default_value_t = RwMode::Randread)]
     pub rw: RwMode,
-    /// Percent of reads in `--rw randrw` (0..=100).
-    #[arg(long, default_value_t = 50, value_parser = parse_whole::<u32>)]
-    pub rwmixread: u32,
+    /// Percent of reads in `--rw randrw` (0..=100; default 50). Refused
+    /// with any other `--rw`, where it would do nothing.
+    #[arg(long, value_parser = parse_whole::<u32>)]
+    pub rwmixread: Option<u32>,
     /// Block size of each IO (bytes; `4k`, `1m`...).
     #[arg(long, default_value = "4k", value_parser = parse_size, allow_hyphen_values = true)]
     pub bs: u64,
@@ -159,8 +160,9 @@ pub struct BenchArgs {
     /// Jobs: one core (thread) each.
     #[arg(long, visible_alias = "cpus", default_value_t = 1, value_parser = parse_whole::<usize>)]
     pub numjobs: usize,
-    /// Seconds to run.
-    #[arg(long, default_value_t = 10.0)]
+    /// Time to run: seconds (`10`, `2.5`), or with a unit as fio takes
+    /// it (`500ms`, `2s`, `1m`).
+    #[arg(long, default_value = "10", value_parser = parse_seconds)]
     pub runtime: f64,
     /// Stop each job after this many IOs (fio's `number_ios`): the run ends
     /// at `--runtime` or when every job has done N IOs, whichever comes
@@ -304,11 +306,22 @@ impl BenchArgs {
                 self.runtime
             )));
         }
-        if self.rwmixread > 100 {
-            return Err(BenchError::usage(format!(
-                "--rwmixread {} is out of range: use 0..=100",
-                self.rwmixread
-            )));
+        match self.rwmixread {
+            Some(pct) if pct > 100 => {
+                return Err(BenchError::usage(format!(
+                    "--rwmixread {pct} is out of range: use 0..=100"
+                )));
+            }
+            Some(pct) if self.rw != RwMode::Randrw => {
+                return Err(BenchError::usage(format!(
+                    "--rwmixread {pct} applies only to --rw randrw (this run is --rw {}): \
+                     add --rw randrw or drop --rwmixread",
+                    self.rw
+                        .to_possible_value()
+                        .map_or_else(|| "?".to_string(), |v| v.get_name().to_string())
+                )));
+            }
+            _ => {}
         }
         if self.nop && self.engine != EngineKind::Raw {
             return Err(BenchError::usage(
@@ -323,11 +336,17 @@ impl BenchArgs {
         if self.size == Some(0) {
             return Err(BenchError::usage("--size 0: give a size such as 16M"));
         }
+        if let Some(size) = self.size.filter(|&size| size < self.bs) {
+            return Err(BenchError::usage(format!(
+                "--size {size} is smaller than one block (--bs {}): give at least --size {}",
+                self.bs, self.bs
+            )));
+        }
         let nop = self.nop || self.engine == EngineKind::Nop;
         let read_pct = match self.rw {
             RwMode::Read | RwMode::Randread => 100,
             RwMode::Write | RwMode::Randwrite => 0,
-            RwMode::Randrw => self.rwmixread,
+            RwMode::Randrw => self.rwmixread.unwrap_or(50),
         };
         let mut ablate = self.ablate;
         ablate.dedup();
@@ -402,6 +421,35 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("'{text}' is too large"))
 }
 
+/// Parses a time in seconds: a plain number (`10`, `2.5`), or one with
+/// fio's units `ms`, `s`, `m` or `h` (`500ms`, `2s`, `1m`). A negative
+/// time parses, for [`BenchArgs`]' range check to refuse by name.
+///
+/// # Errors
+/// A message naming the bad text and the forms taken.
+pub fn parse_seconds(text: &str) -> Result<f64, String> {
+    let t = text.trim();
+    // A sign is kept: the job's check says a negative time is out of range.
+    let sign = usize::from(t.starts_with('-'));
+    let split = t[sign..]
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .map_or(t.len(), |i| i + sign);
+    let (number, unit) = t.split_at(split);
+    let scale = match unit.to_ascii_lowercase().as_str() {
+        "" | "s" => 1.0,
+        "ms" => 1e-3,
+        "m" => 60.0,
+        "h" => 3600.0,
+        _ => f64::NAN,
+    };
+    match number.parse::<f64>() {
+        Ok(n) if scale.is_finite() => Ok(n * scale),
+        _ => Err(format!(
+            "'{text}' is not a time: use seconds, e.g. 10 or 2.5, or a unit: 500ms, 2s, 1m"
+        )),
+    }
+}
+
 /// The job `plugio bench ARGS...` would run (for tests).
 ///
 /// # Panics
@@ -435,5 +483,32 @@ mod tests {
         assert!(parse_size("99999999999t").is_err());
         assert!(parse_size("-4k").unwrap_err().contains("negative"));
         assert!(parse_size("--json").unwrap_err().contains("not a size"));
+    }
+
+    #[test]
+    fn times_parse_as_seconds_or_with_fio_units() {
+        assert_eq!(parse_seconds("10"), Ok(10.0));
+        assert_eq!(parse_seconds("2.5"), Ok(2.5));
+        assert_eq!(parse_seconds("2s"), Ok(2.0));
+        assert_eq!(parse_seconds("500ms"), Ok(0.5));
+        assert_eq!(parse_seconds("1m"), Ok(60.0));
+        assert_eq!(parse_seconds("1h"), Ok(3600.0));
+        assert_eq!(parse_seconds("-1"), Ok(-1.0));
+        for bad in ["", "s", "-", "2x", "1..2", "--json", "two"] {
+            assert!(
+                parse_seconds(bad).unwrap_err().contains("not a time"),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn rwmixread_defaults_to_half_and_only_goes_with_randrw() {
+        assert_eq!(test_job(&["--rw", "randrw"]).read_pct, 50);
+        assert_eq!(
+            test_job(&["--rw", "randrw", "--rwmixread", "70"]).read_pct,
+            70
+        );
+        assert_eq!(test_job(&["--rw", "read"]).read_pct, 100);
     }
 }
