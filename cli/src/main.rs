@@ -190,6 +190,10 @@ fn info(path: &Path, json: bool) -> Result<(), Failure> {
                 "{} does not exist: give the path of a file or block device",
                 path.display()
             ),
+            ErrorKind::PermissionDenied => format!(
+                "{e}: give this user read access to it (a block device: run as root, or \
+                 join its group, `disk` on most systems)"
+            ),
             // The device error names the path once, at its end.
             _ => e.to_string(),
         };
