@@ -23,7 +23,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use common::{env_u64, fast_lane_settings, file_of, pattern, tmpdir, watchdog, Rng};
+use common::{env_u64, fast_lane_settings, file_of, pattern, settle, tmpdir, watchdog, Rng};
 use futures::StreamExt;
 use plugio_device::RingConfig;
 use plugio_engine::{Device, DeviceOptions, IoFlags};
@@ -179,32 +179,6 @@ fn stream(seed: u64, fast_lane: bool) {
                 );
             }
         });
-}
-
-/// NOPs until no tag is in use after four NOPs in a row (the first
-/// flushes the plug), for up to 10 s. One reading of no tag in use is not
-/// enough: a request may wait in the FIFO for the tag waiter's next tick,
-/// holding no tag, and each NOP's round trip gives that tick. The time
-/// bound, not a count: a write the kernel handed to io_uring's workers
-/// may take long beside a CPU hog (856 ms at the most in a break-it
-/// pass's 4,000 runs beside two busy loops), while NOPs complete at once.
-/// Panics, naming `desc`, when a tag is still in use at the bound: a hang,
-/// not a size mismatch to puzzle over.
-async fn settle(dev: &Device, desc: &str) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let mut idle = 0;
-    while idle < 4 && std::time::Instant::now() < deadline {
-        dev.nop().await.unwrap();
-        idle = if dev.tags_in_use() == 0 { idle + 1 } else { 0 };
-        if idle == 0 {
-            std::thread::sleep(std::time::Duration::from_micros(200));
-        }
-    }
-    assert!(
-        idle == 4,
-        "{desc}: a tag still in use after 10 s of NOPs ({} in use)",
-        dev.tags_in_use()
-    );
 }
 
 fn gen_op(rng: &mut Rng) -> Op {

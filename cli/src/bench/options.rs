@@ -316,9 +316,7 @@ impl BenchArgs {
                 return Err(BenchError::usage(format!(
                     "--rwmixread {pct} applies only to --rw randrw (this run is --rw {}): \
                      add --rw randrw or drop --rwmixread",
-                    self.rw
-                        .to_possible_value()
-                        .map_or_else(|| "?".to_string(), |v| v.get_name().to_string())
+                    self.rw.name()
                 )));
             }
             _ => {}

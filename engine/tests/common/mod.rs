@@ -120,3 +120,32 @@ pub fn fast_lane_settings() -> &'static [bool] {
         _ => &[true, false],
     }
 }
+
+/// NOPs on `dev` until no tag is in use after four NOPs in a row (the
+/// first flushes the plug), for up to 10 s, sleeping 200 µs after each
+/// NOP that still finds a tag in use (leaving the CPU to io_uring's
+/// workers). One reading of no tag in use is not enough: a request may
+/// wait in the FIFO for the tag waiter's next tick, holding no tag, and
+/// each NOP's round trip gives that tick. The bound is a time, not a
+/// count of NOPs: beside a CPU hog, an IO the kernel handed to io_uring's
+/// workers may take hundreds of milliseconds (a write 856 ms, a discard
+/// 56 ms, in the break-it passes' runs beside two busy loops), while a
+/// NOP completes at once; 1,000 NOPs, the bound the stream models had,
+/// last 1-3 ms. Panics, naming `desc`, when a tag is still in use at the
+/// bound: a hang, not a mismatch to puzzle over later.
+pub async fn settle(dev: &plugio_engine::Device, desc: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut idle = 0;
+    while idle < 4 && std::time::Instant::now() < deadline {
+        dev.nop().await.expect("nop");
+        idle = if dev.tags_in_use() == 0 { idle + 1 } else { 0 };
+        if idle == 0 {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    assert!(
+        idle == 4,
+        "{desc}: a tag still in use after 10 s of NOPs ({} in use)",
+        dev.tags_in_use()
+    );
+}

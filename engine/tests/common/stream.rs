@@ -152,27 +152,11 @@ pub async fn run_and_check(
     }
 }
 
-/// Waits (with NOPs) until every tag of `devs` is back, for up to 10 s;
-/// checks nothing is left in flight. The bound is a time, not a count of
-/// NOPs: beside a CPU hog, an IO the kernel handed to io_uring's workers
-/// may take tens of milliseconds, while a NOP completes at once (1,000
-/// NOPs, the bound before, were too few for 13 % of seed 5318's runs with
-/// two busy loops beside them: a discard, `fallocate` punching a hole,
-/// completed 56 ms after io_uring queued it to a worker, and such drains
-/// needed 600-2,000 NOPs). After the first NOPs the loop sleeps between
-/// them, leaving the CPU to those workers.
+/// Waits until every tag of `devs` is back ([`crate::common::settle`]);
+/// checks nothing is left in flight.
 pub async fn drain(devs: &[Device], desc: &str) {
     for dev in devs {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        let mut spins = 0;
-        while dev.tags_in_use() > 0 && std::time::Instant::now() < deadline {
-            dev.nop().await.expect("nop");
-            spins += 1;
-            if spins > 20 {
-                std::thread::sleep(std::time::Duration::from_micros(200));
-            }
-        }
-        assert_eq!(dev.tags_in_use(), 0, "{desc}");
+        crate::common::settle(dev, desc).await;
         assert_eq!(dev.iostats().in_flight, 0, "{desc}");
     }
 }
