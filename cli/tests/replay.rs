@@ -597,6 +597,68 @@ fn cli_spreads_io_over_two_cores_and_limits_the_trace() {
     assert_eq!(std::fs::metadata(&target).unwrap().len(), 16384);
 }
 
+/// Runs `plugio args` and kills it after `secs`, failing the test by name:
+/// a hang shows as a failure, not as a suite that never ends.
+fn plugio_within(args: &[&str], secs: u64) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_plugio"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the plugio binary runs");
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    while child.try_wait().expect("wait").is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().ok();
+            let o = child.wait_with_output().expect("output");
+            panic!("plugio {args:?} still ran after {secs} s: {}", stderr(&o));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+#[test]
+fn cli_ios_of_the_second_core_complete_without_one_of_the_first_to_wake_the_loop() {
+    // Regions of 1 MiB go to the cores in turn: 0 is core 0's, 1 MiB core
+    // 1's. One local IO, then two remote ones (the second overlaps the
+    // first, so it waits for its completion), then remote alone: the
+    // dispatch loop must be woken by the remote completions themselves.
+    // (It hung when it polled a fresh `recv()` each time and dropped it,
+    // and its wake registration with it.)
+    let dir = tmpdir();
+    for (name, rows) in [
+        (
+            "local-remote-remote.csv",
+            "0,W,0,4096\n1,W,1048576,4096\n2,R,1048576,4096\n",
+        ),
+        ("remote-only.csv", "0,R,1048576,4096\n1,W,1052672,8192\n"),
+    ] {
+        let trace = dir.path().join(name);
+        std::fs::write(&trace, format!("time_ns,op,offset_bytes,len_bytes\n{rows}")).unwrap();
+        let target = dir.path().join(format!("{name}.img"));
+        let (tr, t) = (trace.display().to_string(), target.display().to_string());
+        let args = [
+            "replay",
+            &tr,
+            "--filename",
+            &t,
+            "--json",
+            "--quiet",
+            "--timing",
+            "none",
+            "--cpus",
+            "2",
+            "--verify",
+        ];
+        let o = plugio_within(&args, 60);
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        let v: Value = serde_json::from_slice(&o.stdout).expect("JSON");
+        assert_eq!(u(&v, &["ios"]), rows.lines().count() as u64, "{name}");
+        assert_eq!(u(&v, &["verify", "mismatched_sectors"]), 0, "{name}");
+    }
+}
+
 #[test]
 fn cli_bad_options_exit_2_with_a_message() {
     let dir = tmpdir();

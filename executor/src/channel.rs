@@ -52,7 +52,8 @@ use std::task::{Context, Poll};
 pub fn bounded<T>(cap: usize) -> (Sender<T>, Receiver<T>) {
     assert!(cap > 0, "channel capacity must be at least 1");
     let (tx, rx) = async_channel::bounded(cap);
-    (Sender { inner: tx }, Receiver { inner: rx })
+    let inner = Box::pin(rx);
+    (Sender { inner: tx }, Receiver { inner })
 }
 
 /// The error of a send on a closed channel; holds the value.
@@ -263,7 +264,9 @@ impl<T> fmt::Debug for SendFuture<'_, T> {
 
 /// The receiving side; `Send` when `T` is.
 pub struct Receiver<T> {
-    inner: async_channel::Receiver<T>,
+    /// Pinned (boxed once, at creation): it holds the listener that
+    /// [`Receiver::poll_recv`] registers between polls.
+    inner: Pin<Box<async_channel::Receiver<T>>>,
 }
 
 impl<T> Receiver<T> {
@@ -285,6 +288,36 @@ impl<T> Receiver<T> {
         RecvFuture {
             inner: self.inner.recv(),
         }
+    }
+
+    /// Polls for the next item, for a hand-written `poll` that cannot keep
+    /// a [`RecvFuture`] alive between polls: `Ready(None)` once the channel
+    /// is closed and empty, else `Pending` with `cx`'s waker registered. The
+    /// registration is kept in the receiver itself, so a later send wakes
+    /// the last task that polled (tokio's `Receiver::poll_recv`). Polling a
+    /// fresh `recv()` and dropping it, instead, drops its registration with
+    /// it: a send after that wakes nobody.
+    ///
+    /// ```
+    /// use std::future::poll_fn;
+    /// use plugio_executor::{channel, LocalExecutor};
+    ///
+    /// let (tx, mut rx) = channel::bounded(2);
+    /// LocalExecutor::new().run(async move {
+    ///     let sender = plugio_executor::spawn_local(async move {
+    ///         plugio_executor::yield_now().await;
+    ///         tx.send(5).await.unwrap();
+    ///     });
+    ///     assert_eq!(poll_fn(|cx| rx.poll_recv(cx)).await, Some(5));
+    ///     sender.await.unwrap();
+    ///     assert_eq!(poll_fn(|cx| rx.poll_recv(cx)).await, None);
+    /// });
+    /// ```
+    pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<T>> {
+        if crate::coop::poll_proceed(cx).is_pending() {
+            return Poll::Pending;
+        }
+        futures::Stream::poll_next(self.inner.as_mut(), cx)
     }
 
     /// Receives an item if one is queued now.

@@ -688,8 +688,11 @@ fn poll_done<F: Future<Output = Done>>(
         return Poll::Ready(d);
     }
     if remote {
-        // The dispatcher holds a sender, so the channel never closes.
-        if let Poll::Ready(Some(d)) = pin!(rx.recv()).poll(cx) {
+        // The dispatcher holds a sender, so the channel never closes. The
+        // receiver keeps the waker (`poll_recv`): a `recv()` future polled
+        // here would be dropped at once, and its registration with it, so a
+        // remote completion would wake nobody.
+        if let Poll::Ready(Some(d)) = rx.poll_recv(cx) {
             return Poll::Ready(d);
         }
     }
