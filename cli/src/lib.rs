@@ -8,6 +8,7 @@
 //! names none of this crate's tools (clap, plotters, zstd, the peers).
 
 pub mod json;
+pub mod machine;
 pub mod replay;
 
 /// The note a `bench` or `replay` run gets when io_uring was refused and

@@ -660,6 +660,47 @@ fn cli_ios_of_the_second_core_complete_without_one_of_the_first_to_wake_the_loop
 }
 
 #[test]
+fn cli_a_replay_that_cannot_fit_in_memory_is_refused_before_the_target_is_made() {
+    let dir = tmpdir();
+    // 4,096 reads of 2 GiB - 4 KiB at --iodepth 4096 would hold 8 TiB of
+    // buffers; 100,000 cores would take 800 GB beside them.
+    let big = dir.path().join("big.csv");
+    let mut text = String::from("time_ns,op,offset_bytes,len_bytes\n");
+    for i in 0..4096u64 {
+        text.push_str(&format!("{i},R,{},2147479552\n", i * 2147479552));
+    }
+    std::fs::write(&big, text).unwrap();
+    let small = data("small.csv");
+    for (trace, extra, want) in [
+        (
+            big.display().to_string(),
+            "--iodepth=4096",
+            "largest IOs in flight at --iodepth 4096",
+        ),
+        (small, "--cpus=100000", "for --cpus 100000"),
+    ] {
+        let target = dir.path().join("never");
+        let t = target.display().to_string();
+        let o = plugio(&[
+            "replay",
+            &trace,
+            "--filename",
+            &t,
+            "--timing",
+            "none",
+            extra,
+        ]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{extra}: {err}");
+        assert!(
+            err.contains(want) && err.contains("lower --iodepth or --cpus"),
+            "{err}"
+        );
+        assert!(!target.exists(), "{extra}: the target was made");
+    }
+}
+
+#[test]
 fn cli_bad_options_exit_2_with_a_message() {
     let dir = tmpdir();
     let t = dir.path().join("x").display().to_string();

@@ -55,7 +55,7 @@ pub fn check(job: &Job) -> Result<Vec<String>, BenchError> {
     let needed = buffers
         .saturating_add(jobs.saturating_mul(PER_JOB_BYTES))
         .saturating_add(threads.saturating_mul(PER_THREAD_BYTES));
-    if let Some((available, source)) = available_memory() {
+    if let Some((available, source)) = plugio_cli::machine::available_memory() {
         if needed > available {
             return Err(BenchError::TooBig(format!(
                 "--numjobs {} x --iodepth {} x --bs {} needs about {} ({} of IO buffers and \
@@ -107,60 +107,6 @@ fn thread_limit() -> Option<u64> {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
-}
-
-/// Bytes of memory this process can still use, and where the figure comes
-/// from: `MemAvailable` of /proc/meminfo, lowered to what the process's
-/// cgroup memory limit leaves (v2 `memory.max`, v1
-/// `memory.limit_in_bytes`).
-fn available_memory() -> Option<(u64, &'static str)> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kib: u64 = meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    let mut best = (kib * 1024, "MemAvailable");
-    if let Some(left) = cgroup_memory_left() {
-        if left < best.0 {
-            best = (left, "its cgroup's memory limit");
-        }
-    }
-    Some(best)
-}
-
-/// What the process's cgroup memory limit leaves (limit minus usage), if
-/// it has one.
-fn cgroup_memory_left() -> Option<u64> {
-    let read = |p: String| -> Option<u64> { std::fs::read_to_string(p).ok()?.trim().parse().ok() };
-    let cgroups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    for line in cgroups.lines() {
-        let mut parts = line.splitn(3, ':');
-        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-        let (limit, usage) = if controllers.is_empty() {
-            let dir = format!("/sys/fs/cgroup{path}");
-            (
-                read(format!("{dir}/memory.max")),
-                read(format!("{dir}/memory.current")),
-            )
-        } else if controllers.split(',').any(|c| c == "memory") {
-            let dir = format!("/sys/fs/cgroup/memory{path}");
-            (
-                read(format!("{dir}/memory.limit_in_bytes")),
-                read(format!("{dir}/memory.usage_in_bytes")),
-            )
-        } else {
-            continue;
-        };
-        // "max" (v2) does not parse; v1 reports a huge number instead.
-        if let Some(limit) = limit.filter(|&l| l < 1 << 60) {
-            return Some(limit.saturating_sub(usage.unwrap_or(0)));
-        }
-    }
-    None
 }
 
 #[cfg(test)]

@@ -29,7 +29,7 @@ use super::error::ReplayError;
 use super::load;
 use super::report::ReplayReport;
 use super::timing::Timing;
-use super::trace::{BlkAction, ParseOptions, Trace, TraceFormat, SECTOR_BYTES};
+use super::trace::{BlkAction, ParseOptions, Trace, TraceFormat, TraceOp, SECTOR_BYTES};
 use super::verify::Unwritten;
 
 /// `plugio replay` options.
@@ -204,6 +204,7 @@ pub fn run(args: &ReplayArgs) -> Result<CliReport, ReplayError> {
             trace.skipped_lines
         )));
     }
+    let mut notes = fits_the_machine(args, &trace)?;
     let created = prepare_target(&args.filename, &trace)?;
     let dev = match open_checked(args, &trace) {
         Ok(dev) => dev,
@@ -215,7 +216,6 @@ pub fn run(args: &ReplayArgs) -> Result<CliReport, ReplayError> {
             return Err(e);
         }
     };
-    let mut notes = Vec::new();
     let report = replay_on_runtime(args, &trace, created, dev, &mut notes)?;
     Ok(CliReport {
         meta: crate::json::RunMeta::now("replay"),
@@ -231,6 +231,60 @@ pub fn run(args: &ReplayArgs) -> Result<CliReport, ReplayError> {
         notes,
         report,
     })
+}
+
+/// Memory a replay core takes beside the IO buffers (its ring, tags, task
+/// table, buffer arena and thread); a deliberate overestimate.
+const PER_CORE_BYTES: u64 = 8 << 20;
+
+/// Checks what the replay asks of the machine before anything is created:
+/// refuses (exit code 2) one whose cores and IO buffers need more memory
+/// than the process has, so that it never grows until the kernel kills it;
+/// returns a note when `--cpus` is more than the CPUs it may run on (the
+/// cores then share CPUs; it runs). The buffers counted are the most that
+/// can be in flight: the `--iodepth` largest reads and writes of the trace.
+fn fits_the_machine(args: &ReplayArgs, trace: &Trace) -> Result<Vec<String>, ReplayError> {
+    let mut notes = Vec::new();
+    if let Ok(cpus) = plugio_executor::allowed_cpus() {
+        if args.cpus > cpus.len() {
+            notes.push(format!(
+                "--cpus {} is more than the {} CPUs this process may run on: the cores share CPUs",
+                args.cpus,
+                cpus.len()
+            ));
+        }
+    }
+    let mut lens: Vec<u64> = trace
+        .ios
+        .iter()
+        .filter(|io| matches!(io.op, TraceOp::Read | TraceOp::Write))
+        .map(|io| io.len_bytes)
+        .collect();
+    let depth = (args.iodepth as usize).min(lens.len());
+    let buffers: u64 = if depth == 0 {
+        0
+    } else {
+        lens.select_nth_unstable_by(depth - 1, |a, b| b.cmp(a));
+        lens[..depth].iter().sum()
+    };
+    let needed = buffers.saturating_add((args.cpus as u64).saturating_mul(PER_CORE_BYTES));
+    if let Some((available, source)) = crate::machine::available_memory() {
+        if needed > available {
+            return Err(ReplayError::usage(format!(
+                "this replay needs about {} MiB ({} MiB of IO buffers for the {} largest IOs \
+                 in flight at --iodepth {}, and {} MiB for --cpus {}), more than the {} MiB \
+                 available ({source}): lower --iodepth or --cpus",
+                needed >> 20,
+                buffers >> 20,
+                depth,
+                args.iodepth,
+                (args.cpus as u64 * PER_CORE_BYTES) >> 20,
+                args.cpus,
+                available >> 20,
+            )));
+        }
+    }
+    Ok(notes)
 }
 
 /// Creates the target (sparse, the trace's extent) when it does not exist;

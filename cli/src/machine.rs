@@ -1,0 +1,67 @@
+//! What the machine leaves this process, read before a run starts so that
+//! `plugio bench` and `plugio replay` refuse a job that cannot fit instead
+//! of growing until the kernel kills it.
+//!
+//! Invariant: every figure is read fresh from /proc and /sys; `None` where
+//! the machine does not say (the caller then checks nothing).
+
+/// Bytes of memory this process can still use, and where the figure comes
+/// from (for a message): `MemAvailable` of /proc/meminfo, lowered to what the process's
+/// cgroup memory limit leaves (v2 `memory.max`, v1
+/// `memory.limit_in_bytes`). `None` where /proc/meminfo cannot be read.
+///
+/// ```
+/// if let Some((bytes, source)) = plugio_cli::machine::available_memory() {
+///     println!("{} MiB available ({source})", bytes >> 20);
+///     assert!(source == "MemAvailable" || source == "its cgroup's memory limit");
+/// }
+/// ```
+pub fn available_memory() -> Option<(u64, &'static str)> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    let mut best = (kib * 1024, "MemAvailable");
+    if let Some(left) = cgroup_memory_left() {
+        if left < best.0 {
+            best = (left, "its cgroup's memory limit");
+        }
+    }
+    Some(best)
+}
+
+/// What the process's cgroup memory limit leaves (limit minus usage), if
+/// it has one.
+fn cgroup_memory_left() -> Option<u64> {
+    let read = |p: String| -> Option<u64> { std::fs::read_to_string(p).ok()?.trim().parse().ok() };
+    let cgroups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    for line in cgroups.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        let (limit, usage) = if controllers.is_empty() {
+            let dir = format!("/sys/fs/cgroup{path}");
+            (
+                read(format!("{dir}/memory.max")),
+                read(format!("{dir}/memory.current")),
+            )
+        } else if controllers.split(',').any(|c| c == "memory") {
+            let dir = format!("/sys/fs/cgroup/memory{path}");
+            (
+                read(format!("{dir}/memory.limit_in_bytes")),
+                read(format!("{dir}/memory.usage_in_bytes")),
+            )
+        } else {
+            continue;
+        };
+        // "max" (v2) does not parse; v1 reports a huge number instead.
+        if let Some(limit) = limit.filter(|&l| l < 1 << 60) {
+            return Some(limit.saturating_sub(usage.unwrap_or(0)));
+        }
+    }
+    None
+}
