@@ -86,6 +86,9 @@ impl From<ReplayError> for Failure {
     fn from(e: ReplayError) -> Self {
         match e {
             ReplayError::StdoutClosed => Failure::Signal(Signal::SIGPIPE),
+            ReplayError::Interrupted => {
+                Failure::Signal(signals::interrupted().unwrap_or(Signal::SIGINT))
+            }
             e => Failure::Exit {
                 code: e.exit_code(),
                 message: e.to_string(),
@@ -110,7 +113,16 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::main(args).map(drop).map_err(Failure::from),
         Command::Info { path, json } => info(&path, json),
         Command::CompareReport(args) => bench::compare::main(&args).map_err(Failure::from),
-        Command::Replay(args) => plugio_cli::replay::cli::main(args).map_err(Failure::from),
+        Command::Replay(mut args) => match signals::catch_interrupts() {
+            Ok(()) => {
+                args.stop = Some(|| signals::interrupted().is_some());
+                plugio_cli::replay::cli::main(args).map_err(Failure::from)
+            }
+            Err(e) => Err(Failure::from(ReplayError::io(
+                "catching SIGINT and SIGTERM",
+                e,
+            ))),
+        },
     };
     // Everything the command created (the bench's temporary file) was
     // dropped, so removed, by now.

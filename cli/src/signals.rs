@@ -1,9 +1,10 @@
 //! How the `plugio` command ends on a signal or a closed standard output.
 //!
-//! `plugio bench` catches SIGINT and SIGTERM ([`catch_interrupts`]): the
-//! handler only records the signal; the bench's clock sees it
-//! ([`interrupted`]), stops the IO, prints the summary so far and removes
-//! the temporary file, and the command then ends by the same signal
+//! `plugio bench` and `plugio replay` catch SIGINT and SIGTERM
+//! ([`catch_interrupts`]): the handler only records the signal; the
+//! bench's clock, or the replay between IOs, sees it ([`interrupted`]),
+//! stops the IO, prints the summary so far and removes the file the run
+//! created, and the command then ends by the same signal
 //! ([`die_of`]) so that a shell or a script sees what it would see from any
 //! other tool killed by it. A write to a closed standard output (`plugio
 //! bench | head -1`) fails with `EPIPE` (Rust ignores SIGPIPE); the command

@@ -660,6 +660,66 @@ fn cli_ios_of_the_second_core_complete_without_one_of_the_first_to_wake_the_loop
 }
 
 #[test]
+fn cli_sigint_and_sigterm_stop_the_replay_print_the_report_so_far_and_remove_its_target() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tmpdir();
+    // Two IOs at once, then one a minute later: the replay waits for it.
+    let trace = dir.path().join("long.csv");
+    std::fs::write(
+        &trace,
+        "time_ns,op,offset_bytes,len_bytes\n0,W,0,4096\n1000,R,0,4096\n60000000000,R,4096,4096\n",
+    )
+    .unwrap();
+    for sig in [Signal::SIGINT, Signal::SIGTERM] {
+        let target = dir.path().join(format!("{sig}.img"));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_plugio"))
+            .args([
+                "replay",
+                &trace.display().to_string(),
+                "--json",
+                "--filename",
+            ])
+            .arg(&target)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("the plugio binary runs");
+        // The target exists once the handler is in place (it is installed
+        // before the trace is read).
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !target.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{sig}: no target made"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        kill(Pid::from_raw(child.id() as i32), sig).unwrap();
+        while child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                child.kill().ok();
+                panic!("{sig}: the replay went on after the signal");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let o = child.wait_with_output().unwrap();
+        assert_eq!(o.status.signal(), Some(sig as i32), "{sig}: {}", stderr(&o));
+        let v: Value = serde_json::from_slice(&o.stdout).expect("the report so far, as JSON");
+        assert_eq!(v["interrupted"], true, "{sig}");
+        assert!(
+            u(&v, &["ios"]) <= 2,
+            "{sig}: the IO a minute on was not issued"
+        );
+        assert!(
+            !target.exists(),
+            "{sig}: the target the run made is removed"
+        );
+    }
+}
+
+#[test]
 fn cli_a_replay_that_cannot_fit_in_memory_is_refused_before_the_target_is_made() {
     let dir = tmpdir();
     // 4,096 reads of 2 GiB - 4 KiB at --iodepth 4096 would hold 8 TiB of

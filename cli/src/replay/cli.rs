@@ -85,6 +85,11 @@ pub struct ReplayArgs {
     /// Print the result as one JSON object on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Asked while the replay runs; once it returns true the replay stops
+    /// early (see [`ReplayOptions::stop`]). Not an option: the `plugio`
+    /// command sets it to "a SIGINT or SIGTERM came".
+    #[arg(skip)]
+    pub stop: Option<fn() -> bool>,
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
@@ -147,7 +152,9 @@ pub struct CliReport {
 /// # Errors
 /// See [`ReplayError`]; [`ReplayError::StdoutClosed`] when standard output
 /// was closed before the report was written (the caller ends the process
-/// by SIGPIPE).
+/// by SIGPIPE); [`ReplayError::Interrupted`] when the stop probe stopped
+/// the replay, after the report so far was printed and a target the run
+/// created was removed (the caller ends the process by the signal).
 pub fn main(args: ReplayArgs) -> Result<(), ReplayError> {
     let r = run(&args)?;
     for n in &r.notes {
@@ -162,11 +169,19 @@ pub fn main(args: ReplayArgs) -> Result<(), ReplayError> {
         r.report.to_text()
     };
     let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+    let written = match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(ReplayError::StdoutClosed),
         Err(e) => Err(ReplayError::io("writing the report to standard output", e)),
+    };
+    if r.report.interrupted {
+        // A partly replayed target the run made is of no use: removed.
+        if r.created {
+            let _ = std::fs::remove_file(&args.filename);
+        }
+        return Err(ReplayError::Interrupted);
     }
+    written
 }
 
 /// Parses, prepares the target and replays.
@@ -468,6 +483,7 @@ fn replay_on_runtime(
         flush_barrier: args.flush_barrier == 1,
         overlap_order: args.overlap_order == 1,
         progress: Some(Arc::new(move |n| bar_cb.set_position(n))),
+        stop: args.stop,
         // Relaxed: see CountingDriver::park.
         enters: Some(Arc::new(move || {
             probe.iter().map(|c| c.load(Ordering::Relaxed)).sum()

@@ -111,7 +111,17 @@ pub struct ReplayOptions {
     /// Reads the ring's enter count, for IOS/call (`None`: reported as
     /// unknown). Read before the first IO and after the last completion.
     pub enters: Option<EntersProbe>,
+    /// Asked between IOs, and at least every [`STOP_POLL`] while the
+    /// replay waits for an IO's time: once it returns true, no new IO is
+    /// issued, those in flight are waited for, and the report says
+    /// `interrupted` (`plugio replay` passes "a SIGINT or SIGTERM came").
+    /// Default `None`: never stops early.
+    pub stop: Option<fn() -> bool>,
 }
+
+/// How long a replay with a [`ReplayOptions::stop`] probe sleeps at most
+/// before asking it again.
+pub const STOP_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl Default for ReplayOptions {
     fn default() -> Self {
@@ -125,6 +135,7 @@ impl Default for ReplayOptions {
             overlap_order: true,
             progress: None,
             enters: None,
+            stop: None,
         }
     }
 }
@@ -186,7 +197,10 @@ pub async fn replay(
         engine.set_enters(p().saturating_sub(b));
     }
     let mut verify_stats = d.verify.take();
-    if let (Some(map), Some(stats)) = (&d.map, verify_stats.as_mut()) {
+    if d.stopped {
+        // Stopped early: the read-back of every written sector is skipped
+        // (the replayed reads were still checked).
+    } else if let (Some(map), Some(stats)) = (&d.map, verify_stats.as_mut()) {
         verify::verify_all(dev, map, ios, opts.iodepth as usize, stats).await?;
     }
     if let Some(p) = &opts.progress {
@@ -348,6 +362,10 @@ struct Dispatcher<'a> {
     completed: u64,
     failed: Option<ReplayError>,
     progress: Option<Progress>,
+    /// See [`ReplayOptions::stop`].
+    stop: Option<fn() -> bool>,
+    /// The stop probe said stop: nothing more is issued.
+    stopped: bool,
 }
 
 impl<'a> Dispatcher<'a> {
@@ -399,6 +417,8 @@ impl<'a> Dispatcher<'a> {
             completed: 0,
             failed: None,
             progress: opts.progress.clone(),
+            stop: opts.stop,
+            stopped: false,
         }
     }
 
@@ -417,15 +437,22 @@ impl<'a> Dispatcher<'a> {
         let mut next = 0;
         loop {
             let mut due = None;
-            if self.failed.is_none() {
+            if !self.stopped && self.stop.is_some_and(|stop| stop()) {
+                self.stopped = true;
+            }
+            if self.failed.is_none() && !self.stopped {
                 (next, due) = self.issue_ready(next);
+                // With a stop probe, never sleep long without asking it.
+                if self.stop.is_some() {
+                    due = due.map(|at| at.min(Instant::now() + STOP_POLL));
+                }
                 for seq in self.to_start.drain(..) {
                     local.push(run_io(dev, seq, ios[seq], keep_reads));
                 }
             }
             if self.in_flight.is_empty() {
                 match due {
-                    Some(at) if self.failed.is_none() => {
+                    Some(at) if self.failed.is_none() && !self.stopped => {
                         plugio_executor::sleep_until(at).await;
                         continue;
                     }
@@ -672,6 +699,7 @@ impl<'a> Dispatcher<'a> {
             flush_waits: self.flush_waits,
             depth: self.depth.figures(),
             verify,
+            interrupted: self.stopped,
         }
     }
 }

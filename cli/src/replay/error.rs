@@ -68,6 +68,10 @@ pub enum ReplayError {
     /// Standard output was closed before the report was written (the
     /// command then ends by SIGPIPE, as other tools do).
     StdoutClosed,
+    /// A SIGINT or SIGTERM stopped the replay (the report so far was
+    /// printed and a target the run created was removed); the command then
+    /// ends by that signal.
+    Interrupted,
     /// `--verify` found blocks that do not hold their last write.
     Verify {
         /// Number of 512-byte sectors that did not match.
@@ -111,6 +115,10 @@ impl ReplayError {
             ReplayError::Io { .. } | ReplayError::Engine { .. } | ReplayError::Verify { .. } => 1,
             // What a shell reports for a process killed by SIGPIPE.
             ReplayError::StdoutClosed => 128 + libc::SIGPIPE as u8,
+            // What a shell reports for a process killed by SIGINT (the
+            // command ends by the signal it caught, which sets the real
+            // status).
+            ReplayError::Interrupted => 128 + libc::SIGINT as u8,
         }
     }
 }
@@ -149,6 +157,7 @@ impl fmt::Display for ReplayError {
             ),
             ReplayError::BadTrace { trace, message } => write!(f, "trace {trace}: {message}"),
             ReplayError::StdoutClosed => write!(f, "standard output was closed"),
+            ReplayError::Interrupted => write!(f, "interrupted"),
             ReplayError::Io { context, source } => write!(f, "{context}: {source}"),
             ReplayError::Engine { context, source } => write!(f, "{context}: {source}"),
             ReplayError::Verify {

@@ -158,6 +158,10 @@ pub struct ReplayReport {
     pub depth: DepthFigures,
     /// Verification (`None` without `--verify`).
     pub verify: Option<VerifyStats>,
+    /// The replay was stopped before the end of the trace (a SIGINT or
+    /// SIGTERM): no new IO was issued after it, those in flight were
+    /// waited for, and `--verify`'s final read-back was skipped.
+    pub interrupted: bool,
 }
 
 impl ReplayReport {
@@ -175,6 +179,12 @@ impl ReplayReport {
     }
 
     fn write_text(&self, s: &mut String) -> std::fmt::Result {
+        if self.interrupted {
+            writeln!(
+                s,
+                "interrupted: stopped early; the figures below are of the IOs replayed before"
+            )?;
+        }
         writeln!(
             s,
             "replayed {} IOs in {:.3} s ({} timing, iodepth {}, {} core{}, flushes {}{}): \
