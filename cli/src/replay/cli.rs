@@ -220,6 +220,12 @@ pub fn run(args: &ReplayArgs) -> Result<CliReport, ReplayError> {
         )));
     }
     let mut notes = fits_the_machine(args, &trace)?;
+    if let Some(line) = trace.unterminated_io_line {
+        notes.push(format!(
+            "the trace's last line ({line}) has no newline: if the trace was cut short, the IO \
+             of that line may be cut too (replayed as read)"
+        ));
+    }
     let created = prepare_target(&args.filename, &trace)?;
     let dev = match open_checked(args, &trace) {
         Ok(dev) => dev,

@@ -103,8 +103,13 @@ pub fn parse(text: &str, name: &str, opts: &ParseOptions) -> Result<Trace, Repla
         TraceFormat::Iolog => parse_iolog::parse(text, &mut sink)?,
         TraceFormat::Blkparse => parse_blkparse::parse(text, opts.action, &mut sink)?,
     }
+    let unterminated_io_line = match sink.ios.last() {
+        Some(io) if !text.ends_with('\n') && io.line == text.lines().count() => Some(io.line),
+        _ => None,
+    };
     Ok(Trace {
         format,
+        unterminated_io_line,
         truncated: sink.full(),
         ios: sink.ios,
         skipped_lines: sink.skipped,

@@ -139,6 +139,11 @@ pub struct Trace {
     pub skipped_lines: u64,
     /// True when parsing stopped early at the IO limit.
     pub truncated: bool,
+    /// The 1-based line of the last IO when that line is the text's last
+    /// and has no newline: a trace cut short (a killed producer on
+    /// standard input) may have cut that IO too, which parses as a shorter
+    /// one. `None` otherwise.
+    pub unterminated_io_line: Option<usize>,
 }
 
 impl Trace {
@@ -420,6 +425,19 @@ mod tests {
             odd.check_fits(Path::new("/x"), 1 << 20, 4096),
             Err(ReplayError::Misaligned { line: 1, .. })
         ));
+    }
+
+    #[test]
+    fn a_last_io_line_without_a_newline_is_named() {
+        let cut = parse_auto("0,W,0,8192\n1,W,8192,4096").unwrap();
+        assert_eq!(cut.unterminated_io_line, Some(2));
+        for whole in ["0,W,0,8192\n1,W,8192,4096\n", "0,W,0,8192\n\n  "] {
+            assert_eq!(
+                parse_auto(whole).unwrap().unterminated_io_line,
+                None,
+                "{whole:?}"
+            );
+        }
     }
 
     #[test]
