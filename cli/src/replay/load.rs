@@ -93,6 +93,9 @@ fn binary_kind(bytes: &[u8]) -> Option<&'static str> {
 /// [`ReplayError::Parse`] naming the first malformed line, or the first
 /// line when the format cannot be detected.
 pub fn parse(text: &str, name: &str, opts: &ParseOptions) -> Result<Trace, ReplayError> {
+    // A UTF-8 byte order mark (some editors write one) is not part of the
+    // first line.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let format = match opts.format {
         Some(f) => f,
         None => detect(text, name)?,
@@ -129,7 +132,7 @@ fn detect(text: &str, name: &str) -> Result<TraceFormat, ReplayError> {
     if t.starts_with("fio version ") {
         return Ok(TraceFormat::Iolog);
     }
-    if t == parse_csv::HEADER {
+    if parse_csv::is_header(t) {
         return Ok(TraceFormat::Csv);
     }
     let first = t.split_whitespace().next().unwrap_or("");

@@ -1,8 +1,9 @@
 //! The CSV trace format of the shared traces: `time_ns,op,offset_bytes,
 //! len_bytes`, op `R`/`W`/`F`/`D`, an optional header line.
 //!
-//! Invariant: a line is either the header (first line only), blank, or an
-//! IO; anything else is an error naming the line.
+//! Invariant: a line is either the header (before the first IO; its
+//! fields trimmed and in any case), blank, or an IO; anything else is an
+//! error naming the line.
 
 use super::error::ReplayError;
 use super::trace::{Sink, TraceOp};
@@ -10,17 +11,41 @@ use super::trace::{Sink, TraceOp};
 /// The header line.
 pub const HEADER: &str = "time_ns,op,offset_bytes,len_bytes";
 
+/// Whether `line` is [`HEADER`], its fields trimmed and in any case (as
+/// IO rows may have spaces after their commas).
+pub(crate) fn is_header(line: &str) -> bool {
+    let mut fields = line.split(',').map(str::trim);
+    HEADER
+        .split(',')
+        .all(|want| fields.next().is_some_and(|f| f.eq_ignore_ascii_case(want)))
+        && fields.next().is_none()
+}
+
 /// Parses CSV text into `sink`.
 pub(crate) fn parse(text: &str, sink: &mut Sink<'_>) -> Result<(), ReplayError> {
+    let mut seen_io = false;
     for (i, raw) in text.lines().enumerate() {
         if sink.full() {
             break;
         }
         let line = raw.trim();
-        if line.is_empty() || (i == 0 && line == HEADER) {
+        if line.is_empty() {
             sink.skip();
             continue;
         }
+        if is_header(line) {
+            if seen_io {
+                return Err(sink.error(
+                    i,
+                    "a header line after IO lines (two traces joined?): keep one header, \
+                     before the first IO"
+                        .to_string(),
+                ));
+            }
+            sink.skip();
+            continue;
+        }
+        seen_io = true;
         let fields: Vec<&str> = line.split(',').map(str::trim).collect();
         let [time, op, offset, len] = fields[..] else {
             return Err(sink.error(
@@ -70,6 +95,32 @@ mod tests {
             ..ParseOptions::default()
         };
         parse(text, "t.csv", &opts).map(|t| t.ios)
+    }
+
+    #[test]
+    fn the_header_may_follow_blank_lines_a_bom_and_have_spaces_or_capitals() {
+        let auto = ParseOptions::default();
+        for text in [
+            "\n\ntime_ns,op,offset_bytes,len_bytes\n0,R,0,4096\n",
+            "\u{feff}time_ns,op,offset_bytes,len_bytes\n0,R,0,4096\n",
+            "TIME_NS, OP, Offset_Bytes, len_bytes\n0,R,0,4096\n",
+        ] {
+            let t = parse(text, "t.csv", &auto).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+            assert_eq!((t.format, t.ios.len()), (TraceFormat::Csv, 1), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn a_header_after_ios_is_refused_by_line() {
+        let e = csv(
+            "time_ns,op,offset_bytes,len_bytes\n0,R,0,4096\ntime_ns,op,offset_bytes,len_bytes\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains(":3:") && e.contains("header line after IO lines"),
+            "{e}"
+        );
     }
 
     #[test]
