@@ -107,9 +107,13 @@ pub fn parse_whole<T: TryFrom<u64>>(text: &str) -> Result<T, String> {
             "'{text}' is negative: give a whole number of 0 or more"
         ));
     }
-    let n: u64 = t
-        .parse()
-        .map_err(|_| format!("'{text}' is not a whole number"))?;
+    let n: u64 = t.parse().map_err(|e: std::num::ParseIntError| {
+        if *e.kind() == std::num::IntErrorKind::PosOverflow {
+            format!("'{text}' is too large")
+        } else {
+            format!("'{text}' is not a whole number")
+        }
+    })?;
     T::try_from(n).map_err(|_| format!("'{text}' is too large"))
 }
 
@@ -213,8 +217,13 @@ pub fn run(args: &ReplayArgs) -> Result<CliReport, ReplayError> {
     };
     let trace = load::load(&args.trace, &popts)?;
     if trace.ios.is_empty() {
+        let hint = if trace.format == TraceFormat::Blkparse {
+            "; is --action right?"
+        } else {
+            ""
+        };
         return Err(ReplayError::usage(format!(
-            "{}: no IOs to replay ({} lines skipped; for blkparse text, is --action right?)",
+            "{}: no IOs to replay ({} lines skipped{hint})",
             args.trace.display(),
             trace.skipped_lines
         )));
@@ -519,4 +528,24 @@ fn replay_on_runtime(
         notes.push(crate::FALLBACK_NOTE.to_owned());
     }
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_whole;
+
+    #[test]
+    fn whole_numbers_say_why_they_are_refused() {
+        assert_eq!(parse_whole::<usize>(" 42 "), Ok(42));
+        for (text, want) in [
+            ("99999999999999999999", "is too large"),
+            ("abc", "is not a whole number"),
+            ("1.5", "is not a whole number"),
+            ("-1", "is negative"),
+        ] {
+            let e = parse_whole::<usize>(text).unwrap_err();
+            assert!(e.contains(want), "{text}: {e}");
+        }
+        assert!(parse_whole::<u8>("300").unwrap_err().contains("is too large"));
+    }
 }

@@ -640,13 +640,24 @@ impl<'a> Dispatcher<'a> {
             }
         };
         if io.op != TraceOp::Flush && n != io.len_bytes {
-            self.failed.get_or_insert(ReplayError::usage(format!(
-                "trace line {}: {} of {} bytes at byte {} moved {n} bytes (end of the target?)",
-                io.line,
-                io.op.name(),
-                io.len_bytes,
-                io.offset_bytes
-            )));
+            // The target was checked to hold the trace before the first
+            // IO: a short transfer now is the run failing (exit code 1),
+            // not bad input.
+            self.failed.get_or_insert(ReplayError::io(
+                format!(
+                    "trace line {}: {} of {} bytes at byte {}",
+                    io.line,
+                    io.op.name(),
+                    io.len_bytes,
+                    io.offset_bytes
+                ),
+                std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!(
+                        "moved {n} bytes: the target ended early (truncated during the replay?)"
+                    ),
+                ),
+            ));
             return;
         }
         let acc = &mut self.acc[io.op.index()];
