@@ -229,6 +229,9 @@ pub fn run(args: &ReplayArgs) -> Result<CliReport, ReplayError> {
         )));
     }
     let mut notes = fits_the_machine(args, &trace)?;
+    if let Some(note) = long_span_note(args.timing, &trace) {
+        notes.push(note);
+    }
     if let Some(line) = trace.unterminated_io_line {
         notes.push(format!(
             "the trace's last line ({line}) has no newline: if the trace was cut short, the IO \
@@ -315,6 +318,30 @@ fn fits_the_machine(args: &ReplayArgs, trace: &Trace) -> Result<Vec<String>, Rep
         }
     }
     Ok(notes)
+}
+
+/// A trace spanning more than this at its recorded times gets a note with
+/// `--timing original`.
+const LONG_SPAN_NS: u64 = 24 * 3600 * 1_000_000_000;
+
+/// A note when `--timing original` would take more than a day: the span,
+/// and the line of the latest IO (a wrong time unit or a damaged time
+/// field shows there).
+fn long_span_note(timing: Timing, trace: &Trace) -> Option<String> {
+    if timing != Timing::Original {
+        return None;
+    }
+    let first = trace.ios.iter().map(|io| io.time_ns).min()?;
+    let last = trace.ios.iter().max_by_key(|io| io.time_ns)?;
+    let span_ns = last.time_ns - first;
+    (span_ns > LONG_SPAN_NS).then(|| {
+        format!(
+            "at its recorded times the trace takes {:.1} days (its latest IO is on line {}): \
+             --timing none replays it as fast as it can; Ctrl-C stops it with the report so far",
+            span_ns as f64 / LONG_SPAN_NS as f64,
+            last.line
+        )
+    })
 }
 
 /// Creates the target (sparse, the trace's extent) when it does not exist;
@@ -532,7 +559,23 @@ fn replay_on_runtime(
 
 #[cfg(test)]
 mod tests {
-    use super::parse_whole;
+    use super::{long_span_note, parse_whole, Timing};
+    use crate::replay::load::parse;
+    use crate::replay::trace::ParseOptions;
+
+    #[test]
+    fn a_trace_longer_than_a_day_at_its_recorded_times_gets_a_note() {
+        let opts = ParseOptions::default();
+        let huge = parse("0,R,0,4096\n18446744073709551615,R,0,4096\n", "t", &opts).unwrap();
+        let note = long_span_note(Timing::Original, &huge).expect("a note");
+        assert!(
+            note.contains("line 2") && note.contains("--timing none"),
+            "{note}"
+        );
+        assert_eq!(long_span_note(Timing::None, &huge), None);
+        let hour = parse("0,R,0,4096\n3600000000000,R,0,4096\n", "t", &opts).unwrap();
+        assert_eq!(long_span_note(Timing::Original, &hour), None);
+    }
 
     #[test]
     fn whole_numbers_say_why_they_are_refused() {
@@ -546,6 +589,8 @@ mod tests {
             let e = parse_whole::<usize>(text).unwrap_err();
             assert!(e.contains(want), "{text}: {e}");
         }
-        assert!(parse_whole::<u8>("300").unwrap_err().contains("is too large"));
+        assert!(parse_whole::<u8>("300")
+            .unwrap_err()
+            .contains("is too large"));
     }
 }
