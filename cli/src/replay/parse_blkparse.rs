@@ -8,9 +8,11 @@
 //! `F` (an empty flush: `FWS` at Q, `FN` at D) a single flush. The kernel
 //! builds rwbs in `blk_fill_rwbs` (`kernel/trace/blktrace.c`).
 //!
-//! Invariants: lines after the summary (`CPU...`/`Total...`) are ignored;
-//! event lines of other actions are skipped; every other line is an error
-//! naming it.
+//! Invariants: lines after the summary (`CPU...`/`Total...`) are ignored,
+//! unless one is an event line (two outputs joined: an error naming it);
+//! event lines of other actions are skipped; the kept events are of one
+//! device (a replay has one target: events of a second are an error naming
+//! the line); every other line is an error naming it.
 
 use super::error::ReplayError;
 use super::trace::{BlkAction, Sink, TraceOp, SECTOR_BYTES};
@@ -85,7 +87,10 @@ pub(crate) fn parse(text: &str, action: BlkAction, sink: &mut Sink<'_>) -> Resul
         BlkAction::Q => "Q",
         BlkAction::D => "D",
     };
-    for (i, raw) in text.lines().enumerate() {
+    // The device of the first kept event, and its line.
+    let mut device: Option<(&str, usize)> = None;
+    let mut lines = text.lines().enumerate();
+    while let Some((i, raw)) = lines.next() {
         if sink.full() {
             break;
         }
@@ -95,8 +100,9 @@ pub(crate) fn parse(text: &str, action: BlkAction, sink: &mut Sink<'_>) -> Resul
             continue;
         };
         if first.starts_with("CPU") || *first == "Total" {
-            // The per-CPU and total summary: the events are over.
-            break;
+            // The per-CPU and total summary: the events are over, unless
+            // another output was joined after it.
+            return after_summary(lines, sink);
         }
         if !is_dev(first) || fields.len() < 7 {
             return Err(sink.error(
@@ -112,7 +118,40 @@ pub(crate) fn parse(text: &str, action: BlkAction, sink: &mut Sink<'_>) -> Resul
             sink.skip();
             continue;
         }
+        match device {
+            None => device = Some((first, i)),
+            Some((dev, at)) if dev != *first => {
+                return Err(sink.error(
+                    i,
+                    format!(
+                        "an event of device {first} after events of device {dev} (line {}): a \
+                         replay has one target; keep one device's events (blkparse -i on that \
+                         device's files, or grep '^ *{dev} ')",
+                        at + 1
+                    ),
+                ))
+            }
+            Some(_) => {}
+        }
         event(i, &fields, sink)?;
+    }
+    Ok(())
+}
+
+/// The lines after the summary: ignored, unless one is an event line.
+fn after_summary<'t>(
+    lines: impl Iterator<Item = (usize, &'t str)>,
+    sink: &mut Sink<'_>,
+) -> Result<(), ReplayError> {
+    for (i, raw) in lines {
+        let fields: Vec<&str> = raw.split_whitespace().collect();
+        if fields.first().is_some_and(|f| is_dev(f)) && fields.len() >= 7 {
+            return Err(sink.error(
+                i,
+                "an event line after blkparse's summary (two outputs joined?): replay one \
+                 output at a time",
+            ));
+        }
     }
     Ok(())
 }
@@ -199,6 +238,26 @@ CPU0 (7,1):
             limit: None,
         };
         parse(text, "t.txt", &opts)
+    }
+
+    #[test]
+    fn events_of_a_second_device_or_after_the_summary_are_refused_by_line() {
+        let two = "\
+  7,1    0        1     0.000000000  7251  Q  RM 0 + 8 [x]
+  8,0    0        2     0.000001000  7251  A  RM 8 + 8 <- (7,1) 0
+  8,0    0        3     0.000002000  7251  Q  RM 8 + 8 [x]
+";
+        let e = blk(two, BlkAction::Q).unwrap_err().to_string();
+        assert!(
+            e.contains(":3:") && e.contains("device 8,0") && e.contains("line 1"),
+            "{e}"
+        );
+        let joined =
+            format!("{SAMPLE}  7,1    0        1     0.000000000  7251  Q  RM 0 + 8 [x]\n");
+        let e = blk(&joined, BlkAction::Q).unwrap_err().to_string();
+        assert!(e.contains("after blkparse's summary"), "{e}");
+        // The summary's own lines and a remap line of another device pass.
+        assert!(blk(SAMPLE, BlkAction::Q).is_ok());
     }
 
     fn rows(t: &Trace) -> Vec<(char, u64, u64, u64)> {
