@@ -42,7 +42,7 @@ pub fn load(path: &Path, opts: &ParseOptions) -> Result<Trace, ReplayError> {
     } else {
         std::fs::read(path).map_err(|e| bad(format!("cannot read it: {e}")))?
     };
-    let bytes = if raw.starts_with(&ZSTD_MAGIC) {
+    let bytes = if is_zstd(&raw) {
         zstd::stream::decode_all(&raw[..]).map_err(|e| {
             bad(format!(
                 "cannot decompress it (zstd: {e}): the file is damaged or truncated"
@@ -56,6 +56,18 @@ pub fn load(path: &Path, opts: &ParseOptions) -> Result<Trace, ReplayError> {
     }
     let text = String::from_utf8_lossy(&bytes);
     parse(&text, &name, opts)
+}
+
+/// Whether `bytes` start a zstd stream: a zstd frame, or a skippable frame
+/// (magic 0x184D2A50..=0x184D2A5F, little-endian), which pzstd writes
+/// first and which the decoder passes over.
+fn is_zstd(bytes: &[u8]) -> bool {
+    if bytes.starts_with(&ZSTD_MAGIC) {
+        return true;
+    }
+    bytes
+        .get(..4)
+        .is_some_and(|h| u32::from_le_bytes([h[0], h[1], h[2], h[3]]) & 0xffff_fff0 == 0x184d_2a50)
 }
 
 /// The first four bytes of a blktrace binary event: `BLK_IO_TRACE_MAGIC`
@@ -152,4 +164,24 @@ fn detect(text: &str, name: &str) -> Result<TraceFormat, ReplayError> {
             parse_csv::HEADER
         ),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_zstd_trace_may_open_with_a_skippable_frame_as_pzstd_writes() {
+        let text = b"time_ns,op,offset_bytes,len_bytes\n0,R,0,4096\n";
+        let frame = zstd::stream::encode_all(&text[..], 3).unwrap();
+        // A skippable frame: magic 0x184D2A50 (little-endian), a 4-byte
+        // length, that many bytes the decoder passes over.
+        let mut bytes = vec![0x50, 0x2a, 0x4d, 0x18, 4, 0, 0, 0, 1, 2, 3, 4];
+        bytes.extend_from_slice(&frame);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.csv.zst");
+        std::fs::write(&path, &bytes).unwrap();
+        let t = load(&path, &ParseOptions::default()).unwrap();
+        assert_eq!((t.format, t.ios.len()), (TraceFormat::Csv, 1));
+    }
 }
