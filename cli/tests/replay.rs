@@ -720,6 +720,44 @@ fn cli_sigint_and_sigterm_stop_the_replay_print_the_report_so_far_and_remove_its
 }
 
 #[test]
+fn cli_limit_reads_an_endless_standard_input_only_as_far_as_it_needs() {
+    use std::io::Write as _;
+    let dir = tmpdir();
+    let target = dir.path().join("t.img");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_plugio"))
+        .args([
+            "replay", "-", "--json", "--quiet", "--timing", "none", "--limit", "10",
+        ])
+        .arg("--filename")
+        .arg(&target)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the plugio binary runs");
+    // A producer that never ends on its own (as `yes 0,R,0,512`): it
+    // stops when the replay closes its end, at most after 64 MiB.
+    let mut stdin = child.stdin.take().unwrap();
+    let producer = std::thread::spawn(move || {
+        let chunk = "0,R,0,512\n".repeat(4096);
+        let mut sent = 0usize;
+        while sent < 64 << 20 && stdin.write_all(chunk.as_bytes()).is_ok() {
+            sent += chunk.len();
+        }
+        sent
+    });
+    let o = child.wait_with_output().unwrap();
+    let sent = producer.join().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(u(&v, &["ios"]), 10);
+    assert!(
+        sent < 64 << 20,
+        "the replay read all {sent} bytes the producer offered"
+    );
+}
+
+#[test]
 fn cli_a_replay_that_cannot_fit_in_memory_is_refused_before_the_target_is_made() {
     let dir = tmpdir();
     // 4,096 reads of 2 GiB - 4 KiB at --iodepth 4096 would hold 8 TiB of

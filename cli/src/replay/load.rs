@@ -7,6 +7,8 @@
 //! all; an error names the first malformed line, and never echoes control
 //! characters.
 
+use std::fs::File;
+use std::io::Read;
 use std::path::Path;
 
 use super::error::ReplayError;
@@ -34,28 +36,105 @@ pub fn load(path: &Path, opts: &ParseOptions) -> Result<Trace, ReplayError> {
         trace: name.clone(),
         message,
     };
-    let raw = if stdin {
-        let mut raw = Vec::new();
-        std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut raw)
-            .map_err(|e| bad(format!("cannot read standard input: {e}")))?;
-        raw
+    let read_failed = if stdin {
+        "cannot read standard input"
     } else {
-        std::fs::read(path).map_err(|e| bad(format!("cannot read it: {e}")))?
+        "cannot read it"
     };
-    let bytes = if is_zstd(&raw) {
-        zstd::stream::decode_all(&raw[..]).map_err(|e| {
+    let mut input: Box<dyn Read> = if stdin {
+        Box::new(std::io::stdin().lock())
+    } else {
+        Box::new(File::open(path).map_err(|e| bad(format!("{read_failed}: {e}")))?)
+    };
+    // The first bytes tell zstd from text; they are read again after.
+    let mut head = Vec::with_capacity(4);
+    (&mut input)
+        .take(4)
+        .read_to_end(&mut head)
+        .map_err(|e| bad(format!("{read_failed}: {e}")))?;
+    let zstd = is_zstd(&head);
+    let chained = std::io::Cursor::new(head).chain(input);
+    let mut reader: Box<dyn Read> = if zstd {
+        Box::new(zstd::stream::Decoder::new(chained).map_err(|e| bad(format!("zstd: {e}")))?)
+    } else {
+        Box::new(chained)
+    };
+    let read_error = |e: std::io::Error| {
+        if zstd {
             bad(format!(
                 "cannot decompress it (zstd: {e}): the file is damaged or truncated"
             ))
-        })?
-    } else {
-        raw
+        } else {
+            bad(format!("{read_failed}: {e}"))
+        }
     };
-    if let Some(what) = binary_kind(&bytes) {
+    let cap_bytes = text_cap_bytes();
+    let mut bytes = Vec::new();
+    // With a limit, the text read so far is parsed once it holds enough
+    // lines for the limit's IOs (a guess, doubled while it falls short),
+    // so that a large trace, or an endless standard input, is read only as
+    // far as the IOs replayed.
+    let mut parse_at_lines = opts
+        .limit
+        .map(|l| l.saturating_mul(LINES_PER_IO_GUESS).saturating_add(64));
+    let mut lines = 0usize;
+    loop {
+        let before = bytes.len();
+        let got = (&mut reader)
+            .take(READ_CHUNK_BYTES)
+            .read_to_end(&mut bytes)
+            .map_err(read_error)?;
+        if bytes.len() as u64 > cap_bytes {
+            return Err(bad(format!(
+                "its text is larger than {} MiB, a sixteenth of the memory available, which \
+                 its parsed IOs would outgrow: replay a part of it with --limit N",
+                cap_bytes >> 20
+            )));
+        }
+        if got == 0 {
+            break;
+        }
+        let Some(want) = parse_at_lines else { continue };
+        lines += bytes[before..].iter().filter(|&&b| b == b'\n').count();
+        if lines < want {
+            continue;
+        }
+        let end = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        let trace = parse_bytes(&bytes[..end], &name, opts, &bad)?;
+        if trace.truncated {
+            return Ok(trace);
+        }
+        parse_at_lines = Some(want.saturating_mul(2));
+    }
+    parse_bytes(&bytes, &name, opts, &bad)
+}
+
+/// Lines read per IO of `--limit` before a first parse: blkparse text
+/// holds about five lines per queued bio (Q, G, I, D, C).
+const LINES_PER_IO_GUESS: usize = 8;
+
+/// How much is read at a time.
+const READ_CHUNK_BYTES: u64 = 1 << 20;
+
+/// The most trace text held: a sixteenth of the memory available (a
+/// parsed IO takes about four times its shortest CSV line, and the replay
+/// copies the list once), or no bound when the machine does not say.
+fn text_cap_bytes() -> u64 {
+    crate::machine::available_memory().map_or(u64::MAX, |(bytes, _)| bytes / 16)
+}
+
+/// Refuses binary input, then parses `bytes` as text.
+fn parse_bytes(
+    bytes: &[u8],
+    name: &str,
+    opts: &ParseOptions,
+    bad: &dyn Fn(String) -> ReplayError,
+) -> Result<Trace, ReplayError> {
+    if let Some(what) = binary_kind(bytes) {
         return Err(bad(what.to_owned()));
     }
-    let text = String::from_utf8_lossy(&bytes);
-    parse(&text, &name, opts)
+    let text = String::from_utf8_lossy(bytes);
+    parse(&text, name, opts)
 }
 
 /// Whether `bytes` start a zstd stream: a zstd frame, or a skippable frame
