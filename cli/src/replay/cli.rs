@@ -29,7 +29,7 @@ use super::error::ReplayError;
 use super::load;
 use super::report::ReplayReport;
 use super::timing::Timing;
-use super::trace::{BlkAction, ParseOptions, Trace, TraceFormat, TraceOp, SECTOR_BYTES};
+use super::trace::{BlkAction, ParseOptions, Trace, TraceFormat, TraceIo, TraceOp, SECTOR_BYTES};
 use super::verify::Unwritten;
 
 /// `plugio replay` options.
@@ -215,7 +215,7 @@ pub fn run(args: &ReplayArgs) -> Result<CliReport, ReplayError> {
         action: args.action,
         limit: args.limit,
     };
-    let trace = load::load(&args.trace, &popts)?;
+    let mut trace = load::load(&args.trace, &popts)?;
     if trace.ios.is_empty() {
         let hint = if trace.format == TraceFormat::Blkparse {
             "; is --action right?"
@@ -249,7 +249,10 @@ pub fn run(args: &ReplayArgs) -> Result<CliReport, ReplayError> {
             return Err(e);
         }
     };
-    let report = replay_on_runtime(args, &trace, created, dev, &mut notes)?;
+    let trace_ios = trace.counts();
+    // The IOs move to the replay task: no copy of the list.
+    let ios = std::mem::take(&mut trace.ios);
+    let report = replay_on_runtime(args, ios, created, dev, &mut notes)?;
     Ok(CliReport {
         meta: crate::json::RunMeta::now("replay"),
         trace: args.trace.display().to_string(),
@@ -259,7 +262,7 @@ pub fn run(args: &ReplayArgs) -> Result<CliReport, ReplayError> {
         created,
         direct: args.direct == 1,
         nomerges: args.nomerges,
-        trace_ios: trace.counts(),
+        trace_ios,
         skipped_lines: trace.skipped_lines,
         notes,
         report,
@@ -476,7 +479,7 @@ fn open_checked(args: &ReplayArgs, trace: &Trace) -> Result<Device, ReplayError>
 /// shuts down.
 fn replay_on_runtime(
     args: &ReplayArgs,
-    trace: &Trace,
+    ios: Vec<TraceIo>,
     created: bool,
     dev: Device,
     notes: &mut Vec<String>,
@@ -509,7 +512,7 @@ fn replay_on_runtime(
         })
         .build()
         .map_err(|e| ReplayError::io("starting the replay runtime", e))?;
-    let bar = progress_bar(args, trace.ios.len());
+    let bar = progress_bar(args, ios.len());
     let bar_cb = bar.clone();
     let probe = counters.clone();
     let opts = ReplayOptions {
@@ -531,7 +534,7 @@ fn replay_on_runtime(
             probe.iter().map(|c| c.load(Ordering::Relaxed)).sum()
         })),
     };
-    let ios = Arc::new(trace.ios.clone());
+    let ios = Arc::new(ios);
     let task_dev = dev.clone();
     let handle = rt.spawn_on(0, async move { replay(&task_dev, &ios, &opts).await });
     let result = futures::executor::block_on(handle);
