@@ -117,8 +117,9 @@ const LINES_PER_IO_GUESS: usize = 8;
 const READ_CHUNK_BYTES: u64 = 1 << 20;
 
 /// The most trace text held: a sixteenth of the memory available (a
-/// parsed IO takes about four times its shortest CSV line, and the replay
-/// copies the list once), or no bound when the machine does not say.
+/// parsed IO takes about four times its shortest CSV line, and the text
+/// and the IOs are held together while it is parsed), or no bound when
+/// the machine does not say.
 fn text_cap_bytes() -> u64 {
     crate::machine::available_memory().map_or(u64::MAX, |(bytes, _)| bytes / 16)
 }
