@@ -9,13 +9,15 @@
 //! No test depends on timing: the runs that must be stopped are given a
 //! runtime of 600 s, and a hang guard only turns a hang into a failure.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::time::{Duration, Instant};
 
-use nix::sys::signal::{kill, Signal};
+use common::{set_sigint, wait_guarded};
+use nix::sys::signal::{kill, SigHandler, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
 
@@ -48,44 +50,17 @@ fn left_in(dir: &Path) -> Vec<String> {
 /// A bench command whose temporary file goes to `dir`.
 ///
 /// Its SIGINT starts at the default action, whatever this process
-/// inherited: a test run started in the background of a non-interactive
-/// shell (a CI script's `cmd &`) ignores SIGINT, its children inherit
-/// that, and the bench (as any Unix tool) keeps an ignored SIGINT
-/// ignored, so a SIGINT sent before its handler is installed would be
-/// lost and the run would go on for its whole runtime.
+/// inherited ([`set_sigint`]): otherwise a SIGINT sent before its handler
+/// is installed could be lost and the run would go on for its whole
+/// runtime.
 fn bench_in(dir: &Path, args: &[&str]) -> Command {
     let mut c = bin();
     c.arg("bench")
         .args(args)
         .env("TMPDIR", dir)
         .current_dir(dir);
-    // SAFETY: between fork and exec the closure only calls `signal(2)`,
-    // which is async-signal-safe, and allocates nothing.
-    unsafe {
-        c.pre_exec(|| {
-            nix::sys::signal::signal(Signal::SIGINT, nix::sys::signal::SigHandler::SigDfl)
-                .map(drop)
-                .map_err(std::io::Error::from)
-        });
-    }
+    set_sigint(&mut c, SigHandler::SigDfl);
     c
-}
-
-/// Waits for `child`; a hang (the fault some of these tests guard against)
-/// kills it and fails the test after `secs`.
-fn wait_guarded(child: &mut Child, secs: u64, what: &str) -> ExitStatus {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            return status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what}: still running after {secs} s (hang)");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Reads the bench's header line from `child`'s piped stdout; returns the
@@ -293,14 +268,7 @@ fn a_sigint_ignored_at_start_stays_ignored() {
     // bench starts, so a Ctrl-C meant for the foreground does not stop it.
     let dir = tmpdir();
     let mut cmd = bench_in(dir.path(), &["--runtime", "1", "--size", "16M"]);
-    // SAFETY: as in `bench_in`: only `signal(2)` between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            nix::sys::signal::signal(Signal::SIGINT, nix::sys::signal::SigHandler::SigIgn)
-                .map(drop)
-                .map_err(std::io::Error::from)
-        });
-    }
+    set_sigint(&mut cmd, SigHandler::SigIgn);
     let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

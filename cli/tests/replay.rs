@@ -5,6 +5,8 @@
 //! shared postgres and sqlite traces with `--limit 20000 --timing none
 //! --verify`).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Arc;
@@ -597,25 +599,15 @@ fn cli_spreads_io_over_two_cores_and_limits_the_trace() {
     assert_eq!(std::fs::metadata(&target).unwrap().len(), 16384);
 }
 
-/// Runs `plugio args` and kills it after `secs`, failing the test by name:
-/// a hang shows as a failure, not as a suite that never ends.
+/// Runs `plugio args`; a hang fails the test by name after `secs`.
 fn plugio_within(args: &[&str], secs: u64) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_plugio"))
+    let child = Command::new(env!("CARGO_BIN_EXE_plugio"))
         .args(args)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("the plugio binary runs");
-    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
-    while child.try_wait().expect("wait").is_none() {
-        if std::time::Instant::now() > deadline {
-            child.kill().ok();
-            let o = child.wait_with_output().expect("output");
-            panic!("plugio {args:?} still ran after {secs} s: {}", stderr(&o));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("output")
+    common::output_guarded(child, secs, &format!("plugio {args:?}"))
 }
 
 #[test]
@@ -674,7 +666,10 @@ fn cli_sigint_and_sigterm_stop_the_replay_print_the_report_so_far_and_remove_its
     .unwrap();
     for sig in [Signal::SIGINT, Signal::SIGTERM] {
         let target = dir.path().join(format!("{sig}.img"));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_plugio"))
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_plugio"));
+        // Caught, even where this test run inherited an ignored SIGINT.
+        common::set_sigint(&mut cmd, nix::sys::signal::SigHandler::SigDfl);
+        let child = cmd
             .args([
                 "replay",
                 &trace.display().to_string(),
@@ -697,14 +692,7 @@ fn cli_sigint_and_sigterm_stop_the_replay_print_the_report_so_far_and_remove_its
             std::thread::sleep(Duration::from_millis(10));
         }
         kill(Pid::from_raw(child.id() as i32), sig).unwrap();
-        while child.try_wait().unwrap().is_none() {
-            if std::time::Instant::now() > deadline {
-                child.kill().ok();
-                panic!("{sig}: the replay went on after the signal");
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let o = child.wait_with_output().unwrap();
+        let o = common::output_guarded(child, 60, &format!("replay after {sig}"));
         assert_eq!(o.status.signal(), Some(sig as i32), "{sig}: {}", stderr(&o));
         let v: Value = serde_json::from_slice(&o.stdout).expect("the report so far, as JSON");
         assert_eq!(v["interrupted"], true, "{sig}");
