@@ -8,7 +8,7 @@
 //! - A bio's memory belongs to the kernel from issue until the bio
 //!   completes: the bio holds only its addresses ([`BioBuf`]); the IO's
 //!   future owns the buffers while it lives, and a future dropped before
-//!   the bio completes moves them into the bio ([`Bio::keep`]), so neither
+//!   the bio completes moves them into the bio ([`BioCold::keep`]), so neither
 //!   the drop nor shutdown frees memory the kernel may still use. An
 //!   orphaned bio (its future was dropped) is released, with what it
 //!   keeps, by the completion path.
@@ -39,7 +39,7 @@ pub(crate) struct Seg {
 
 /// The memory a bio reads into or writes from, as addresses: the buffers
 /// themselves (the caller's, or a bounce buffer) are owned by the IO's
-/// future (see [`crate::buf`]), or by [`Bio::keep`] after the future was
+/// future (see [`crate::buf`]), or by [`BioCold::keep`] after the future was
 /// dropped mid-IO. Plain numbers except `Many`'s vector.
 #[derive(Debug, Default)]
 pub(crate) enum BioBuf {
@@ -165,8 +165,11 @@ pub(crate) enum BioState {
     Done,
 }
 
-/// One bio slot.
+/// One bio slot: 128 bytes, aligned to a cache line, so two lines (checked
+/// when the crate compiles; the split and orphan state is boxed in
+/// [`BioCold`]).
 #[derive(Debug)]
+#[repr(align(64))]
 pub(crate) struct Bio {
     pub state: BioState,
     /// Index of the device in the core's device list.
@@ -180,17 +183,15 @@ pub(crate) struct Bio {
     pub parts_left: u32,
     /// Whether the bio was split into more than one request.
     pub split: bool,
-    /// `(offset within the bio, bytes done, bytes asked)` per completed part,
-    /// kept only for split bios, to compute the prefix that was transferred.
-    pub parts: Vec<(u64, u64, u64)>,
+    /// What only split or orphaned bios need (see [`BioCold`]); made on
+    /// first use and kept with the bio for its reuse.
+    pub cold: Option<Box<BioCold>>,
     /// Bytes transferred (unsplit bios) or the computed prefix (split ones).
     pub done_bytes: u64,
     pub error: Option<Error>,
     pub waker: Option<Waker>,
     /// The future was dropped: release the slot when the bio completes.
     pub orphaned: bool,
-    /// The memory of an orphaned bio, freed with the bio.
-    pub keep: Option<Keep>,
     /// Keep this bio for reuse when it is freed (the bio cache).
     pub cached: bool,
     /// Dispatched without a request (the fast lane, see
@@ -204,6 +205,10 @@ pub(crate) struct Bio {
     pub lane: u32,
 }
 
+// Two cache lines: a field added to `Bio` that makes it larger belongs in
+// `BioCold` unless the common path touches it.
+const _: () = assert!(std::mem::size_of::<Bio>() == 128);
+
 impl Bio {
     fn empty() -> Self {
         Self {
@@ -216,12 +221,11 @@ impl Bio {
             buf: BioBuf::None,
             parts_left: 0,
             split: false,
-            parts: Vec::new(),
+            cold: None,
             done_bytes: 0,
             error: None,
             waker: None,
             orphaned: false,
-            keep: None,
             cached: false,
             tag: crate::tag::Tag::new(0),
             start_ns: 0,
@@ -241,12 +245,12 @@ impl Bio {
     /// Records the completion of one part: `asked` bytes at `bio_offset`
     /// within the bio, `result` bytes or a negative errno. Returns true when
     /// this was the last part.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn complete_part(&mut self, bio_offset: u64, asked: u64, result: i64) -> bool {
         if result < 0 {
             self.fail_part(result);
         } else if self.split {
-            self.parts.push((bio_offset, result as u64, asked));
+            self.record_part(bio_offset, result as u64, asked);
         } else {
             self.done_bytes = result as u64;
         }
@@ -255,14 +259,57 @@ impl Bio {
             return false;
         }
         if self.split {
-            self.done_bytes = transferred_prefix(&mut self.parts);
+            self.end_split();
         }
         self.state = BioState::Done;
         true
     }
+
+    /// Records a completed part of a split bio.
+    #[cold]
+    fn record_part(&mut self, bio_offset: u64, done: u64, asked: u64) {
+        self.cold_mut().parts.push((bio_offset, done, asked));
+    }
+
+    /// The last part of a split bio came: its result is the prefix its
+    /// parts transferred.
+    #[cold]
+    fn end_split(&mut self) {
+        self.done_bytes = transferred_prefix(&mut self.cold_mut().parts);
+    }
+}
+
+/// The part of a [`Bio`] that only split or orphaned bios use, boxed so
+/// that the bio itself fits two cache lines (its hot fields are touched
+/// at issue, dispatch and completion; with 128 IOs in flight a core's bios
+/// do not all stay in the L1, so each line is a miss per IO).
+#[derive(Debug, Default)]
+pub(crate) struct BioCold {
+    /// `(offset within the bio, bytes done, bytes asked)` per completed
+    /// part of a split bio, to compute the prefix that was transferred.
+    pub parts: Vec<(u64, u64, u64)>,
+    /// The memory of an orphaned bio, freed with the bio.
+    pub keep: Option<Keep>,
 }
 
 impl Bio {
+    /// The cold part, made on first use (a split or an orphaning: not the
+    /// common path).
+    #[inline]
+    pub(crate) fn cold_mut(&mut self) -> &mut BioCold {
+        self.cold.get_or_insert_with(Box::default)
+    }
+
+    /// Orphans the bio: its future was dropped, `keep` (if any) holds its
+    /// memory until the bio completes, and nobody waits for it.
+    pub(crate) fn orphan(&mut self, keep: Option<Keep>) {
+        self.orphaned = true;
+        self.waker = None;
+        if keep.is_some() {
+            self.cold_mut().keep = keep;
+        }
+    }
+
     /// Keeps the first error of the bio's parts (`result`, a negative
     /// errno).
     #[cold]
@@ -284,8 +331,9 @@ fn reset(bio: &mut Bio) -> bool {
     if !matches!(bio.buf, BioBuf::None) {
         forget_if_none(std::mem::take(&mut bio.buf));
     }
-    if !bio.parts.is_empty() {
-        bio.parts.clear();
+    if let Some(cold) = bio.cold.as_deref_mut() {
+        cold.parts.clear();
+        cold.keep = None;
     }
     bio.split = false;
     // Taken on the common path (the result's error by `take_result`, the
@@ -297,9 +345,6 @@ fn reset(bio: &mut Bio) -> bool {
         bio.waker = None;
     }
     bio.orphaned = false;
-    if bio.keep.is_some() {
-        bio.keep = None;
-    }
     bio.done_bytes = 0;
     bio.cached
 }

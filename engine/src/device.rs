@@ -669,9 +669,7 @@ impl Issued {
         // orphaned.
         if bios.take_result(id).is_none() {
             if let Some(bio) = bios.get_mut(id) {
-                bio.orphaned = true;
-                bio.waker = None;
-                bio.keep = keep;
+                bio.orphan(keep);
             }
         }
     }

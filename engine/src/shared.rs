@@ -209,9 +209,7 @@ impl DeviceShared {
             if let Some(r) = bios.take_result(id) {
                 drop((r, keep));
             } else if let Some(bio) = bios.get_mut(id) {
-                bio.orphaned = true;
-                bio.waker = None;
-                bio.keep = keep;
+                bio.orphan(keep);
             }
         }
     }
