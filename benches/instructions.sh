@@ -29,7 +29,9 @@
 # function (self instructions: a function's own code and what was inlined
 # into it), written to DIR/WORKLOAD.ENGINE.functions.txt, the 12 largest
 # of each plugio workload in table.md: run it before and after a hot-path
-# change to see which step moved.
+# change to see which step moved. The L1D misses are split the same way by
+# function and source line (DIR/WORKLOAD.ENGINE.misses.txt, the 10 largest
+# in table.md): which line fetches which piece of per-IO state again.
 #
 # Workloads:
 #   nop        --engine nop  vs  --engine raw --nop
@@ -190,6 +192,14 @@ with open(path.replace(".cglock.jsonl", ".functions.txt"), "w") as f:
     for d, name in reversed(rows):
         if d >= 1:
             f.write(f"{d:8.1f}  {name[:140]}\n")
+# Where its simulated L1D misses go, by function and source line, the two
+# runs differenced the same way (>= 0.05 per IO).
+ma, mb = runs[n1][io].get("misses", {}), runs[n2][io].get("misses", {})
+rows = sorted(((mb.get(k, 0) - ma.get(k, 0)) / (n2 - n1) / div, k) for k in set(ma) | set(mb))
+with open(path.replace(".cglock.jsonl", ".misses.txt"), "w") as f:
+    for d, name in reversed(rows):
+        if d >= 0.05:
+            f.write(f"{d:6.2f}  {name[:160]}\n")
 allt = set(runs[n1]) | set(runs[n2])
 proc = lambda n: sum(r["ir"] for r in runs[n].values())
 print("\t".join([workload, engine, str(io),
@@ -232,6 +242,16 @@ measure randrw-4k raw --engine raw --filename "$DATA" --direct 0 --rw randrw --r
     echo
     echo '```'
     head -12 "$f"
+    echo '```'
+  done
+  echo
+  echo "Where the IO thread's simulated L1D misses go: misses per IO by function and source line (the file of the code inlined there), the 10 largest for each plugio workload (all at >= 0.05 per IO in \`$OUT/WORKLOAD.ENGINE.misses.txt\`). A line here is where a cache line of per-IO state (a task, a future, a bio, an SQE) is fetched again:"
+  for f in "$OUT"/nop.nop.misses.txt "$OUT"/cached-4k.plugio.misses.txt "$OUT"/seq-4k.plugio.misses.txt "$OUT"/randrw-4k.plugio.misses.txt; do
+    echo
+    echo "$(basename "$f" .misses.txt):"
+    echo
+    echo '```'
+    head -10 "$f"
     echo '```'
   done
   echo

@@ -22,6 +22,11 @@ of a run with `--cache-sim=yes`.
          the function's own code, inlined callees included, calls to
          functions that were not inlined excluded), the unit of the
          per-function tables of benches/instructions.sh.
+         With --cache-sim=yes it also gives the simulated L1 data cache
+         misses (D1mr + D1mw) by function and source line (`misses`,
+         "FUNCTION @ FILE:LINE", the file being the inlined callee's where
+         code was inlined): which line of the path fetches each cache line
+         again.
 --check  also check that the executed addresses of each object are
          instruction starts in objdump's listing (validates the matching;
          slower).
@@ -118,6 +123,10 @@ def parse(path):
     last = None  # previous position tuple
     skip_next_cost = False
     cost = defaultdict(int)  # (ob, addr) -> Ir
+    # (fn, file, line) -> simulated L1D misses, where the events have them
+    misses = defaultdict(int)
+    miss_idx = None
+    cur_fl, cur_file = "", ""
     fn_of = {}
     thread = None
     total_header = None
@@ -148,6 +157,10 @@ def parse(path):
                     continue
                 vals = parts[npos:]
                 ir = parse_number(vals[0]) if vals else 0
+                if miss_idx and len(pos) > 1:
+                    d1 = sum(parse_number(vals[i]) for i in miss_idx if i < len(vals))
+                    if d1:
+                        misses[(cur["fn"], cur_file, pos[1])] += d1
                 if ir:
                     addr = pos[0]
                     k = (cur["ob"], addr)
@@ -169,6 +182,12 @@ def parse(path):
                     name = value
                 if key in ("ob", "fn"):
                     cur[key] = name
+                if key == "fn":
+                    cur_file = cur_fl
+                elif key == "fl":
+                    cur_fl = cur_file = name
+                elif key in ("fi", "fe"):
+                    cur_file = name
                 continue
             if sep and key in ("calls", "jump", "jcnd"):
                 skip_next_cost = True
@@ -177,6 +196,7 @@ def parse(path):
                 positions = line.split(":", 1)[1].split()
             elif line.startswith("events:"):
                 events = line.split(":", 1)[1].split()
+                miss_idx = [i for i, e in enumerate(events) if e in ("D1mr", "D1mw")]
             elif line.startswith("thread:"):
                 thread = line.split(":", 1)[1].strip()
             elif line.startswith(("summary:", "totals:")):
@@ -189,11 +209,11 @@ def parse(path):
     # Every event's total (Ir, and with --cache-sim=yes the simulated cache
     # events such as D1mr and D1mw), from the header.
     totals = dict(zip(events or ["Ir"], summary or []))
-    return cost, fn_of, thread, total_header, totals
+    return cost, fn_of, thread, total_header, totals, misses
 
 
 def analyse(path, top, check, functions=False):
-    cost, fn_of, thread, total_header, totals = parse(path)
+    cost, fn_of, thread, total_header, totals, misses = parse(path)
     per_ob = defaultdict(lambda: [0, 0])  # ob -> [Ir, locked Ir]
     locked_rows = []
     unmatched = 0
@@ -235,6 +255,11 @@ def analyse(path, top, check, functions=False):
         for k, ir in cost.items():
             per_fn[fn_of[k]] += ir
         result["functions"] = dict(sorted(per_fn.items(), key=lambda kv: -kv[1]))
+        if misses:
+            result["misses"] = {
+                f"{fn} @ {'/'.join(fl.split('/')[-3:])}:{line}": n
+                for (fn, fl, line), n in sorted(misses.items(), key=lambda kv: -kv[1])
+            }
     return result
 
 
