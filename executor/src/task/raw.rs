@@ -106,14 +106,17 @@ pub(crate) const UNREGISTERED: usize = usize::MAX;
 
 /// The type-independent start of every task allocation.
 ///
-/// Laid out in order (`repr(C)`) and aligned to a cache line, so that what
-/// a local wake and poll of the task touch (`state`, `vtable`, `owner`,
-/// `core`, the local count and wake flag) shares the header's first line:
+/// Laid out in order (`repr(C)`), so that what a local wake and poll of
+/// the task touch (`state`, `vtable`, `owner`, `core`, the local count and
+/// wake flag) lies in the header's first 41 bytes, one cache line or two
+/// (the allocation is 16-byte aligned), not spread over the header's 120:
 /// with a core's hundreds of IO tasks in flight, a task's lines have left
 /// the L1 by the time its IO completes, and each is a miss per IO. The
 /// fields after `local` are touched by cross-core wakes, joins and the
-/// group list, not per IO on the owner core.
-#[repr(C, align(64))]
+/// group list, not per IO on the owner core. Not aligned to a line: a
+/// boxed over-aligned task takes glibc's `memalign` path, which made a
+/// spawn 45 % slower (`benches/executor.rs`, `spawn_join`).
+#[repr(C)]
 pub(crate) struct Header {
     /// The state bits (see `state`): every transition goes through it.
     pub(crate) state: State,
@@ -130,7 +133,7 @@ pub(crate) struct Header {
     pub(crate) join_waker: AtomicWaker,
 }
 
-// The per-IO fields end within the first line (see `Header`).
+// The per-IO fields stay within the first 64 bytes (see `Header`).
 const _: () = assert!(std::mem::offset_of!(Header, local) + std::mem::size_of::<usize>() * 2 <= 64);
 
 /// The owner-thread-only part of the header; `refs` and `notified` first
