@@ -554,6 +554,24 @@ fn cli_refuses_a_target_too_small_naming_the_line() {
 }
 
 #[test]
+fn cli_a_dangling_symlink_as_target_is_named_as_such() {
+    let dir = tmpdir();
+    let target = dir.path().join("link");
+    let missing = dir.path().join("missing");
+    std::os::unix::fs::symlink(&missing, &target).unwrap();
+    let t = target.display().to_string();
+    let o = plugio(&["replay", &data("small.csv"), "--filename", &t, "--quiet"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("is a symbolic link to") && e.contains("which does not exist"),
+        "{e}"
+    );
+    assert!(e.contains(&missing.display().to_string()), "{e}");
+    assert!(!missing.exists(), "nothing was created through the link");
+}
+
+#[test]
 fn cli_text_output_has_ops_engine_figures_and_lag() {
     let dir = tmpdir();
     let t = dir.path().join("t").display().to_string();

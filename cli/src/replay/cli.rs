@@ -356,6 +356,16 @@ fn prepare_target(path: &Path, trace: &Trace) -> Result<bool, ReplayError> {
         trace.check_fits(path, size, 1)?;
         return Ok(false);
     }
+    // `exists` follows a symbolic link; one that points nowhere would make
+    // `create_new` fail with a bare "File exists".
+    if let Ok(link) = std::fs::read_link(path) {
+        return Err(ReplayError::usage(format!(
+            "the target {} is a symbolic link to {}, which does not exist: create that file \
+             (or device) first, or give --filename another path",
+            path.display(),
+            link.display()
+        )));
+    }
     let file = OpenOptions::new()
         .write(true)
         .create_new(true)
