@@ -158,6 +158,14 @@ mod tests {
                 "t.csv:1: write at byte 9223372036854775808",
             ),
             ("\u{7}\0,R\n", "t.csv:1: expected 4 comma-separated fields"),
+            // A byte-order mark (or another invisible character) inside the
+            // file is shown escaped, else the message names a field that
+            // looks right.
+            (
+                "0,R,0,512\n\u{feff}1,R,0,512\n",
+                "t.csv:2: time_ns '\\u{feff}1' is not a whole number",
+            ),
+            ("0,R,\u{200b}0,512\n", "t.csv:1: offset_bytes '\\u{200b}0'"),
         ];
         for (text, want) in cases {
             let e = csv(text).unwrap_err().to_string();

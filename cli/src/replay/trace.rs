@@ -218,9 +218,9 @@ impl Default for ParseOptions {
     }
 }
 
-/// `line` as it may be echoed in a message: control characters escaped
-/// (`\u{7}`, never a raw bell or NUL on the terminal), at most 120
-/// characters.
+/// `line` as it may be echoed in a message: control and invisible
+/// characters escaped (`\u{7}`, never a raw bell or NUL on the terminal;
+/// see [`push_shown`]), at most 120 characters.
 pub(crate) fn printable(line: &str) -> String {
     let mut out = String::new();
     for (n, c) in line.chars().enumerate() {
@@ -228,13 +228,26 @@ pub(crate) fn printable(line: &str) -> String {
             out.push_str("...");
             break;
         }
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
+        push_shown(&mut out, c);
     }
     out
+}
+
+/// Pushes `c` onto a message, escaped (`\u{feff}`) when a terminal would
+/// not show it: a control character, or an invisible format character (a
+/// byte-order mark, a zero-width space or joiner, a soft hyphen, a bidi
+/// control), which would leave a message such as "'0' is not a whole
+/// number" with nothing visibly wrong.
+pub(crate) fn push_shown(out: &mut String, c: char) {
+    let invisible = matches!(c,
+        '\u{00ad}' | '\u{061c}' | '\u{180e}' | '\u{200b}'..='\u{200f}'
+        | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2064}'
+        | '\u{2066}'..='\u{2069}' | '\u{feff}');
+    if c.is_control() || invisible {
+        out.extend(c.escape_default());
+    } else {
+        out.push(c);
+    }
 }
 
 /// Where parsers put IOs: counts skipped lines, enforces the limit and the
@@ -274,11 +287,7 @@ impl<'a> Sink<'a> {
                 safe.push_str("...");
                 break;
             }
-            if c.is_control() {
-                safe.extend(c.escape_default());
-            } else {
-                safe.push(c);
-            }
+            push_shown(&mut safe, c);
         }
         ReplayError::Parse {
             source: self.name.to_string(),
