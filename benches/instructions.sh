@@ -184,22 +184,21 @@ with open(path.replace(".cglock.jsonl", ".locked.txt"), "w") as f:
         d = (t["ir"] - before.get(t["addr"], 0)) / (n2 - n1) / div
         if d >= 0.005:
             f.write(f"{d:6.3f}  {t['insn'].split('#')[0].strip():32} {t['fn']}\n")
+def write_differenced(key, suffix, least, fmt, width):
+    """The IO thread's per-IO figures of `key` (a dict per run), the two
+    runs differenced, those >= `least`, largest first, into the file named
+    by `suffix`."""
+    a, b = runs[n1][io].get(key, {}), runs[n2][io].get(key, {})
+    rows = sorted(((b.get(k, 0) - a.get(k, 0)) / (n2 - n1) / div, k) for k in set(a) | set(b))
+    with open(path.replace(".cglock.jsonl", suffix), "w") as f:
+        for d, name in reversed(rows):
+            if d >= least:
+                f.write(f"{d:{fmt}}  {name[:width]}\n")
 # Where the IO thread's instructions go: self instructions per IO by
-# function (inlined callees included), the two runs differenced.
-fa, fb = runs[n1][io].get("functions", {}), runs[n2][io].get("functions", {})
-rows = sorted(((fb.get(k, 0) - fa.get(k, 0)) / (n2 - n1) / div, k) for k in set(fa) | set(fb))
-with open(path.replace(".cglock.jsonl", ".functions.txt"), "w") as f:
-    for d, name in reversed(rows):
-        if d >= 1:
-            f.write(f"{d:8.1f}  {name[:140]}\n")
-# Where its simulated L1D misses go, by function and source line, the two
-# runs differenced the same way (>= 0.05 per IO).
-ma, mb = runs[n1][io].get("misses", {}), runs[n2][io].get("misses", {})
-rows = sorted(((mb.get(k, 0) - ma.get(k, 0)) / (n2 - n1) / div, k) for k in set(ma) | set(mb))
-with open(path.replace(".cglock.jsonl", ".misses.txt"), "w") as f:
-    for d, name in reversed(rows):
-        if d >= 0.05:
-            f.write(f"{d:6.2f}  {name[:160]}\n")
+# function (inlined callees included).
+write_differenced("functions", ".functions.txt", 1, "8.1f", 140)
+# Where its simulated L1D misses go, by function and source line.
+write_differenced("misses", ".misses.txt", 0.05, "6.2f", 160)
 allt = set(runs[n1]) | set(runs[n2])
 proc = lambda n: sum(r["ir"] for r in runs[n].values())
 print("\t".join([workload, engine, str(io),
