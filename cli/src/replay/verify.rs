@@ -274,6 +274,15 @@ mod tests {
         }
     }
 
+    /// The map after recording `ios` in order.
+    fn recorded(ios: &[TraceIo], unwritten: Unwritten) -> BlockMap {
+        let mut map = BlockMap::new(unwritten);
+        for (i, x) in ios.iter().enumerate() {
+            map.record(i as u64, x);
+        }
+        map
+    }
+
     #[test]
     fn the_map_keeps_the_last_write_and_forgets_discards() {
         let ios = [
@@ -281,10 +290,7 @@ mod tests {
             io(TraceOp::Write, 1024, 512),
             io(TraceOp::Discard, 1536, 512),
         ];
-        let mut map = BlockMap::new(Unwritten::Zeros);
-        for (i, x) in ios.iter().enumerate() {
-            map.record(i as u64, x);
-        }
+        let map = recorded(&ios, Unwritten::Zeros);
         assert_eq!(map.expect(0), Expect::Write(0));
         assert_eq!(map.expect(2), Expect::Write(1));
         assert_eq!(map.expect(3), Expect::Unchecked);
@@ -320,10 +326,7 @@ mod tests {
         // last, both 1 GiB.
         ios.push(io(TraceOp::Write, 4 * GIB + 4096, GIB));
         ios.push(io(TraceOp::Write, 16 * GIB - 512, GIB));
-        let mut map = BlockMap::new(Unwritten::Zeros);
-        for (i, x) in ios.iter().enumerate() {
-            map.record(i as u64, x);
-        }
+        let map = recorded(&ios, Unwritten::Zeros);
         // The eight discards join into one range, which the first write
         // splits in three and the second shortens: 4 entries for 18 GiB
         // of trace (one per sector was 35.7 million).
@@ -355,10 +358,7 @@ mod tests {
             io(TraceOp::Discard, 4096, 512),
             io(TraceOp::Write, 8192, 512),
         ];
-        let mut map = BlockMap::new(Unwritten::Unchecked);
-        for (i, x) in ios.iter().enumerate() {
-            map.record(i as u64, x);
-        }
+        let map = recorded(&ios, Unwritten::Unchecked);
         assert_eq!(map.written_runs(), [(0, 1536), (8192, 512)]);
         assert_eq!(map.expect(9), Expect::Unchecked);
         assert_eq!(map.expect(17), Expect::Unchecked);
