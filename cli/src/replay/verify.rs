@@ -350,6 +350,70 @@ mod tests {
     }
 
     #[test]
+    fn the_range_map_agrees_with_a_map_per_sector_on_random_traces() {
+        use rand::{Rng, SeedableRng};
+        for seed in 0..200u64 {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let ios: Vec<TraceIo> = (0..rng.gen_range(1..60))
+                .map(|_| {
+                    let op = match rng.gen_range(0..10) {
+                        0..=5 => TraceOp::Write,
+                        6..=7 => TraceOp::Discard,
+                        8 => TraceOp::Read,
+                        _ => TraceOp::Flush,
+                    };
+                    let len = if op == TraceOp::Flush {
+                        0
+                    } else {
+                        rng.gen_range(1..40) * SECTOR_BYTES
+                    };
+                    io(op, rng.gen_range(0..200) * SECTOR_BYTES, len)
+                })
+                .collect();
+            let unwritten = if seed % 2 == 0 {
+                Unwritten::Zeros
+            } else {
+                Unwritten::Unchecked
+            };
+            let map = recorded(&ios, unwritten);
+            // The model: the last write or discard of each sector.
+            let mut last = std::collections::BTreeMap::new();
+            for (i, x) in ios.iter().enumerate() {
+                let v = match x.op {
+                    TraceOp::Write => i as u64,
+                    TraceOp::Discard => DISCARDED,
+                    _ => continue,
+                };
+                for s in sectors_of(x.offset_bytes, x.len_bytes) {
+                    last.insert(s, v);
+                }
+            }
+            for s in 0..260 {
+                let want = match last.get(&s) {
+                    Some(&DISCARDED) => Expect::Unchecked,
+                    Some(&v) => Expect::Write(v),
+                    None if unwritten == Unwritten::Zeros => Expect::Zeros,
+                    None => Expect::Unchecked,
+                };
+                assert_eq!(map.expect(s), want, "seed {seed}, sector {s}");
+            }
+            // The read-back covers exactly the written sectors, once each.
+            let mut read: Vec<u64> = map
+                .written_runs()
+                .iter()
+                .flat_map(|&(off, len)| sectors_of(off, len))
+                .collect();
+            let written: Vec<u64> = last
+                .iter()
+                .filter(|(_, &v)| v != DISCARDED)
+                .map(|(&s, _)| s)
+                .collect();
+            read.sort_unstable();
+            assert_eq!(read, written, "seed {seed}");
+        }
+    }
+
+    #[test]
     fn neighbouring_writes_are_read_back_as_one_run() {
         let ios = [
             io(TraceOp::Write, 0, 512),
