@@ -234,20 +234,32 @@ pub(crate) fn printable(line: &str) -> String {
 }
 
 /// Pushes `c` onto a message, escaped (`\u{feff}`) when a terminal would
-/// not show it: a control character, or an invisible format character (a
-/// byte-order mark, a zero-width space or joiner, a soft hyphen, a bidi
-/// control), which would leave a message such as "'0' is not a whole
-/// number" with nothing visibly wrong.
+/// not show it: a control character, or one that draws nothing (see
+/// [`draws_nothing`]), which would leave a message such as "'0' is not a
+/// whole number" with nothing visibly wrong.
 pub(crate) fn push_shown(out: &mut String, c: char) {
-    let invisible = matches!(c,
-        '\u{00ad}' | '\u{061c}' | '\u{180e}' | '\u{200b}'..='\u{200f}'
-        | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2064}'
-        | '\u{2066}'..='\u{2069}' | '\u{feff}');
-    if c.is_control() || invisible {
+    if c.is_control() || draws_nothing(c) {
         out.extend(c.escape_default());
     } else {
         out.push(c);
     }
+}
+
+/// True for the characters Unicode marks Default_Ignorable_Code_Point
+/// (a terminal draws nothing for them: byte-order mark, soft hyphen,
+/// zero-width spaces and joiners, bidi controls, variation selectors, tag
+/// characters, the Hangul fillers; DerivedCoreProperties.txt of Unicode
+/// 15.1), the noncharacters U+FFFE and U+FFFF, and the line and paragraph
+/// separators, which break a line without being a control character.
+fn draws_nothing(c: char) -> bool {
+    matches!(c,
+        '\u{00ad}' | '\u{034f}' | '\u{061c}' | '\u{115f}'..='\u{1160}'
+        | '\u{17b4}'..='\u{17b5}' | '\u{180b}'..='\u{180f}'
+        | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}'
+        | '\u{2060}'..='\u{206f}' | '\u{3164}' | '\u{fe00}'..='\u{fe0f}'
+        | '\u{feff}' | '\u{ffa0}' | '\u{fff0}'..='\u{fff8}'
+        | '\u{fffe}'..='\u{ffff}' | '\u{1bca0}'..='\u{1bca3}'
+        | '\u{1d173}'..='\u{1d17a}' | '\u{e0000}'..='\u{e0fff}')
 }
 
 /// Where parsers put IOs: counts skipped lines, enforces the limit and the
@@ -373,6 +385,57 @@ mod tests {
 
     fn parse_auto(text: &str) -> Result<Trace, ReplayError> {
         parse(text, "t", &ParseOptions::default())
+    }
+
+    #[test]
+    fn characters_that_draw_nothing_are_escaped_and_visible_ones_kept() {
+        let shown = |c: char| {
+            let mut s = String::new();
+            push_shown(&mut s, c);
+            s
+        };
+        // One from each Default_Ignorable range, the noncharacters and the
+        // line and paragraph separators.
+        for c in [
+            '\u{ad}',
+            '\u{34f}',
+            '\u{61c}',
+            '\u{115f}',
+            '\u{17b4}',
+            '\u{180e}',
+            '\u{200d}',
+            '\u{2028}',
+            '\u{2029}',
+            '\u{202e}',
+            '\u{2065}',
+            '\u{3164}',
+            '\u{fe0f}',
+            '\u{feff}',
+            '\u{ffa0}',
+            '\u{fff0}',
+            '\u{fffe}',
+            '\u{ffff}',
+            '\u{1bca0}',
+            '\u{1d173}',
+            '\u{e0001}',
+            '\u{e007f}',
+            '\u{e0fff}',
+            '\u{7}',
+            '\u{85}',
+        ] {
+            assert_eq!(shown(c), c.escape_default().to_string(), "{:#x}", c as u32);
+        }
+        for c in [
+            'a',
+            'é',
+            '中',
+            '\u{1f600}',
+            '\u{2010}',
+            '\u{fe10}',
+            '\u{e1000}',
+        ] {
+            assert_eq!(shown(c), c.to_string(), "{:#x}", c as u32);
+        }
     }
 
     #[test]
