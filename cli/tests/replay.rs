@@ -572,6 +572,40 @@ fn cli_a_dangling_symlink_as_target_is_named_as_such() {
 }
 
 #[test]
+fn cli_a_chain_or_loop_of_symlinks_as_target_names_its_end() {
+    let dir = tmpdir();
+    let at = |name: &str| dir.path().join(name);
+    let run = |target: &std::path::Path| {
+        let t = target.display().to_string();
+        let o = plugio(&["replay", &data("small.csv"), "--filename", &t, "--quiet"]);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        stderr(&o)
+    };
+    // a -> b -> c (relative), c missing: the message names c, not b.
+    std::os::unix::fs::symlink("b", at("a")).unwrap();
+    std::os::unix::fs::symlink(at("c"), at("b")).unwrap();
+    let e = run(&at("a"));
+    assert!(e.contains("a chain of 2 symbolic links ending at"), "{e}");
+    assert!(e.contains(&at("c").display().to_string()), "{e}");
+    assert!(!at("c").exists(), "nothing was created through the chain");
+    // A relative link in another directory is named by where it leads
+    // from there.
+    std::fs::create_dir(at("sub")).unwrap();
+    std::os::unix::fs::symlink("x", at("sub/l")).unwrap();
+    let e = run(&at("sub/l"));
+    assert!(e.contains("is a symbolic link to"), "{e}");
+    assert!(e.contains(&at("sub/x").display().to_string()), "{e}");
+    // x -> y -> x, and s -> s.
+    std::os::unix::fs::symlink("y", at("x")).unwrap();
+    std::os::unix::fs::symlink("x", at("y")).unwrap();
+    std::os::unix::fs::symlink("s", at("s")).unwrap();
+    for looped in ["x", "s"] {
+        let e = run(&at(looped));
+        assert!(e.contains("a loop of symbolic links"), "{looped}: {e}");
+    }
+}
+
+#[test]
 fn cli_text_output_has_ops_engine_figures_and_lag() {
     let dir = tmpdir();
     let t = dir.path().join("t").display().to_string();

@@ -347,6 +347,59 @@ fn long_span_note(timing: Timing, trace: &Trace) -> Option<String> {
     })
 }
 
+/// The most symbolic links followed in one path resolution (Linux's
+/// `MAXSYMLINKS`); a longer chain fails with `ELOOP`.
+const MAX_LINK_HOPS: usize = 40;
+
+/// Why `path`, which does not resolve to a file, is a broken symbolic link
+/// (the missing file at the end of its chain of links, or a loop) and what
+/// to change. `None` when `path` is no symbolic link at all.
+fn broken_link(path: &Path) -> Option<String> {
+    let is_link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+    if !is_link {
+        return None;
+    }
+    let mut seen = vec![path.to_path_buf()];
+    let mut at = path.to_path_buf();
+    for _ in 0..MAX_LINK_HOPS {
+        let Ok(to) = std::fs::read_link(&at) else {
+            // The end of the chain: missing, or there but not reachable
+            // (permissions), which the caller's own error reports.
+            let missing = std::fs::symlink_metadata(&at)
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
+            return missing.then(|| {
+                if seen.len() == 2 {
+                    format!(
+                        "a symbolic link to {}, which does not exist: create that file (or \
+                         device) first",
+                        at.display()
+                    )
+                } else {
+                    format!(
+                        "a chain of {} symbolic links ending at {}, which does not exist: create that \
+                         file (or device) first",
+                        seen.len() - 1,
+                        at.display()
+                    )
+                }
+            });
+        };
+        // A relative link is relative to the directory that holds it.
+        at = at.parent().unwrap_or(Path::new("")).join(to);
+        if seen.contains(&at) {
+            return Some(format!(
+                "a loop of symbolic links (through {}): break the loop",
+                at.display()
+            ));
+        }
+        seen.push(at.clone());
+    }
+    Some(format!(
+        "a chain of more than {MAX_LINK_HOPS} symbolic links, more than the kernel follows: \
+         point it at the file directly"
+    ))
+}
+
 /// Creates the target (sparse, the trace's extent) when it does not exist;
 /// returns whether it did.
 fn prepare_target(path: &Path, trace: &Trace) -> Result<bool, ReplayError> {
@@ -356,14 +409,12 @@ fn prepare_target(path: &Path, trace: &Trace) -> Result<bool, ReplayError> {
         trace.check_fits(path, size, 1)?;
         return Ok(false);
     }
-    // `exists` follows a symbolic link; one that points nowhere would make
+    // `exists` follows symbolic links; one that leads nowhere would make
     // `create_new` fail with a bare "File exists".
-    if let Ok(link) = std::fs::read_link(path) {
+    if let Some(why) = broken_link(path) {
         return Err(ReplayError::usage(format!(
-            "the target {} is a symbolic link to {}, which does not exist: create that file \
-             (or device) first, or give --filename another path",
+            "the target {} is {why}, or give --filename another path",
             path.display(),
-            link.display()
         )));
     }
     let file = OpenOptions::new()
