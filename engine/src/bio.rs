@@ -20,6 +20,7 @@
 use std::task::Waker;
 
 use plugio_device::{Error, IoFlags, OpKind};
+use smallvec::SmallVec;
 
 /// Names a bio in its core's [`BioTable`]: slot index and generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -288,7 +289,11 @@ impl Bio {
 pub(crate) struct BioCold {
     /// `(offset within the bio, bytes done, bytes asked)` per completed
     /// part of a split bio, to compute the prefix that was transferred.
-    pub parts: Vec<(u64, u64, u64)>,
+    /// Four inline, so that a bio split in up to four requests costs no
+    /// allocation beyond this box (with the bio cache off, a split bio
+    /// allocates the bio and this box, as it allocated the bio and a vector
+    /// before the box).
+    pub parts: SmallVec<[(u64, u64, u64); 4]>,
     /// The memory of an orphaned bio, freed with the bio.
     pub keep: Option<Keep>,
 }

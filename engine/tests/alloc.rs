@@ -165,3 +165,46 @@ fn steady_state_read_at_16_in_flight_allocates_nothing_per_io() {
         );
     });
 }
+
+/// Reads of 16 KiB split in four 4 KiB requests (`max_request_bytes`):
+/// a split bio's per-part results live in the bio's cold part, so with the
+/// caches on the loop allocates nothing per IO, and with the bio cache off
+/// each IO allocates exactly its bio and that cold part (none for the
+/// parts themselves: up to four are held inline).
+#[test]
+fn split_reads_allocate_nothing_per_io_and_two_without_the_bio_cache() {
+    let (_dir, path) = file(4 << 20);
+    for bio_cache in [true, false] {
+        let ex = plugio_engine::runtime::local(RingConfig::default()).expect("executor");
+        ex.run(async {
+            let opts = DeviceOptions {
+                bio_cache,
+                max_request_bytes: Some(4096),
+                ..DeviceOptions::default()
+            };
+            let dev = Device::open(&path, opts).expect("open");
+            async fn pass(dev: &Device, mut b: plugio_device::DmaBuf, n: u64) -> plugio_device::DmaBuf {
+                for i in 0..n {
+                    let (r, back) = dev.read_at(b, i * 16384 % (4 << 20)).await;
+                    assert_eq!(r.expect("read"), 16384);
+                    b = back;
+                }
+                b
+            }
+            let buf = pass(&dev, dev.alloc_buf(16384), 500).await; // warm up
+            let mut slot = Some(buf);
+            let ios = IOS / 4;
+            let allocs = count(async {
+                let b = slot.take().expect("buffer");
+                slot = Some(pass(&dev, b, ios).await);
+            })
+            .await;
+            println!("split reads, bio cache {bio_cache}: {allocs} allocations for {ios} IOs");
+            let per_io = if bio_cache { 0 } else { 2 };
+            assert!(
+                (per_io * ios..=per_io * ios + ONE_OFF_GROWTHS).contains(&allocs),
+                "{allocs} allocations for {ios} split IOs, bio cache {bio_cache}: want {per_io} per IO"
+            );
+        });
+    }
+}
