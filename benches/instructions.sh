@@ -29,7 +29,13 @@
 # function (self instructions: a function's own code and what was inlined
 # into it), written to DIR/WORKLOAD.ENGINE.functions.txt, the 12 largest
 # of each plugio workload in table.md: run it before and after a hot-path
-# change to see which step moved. The L1D misses are split the same way by
+# change to see which step moved. The same instructions are summed by
+# layer, the workspace crate whose source ran (engine, executor, device,
+# the io-uring crate, the bench loop of cli; inlined std code counts for
+# the workspace code it sits in), into DIR/WORKLOAD.ENGINE.layers.json and
+# a table in table.md: what each layer of the path costs per IO, against
+# the raw loop's whole; and by source file, the steps of the path
+# (DIR/WORKLOAD.ENGINE.files.txt, the 15 largest in table.md). The L1D misses are split the same way by
 # function and source line (DIR/WORKLOAD.ENGINE.misses.txt, the 10 largest
 # in table.md): which line fetches which piece of per-IO state again.
 #
@@ -199,6 +205,14 @@ def write_differenced(key, suffix, least, fmt, width):
 write_differenced("functions", ".functions.txt", 1, "8.1f", 140)
 # Where its simulated L1D misses go, by function and source line.
 write_differenced("misses", ".misses.txt", 0.05, "6.2f", 160)
+# And by workspace source file (the steps of the path).
+write_differenced("source_files", ".files.txt", 1, "8.1f", 100)
+# Its instructions per IO by layer (the crate whose code ran), for the
+# layers table.
+la, lb = runs[n1][io].get("layers", {}), runs[n2][io].get("layers", {})
+layers = {k: (lb.get(k, 0) - la.get(k, 0)) / (n2 - n1) / div for k in set(la) | set(lb)}
+with open(path.replace(".cglock.jsonl", ".layers.json"), "w") as f:
+    json.dump(layers, f)
 allt = set(runs[n1]) | set(runs[n2])
 proc = lambda n: sum(r["ir"] for r in runs[n].values())
 print("\t".join([workload, engine, str(io),
@@ -241,6 +255,34 @@ measure randrw-4k raw --engine raw --filename "$DATA" --direct 0 --rw randrw --r
     echo
     echo '```'
     head -12 "$f"
+    echo '```'
+  done
+  echo
+  echo 'The IO thread'"'"'s instructions per IO by layer: the crate whose source ran (the bench is the `plugio bench` loop of `cli`; for the raw rows it is the whole loop). Code of std, core, alloc or another crate inlined into a function counts for the workspace line just before it in that function'"'"'s code (`cglock.py --functions`); glibc'"'"'s functions are libc. Each row adds up to the table'"'"'s per-IO figure to within rounding:'
+  echo
+  python3 - "$OUT" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+order = ["engine", "executor", "device", "io-uring crate", "bench (cli)", "libc", "other"]
+rows = []
+for label in ["nop.nop", "nop.raw", "cached-4k.plugio", "cached-4k.raw", "seq-4k.plugio", "seq-4k.raw", "randrw-4k.plugio", "randrw-4k.raw"]:
+    p = os.path.join(out, label + ".layers.json")
+    if os.path.exists(p):
+        rows.append((label, json.load(open(p))))
+print("| workload.engine | " + " | ".join(order) + " | total |")
+print("|---" * (len(order) + 2) + "|")
+for label, l in rows:
+    cells = [f"{l.get(k, 0):.0f}" for k in order]
+    print(f"| {label} | " + " | ".join(cells) + f" | {sum(l.values()):.0f} |")
+PY
+  echo
+  echo "The same by source file, the steps of one IO's path (inlined std code counted as above), the 15 largest for each plugio workload (every file at >= 1 per IO in \`$OUT/WORKLOAD.ENGINE.files.txt\`):"
+  for f in "$OUT"/nop.nop.files.txt "$OUT"/cached-4k.plugio.files.txt "$OUT"/seq-4k.plugio.files.txt "$OUT"/randrw-4k.plugio.files.txt; do
+    echo
+    echo "$(basename "$f" .files.txt):"
+    echo
+    echo '```'
+    head -15 "$f"
     echo '```'
   done
   echo

@@ -21,7 +21,15 @@ of a run with `--cache-sim=yes`.
 --functions  also give each function's self Ir (instructions executed in
          the function's own code, inlined callees included, calls to
          functions that were not inlined excluded), the unit of the
-         per-function tables of benches/instructions.sh.
+         per-function tables of benches/instructions.sh, and each
+         layer's (`layers`): the Ir of the workspace crate whose source
+         ran (executor, engine, device, the bench in cli, the io-uring
+         crate). Code of std, core, alloc or another crate inlined into a
+         function counts for the workspace source line just before it in
+         that function's code (an inlined helper sits among its caller's
+         instructions), else for the function's crate; glibc's functions
+         are `libc`. The same by workspace source file (`source_files`,
+         `engine/src/flush.rs`): the steps of one IO's path.
          With --cache-sim=yes it also gives the simulated L1 data cache
          misses (D1mr + D1mw) by function and source line (`misses`,
          "FUNCTION @ FILE:LINE", the file being the inlined callee's where
@@ -125,6 +133,8 @@ def parse(path):
     cost = defaultdict(int)  # (ob, addr) -> Ir
     # (fn, file, line) -> simulated L1D misses, where the events have them
     misses = defaultdict(int)
+    # (fn, address) -> [file, Ir]: which source file's code ran where
+    ir_by_source = {}
     miss_idx = None
     cur_fl, cur_file = "", ""
     fn_of = {}
@@ -162,6 +172,8 @@ def parse(path):
                     if d1:
                         misses[(cur["fn"], cur_file, pos[1])] += d1
                 if ir:
+                    src = ir_by_source.setdefault((cur["fn"], pos[0]), [cur_file, 0])
+                    src[1] += ir
                     addr = pos[0]
                     k = (cur["ob"], addr)
                     cost[k] += ir
@@ -209,11 +221,95 @@ def parse(path):
     # Every event's total (Ir, and with --cache-sim=yes the simulated cache
     # events such as D1mr and D1mw), from the header.
     totals = dict(zip(events or ["Ir"], summary or []))
-    return cost, fn_of, thread, total_header, totals, misses
+    return cost, fn_of, thread, total_header, totals, misses, ir_by_source
+
+
+# The layer of a source file of this workspace (by its crate's directory),
+# checked in order; None for code of other crates and the standard library.
+LAYER_OF_PATH = [
+    ("/executor/src/", "executor"),
+    ("/engine/src/", "engine"),
+    ("/device/src/", "device"),
+    ("/cli/src/", "bench (cli)"),
+    ("/io-uring-", "io-uring crate"),
+]
+# The layer of a function, by the first workspace crate its name mentions
+# (`<plugio_engine::device::BioFuture as core::future::Future>::poll` is
+# the engine's), for code that came from elsewhere (std, core, alloc and
+# other crates inlined into it).
+LAYER_OF_CRATE = {
+    "plugio_executor": "executor",
+    "plugio_engine": "engine",
+    "plugio_device": "device",
+    "plugio": "bench (cli)",
+    "plugio_cli": "bench (cli)",
+    "io_uring": "io-uring crate",
+}
+
+
+def path_layer(path):
+    """The layer of a workspace source file, else None."""
+    for part, layer in LAYER_OF_PATH:
+        if part in path:
+            return layer
+    return None
+
+
+def fn_layer(fn):
+    """The layer of a function by the crate its name mentions first, else
+    libc (glibc's own functions: memcpy, malloc) or other."""
+    m = re.search(r"\b(plugio(?:_[a-z]+)?|io_uring)::", fn)
+    if m and m.group(1) in LAYER_OF_CRATE:
+        return LAYER_OF_CRATE[m.group(1)]
+    if fn.startswith(("__", "_int_", "malloc", "free", "cfree")):
+        return "libc"
+    return "other"
+
+
+def workspace_file(path):
+    """`crate/src/file.rs` for a workspace source file (the io-uring
+    crate's as `io-uring/src/file.rs`), else None."""
+    for part, _ in LAYER_OF_PATH:
+        i = path.find(part)
+        if i >= 0:
+            rest = path[i + 1:]
+            if part == "/io-uring-":
+                rest = "io-uring/" + rest.split("/", 1)[1]
+            return rest
+    return None
+
+
+def by_source(ir_by_source, key):
+    """Ir per `key(path)` of workspace source files (see `layers`); code
+    of std, core, alloc or another crate (inlined helpers) counts for the
+    workspace line just before it in the same function's code (by address:
+    an inlined helper sits in the code of its caller), else for the
+    function's crate."""
+    per_fn = defaultdict(list)
+    for (fn, addr), (path, ir) in ir_by_source.items():
+        per_fn[fn].append((addr, path, ir))
+    out = defaultdict(int)
+    for fn, rows in per_fn.items():
+        rows.sort()
+        last = None
+        for _, path, ir in rows:
+            last = key(path) or last
+            out[last or fn_layer(fn)] += ir
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def layers(ir_by_source):
+    """Ir per layer (workspace crate) of the code that ran."""
+    return by_source(ir_by_source, path_layer)
+
+
+def source_files(ir_by_source):
+    """Ir per workspace source file of the code that ran."""
+    return by_source(ir_by_source, workspace_file)
 
 
 def analyse(path, top, check, functions=False):
-    cost, fn_of, thread, total_header, totals, misses = parse(path)
+    cost, fn_of, thread, total_header, totals, misses, ir_by_source = parse(path)
     per_ob = defaultdict(lambda: [0, 0])  # ob -> [Ir, locked Ir]
     locked_rows = []
     unmatched = 0
@@ -255,6 +351,8 @@ def analyse(path, top, check, functions=False):
         for k, ir in cost.items():
             per_fn[fn_of[k]] += ir
         result["functions"] = dict(sorted(per_fn.items(), key=lambda kv: -kv[1]))
+        result["layers"] = layers(ir_by_source)
+        result["source_files"] = source_files(ir_by_source)
         if misses:
             result["misses"] = {
                 f"{fn} @ {'/'.join(fl.split('/')[-3:])}:{line}": n
