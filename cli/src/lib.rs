@@ -10,6 +10,7 @@
 pub mod json;
 pub mod machine;
 pub mod replay;
+pub mod shown;
 
 /// The note a `bench` or `replay` run gets when io_uring was refused and
 /// plugio's sync thread pool did the IO (the fallback is announced in the

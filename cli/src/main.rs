@@ -129,7 +129,7 @@ fn main() -> ExitCode {
     match res {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Exit { code, message }) => {
-            eprintln!("plugio: error: {message}");
+            eprintln!("plugio: error: {}", plugio_cli::shown::message(&message));
             if json {
                 print_error_doc(name, code, &message);
             }

@@ -215,7 +215,7 @@ pub fn parse(text: &str, name: &str, opts: &ParseOptions) -> Result<Trace, Repla
 fn detect(text: &str, name: &str) -> Result<TraceFormat, ReplayError> {
     let Some((i, line)) = text.lines().enumerate().find(|(_, l)| !l.trim().is_empty()) else {
         return Err(ReplayError::Parse {
-            source: name.to_string(),
+            source: crate::shown::text(name),
             line: 1,
             message: "the trace is empty".into(),
         });
@@ -235,7 +235,7 @@ fn detect(text: &str, name: &str) -> Result<TraceFormat, ReplayError> {
         return Ok(TraceFormat::Csv);
     }
     Err(ReplayError::Parse {
-        source: name.to_string(),
+        source: crate::shown::text(name),
         line: i + 1,
         message: format!(
             "cannot tell the trace format from '{}': expected a CSV header \

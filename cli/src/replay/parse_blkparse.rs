@@ -15,7 +15,7 @@
 //! the line); every other line is an error naming it.
 
 use super::error::ReplayError;
-use super::trace::{BlkAction, Sink, TraceOp, SECTOR_BYTES};
+use super::trace::{printable, BlkAction, Sink, TraceOp, SECTOR_BYTES};
 
 /// True when `token` looks like blkparse's `maj,min` device field.
 pub(crate) fn is_dev(token: &str) -> bool {
@@ -56,12 +56,18 @@ fn parse_rwbs(s: &str) -> Result<Rwbs, String> {
             }
             // Secure erase (DE), sync, meta, readahead, priority.
             'E' | 'S' | 'M' | 'A' | 'P' => {}
-            _ => return Err(format!("unknown rwbs flag '{c}' in '{s}'")),
+            _ => {
+                return Err(format!(
+                    "unknown rwbs flag '{}' in '{}'",
+                    printable(&c.to_string()),
+                    printable(s)
+                ))
+            }
         }
     }
     // A bare flush op shows as a lone 'F' (REQ_OP_FLUSH).
     if !seen_op && !r.preflush {
-        return Err(format!("rwbs '{s}' has no op letter"));
+        return Err(format!("rwbs '{}' has no op letter", printable(s)));
     }
     Ok(r)
 }
@@ -110,7 +116,7 @@ pub(crate) fn parse(text: &str, action: BlkAction, sink: &mut Sink<'_>) -> Resul
                 format!(
                     "not a blkparse event line (expected 'maj,min cpu seq time pid action \
                      rwbs ...'): '{}'",
-                    raw.trim()
+                    printable(raw.trim())
                 ),
             ));
         }
@@ -158,14 +164,22 @@ fn after_summary<'t>(
 
 /// One kept event line.
 fn event(i: usize, f: &[&str], sink: &mut Sink<'_>) -> Result<(), ReplayError> {
-    let time_ns = parse_time(f[3])
-        .ok_or_else(|| sink.error(i, format!("time '{}' is not seconds.nanoseconds", f[3])))?;
+    let time_ns = parse_time(f[3]).ok_or_else(|| {
+        sink.error(
+            i,
+            format!("time '{}' is not seconds.nanoseconds", printable(f[3])),
+        )
+    })?;
     let rwbs = parse_rwbs(f[6]).map_err(|m| sink.error(i, m))?;
     let (sector, nsectors) = match f.get(7..10) {
         Some([s, "+", n]) => {
             let num = |what: &str, v: &str| {
-                v.parse::<u64>()
-                    .map_err(|_| sink.error(i, format!("{what} '{v}' is not a whole number")))
+                v.parse::<u64>().map_err(|_| {
+                    sink.error(
+                        i,
+                        format!("{what} '{}' is not a whole number", printable(v)),
+                    )
+                })
             };
             (num("sector", s)?, num("sector count", n)?)
         }
@@ -173,7 +187,10 @@ fn event(i: usize, f: &[&str], sink: &mut Sink<'_>) -> Result<(), ReplayError> {
         _ => {
             return Err(sink.error(
                 i,
-                format!("expected 'sector + nsectors' after rwbs '{}'", f[6]),
+                format!(
+                    "expected 'sector + nsectors' after rwbs '{}'",
+                    printable(f[6])
+                ),
             ))
         }
     };
@@ -199,7 +216,7 @@ fn event(i: usize, f: &[&str], sink: &mut Sink<'_>) -> Result<(), ReplayError> {
                 i,
                 format!(
                     "rwbs '{}' with no data and no flush: nothing to replay",
-                    f[6]
+                    printable(f[6])
                 ),
             ))
         }

@@ -6,7 +6,7 @@
 //! error naming the line.
 
 use super::error::ReplayError;
-use super::trace::{Sink, TraceOp};
+use super::trace::{printable, Sink, TraceOp};
 
 /// The header line.
 pub const HEADER: &str = "time_ns,op,offset_bytes,len_bytes";
@@ -19,6 +19,15 @@ pub(crate) fn is_header(line: &str) -> bool {
         .split(',')
         .all(|want| fields.next().is_some_and(|f| f.eq_ignore_ascii_case(want)))
         && fields.next().is_none()
+}
+
+/// `line` without the characters a terminal draws nothing for, to tell a
+/// header spoiled by a zero-width space or a byte-order mark from an IO
+/// line.
+fn visible(line: &str) -> String {
+    line.chars()
+        .filter(|&c| !c.is_control() && !crate::shown::draws_nothing(c))
+        .collect()
 }
 
 /// Parses CSV text into `sink`.
@@ -45,6 +54,16 @@ pub(crate) fn parse(text: &str, sink: &mut Sink<'_>) -> Result<(), ReplayError> 
             sink.skip();
             continue;
         }
+        if is_header(&visible(line)) {
+            return Err(sink.error(
+                i,
+                format!(
+                    "'{}' looks like the header ({HEADER}) but holds characters that draw \
+                     nothing: remove them",
+                    printable(line)
+                ),
+            ));
+        }
         seen_io = true;
         let fields: Vec<&str> = line.split(',').map(str::trim).collect();
         let [time, op, offset, len] = fields[..] else {
@@ -53,7 +72,7 @@ pub(crate) fn parse(text: &str, sink: &mut Sink<'_>) -> Result<(), ReplayError> 
                 format!(
                     "expected 4 comma-separated fields ({HEADER}), found {}: '{}'",
                     fields.len(),
-                    super::trace::printable(line)
+                    printable(line)
                 ),
             ));
         };
@@ -62,11 +81,20 @@ pub(crate) fn parse(text: &str, sink: &mut Sink<'_>) -> Result<(), ReplayError> 
             "W" => TraceOp::Write,
             "F" => TraceOp::Flush,
             "D" => TraceOp::Discard,
-            other => return Err(sink.error(i, format!("unknown op '{other}': use R, W, F or D"))),
+            other => {
+                return Err(sink.error(
+                    i,
+                    format!("unknown op '{}': use R, W, F or D", printable(other)),
+                ))
+            }
         };
         let number = |what: &str, s: &str| {
-            s.parse::<u64>()
-                .map_err(|_| sink.error(i, format!("{what} '{s}' is not a whole number")))
+            s.parse::<u64>().map_err(|_| {
+                sink.error(
+                    i,
+                    format!("{what} '{}' is not a whole number", printable(s)),
+                )
+            })
         };
         let time_ns = number("time_ns", time)?;
         let offset_bytes = number("offset_bytes", offset)?;

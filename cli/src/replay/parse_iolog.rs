@@ -12,7 +12,7 @@
 //! unrecognised line is an error naming it.
 
 use super::error::ReplayError;
-use super::trace::{Sink, TraceOp};
+use super::trace::{printable, Sink, TraceOp};
 
 /// Parses iolog text into `sink`.
 pub(crate) fn parse(text: &str, sink: &mut Sink<'_>) -> Result<(), ReplayError> {
@@ -36,7 +36,8 @@ pub(crate) fn parse(text: &str, sink: &mut Sink<'_>) -> Result<(), ReplayError> 
                         i,
                         format!(
                             "expected 'fio version 2 iolog' or 'fio version 3 iolog', found \
-                             '{line}'"
+                             '{}'",
+                            printable(line)
                         ),
                     ))
                 }
@@ -47,8 +48,12 @@ pub(crate) fn parse(text: &str, sink: &mut Sink<'_>) -> Result<(), ReplayError> 
         let mut fields: Vec<&str> = line.split_whitespace().collect();
         let time_us = if v == 3 {
             let t = fields.remove(0);
-            t.parse::<u64>()
-                .map_err(|_| sink.error(i, format!("timestamp '{t}' is not a whole number")))?
+            t.parse::<u64>().map_err(|_| {
+                sink.error(
+                    i,
+                    format!("timestamp '{}' is not a whole number", printable(t)),
+                )
+            })?
         } else {
             wait_us
         };
@@ -72,15 +77,23 @@ pub(crate) fn parse(text: &str, sink: &mut Sink<'_>) -> Result<(), ReplayError> 
                     continue;
                 }
                 _ => {
-                    return Err(
-                        sink.error(i, format!("action '{action}' needs an offset and a length"))
-                    )
+                    return Err(sink.error(
+                        i,
+                        format!(
+                            "action '{}' needs an offset and a length",
+                            printable(action)
+                        ),
+                    ))
                 }
             }
         }
         let number = |what: &str, s: &str| {
-            s.parse::<u64>()
-                .map_err(|_| sink.error(i, format!("{what} '{s}' is not a whole number")))
+            s.parse::<u64>().map_err(|_| {
+                sink.error(
+                    i,
+                    format!("{what} '{}' is not a whole number", printable(s)),
+                )
+            })
         };
         let offset = number("offset", fields[2])?;
         let len = number("length", fields[3])?;
@@ -98,7 +111,8 @@ pub(crate) fn parse(text: &str, sink: &mut Sink<'_>) -> Result<(), ReplayError> 
                 return Err(sink.error(
                     i,
                     format!(
-                        "unknown action '{other}': use read, write, trim, sync, datasync{}",
+                        "unknown action '{}': use read, write, trim, sync, datasync{}",
+                        printable(other),
                         if v == 2 { ", wait" } else { "" }
                     ),
                 ))

@@ -14,6 +14,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::error::ReplayError;
+pub(crate) use crate::shown::printable;
 
 /// The unit of every trace format: a 512-byte sector.
 pub const SECTOR_BYTES: u64 = 512;
@@ -218,50 +219,6 @@ impl Default for ParseOptions {
     }
 }
 
-/// `line` as it may be echoed in a message: control and invisible
-/// characters escaped (`\u{7}`, never a raw bell or NUL on the terminal;
-/// see [`push_shown`]), at most 120 characters.
-pub(crate) fn printable(line: &str) -> String {
-    let mut out = String::new();
-    for (n, c) in line.chars().enumerate() {
-        if n == 120 {
-            out.push_str("...");
-            break;
-        }
-        push_shown(&mut out, c);
-    }
-    out
-}
-
-/// Pushes `c` onto a message, escaped (`\u{feff}`) when a terminal would
-/// not show it: a control character, or one that draws nothing (see
-/// [`draws_nothing`]), which would leave a message such as "'0' is not a
-/// whole number" with nothing visibly wrong.
-pub(crate) fn push_shown(out: &mut String, c: char) {
-    if c.is_control() || draws_nothing(c) {
-        out.extend(c.escape_default());
-    } else {
-        out.push(c);
-    }
-}
-
-/// True for the characters Unicode marks Default_Ignorable_Code_Point
-/// (a terminal draws nothing for them: byte-order mark, soft hyphen,
-/// zero-width spaces and joiners, bidi controls, variation selectors, tag
-/// characters, the Hangul fillers; DerivedCoreProperties.txt of Unicode
-/// 15.1), the noncharacters U+FFFE and U+FFFF, and the line and paragraph
-/// separators, which break a line without being a control character.
-fn draws_nothing(c: char) -> bool {
-    matches!(c,
-        '\u{00ad}' | '\u{034f}' | '\u{061c}' | '\u{115f}'..='\u{1160}'
-        | '\u{17b4}'..='\u{17b5}' | '\u{180b}'..='\u{180f}'
-        | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}'
-        | '\u{2060}'..='\u{206f}' | '\u{3164}' | '\u{fe00}'..='\u{fe0f}'
-        | '\u{feff}' | '\u{ffa0}' | '\u{fff0}'..='\u{fff8}'
-        | '\u{fffe}'..='\u{ffff}' | '\u{1bca0}'..='\u{1bca3}'
-        | '\u{1d173}'..='\u{1d17a}' | '\u{e0000}'..='\u{e0fff}')
-}
-
 /// Where parsers put IOs: counts skipped lines, enforces the limit and the
 /// sector-multiple rule.
 #[derive(Debug)]
@@ -287,24 +244,17 @@ impl<'a> Sink<'a> {
         self.limit.is_some_and(|l| self.ios.len() >= l)
     }
 
-    /// A parse error at 0-based line index `i`. The message echoes parts
-    /// of the line: its control characters are escaped and it is cut at
-    /// 400 characters (found by the `trace_csv` fuzz target: a raw 0x1a
-    /// reached the terminal).
+    /// A parse error at 0-based line index `i`. The parsers echo parts of
+    /// the line through [`printable`] (escaped, at most
+    /// [`ECHO_CHARS`](crate::shown::ECHO_CHARS) characters each), so the
+    /// message stays short and keeps its advice; it is escaped once more
+    /// here, with the trace's name, for a piece that was not (found by the
+    /// `trace_csv` fuzz target: a raw 0x1a reached the terminal).
     pub(crate) fn error(&self, i: usize, message: impl Into<String>) -> ReplayError {
-        let message = message.into();
-        let mut safe = String::with_capacity(message.len());
-        for (n, c) in message.chars().enumerate() {
-            if n == 400 {
-                safe.push_str("...");
-                break;
-            }
-            push_shown(&mut safe, c);
-        }
         ReplayError::Parse {
-            source: self.name.to_string(),
+            source: crate::shown::text(self.name),
             line: i + 1,
-            message: safe,
+            message: crate::shown::text(&message.into()),
         }
     }
 
@@ -385,57 +335,6 @@ mod tests {
 
     fn parse_auto(text: &str) -> Result<Trace, ReplayError> {
         parse(text, "t", &ParseOptions::default())
-    }
-
-    #[test]
-    fn characters_that_draw_nothing_are_escaped_and_visible_ones_kept() {
-        let shown = |c: char| {
-            let mut s = String::new();
-            push_shown(&mut s, c);
-            s
-        };
-        // One from each Default_Ignorable range, the noncharacters and the
-        // line and paragraph separators.
-        for c in [
-            '\u{ad}',
-            '\u{34f}',
-            '\u{61c}',
-            '\u{115f}',
-            '\u{17b4}',
-            '\u{180e}',
-            '\u{200d}',
-            '\u{2028}',
-            '\u{2029}',
-            '\u{202e}',
-            '\u{2065}',
-            '\u{3164}',
-            '\u{fe0f}',
-            '\u{feff}',
-            '\u{ffa0}',
-            '\u{fff0}',
-            '\u{fffe}',
-            '\u{ffff}',
-            '\u{1bca0}',
-            '\u{1d173}',
-            '\u{e0001}',
-            '\u{e007f}',
-            '\u{e0fff}',
-            '\u{7}',
-            '\u{85}',
-        ] {
-            assert_eq!(shown(c), c.escape_default().to_string(), "{:#x}", c as u32);
-        }
-        for c in [
-            'a',
-            'é',
-            '中',
-            '\u{1f600}',
-            '\u{2010}',
-            '\u{fe10}',
-            '\u{e1000}',
-        ] {
-            assert_eq!(shown(c), c.to_string(), "{:#x}", c as u32);
-        }
     }
 
     #[test]
