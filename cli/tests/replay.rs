@@ -605,6 +605,110 @@ fn cli_a_chain_or_loop_of_symlinks_as_target_names_its_end() {
     }
 }
 
+/// The target errors come from the kernel's own answer for the path:
+/// exactly 40 links are followed and 41 are not, a loop spelled through
+/// `..` is a loop, a name under a file or too long is named as such, and a
+/// trailing '/' is dropped rather than called a directory.
+#[test]
+fn cli_target_errors_follow_the_kernels_resolution() {
+    let dir = tmpdir();
+    let at = |name: &str| dir.path().join(name);
+    let run = |target: &std::path::Path| {
+        let t = target.display().to_string();
+        let o = plugio(&["replay", &data("small.csv"), "--filename", &t, "--quiet"]);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        stderr(&o)
+    };
+    for n in [40, 41] {
+        let name = |i: usize| format!("c{n}_{i}");
+        for i in 0..n {
+            std::os::unix::fs::symlink(name(i + 1), at(&name(i))).unwrap();
+        }
+        let e = run(&at(&name(0)));
+        if n == 40 {
+            assert!(e.contains("a chain of 40 symbolic links ending at"), "{e}");
+            assert!(e.contains(&name(40)), "{e}");
+        } else {
+            assert!(e.contains("more than 40 symbolic links"), "{e}");
+        }
+    }
+    std::fs::create_dir(at("d")).unwrap();
+    std::os::unix::fs::symlink("d/../y", at("x")).unwrap();
+    std::os::unix::fs::symlink("x", at("y")).unwrap();
+    for looped in ["x", "x/"] {
+        let e = run(&at(looped));
+        assert!(e.contains("a loop of symbolic links"), "{looped}: {e}");
+    }
+    std::fs::write(at("file"), b"").unwrap();
+    let e = run(&at("file/t"));
+    assert!(
+        e.contains("cannot be reached") && e.contains("is a file, not a directory"),
+        "{e}"
+    );
+    let e = run(&at(&"n".repeat(300)));
+    assert!(e.contains("is too long") && e.contains("shorten it"), "{e}");
+    std::os::unix::fs::symlink("nowhere", at("broken")).unwrap();
+    for slashed in ["new/", "broken/"] {
+        let e = run(&at(slashed));
+        assert!(
+            e.contains("ends in '/'") && e.contains("drop the '/'"),
+            "{slashed}: {e}"
+        );
+        assert!(!e.contains("Is a directory"), "{e}");
+    }
+    assert!(
+        !at("new").exists() && !at("nowhere").exists(),
+        "nothing was created"
+    );
+}
+
+/// Names from outside (a link's target, the trace's file name) and long or
+/// invisible trace fields reach the terminal escaped, and a long field
+/// does not cut off the message's advice.
+#[test]
+fn cli_messages_escape_names_and_keep_their_advice() {
+    let dir = tmpdir();
+    let at = |name: &str| dir.path().join(name);
+    let run = |trace: &std::path::Path, target: &std::path::Path| {
+        let o = plugio(&[
+            "replay",
+            &trace.display().to_string(),
+            "--filename",
+            &target.display().to_string(),
+            "--quiet",
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        stderr(&o)
+    };
+    let small = std::path::PathBuf::from(data("small.csv"));
+    std::os::unix::fs::symlink("esc\u{1b}[31m\nred", at("l")).unwrap();
+    let e = run(&small, &at("l"));
+    assert!(e.contains("esc\\u{1b}[31m\\nred"), "{e}");
+    assert!(!e.trim_end().chars().any(char::is_control), "{e:?}");
+    let named = at("t\u{1b}[2J.csv");
+    std::fs::write(&named, "0,X,0,4096\n").unwrap();
+    let e = run(&named, &at("target"));
+    assert!(e.contains("t\\u{1b}[2J.csv:1: unknown op 'X'"), "{e}");
+    assert!(!e.trim_end().chars().any(char::is_control), "{e:?}");
+    let long = at("long.csv");
+    std::fs::write(&long, format!("0,R,0,{}x\n", "9".repeat(500))).unwrap();
+    let e = run(&long, &at("target"));
+    assert!(e.contains("...' is not a whole number"), "{e}");
+    assert!(e.len() < 400, "{} bytes: {e}", e.len());
+    let header = at("zw.csv");
+    std::fs::write(
+        &header,
+        "time_ns\u{200b},op,offset_bytes,len_bytes\n0,R,0,4096\n",
+    )
+    .unwrap();
+    let e = run(&header, &at("target"));
+    assert!(
+        e.contains("looks like the header") && e.contains("\\u{200b}"),
+        "{e}"
+    );
+    assert!(!e.contains('\u{200b}'), "{e:?}");
+}
+
 #[test]
 fn cli_text_output_has_ops_engine_figures_and_lag() {
     let dir = tmpdir();

@@ -9,10 +9,8 @@
 //! with code 2 and a message saying what to change, a failed run with 1;
 //! the runtime is shut down after every device handle is dropped.
 
-use std::fs::OpenOptions;
-use std::io::{Seek, SeekFrom, Write};
-use std::os::unix::fs::FileTypeExt;
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,8 +26,9 @@ use super::dispatch::{replay, ReplayOptions};
 use super::error::ReplayError;
 use super::load;
 use super::report::ReplayReport;
+use super::target;
 use super::timing::Timing;
-use super::trace::{BlkAction, ParseOptions, Trace, TraceFormat, TraceIo, TraceOp, SECTOR_BYTES};
+use super::trace::{BlkAction, ParseOptions, Trace, TraceFormat, TraceIo, TraceOp};
 use super::verify::Unwritten;
 
 /// `plugio replay` options.
@@ -238,7 +237,7 @@ pub fn run(args: &ReplayArgs) -> Result<CliReport, ReplayError> {
              of that line may be cut too (replayed as read)"
         ));
     }
-    let created = prepare_target(&args.filename, &trace)?;
+    let created = target::prepare_target(&args.filename, &trace)?;
     let dev = match open_checked(args, &trace) {
         Ok(dev) => dev,
         Err(e) => {
@@ -345,119 +344,6 @@ fn long_span_note(timing: Timing, trace: &Trace) -> Option<String> {
             last.line
         )
     })
-}
-
-/// The most symbolic links followed in one path resolution (Linux's
-/// `MAXSYMLINKS`); a longer chain fails with `ELOOP`.
-const MAX_LINK_HOPS: usize = 40;
-
-/// Why `path`, which does not resolve to a file, is a broken symbolic link
-/// (the missing file at the end of its chain of links, or a loop) and what
-/// to change. `None` when `path` is no symbolic link at all.
-fn broken_link(path: &Path) -> Option<String> {
-    let is_link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
-    if !is_link {
-        return None;
-    }
-    let mut seen = vec![path.to_path_buf()];
-    let mut at = path.to_path_buf();
-    for _ in 0..MAX_LINK_HOPS {
-        let Ok(to) = std::fs::read_link(&at) else {
-            // The end of the chain: missing, or there but not reachable
-            // (permissions), which the caller's own error reports.
-            let missing = std::fs::symlink_metadata(&at)
-                .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
-            return missing.then(|| {
-                if seen.len() == 2 {
-                    format!(
-                        "a symbolic link to {}, which does not exist: create that file (or \
-                         device) first",
-                        at.display()
-                    )
-                } else {
-                    format!(
-                        "a chain of {} symbolic links ending at {}, which does not exist: create that \
-                         file (or device) first",
-                        seen.len() - 1,
-                        at.display()
-                    )
-                }
-            });
-        };
-        // A relative link is relative to the directory that holds it.
-        at = at.parent().unwrap_or(Path::new("")).join(to);
-        if seen.contains(&at) {
-            return Some(format!(
-                "a loop of symbolic links (through {}): break the loop",
-                at.display()
-            ));
-        }
-        seen.push(at.clone());
-    }
-    Some(format!(
-        "a chain of more than {MAX_LINK_HOPS} symbolic links, more than the kernel follows: \
-         point it at the file directly"
-    ))
-}
-
-/// Creates the target (sparse, the trace's extent) when it does not exist;
-/// returns whether it did.
-fn prepare_target(path: &Path, trace: &Trace) -> Result<bool, ReplayError> {
-    if path.exists() {
-        let size = target_size(path)?;
-        // Extent first; alignment is checked once the device is open.
-        trace.check_fits(path, size, 1)?;
-        return Ok(false);
-    }
-    // `exists` follows symbolic links; one that leads nowhere would make
-    // `create_new` fail with a bare "File exists".
-    if let Some(why) = broken_link(path) {
-        return Err(ReplayError::usage(format!(
-            "the target {} is {why}, or give --filename another path",
-            path.display(),
-        )));
-    }
-    let file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)
-        .map_err(|e| {
-            ReplayError::usage(format!(
-                "cannot create the target {}: {e}: give --filename a path in an existing, \
-                 writable directory",
-                path.display()
-            ))
-        })?;
-    let extent = trace.extent_bytes().max(SECTOR_BYTES);
-    if let Err(e) = file.set_len(extent) {
-        drop(file);
-        let _ = std::fs::remove_file(path);
-        return Err(ReplayError::usage(format!(
-            "the file system of {} cannot hold a file of {extent} bytes, the trace's \
-             extent ({e}): use a block device or another file system, or --limit",
-            path.display()
-        )));
-    }
-    Ok(true)
-}
-
-/// The size of a regular file or block device.
-fn target_size(path: &Path) -> Result<u64, ReplayError> {
-    let meta = std::fs::metadata(path)
-        .map_err(|e| ReplayError::io(format!("stat {}", path.display()), e))?;
-    if meta.file_type().is_block_device() {
-        let mut f = std::fs::File::open(path)
-            .map_err(|e| ReplayError::io(format!("open {}", path.display()), e))?;
-        f.seek(SeekFrom::End(0))
-            .map_err(|e| ReplayError::io(format!("size of {}", path.display()), e))
-    } else if meta.is_file() {
-        Ok(meta.len())
-    } else {
-        Err(ReplayError::usage(format!(
-            "{} is neither a regular file nor a block device: pass one to --filename",
-            path.display()
-        )))
-    }
 }
 
 /// A core's driver that publishes the ring's enter count after each park.

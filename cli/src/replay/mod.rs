@@ -3,7 +3,7 @@
 //!
 //! A trace (the shared traces' CSV, fio's iolog v2/v3, or blkparse text,
 //! plain or zstd) is read by [`load`] with one parser per format into
-//! [`TraceIo`]s (the model is [`trace`]), checked against the target, and
+//! [`TraceIo`]s (the model is [`trace`]), checked against the target ([`target`]), and
 //! replayed by [`replay`] ([`dispatch`]) at its recorded times or as fast
 //! as possible ([`timing`]). Writes carry bytes derived from (sector,
 //! write index) ([`pattern`]) so [`verify`] can tell, for every sector,
@@ -48,6 +48,7 @@ mod parse_csv;
 mod parse_iolog;
 pub mod pattern;
 pub mod report;
+pub mod target;
 pub mod timing;
 pub mod trace;
 pub mod verify;

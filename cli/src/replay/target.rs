@@ -1,0 +1,299 @@
+//! The replay's target (`--filename`): an existing regular file or block
+//! device the trace fits in, or a new sparse file of the trace's extent.
+//! When the path cannot be used, the message says why in the kernel's own
+//! terms (the error of resolving the path) and what to change: a symbolic
+//! link is named by the missing file its chain ends at, a loop by a link on
+//! it, an unreachable name by the part of the path that stops it.
+//!
+//! Invariants: nothing is created unless the path resolves to no file at
+//! all (`ENOENT`) and does not lead through a symbolic link, so nothing is
+//! ever created at the far end of a link; a file that was created and
+//! could not be sized is removed again; every path echoed in a message
+//! goes through [`shown::path`].
+
+use std::fs::OpenOptions;
+use std::io::{Seek, SeekFrom};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use super::error::ReplayError;
+use super::trace::{Trace, SECTOR_BYTES};
+use crate::shown;
+
+/// The most symbolic links the kernel follows in one path resolution
+/// (Linux's `MAXSYMLINKS`); one more fails with `ELOOP`.
+pub const MAX_LINK_HOPS: usize = 40;
+
+/// Creates the target (sparse, the trace's extent) when it does not exist;
+/// returns whether it did. An existing target must be a regular file or a
+/// block device that holds the trace's extent.
+///
+/// # Errors
+/// [`ReplayError::Usage`] when the path cannot be resolved (a loop of
+/// links, a file where a directory should be, a directory this user may
+/// not search, a name too long), leads through a link to nothing, ends in
+/// `/`, cannot be created, or is neither a file nor a block device;
+/// [`ReplayError::TargetTooSmall`] when the trace does not fit.
+pub fn prepare_target(path: &Path, trace: &Trace) -> Result<bool, ReplayError> {
+    match std::fs::metadata(path) {
+        Ok(_) => {
+            let size = target_size(path)?;
+            // Extent first; alignment is checked once the device is open.
+            trace.check_fits(path, size, 1)?;
+            return Ok(false);
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(usage(path, &unresolved(path, &e))),
+    }
+    // A link to nothing would make `create_new` fail with a bare "File
+    // exists"; a name ending in '/' with "Is a directory".
+    if let Some(why) = broken_link(path) {
+        return Err(usage(path, &why));
+    }
+    if path.as_os_str().as_bytes().ends_with(b"/") {
+        return Err(usage(
+            path,
+            "ends in '/', which names a directory, and there is none: drop the '/' to \
+             create a file of that name",
+        ));
+    }
+    create(path, trace)
+}
+
+/// "the target P {why}, or give --filename another path".
+fn usage(path: &Path, why: &str) -> ReplayError {
+    ReplayError::usage(format!(
+        "the target {} {why}, or give --filename another path",
+        shown::path(path)
+    ))
+}
+
+/// Why `path` cannot be resolved (`error` is `stat`'s, not `ENOENT`) and
+/// what to change.
+fn unresolved(path: &Path, error: &std::io::Error) -> String {
+    match error.raw_os_error() {
+        // "x/" resolves the link x too: follow the name without the '/'.
+        Some(libc::ELOOP) => match follow_links(&path.components().collect::<PathBuf>()) {
+            Chain::Loop(at) => format!(
+                "is a loop of symbolic links (through {}): break the loop",
+                shown::path(&at)
+            ),
+            Chain::TooLong => format!(
+                "is a chain of more than {MAX_LINK_HOPS} symbolic links, more than the \
+                 kernel follows: point it at the file directly"
+            ),
+            Chain::End { .. } => format!(
+                "cannot be resolved ({error}): a symbolic link on its path leads into a loop \
+                 or past the {MAX_LINK_HOPS} links the kernel follows; fix that link"
+            ),
+        },
+        Some(libc::ENOTDIR) => format!(
+            "cannot be reached ({error}): a name on its path before the last is a file, not \
+             a directory; use a path whose directories exist"
+        ),
+        Some(libc::EACCES) => format!(
+            "cannot be reached ({error}): a directory on its path does not let this user \
+             search it (it needs x permission); grant it"
+        ),
+        Some(libc::ENAMETOOLONG) => format!(
+            "is too long ({error}): a name on it is over 255 bytes or the whole over 4096; \
+             shorten it"
+        ),
+        _ => format!("cannot be examined ({error})"),
+    }
+}
+
+/// Why `path`, which resolves to nothing, is a broken symbolic link (the
+/// missing file at the end of its chain of links) and what to change.
+/// `None` when `path` is no symbolic link.
+fn broken_link(path: &Path) -> Option<String> {
+    match follow_links(path) {
+        Chain::End { hops: 0, .. } => None,
+        Chain::End { at, hops } => {
+            let missing = std::fs::symlink_metadata(&at)
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
+            let what = if hops == 1 {
+                "a symbolic link to".to_string()
+            } else {
+                format!("a chain of {hops} symbolic links ending at")
+            };
+            Some(if missing {
+                format!(
+                    "is {what} {}, which does not exist: create that file (or device) first",
+                    shown::path(&at)
+                )
+            } else {
+                format!(
+                    "is {what} {}, which cannot be reached: make it reachable",
+                    shown::path(&at)
+                )
+            })
+        }
+        // `stat` said ENOENT, so the kernel found neither; kept for a
+        // chain that changed meanwhile.
+        Chain::Loop(at) => Some(format!(
+            "is a loop of symbolic links (through {}): break the loop",
+            shown::path(&at)
+        )),
+        Chain::TooLong => Some(format!(
+            "is a chain of more than {MAX_LINK_HOPS} symbolic links: point it at the file \
+             directly"
+        )),
+    }
+}
+
+/// Where a chain of symbolic links leads.
+#[derive(Debug, PartialEq, Eq)]
+enum Chain {
+    /// `at` is no link (or cannot be read as one), reached after `hops`
+    /// links.
+    End { at: PathBuf, hops: usize },
+    /// The chain comes back to the link `at` (the same inode, however the
+    /// path spells it).
+    Loop(PathBuf),
+    /// More than [`MAX_LINK_HOPS`] links without an end or a loop.
+    TooLong,
+}
+
+/// Follows the links of `path`'s last name, as the kernel does once it has
+/// resolved the directories: a relative link is relative to the directory
+/// that holds it. Links are told apart by device and inode, so a loop
+/// spelled through `..` or another link is still a loop.
+fn follow_links(path: &Path) -> Chain {
+    let mut seen = Vec::new();
+    let mut at = path.to_path_buf();
+    loop {
+        let Ok(meta) = std::fs::symlink_metadata(&at) else {
+            return Chain::End {
+                at,
+                hops: seen.len(),
+            };
+        };
+        let Ok(to) = std::fs::read_link(&at) else {
+            return Chain::End {
+                at,
+                hops: seen.len(),
+            };
+        };
+        let id = (meta.dev(), meta.ino());
+        if seen.contains(&id) {
+            return Chain::Loop(at);
+        }
+        if seen.len() == MAX_LINK_HOPS {
+            return Chain::TooLong;
+        }
+        seen.push(id);
+        at = at.parent().unwrap_or(Path::new("")).join(to);
+    }
+}
+
+/// Creates `path` (it resolves to nothing) as a sparse file of the trace's
+/// extent.
+fn create(path: &Path, trace: &Trace) -> Result<bool, ReplayError> {
+    let file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(|e| {
+            usage(
+                path,
+                &format!(
+                    "cannot be created ({e}): give --filename a path in an existing, writable \
+                     directory"
+                ),
+            )
+        })?;
+    let extent = trace.extent_bytes().max(SECTOR_BYTES);
+    if let Err(e) = file.set_len(extent) {
+        drop(file);
+        let _ = std::fs::remove_file(path);
+        return Err(ReplayError::usage(format!(
+            "the file system of {} cannot hold a file of {extent} bytes, the trace's \
+             extent ({e}): use a block device or another file system, or --limit",
+            shown::path(path)
+        )));
+    }
+    Ok(true)
+}
+
+/// The size of a regular file or block device.
+///
+/// # Errors
+/// [`ReplayError::Io`] when it cannot be examined; [`ReplayError::Usage`]
+/// when it is neither a regular file nor a block device.
+pub fn target_size(path: &Path) -> Result<u64, ReplayError> {
+    let meta = std::fs::metadata(path)
+        .map_err(|e| ReplayError::io(format!("stat {}", shown::path(path)), e))?;
+    if meta.file_type().is_block_device() {
+        let mut f = std::fs::File::open(path)
+            .map_err(|e| ReplayError::io(format!("open {}", shown::path(path)), e))?;
+        f.seek(SeekFrom::End(0))
+            .map_err(|e| ReplayError::io(format!("size of {}", shown::path(path)), e))
+    } else if meta.is_file() {
+        Ok(meta.len())
+    } else {
+        Err(ReplayError::usage(format!(
+            "{} is neither a regular file nor a block device: pass one to --filename",
+            shown::path(path)
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    #[test]
+    fn a_chain_is_followed_to_its_end_and_a_loop_is_found_by_inode() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = |n: &str| dir.path().join(n);
+        std::fs::create_dir(at("d")).unwrap();
+        // a -> d/../b -> c: the end is c, two links.
+        symlink("d/../b", at("a")).unwrap();
+        symlink("c", at("b")).unwrap();
+        match follow_links(&at("a")) {
+            Chain::End { at: end, hops } => {
+                assert_eq!(hops, 2);
+                assert_eq!(
+                    std::fs::canonicalize(end.parent().unwrap()).unwrap(),
+                    std::fs::canonicalize(dir.path()).unwrap()
+                );
+                assert_eq!(end.file_name().unwrap(), "c");
+            }
+            other => panic!("{other:?}"),
+        }
+        // x -> d/../y -> x: a loop however it is spelled.
+        symlink("d/../y", at("x")).unwrap();
+        symlink("x", at("y")).unwrap();
+        assert!(matches!(follow_links(&at("x")), Chain::Loop(_)));
+        // Exactly 40 links is a chain the kernel follows; 41 is not.
+        for n in [MAX_LINK_HOPS, MAX_LINK_HOPS + 1] {
+            let name = |i: usize| format!("c{n}_{i}");
+            for i in 0..n {
+                symlink(name(i + 1), at(&name(i))).unwrap();
+            }
+            let got = follow_links(&at(&name(0)));
+            if n == MAX_LINK_HOPS {
+                assert_eq!(
+                    got,
+                    Chain::End {
+                        at: at(&name(n)),
+                        hops: n
+                    }
+                );
+            } else {
+                assert_eq!(got, Chain::TooLong);
+            }
+        }
+        // A name that is no link is its own end.
+        assert_eq!(
+            follow_links(&at("d")),
+            Chain::End {
+                at: at("d"),
+                hops: 0
+            }
+        );
+    }
+}
