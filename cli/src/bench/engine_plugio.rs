@@ -9,7 +9,7 @@
 //! tasks start and closed after every task has ended.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use plugio_device::{BatchWaitTimer, DeviceDriver, DmaBuf, RingConfig};
@@ -246,6 +246,9 @@ pub fn run(
         .map_err(|e| BenchError::engine(NAME, format!("opening {}: {e}", target.path.display())))?;
     let probe_dev = dev.clone();
     counters.set_stats_probe(Box::new(move || probe_dev.iostats()));
+    // The cores and this thread meet at the start line once every task's
+    // buffer is ready: setup is outside the measured window.
+    let start_line = Arc::new(Barrier::new(job.cores + 1));
     let handles: Vec<_> = (0..job.cores)
         .map(|core| {
             let cj = CoreJob {
@@ -254,10 +257,12 @@ pub fn run(
                 size_bytes: target.size_bytes,
                 counters: counters.clone(),
                 core,
+                start_line: StartLine(start_line.clone()),
             };
             rt.spawn_on(core, cj.run())
         })
         .collect();
+    start_line.wait();
     counters.mark_started();
     let mut latency = Latencies::default();
     let mut first_err = None;
@@ -301,10 +306,30 @@ struct CoreJob {
     size_bytes: u64,
     counters: Arc<Counters>,
     core: usize,
+    /// Passed once the core's buffers are ready.
+    start_line: StartLine,
+}
+
+/// Holds a core until every core and the bench thread are ready to start
+/// IO. Passed on drop, so a core that fails or panics while it prepares
+/// does not leave the others waiting.
+struct StartLine(Arc<Barrier>);
+
+impl Drop for StartLine {
+    fn drop(&mut self) {
+        // Blocks this core's thread: it runs nothing else before IO
+        // starts (its only task is the core job that drops this).
+        self.0.wait();
+    }
 }
 
 impl CoreJob {
     async fn run(self) -> Result<Latencies, String> {
+        // Every task's buffer, allocated and filled before IO starts.
+        let bufs: Vec<Option<DmaBuf>> = (0..self.job.iodepth)
+            .map(|_| (!self.job.nop).then(|| task_buf(&self.dev, &self.job)))
+            .collect();
+        drop(self.start_line);
         let cursor = Arc::new(AtomicU64::new(IoPattern::start_block(
             &self.job,
             self.size_bytes,
@@ -313,7 +338,8 @@ impl CoreJob {
         // The core's tasks all run on this core's thread.
         let budget = Arc::new(IoBudget::new(self.job.number_ios));
         let handles: Vec<JoinHandle<Result<(), String>>> = (0..self.job.iodepth)
-            .map(|i| {
+            .zip(bufs)
+            .map(|(i, buf)| {
                 let seed = (self.core as u64) << 32 | u64::from(i);
                 let task = IoTask {
                     dev: self.dev.clone(),
@@ -323,7 +349,7 @@ impl CoreJob {
                     counters: self.counters.clone(),
                     core: self.core,
                     nop: self.job.nop,
-                    fixed_bufs: self.job.fixed_bufs,
+                    buf,
                     buf_per_io: self.job.buf_per_io,
                     bs_bytes: self.job.bs_bytes as usize,
                 };
@@ -357,6 +383,24 @@ impl CoreJob {
     }
 }
 
+/// A task's buffer, filled with random bytes: from the registered arena
+/// (`Device::alloc_buf`) with `--fixedbufs 1`, else from the heap.
+fn task_buf(dev: &Device, job: &Job) -> DmaBuf {
+    let bs_bytes = job.bs_bytes as usize;
+    let mut buf = if job.fixed_bufs {
+        dev.alloc_buf(bs_bytes)
+    } else {
+        // Page-aligned even where the device allows less: Linux 6.18's
+        // zram advertises dma_alignment 511 but an O_DIRECT read into a
+        // buffer that is not page-aligned writes the whole pages it
+        // touches, outside the buffer (heap corruption).
+        let align = dev.geometry().mem_align_bytes() as usize;
+        DmaBuf::heap(bs_bytes, align.max(PAGE_BYTES))
+    };
+    rand::thread_rng().fill_bytes(buf.as_mut_slice());
+    buf
+}
+
 /// One of the `iodepth` tasks of a core.
 struct IoTask {
     dev: Device,
@@ -367,24 +411,17 @@ struct IoTask {
     counters: Arc<Counters>,
     core: usize,
     nop: bool,
-    fixed_bufs: bool,
+    /// The task's buffer (none for NOPs), filled with random bytes.
+    buf: Option<DmaBuf>,
     buf_per_io: bool,
     bs_bytes: usize,
 }
 
 impl IoTask {
     async fn run(mut self) -> Result<(), String> {
-        let mut buf = if self.fixed_bufs {
-            self.dev.alloc_buf(self.bs_bytes)
-        } else {
-            // Page-aligned even where the device allows less: Linux 6.18's
-            // zram advertises dma_alignment 511 but an O_DIRECT read into a
-            // buffer that is not page-aligned writes the whole pages it
-            // touches, outside the buffer (heap corruption).
-            let align = self.dev.geometry().mem_align_bytes() as usize;
-            DmaBuf::heap(self.bs_bytes, align.max(PAGE_BYTES))
+        let Some(mut buf) = self.buf.take() else {
+            return Err("an IO task was spawned without its buffer".to_owned());
         };
-        rand::thread_rng().fill_bytes(buf.as_mut_slice());
         let worker = self.counters.worker(self.core);
         while !self.counters.stopped() && self.budget.take_local() {
             // The core's tasks share the cursor and all run on this

@@ -135,8 +135,14 @@ pub fn run(job: &Job, target: Option<&Target>) -> Result<BenchResult, BenchError
         }
         Ok::<_, BenchError>((output, timeline))
     })?;
-    let cpu = stats::cpu_times().since(cpu_before);
-    let allocs = alloc_count::allocations() - allocs_before;
+    // From the start of IO when the engine marked it, so its setup (a
+    // 16 MiB buffer per task filled with random bytes is seconds at
+    // QD128) is not counted per IO; from before the engine otherwise.
+    let (cpu_base, allocs_base) = counters
+        .started()
+        .map_or((cpu_before, allocs_before), |s| (s.cpu, s.allocations));
+    let cpu = stats::cpu_times().since(cpu_base);
+    let allocs = alloc_count::allocations().saturating_sub(allocs_base);
     let stopped_by = timeline.stopped_by;
     let mut result = report::BenchResult::new(job, target, &counters, output, timeline, cpu);
     result.allocs_per_io = (result.ios > 0).then(|| allocs as f64 / result.ios as f64);

@@ -134,8 +134,21 @@ pub type StatsProbe = Box<dyn Fn() -> plugio_engine::IoStats + Send + Sync>;
 pub struct Counters {
     workers: Vec<CachePadded<WorkerCounters>>,
     stop: AtomicBool,
-    started: Mutex<Option<Instant>>,
+    started: Mutex<Option<Started>>,
     stats_probe: Mutex<Option<StatsProbe>>,
+}
+
+/// What was measured when IO started: the baselines of the run's CPU time
+/// and allocation count, so the engine's setup (rings, buffers filled
+/// with random bytes) is in neither figure.
+#[derive(Debug, Clone, Copy)]
+pub struct Started {
+    /// When IO started.
+    pub at: Instant,
+    /// The process's CPU time then.
+    pub cpu: CpuTimes,
+    /// The process's allocations then ([`super::alloc_count::allocations`]).
+    pub allocations: u64,
 }
 
 impl std::fmt::Debug for Counters {
@@ -187,15 +200,24 @@ impl Counters {
         self.stop.store(true, Ordering::Relaxed);
     }
 
-    /// Records that the engine is set up and IO starts now (first call
-    /// wins).
+    /// Records that the engine is set up and IO starts now, with the CPU
+    /// time and allocation baselines (first call wins).
     pub fn mark_started(&self) {
         let mut s = self.started.lock().unwrap_or_else(PoisonError::into_inner);
-        s.get_or_insert_with(Instant::now);
+        s.get_or_insert_with(|| Started {
+            cpu: cpu_times(),
+            allocations: super::alloc_count::allocations(),
+            at: Instant::now(),
+        });
     }
 
     /// When the engine started IO, if it has.
     pub fn started_at(&self) -> Option<Instant> {
+        self.started().map(|s| s.at)
+    }
+
+    /// When and from which baselines the engine started IO, if it has.
+    pub fn started(&self) -> Option<Started> {
         *self.started.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
