@@ -571,16 +571,20 @@ fn cli_a_dangling_symlink_as_target_is_named_as_such() {
     assert!(!missing.exists(), "nothing was created through the link");
 }
 
+/// The message of a replay of `small.csv` onto `target`, which must be
+/// refused as a usage error (exit status 2).
+fn refused_target(target: &Path) -> String {
+    let t = target.display().to_string();
+    let o = plugio(&["replay", &data("small.csv"), "--filename", &t, "--quiet"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    stderr(&o)
+}
+
 #[test]
 fn cli_a_chain_or_loop_of_symlinks_as_target_names_its_end() {
     let dir = tmpdir();
     let at = |name: &str| dir.path().join(name);
-    let run = |target: &std::path::Path| {
-        let t = target.display().to_string();
-        let o = plugio(&["replay", &data("small.csv"), "--filename", &t, "--quiet"]);
-        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-        stderr(&o)
-    };
+    let run = refused_target;
     // a -> b -> c (relative), c missing: the message names c, not b.
     std::os::unix::fs::symlink("b", at("a")).unwrap();
     std::os::unix::fs::symlink(at("c"), at("b")).unwrap();
@@ -613,12 +617,7 @@ fn cli_a_chain_or_loop_of_symlinks_as_target_names_its_end() {
 fn cli_target_errors_follow_the_kernels_resolution() {
     let dir = tmpdir();
     let at = |name: &str| dir.path().join(name);
-    let run = |target: &std::path::Path| {
-        let t = target.display().to_string();
-        let o = plugio(&["replay", &data("small.csv"), "--filename", &t, "--quiet"]);
-        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-        stderr(&o)
-    };
+    let run = refused_target;
     for n in [40, 41] {
         let name = |i: usize| format!("c{n}_{i}");
         for i in 0..n {
