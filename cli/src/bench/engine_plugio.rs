@@ -242,8 +242,12 @@ pub fn run(
         })
         .build()
         .map_err(|e| BenchError::engine(NAME, format!("starting the runtime: {e}")))?;
-    let dev = Device::open(&target.path, opts)
-        .map_err(|e| BenchError::engine(NAME, format!("opening {}: {e}", target.path.display())))?;
+    let dev = Device::open(&target.path, opts).map_err(|e| {
+        BenchError::engine(
+            NAME,
+            format!("opening {}: {e}", plugio_cli::shown::path(&target.path)),
+        )
+    })?;
     let probe_dev = dev.clone();
     counters.set_stats_probe(Box::new(move || probe_dev.iostats()));
     // The cores and this thread meet at the start line once every task's
@@ -325,10 +329,13 @@ impl Drop for StartLine {
 
 impl CoreJob {
     async fn run(self) -> Result<Latencies, String> {
-        // Every task's buffer, allocated and filled before IO starts.
-        let bufs: Vec<Option<DmaBuf>> = (0..self.job.iodepth)
-            .map(|_| (!self.job.nop).then(|| task_buf(&self.dev, &self.job)))
-            .collect();
+        // Every task's buffer, allocated and filled before IO starts; a
+        // SIGINT or SIGTERM meanwhile (a stop) ends the preparation, and
+        // only the tasks with a buffer are spawned.
+        let mut bufs = Vec::with_capacity(self.job.iodepth as usize);
+        while bufs.len() < self.job.iodepth as usize && !self.counters.stopped() {
+            bufs.push((!self.job.nop).then(|| task_buf(&self.dev, &self.job)));
+        }
         drop(self.start_line);
         let cursor = Arc::new(AtomicU64::new(IoPattern::start_block(
             &self.job,
@@ -337,7 +344,7 @@ impl CoreJob {
         )));
         // The core's tasks all run on this core's thread.
         let budget = Arc::new(IoBudget::new(self.job.number_ios));
-        let handles: Vec<JoinHandle<Result<(), String>>> = (0..self.job.iodepth)
+        let handles: Vec<JoinHandle<Result<Option<DmaBuf>, String>>> = (0..self.job.iodepth)
             .zip(bufs)
             .map(|(i, buf)| {
                 let seed = (self.core as u64) << 32 | u64::from(i);
@@ -365,9 +372,12 @@ impl CoreJob {
             })
             .collect();
         let mut first_err = None;
+        // The buffers handed back, freed once the core's last IO is
+        // counted: 128 buffers of 16 MiB take a while to unmap.
+        let mut kept = Vec::with_capacity(handles.len());
         for h in handles {
             match h.await {
-                Ok(Ok(())) => {}
+                Ok(Ok(buf)) => kept.extend(buf),
                 Ok(Err(e)) => {
                     first_err.get_or_insert(e);
                 }
@@ -376,6 +386,8 @@ impl CoreJob {
                 }
             }
         }
+        self.counters.mark_ended();
+        drop(kept);
         match first_err {
             Some(e) => Err(e),
             None => Ok(stats::take_latency()),
@@ -418,7 +430,8 @@ struct IoTask {
 }
 
 impl IoTask {
-    async fn run(mut self) -> Result<(), String> {
+    /// Runs the task's IOs; hands its buffer back.
+    async fn run(mut self) -> Result<Option<DmaBuf>, String> {
         let Some(mut buf) = self.buf.take() else {
             return Err("an IO task was spawned without its buffer".to_owned());
         };
@@ -446,10 +459,10 @@ impl IoTask {
                 stats::record_latency(dir, t0.elapsed());
             }
         }
-        Ok(())
+        Ok(Some(buf))
     }
 
-    async fn run_nop(mut self) -> Result<(), String> {
+    async fn run_nop(mut self) -> Result<Option<DmaBuf>, String> {
         let worker = self.counters.worker(self.core);
         while !self.counters.stopped() && self.budget.take_local() {
             let t0 = self.sampler.start();
@@ -459,6 +472,6 @@ impl IoTask {
                 stats::record_latency(Dir::Read, t0.elapsed());
             }
         }
-        Ok(())
+        Ok(None)
     }
 }

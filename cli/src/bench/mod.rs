@@ -130,19 +130,26 @@ pub fn run(job: &Job, target: Option<&Target>) -> Result<BenchResult, BenchError
             .join()
             .map_err(|_| BenchError::engine("bench", "the engine thread panicked"))?;
         let output = output?;
+        // The engine's own end mark, before its teardown, when it made one.
+        let ended = counters.ended().map_or(ended, |m| m.at);
         if let Some(start) = counters.started_at() {
             timeline.elapsed = ended.saturating_duration_since(start);
         }
         Ok::<_, BenchError>((output, timeline))
     })?;
-    // From the start of IO when the engine marked it, so its setup (a
-    // 16 MiB buffer per task filled with random bytes is seconds at
-    // QD128) is not counted per IO; from before the engine otherwise.
+    // Between the engine's start and end marks where it made them, so its
+    // setup and teardown (128 buffers of 16 MiB filled with random bytes,
+    // then unmapped, take seconds) are not counted per IO; from before
+    // the engine and after it otherwise.
     let (cpu_base, allocs_base) = counters
         .started()
         .map_or((cpu_before, allocs_before), |s| (s.cpu, s.allocations));
-    let cpu = stats::cpu_times().since(cpu_base);
-    let allocs = alloc_count::allocations().saturating_sub(allocs_base);
+    let (cpu_end, allocs_end) = counters.ended().map_or_else(
+        || (stats::cpu_times(), alloc_count::allocations()),
+        |e| (e.cpu, e.allocations),
+    );
+    let cpu = cpu_end.since(cpu_base);
+    let allocs = allocs_end.saturating_sub(allocs_base);
     let stopped_by = timeline.stopped_by;
     let mut result = report::BenchResult::new(job, target, &counters, output, timeline, cpu);
     result.allocs_per_io = (result.ios > 0).then(|| allocs as f64 / result.ios as f64);

@@ -134,21 +134,33 @@ pub type StatsProbe = Box<dyn Fn() -> plugio_engine::IoStats + Send + Sync>;
 pub struct Counters {
     workers: Vec<CachePadded<WorkerCounters>>,
     stop: AtomicBool,
-    started: Mutex<Option<Started>>,
+    started: Mutex<Option<Mark>>,
+    ended: Mutex<Option<Mark>>,
     stats_probe: Mutex<Option<StatsProbe>>,
 }
 
-/// What was measured when IO started: the baselines of the run's CPU time
-/// and allocation count, so the engine's setup (rings, buffers filled
-/// with random bytes) is in neither figure.
+/// What was measured when IO started or ended: the bounds of the
+/// measured window and of the run's CPU time and allocation count, so the
+/// engine's setup (rings, buffers filled with random bytes) and teardown
+/// (freeing them) are in none of the figures.
 #[derive(Debug, Clone, Copy)]
-pub struct Started {
-    /// When IO started.
+pub struct Mark {
+    /// When.
     pub at: Instant,
     /// The process's CPU time then.
     pub cpu: CpuTimes,
     /// The process's allocations then ([`super::alloc_count::allocations`]).
     pub allocations: u64,
+}
+
+impl Mark {
+    fn now() -> Mark {
+        Mark {
+            cpu: cpu_times(),
+            allocations: super::alloc_count::allocations(),
+            at: Instant::now(),
+        }
+    }
 }
 
 impl std::fmt::Debug for Counters {
@@ -169,6 +181,7 @@ impl Counters {
                 .collect(),
             stop: AtomicBool::new(false),
             started: Mutex::new(None),
+            ended: Mutex::new(None),
             stats_probe: Mutex::new(None),
         })
     }
@@ -204,11 +217,19 @@ impl Counters {
     /// time and allocation baselines (first call wins).
     pub fn mark_started(&self) {
         let mut s = self.started.lock().unwrap_or_else(PoisonError::into_inner);
-        s.get_or_insert_with(|| Started {
-            cpu: cpu_times(),
-            allocations: super::alloc_count::allocations(),
-            at: Instant::now(),
-        });
+        s.get_or_insert_with(Mark::now);
+    }
+
+    /// Records that a worker's last IO was counted (the latest call wins:
+    /// the last worker to end closes the window). An engine that never
+    /// calls it is measured until it returns.
+    pub fn mark_ended(&self) {
+        *self.ended.lock().unwrap_or_else(PoisonError::into_inner) = Some(Mark::now());
+    }
+
+    /// When and at which counts the last worker ended, if one marked it.
+    pub fn ended(&self) -> Option<Mark> {
+        *self.ended.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// When the engine started IO, if it has.
@@ -217,7 +238,7 @@ impl Counters {
     }
 
     /// When and from which baselines the engine started IO, if it has.
-    pub fn started(&self) -> Option<Started> {
+    pub fn started(&self) -> Option<Mark> {
         *self.started.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
