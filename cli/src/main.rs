@@ -158,10 +158,14 @@ fn init_tracing() {
 fn usage_error(e: &clap::Error) -> ExitCode {
     use clap::error::ErrorKind as K;
     let code = e.exit_code();
-    let _ = e.print();
     if matches!(e.kind(), K::DisplayHelp | K::DisplayVersion) {
+        let _ = e.print();
         return ExitCode::from(code as u8);
     }
+    // Plain text with the offending value escaped (clap would write an
+    // escape sequence in it to a terminal as it is, and strip it, with
+    // any invisible character kept, elsewhere).
+    eprint!("{}", plugio_cli::shown::message(&e.render().to_string()));
     let args: Vec<String> = std::env::args().collect();
     if args.iter().any(|a| a == "--json") {
         let name = args.get(1).map_or("plugio", String::as_str);
@@ -200,7 +204,7 @@ fn info(path: &Path, json: bool) -> Result<(), Failure> {
         let message = match e.kind() {
             ErrorKind::NotFound => format!(
                 "{} does not exist: give the path of a file or block device",
-                path.display()
+                plugio_cli::shown::path(path)
             ),
             ErrorKind::PermissionDenied => format!(
                 "{e}: give this user read access to it (a block device: run as root, or \

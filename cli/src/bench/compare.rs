@@ -91,22 +91,29 @@ fn figures(v: &Value) -> Option<(f64, Option<f64>)> {
 fn load(dir: &Path) -> Result<BTreeMap<Key, Runs>, BenchError> {
     let mut map: BTreeMap<Key, Runs> = BTreeMap::new();
     let entries = std::fs::read_dir(dir)
-        .map_err(|e| BenchError::io(format!("reading {}", dir.display()), e))?;
+        .map_err(|e| BenchError::io(format!("reading {}", plugio_cli::shown::path(dir)), e))?;
     for entry in entries.flatten() {
         let path = entry.path();
         let Some(key) = parse_name(&path) else {
             continue;
         };
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| BenchError::io(format!("reading {}", path.display()), e))?;
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            BenchError::io(format!("reading {}", plugio_cli::shown::path(&path)), e)
+        })?;
         // fio may print warnings before its JSON: start at the first '{'.
         let json = text.find('{').map_or("", |i| &text[i..]);
         let Ok(v) = serde_json::from_str::<Value>(json) else {
-            eprintln!("compare-report: skipping {} (not JSON)", path.display());
+            eprintln!(
+                "compare-report: skipping {} (not JSON)",
+                plugio_cli::shown::path(&path)
+            );
             continue;
         };
         let Some((iops, cpu)) = figures(&v) else {
-            eprintln!("compare-report: skipping {} (no IOPS)", path.display());
+            eprintln!(
+                "compare-report: skipping {} (no IOPS)",
+                plugio_cli::shown::path(&path)
+            );
             continue;
         };
         let runs = map.entry(key).or_default();
@@ -348,8 +355,9 @@ fn section(
         }
     }
     if let Some(notes) = &args.notes {
-        let text = std::fs::read_to_string(notes)
-            .map_err(|e| BenchError::io(format!("reading {}", notes.display()), e))?;
+        let text = std::fs::read_to_string(notes).map_err(|e| {
+            BenchError::io(format!("reading {}", plugio_cli::shown::path(notes)), e)
+        })?;
         out.push_str(text.trim_end());
         out.push_str("\n\n");
     }
@@ -401,22 +409,30 @@ pub fn main(args: &CompareArgs) -> Result<(), BenchError> {
     if map.is_empty() {
         return Err(BenchError::usage(format!(
             "no result files (TARGET__ENGINE__WORKLOAD__qdN__rREP.json) in {}",
-            args.results.display()
+            plugio_cli::shown::path(&args.results)
         )));
     }
-    std::fs::create_dir_all(&args.plots)
-        .map_err(|e| BenchError::io(format!("creating {}", args.plots.display()), e))?;
+    std::fs::create_dir_all(&args.plots).map_err(|e| {
+        BenchError::io(
+            format!("creating {}", plugio_cli::shown::path(&args.plots)),
+            e,
+        )
+    })?;
     let plots = super::plots::plot_all(&args.plots, &map)?;
     let text = section(args, &map, &plots)?;
     let doc =
         std::fs::read_to_string(&args.markdown).unwrap_or_else(|_| "# Benchmark results\n".into());
-    std::fs::write(&args.markdown, replace_section(&doc, &text))
-        .map_err(|e| BenchError::io(format!("writing {}", args.markdown.display()), e))?;
+    std::fs::write(&args.markdown, replace_section(&doc, &text)).map_err(|e| {
+        BenchError::io(
+            format!("writing {}", plugio_cli::shown::path(&args.markdown)),
+            e,
+        )
+    })?;
     println!(
         "wrote {} and {} plot(s) in {}",
-        args.markdown.display(),
+        plugio_cli::shown::path(&args.markdown),
         plots.len(),
-        args.plots.display()
+        plugio_cli::shown::path(&args.plots)
     );
     Ok(())
 }

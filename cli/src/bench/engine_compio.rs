@@ -119,7 +119,7 @@ mod imp {
         let file = o
             .open(&target.path)
             .await
-            .map_err(|e| format!("open {}: {e}", target.path.display()))?;
+            .map_err(|e| format!("open {}: {e}", plugio_cli::shown::path(&target.path)))?;
         let file = Rc::new(file);
         let tasks: Vec<_> = Task::for_job(job, target.size_bytes, core, counters)
             .into_iter()

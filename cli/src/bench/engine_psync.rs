@@ -31,7 +31,7 @@ pub fn open_target(job: &Job, target: &Target) -> Result<std::fs::File, BenchErr
         o.custom_flags(libc::O_DIRECT);
     }
     o.open(&target.path)
-        .map_err(|e| BenchError::io(format!("open {}", target.path.display()), e))
+        .map_err(|e| BenchError::io(format!("open {}", plugio_cli::shown::path(&target.path)), e))
 }
 
 /// One positional IO of `buf.len()` bytes; returns the bytes moved.

@@ -198,7 +198,7 @@ impl<'a> Worker<'a> {
         }
         let file = o
             .open(&t.path)
-            .map_err(|e| BenchError::io(format!("open {}", t.path.display()), e))?;
+            .map_err(|e| BenchError::io(format!("open {}", plugio_cli::shown::path(&t.path)), e))?;
         if file
             .metadata()
             .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_block_device(&m.file_type()))

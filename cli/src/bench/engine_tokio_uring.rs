@@ -109,7 +109,7 @@ mod imp {
         let file = o
             .open(&target.path)
             .await
-            .map_err(|e| format!("open {}: {e}", target.path.display()))?;
+            .map_err(|e| format!("open {}: {e}", plugio_cli::shown::path(&target.path)))?;
         let file = Rc::new(file);
         let mut bufs: Vec<TaskBuf> = Vec::new();
         if job.fixed_bufs {

@@ -121,7 +121,7 @@ impl fmt::Display for BenchError {
                 f,
                 "{} does not exist: create it, pass an existing file or block device to \
                  --filename, or omit --filename to use a temporary file",
-                path.display()
+                plugio_cli::shown::path(path)
             ),
             BenchError::TargetTooSmall {
                 path,
@@ -131,13 +131,13 @@ impl fmt::Display for BenchError {
                 f,
                 "{} holds {target_bytes} bytes but the job needs {needed_bytes}: \
                  lower --size (or --bs) or use a larger target",
-                path.display()
+                plugio_cli::shown::path(path)
             ),
             BenchError::DirectRefused { path } => write!(
                 f,
                 "the file system of {} refuses O_DIRECT (tmpfs does): \
                  use --direct 0 or a file on a disk-backed file system",
-                path.display()
+                plugio_cli::shown::path(path)
             ),
             BenchError::Misaligned {
                 bs_bytes,
@@ -154,7 +154,7 @@ impl fmt::Display for BenchError {
                 f,
                 "--rw {rw} writes to {} but it cannot be opened for writing ({source}): \
                  use a writable file, or a read pattern such as --rw randread",
-                path.display()
+                plugio_cli::shown::path(path)
             ),
             BenchError::TooBig(m) => write!(f, "{m}"),
             BenchError::Interrupted(sig) => {

@@ -191,7 +191,7 @@ where
             "--engine {name} cannot drive {} (an NVMe passthrough namespace takes \
              IORING_OP_URING_CMD, which its File has no call for): pass the namespace's \
              block device (/dev/nvmeXnY) instead",
-            target.path.display()
+            plugio_cli::shown::path(&target.path)
         )));
     }
     let cpus = plugio_executor::allowed_cpus().unwrap_or_default();

@@ -451,7 +451,7 @@ impl Printer {
         let on = match target {
             Some(t) => format!(
                 "{} ({}, {})",
-                t.path.display(),
+                plugio_cli::shown::path(&t.path),
                 t.kind,
                 fmt_bytes(t.size_bytes)
             ),

@@ -56,7 +56,7 @@ pub fn prepare(job: &Job) -> Result<Target, BenchError> {
             if let Some(fs) = memory_fs(path).filter(|_| kind != "block device") {
                 eprintln!(
                     "plugio: warning: {} is on {fs}: this measures memory, not a device",
-                    path.display()
+                    plugio_cli::shown::path(path)
                 );
             }
             (path.clone(), len, kind, None)
@@ -116,29 +116,38 @@ fn existing_len(path: &Path) -> Result<(u64, &'static str), BenchError> {
                 path: path.to_path_buf(),
             })
         }
-        Err(e) => return Err(BenchError::io(format!("stat {}", path.display()), e)),
+        Err(e) => {
+            return Err(BenchError::io(
+                format!("stat {}", plugio_cli::shown::path(path)),
+                e,
+            ))
+        }
     };
     if plugio_device::is_passthrough_path(path) {
-        let ns = plugio_device::backend::nvme::NvmeBackend::open(path)
-            .map_err(|e| BenchError::engine("plugio", format!("open {}: {e}", path.display())))?;
+        let ns = plugio_device::backend::nvme::NvmeBackend::open(path).map_err(|e| {
+            BenchError::engine(
+                "plugio",
+                format!("open {}: {e}", plugio_cli::shown::path(path)),
+            )
+        })?;
         let info = ns.info();
         Ok((
             info.nsze_blocks << info.lba_shift,
             "NVMe passthrough namespace",
         ))
     } else if meta.file_type().is_block_device() {
-        let mut f =
-            File::open(path).map_err(|e| BenchError::io(format!("open {}", path.display()), e))?;
+        let mut f = File::open(path)
+            .map_err(|e| BenchError::io(format!("open {}", plugio_cli::shown::path(path)), e))?;
         let len = f
             .seek(SeekFrom::End(0))
-            .map_err(|e| BenchError::io(format!("size of {}", path.display()), e))?;
+            .map_err(|e| BenchError::io(format!("size of {}", plugio_cli::shown::path(path)), e))?;
         Ok((len, "block device"))
     } else if meta.is_file() {
         Ok((meta.len(), "file"))
     } else {
         Err(BenchError::usage(format!(
             "{} is neither a regular file nor a block device: pass one to --filename",
-            path.display()
+            plugio_cli::shown::path(path)
         )))
     }
 }
@@ -149,8 +158,12 @@ fn check_direct(path: &Path, job: &Job) -> Result<u32, BenchError> {
     if plugio_device::is_passthrough_path(path) {
         // NVMe passthrough has no page cache to bypass: the LBA size is
         // the alignment.
-        let ns = plugio_device::backend::nvme::NvmeBackend::open(path)
-            .map_err(|e| BenchError::engine("plugio", format!("open {}: {e}", path.display())))?;
+        let ns = plugio_device::backend::nvme::NvmeBackend::open(path).map_err(|e| {
+            BenchError::engine(
+                "plugio",
+                format!("open {}: {e}", plugio_cli::shown::path(path)),
+            )
+        })?;
         let lbs = 1u32 << ns.info().lba_shift;
         if job.bs_bytes % u64::from(lbs) != 0 {
             return Err(BenchError::Misaligned {
@@ -186,10 +199,18 @@ fn check_direct(path: &Path, job: &Job) -> Result<u32, BenchError> {
                 source: e,
             })
         }
-        Err(e) => return Err(BenchError::io(format!("open {}", path.display()), e)),
+        Err(e) => {
+            return Err(BenchError::io(
+                format!("open {}", plugio_cli::shown::path(path)),
+                e,
+            ))
+        }
     };
     let geometry = plugio_device::Geometry::of_file(&file, job.direct).map_err(|e| {
-        BenchError::engine("plugio", format!("geometry of {}: {e}", path.display()))
+        BenchError::engine(
+            "plugio",
+            format!("geometry of {}: {e}", plugio_cli::shown::path(path)),
+        )
     })?;
     let lbs = geometry.logical_block_bytes.max(1);
     if job.direct && job.bs_bytes % u64::from(lbs) != 0 {
@@ -238,7 +259,15 @@ fn create_temp() -> Result<tempfile::NamedTempFile, BenchError> {
     tempfile::Builder::new()
         .prefix("plugio-bench-")
         .tempfile_in(&dir)
-        .map_err(|e| BenchError::io(format!("creating a temporary file in {}", dir.display()), e))
+        .map_err(|e| {
+            BenchError::io(
+                format!(
+                    "creating a temporary file in {}",
+                    plugio_cli::shown::path(&dir)
+                ),
+                e,
+            )
+        })
 }
 
 /// Fills the temporary file with `size_bytes` of random data (zeros for
@@ -258,7 +287,12 @@ fn fill_temp(
         .path()
         .parent()
         .map_or_else(PathBuf::new, Path::to_path_buf);
-    let ctx = |what: &str| format!("{what} a temporary file in {}", dir.display());
+    let ctx = |what: &str| {
+        format!(
+            "{what} a temporary file in {}",
+            plugio_cli::shown::path(&dir)
+        )
+    };
     let bar = if quiet || zeros {
         ProgressBar::hidden()
     } else {
@@ -271,7 +305,7 @@ fn fill_temp(
         .unwrap_or_else(|_| ProgressStyle::default_bar())
         .progress_chars("=> "),
     );
-    bar.set_message(format!("filling {}", file.path().display()));
+    bar.set_message(format!("filling {}", plugio_cli::shown::path(file.path())));
     let mut rng = rand::rngs::SmallRng::from_entropy();
     let mut chunk = vec![0u8; FILL_CHUNK_BYTES];
     let mut left = size_bytes;

@@ -223,7 +223,7 @@ pub fn run(args: &ReplayArgs) -> Result<CliReport, ReplayError> {
         };
         return Err(ReplayError::usage(format!(
             "{}: no IOs to replay ({} lines skipped{hint})",
-            args.trace.display(),
+            crate::shown::path(&args.trace),
             trace.skipped_lines
         )));
     }
@@ -386,10 +386,10 @@ fn open_device(args: &ReplayArgs) -> Result<Device, ReplayError> {
         if matches!(e.kind(), ErrorKind::DirectIoRefused) {
             ReplayError::usage(format!(
                 "the file system of {} refuses O_DIRECT (tmpfs does): use --direct 0",
-                args.filename.display()
+                crate::shown::path(&args.filename)
             ))
         } else {
-            ReplayError::engine(format!("open {}", args.filename.display()), e)
+            ReplayError::engine(format!("open {}", crate::shown::path(&args.filename)), e)
         }
     })
 }

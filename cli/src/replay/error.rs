@@ -143,7 +143,7 @@ impl fmt::Display for ReplayError {
                  (first IO past the end: trace line {line}): use a target of at least \
                  {needed_bytes} bytes, a path that does not exist yet (replay creates it), \
                  or --limit",
-                path.display()
+                crate::shown::path(path)
             ),
             ReplayError::Misaligned {
                 line,

@@ -30,7 +30,7 @@ pub fn load(path: &Path, opts: &ParseOptions) -> Result<Trace, ReplayError> {
     let name = if stdin {
         "<stdin>".to_owned()
     } else {
-        path.display().to_string()
+        crate::shown::path(path)
     };
     let bad = |message: String| ReplayError::BadTrace {
         trace: name.clone(),
