@@ -78,6 +78,19 @@ pub fn message(m: &str) -> String {
     out
 }
 
+/// `text` without its control characters and those that draw nothing:
+/// what a reader sees, to tell a field spoiled by a zero-width space or a
+/// byte-order mark from a wrong one.
+///
+/// ```
+/// assert_eq!(plugio_cli::shown::visible("op\u{200b}"), "op");
+/// ```
+pub fn visible(text: &str) -> String {
+    text.chars()
+        .filter(|&c| !c.is_control() && !draws_nothing(c))
+        .collect()
+}
+
 /// Pushes `c` onto a message, escaped (`\u{feff}`) when a terminal would
 /// act on it or not show it: a control character, or one that draws
 /// nothing (see [`draws_nothing`]).

@@ -639,6 +639,11 @@ fn cli_target_errors_follow_the_kernels_resolution() {
         assert!(e.contains("a loop of symbolic links"), "{looped}: {e}");
     }
     std::fs::write(at("file"), b"").unwrap();
+    let e = run(&at("file/"));
+    assert!(
+        e.contains("ends in '/', but names a file") && e.contains("drop the '/'"),
+        "{e}"
+    );
     let e = run(&at("file/t"));
     assert!(
         e.contains("cannot be reached") && e.contains("is a file, not a directory"),
@@ -706,6 +711,23 @@ fn cli_messages_escape_names_and_keep_their_advice() {
         "{e}"
     );
     assert!(!e.contains('\u{200b}'), "{e:?}");
+    // A newline in a missing trace's name cannot forge a second line.
+    let forged = at("x\nplugio: all good");
+    let o = plugio(&["replay", &forged.display().to_string(), "--filename", "t"]);
+    let e = stderr(&o);
+    assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+    assert!(e.contains("x\\nplugio: all good"), "{e}");
+    // Nor an invisible character in a value the option parser refuses.
+    let o = plugio(&[
+        "replay",
+        &data("small.csv"),
+        "--filename",
+        "t",
+        "--limit",
+        "1\u{200b}",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("1\\u{200b}"), "{}", stderr(&o));
 }
 
 #[test]

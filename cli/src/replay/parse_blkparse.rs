@@ -121,6 +121,16 @@ pub(crate) fn parse(text: &str, action: BlkAction, sink: &mut Sink<'_>) -> Resul
             ));
         }
         if fields[5] != keep {
+            if crate::shown::visible(fields[5]) != fields[5] {
+                // Skipped as another action, the line would vanish unseen.
+                return Err(sink.error(
+                    i,
+                    format!(
+                        "action '{}' holds characters that draw nothing: remove them",
+                        printable(fields[5])
+                    ),
+                ));
+            }
             sink.skip();
             continue;
         }
@@ -338,6 +348,10 @@ CPU0 (7,1):
             (
                 "  7,1 0 1 0.5 1 Q R 3 + 0 [p]\n",
                 "t.txt:1: rwbs 'R' with no data",
+            ),
+            (
+                "  7,1 0 1 0.5 1 Q\u{200b} R 8 + 8 [p]\n",
+                "t.txt:1: action 'Q\\u{200b}' holds characters that draw nothing",
             ),
         ];
         for (text, want) in cases {

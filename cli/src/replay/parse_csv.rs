@@ -21,15 +21,6 @@ pub(crate) fn is_header(line: &str) -> bool {
         && fields.next().is_none()
 }
 
-/// `line` without the characters a terminal draws nothing for, to tell a
-/// header spoiled by a zero-width space or a byte-order mark from an IO
-/// line.
-fn visible(line: &str) -> String {
-    line.chars()
-        .filter(|&c| !c.is_control() && !crate::shown::draws_nothing(c))
-        .collect()
-}
-
 /// Parses CSV text into `sink`.
 pub(crate) fn parse(text: &str, sink: &mut Sink<'_>) -> Result<(), ReplayError> {
     let mut seen_io = false;
@@ -54,7 +45,7 @@ pub(crate) fn parse(text: &str, sink: &mut Sink<'_>) -> Result<(), ReplayError> 
             sink.skip();
             continue;
         }
-        if is_header(&visible(line)) {
+        if is_header(&crate::shown::visible(line)) {
             return Err(sink.error(
                 i,
                 format!(

@@ -6,11 +6,13 @@
 //! it, an unreachable name by the part of the path that stops it.
 //!
 //! Invariants: nothing is created unless the path resolves to no file at
-//! all (`ENOENT`) and does not lead through a symbolic link, so nothing is
-//! ever created at the far end of a link; a file that was created and
+//! all (`ENOENT`) and its last name is no symbolic link, so nothing is ever
+//! created at the far end of a link given as the target (links to
+//! directories on the way are followed, as any program does); a file that was created and
 //! could not be sized is removed again; every path echoed in a message
 //! goes through [`shown::path`].
 
+use std::ffi::OsString;
 use std::fs::OpenOptions;
 use std::io::{Seek, SeekFrom};
 use std::os::unix::ffi::OsStrExt;
@@ -51,7 +53,7 @@ pub fn prepare_target(path: &Path, trace: &Trace) -> Result<bool, ReplayError> {
     if let Some(why) = broken_link(path) {
         return Err(usage(path, &why));
     }
-    if path.as_os_str().as_bytes().ends_with(b"/") {
+    if ends_in_slash(path) {
         return Err(usage(
             path,
             "ends in '/', which names a directory, and there is none: drop the '/' to \
@@ -59,6 +61,19 @@ pub fn prepare_target(path: &Path, trace: &Trace) -> Result<bool, ReplayError> {
         ));
     }
     create(path, trace)
+}
+
+/// True when `path` ends in '/' (which asks for a directory).
+fn ends_in_slash(path: &Path) -> bool {
+    path.as_os_str().as_bytes().ends_with(b"/")
+}
+
+/// True when `path` without its trailing '/'s names something.
+fn trimmed_exists(path: &Path) -> bool {
+    let bytes = path.as_os_str().as_bytes();
+    let end = bytes.iter().rposition(|&b| b != b'/').map_or(1, |i| i + 1);
+    let trimmed = Path::new(std::ffi::OsStr::from_bytes(&bytes[..end]));
+    std::fs::metadata(trimmed).is_ok()
 }
 
 /// "the target P {why}, or give --filename another path".
@@ -88,6 +103,9 @@ fn unresolved(path: &Path, error: &std::io::Error) -> String {
                  or past the {MAX_LINK_HOPS} links the kernel follows; fix that link"
             ),
         },
+        Some(libc::ENOTDIR) if ends_in_slash(path) && trimmed_exists(path) => {
+            "ends in '/', but names a file, not a directory: drop the '/'".to_owned()
+        }
         Some(libc::ENOTDIR) => format!(
             "cannot be reached ({error}): a name on its path before the last is a file, not \
              a directory; use a path whose directories exist"
@@ -158,26 +176,22 @@ enum Chain {
 
 /// Follows the links of `path`'s last name, as the kernel does once it has
 /// resolved the directories: a relative link is relative to the directory
-/// that holds it. Links are told apart by device and inode, so a loop
-/// spelled through `..` or another link is still a loop.
+/// that holds it. Links are told apart by their directory entry (see
+/// [`entry_id`]), so a loop spelled through `..` or a linked directory is
+/// still a loop, and a symbolic link hard-linked into two directories is
+/// two links.
 fn follow_links(path: &Path) -> Chain {
     let mut seen = Vec::new();
     let mut at = path.to_path_buf();
     loop {
-        let Ok(meta) = std::fs::symlink_metadata(&at) else {
-            return Chain::End {
-                at,
-                hops: seen.len(),
-            };
-        };
         let Ok(to) = std::fs::read_link(&at) else {
             return Chain::End {
                 at,
                 hops: seen.len(),
             };
         };
-        let id = (meta.dev(), meta.ino());
-        if seen.contains(&id) {
+        let id = entry_id(&at);
+        if id.is_some() && seen.contains(&id) {
             return Chain::Loop(at);
         }
         if seen.len() == MAX_LINK_HOPS {
@@ -188,6 +202,19 @@ fn follow_links(path: &Path) -> Chain {
     }
 }
 
+/// The directory entry `at` names: its directory's device and inode, and
+/// its last name. `None` when it has no last name (`..`, `/`) or its
+/// directory cannot be examined.
+fn entry_id(at: &Path) -> Option<(u64, u64, OsString)> {
+    let name = at.file_name()?;
+    let dir = match at.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let meta = std::fs::metadata(dir).ok()?;
+    Some((meta.dev(), meta.ino(), name.to_owned()))
+}
+
 /// Creates `path` (it resolves to nothing) as a sparse file of the trace's
 /// extent.
 fn create(path: &Path, trace: &Trace) -> Result<bool, ReplayError> {
@@ -196,13 +223,15 @@ fn create(path: &Path, trace: &Trace) -> Result<bool, ReplayError> {
         .create_new(true)
         .open(path)
         .map_err(|e| {
-            usage(
-                path,
-                &format!(
-                    "cannot be created ({e}): give --filename a path in an existing, writable \
-                     directory"
-                ),
-            )
+            let why = if e.kind() == std::io::ErrorKind::AlreadyExists {
+                format!(
+                    "cannot be created ({e}): another process made it meanwhile; run again to \
+                     replay onto it as it is"
+                )
+            } else {
+                format!("cannot be created ({e}): its directory must exist and be writable")
+            };
+            usage(path, &why)
         })?;
     let extent = trace.extent_bytes().max(SECTOR_BYTES);
     if let Err(e) = file.set_len(extent) {
@@ -246,7 +275,7 @@ mod tests {
     use std::os::unix::fs::symlink;
 
     #[test]
-    fn a_chain_is_followed_to_its_end_and_a_loop_is_found_by_inode() {
+    fn a_chain_is_followed_to_its_end_and_a_loop_is_found_by_its_directory_entry() {
         let dir = tempfile::tempdir().unwrap();
         let at = |n: &str| dir.path().join(n);
         std::fs::create_dir(at("d")).unwrap();
@@ -268,6 +297,26 @@ mod tests {
         symlink("d/../y", at("x")).unwrap();
         symlink("x", at("y")).unwrap();
         assert!(matches!(follow_links(&at("x")), Chain::Loop(_)));
+        // A link hard-linked into two directories is two links, not a
+        // loop: A/s -> next, B/s the same inode, A/next -> ../B/s; h -> A/s.
+        std::fs::create_dir(at("A")).unwrap();
+        std::fs::create_dir(at("B")).unwrap();
+        symlink("next", at("A/s")).unwrap();
+        std::fs::hard_link(at("A/s"), at("B/s")).unwrap();
+        symlink("../B/s", at("A/next")).unwrap();
+        symlink("A/s", at("h")).unwrap();
+        match follow_links(&at("h")) {
+            Chain::End { at: end, hops } => {
+                // h, A/s, A/next, B/s; B/next is missing.
+                assert_eq!(hops, 4);
+                assert_eq!(
+                    std::fs::canonicalize(end.parent().unwrap()).unwrap(),
+                    std::fs::canonicalize(at("B")).unwrap()
+                );
+                assert_eq!(end.file_name().unwrap(), "next");
+            }
+            other => panic!("{other:?}"),
+        }
         // Exactly 40 links is a chain the kernel follows; 41 is not.
         for n in [MAX_LINK_HOPS, MAX_LINK_HOPS + 1] {
             let name = |i: usize| format!("c{n}_{i}");
