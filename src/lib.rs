@@ -91,6 +91,7 @@
 /// let kinds = [plugio::device::BackendKind::Uring, plugio::device::BackendKind::Sync];
 /// assert_ne!(kinds[0], kinds[1]);
 /// ```
+#[doc(inline)]
 pub use plugio_device as device;
 /// The engine: bios, plug, tags, merging, dispatch, completion, the
 /// [`Device`] handle.
@@ -98,6 +99,7 @@ pub use plugio_device as device;
 /// ```
 /// assert!(plugio::engine::MAX_IO_BYTES >= 1 << 30);
 /// ```
+#[doc(inline)]
 pub use plugio_engine as engine;
 /// The thread-per-core executor.
 ///
@@ -105,6 +107,7 @@ pub use plugio_engine as engine;
 /// let ex = plugio::executor::LocalExecutor::new();
 /// assert_eq!(ex.run(async { 6 * 7 }), 42);
 /// ```
+#[doc(inline)]
 pub use plugio_executor as executor;
 
 /// When a park's batched wait arms its bound as a kernel timer
