@@ -11,6 +11,7 @@ use std::path::Path;
 use plugio_cli::json::RunMeta;
 use plugio_device::ring::Ring;
 use plugio_device::{Backend, DeviceKind, ErrorKind, Geometry, OpenOptions, RingConfig, RingInfo};
+use serde::Serialize;
 use serde_json::{json, Value};
 
 /// The description of `path` as JSON.
@@ -18,7 +19,7 @@ use serde_json::{json, Value};
 /// # Errors
 /// As [`plugio_device::describe`]: not a file, block device or NVMe
 /// generic device; cannot be opened read-only; no geometry.
-pub fn info_json(path: &Path) -> plugio_device::Result<Value> {
+pub fn info_json(path: &Path) -> plugio_device::Result<InfoDoc> {
     plugio_device::check_path_kind(path)?;
     let mut options = OpenOptions::new();
     options.read(true).write(false);
@@ -37,14 +38,26 @@ pub fn info_json(path: &Path) -> plugio_device::Result<Value> {
             "fallback": "the sync thread pool (pread/pwrite)",
         }),
     };
-    let mut doc = serde_json::to_value(RunMeta::now("info")).unwrap_or_else(|_| json!({}));
-    if let Value::Object(map) = &mut doc {
-        map.insert("path".into(), json!(path.display().to_string()));
-        map.insert("direct".into(), json!(direct));
-        map.insert("geometry".into(), geometry_json(backend.geometry()));
-        map.insert("io_uring".into(), io_uring);
-    }
-    Ok(doc)
+    Ok(InfoDoc {
+        meta: RunMeta::now("info"),
+        path: path.display().to_string(),
+        direct,
+        geometry: geometry_json(backend.geometry()),
+        io_uring,
+    })
+}
+
+/// The document `info --json` prints: the [`RunMeta`] fields first (a
+/// struct, so serde keeps this order; a `serde_json::Value` map sorts its
+/// keys).
+#[derive(Debug, Serialize)]
+pub struct InfoDoc {
+    #[serde(flatten)]
+    meta: RunMeta,
+    path: String,
+    direct: &'static str,
+    geometry: Value,
+    io_uring: Value,
 }
 
 fn geometry_json(g: &Geometry) -> Value {

@@ -196,7 +196,7 @@ fn print_error_doc(command: &str, code: u8, message: &str) {
 /// `plugio info PATH [--json]`.
 fn info(path: &Path, json: bool) -> Result<(), Failure> {
     let described = if json {
-        info_json(path).map(|v| v.to_string())
+        info_json(path).map(|doc| serde_json::to_string(&doc).unwrap_or_default())
     } else {
         plugio_device::describe(path)
     };

@@ -165,6 +165,13 @@ fn info_json_describes_geometry_and_ring() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     let v = json(&o);
     check_meta(&v, "info");
+    // The shared fields first, in the order bench.md gives, as for bench
+    // and replay.
+    assert!(
+        text(&o.stdout).starts_with(r#"{"schema_version":1,"command":"info","plugio_version":"#),
+        "{}",
+        text(&o.stdout)
+    );
     assert_eq!(v["geometry"]["kind"], "file");
     assert!(v["geometry"]["logical_block_bytes"]
         .as_u64()
