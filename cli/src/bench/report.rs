@@ -461,11 +461,12 @@ impl Printer {
             .number_ios
             .map_or(String::new(), |n| format!(" or {n} IOs per job"));
         self.line(&format!(
-            "plugio bench: engine={} {what} iodepth={} numjobs={} direct={} on {on}, {:.0} s{ios}",
+            "plugio bench: engine={} {what} iodepth={} numjobs={} direct={} on {on}, {} s{ios}",
             engine_name(job.engine),
             job.iodepth,
             job.cores,
             u8::from(job.direct),
+            // As given: 0.5 stays 0.5 (`{:.0}` printed 0), 2 stays 2.
             job.runtime.as_secs_f64()
         ));
     }
