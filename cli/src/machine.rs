@@ -8,12 +8,16 @@
 /// Bytes of memory this process can still use, and where the figure comes
 /// from (for a message): `MemAvailable` of /proc/meminfo, lowered to what the process's
 /// cgroup memory limit leaves (v2 `memory.max`, v1
-/// `memory.limit_in_bytes`). `None` where /proc/meminfo cannot be read.
+/// `memory.limit_in_bytes`) and to what its address-space limit leaves
+/// (`RLIMIT_AS`, `ulimit -v`, less the `VmSize` already mapped; past it an
+/// allocation fails and the process aborts). `None` where /proc/meminfo
+/// cannot be read.
 ///
 /// ```
 /// if let Some((bytes, source)) = plugio_cli::machine::available_memory() {
 ///     println!("{} MiB available ({source})", bytes >> 20);
-///     assert!(source == "MemAvailable" || source == "its cgroup's memory limit");
+///     assert!(["MemAvailable", "its cgroup's memory limit", "its address-space limit (ulimit -v)"]
+///         .contains(&source));
 /// }
 /// ```
 pub fn available_memory() -> Option<(u64, &'static str)> {
@@ -32,7 +36,32 @@ pub fn available_memory() -> Option<(u64, &'static str)> {
             best = (left, "its cgroup's memory limit");
         }
     }
+    if let Some(left) = address_space_left() {
+        if left < best.0 {
+            best = (left, "its address-space limit (ulimit -v)");
+        }
+    }
     Some(best)
+}
+
+/// What the process's address-space limit (`RLIMIT_AS`) leaves beside
+/// what it has mapped (`VmSize` of /proc/self/status), if it has one.
+fn address_space_left() -> Option<u64> {
+    use nix::sys::resource::{getrlimit, Resource, RLIM_INFINITY};
+    let (soft, _) = getrlimit(Resource::RLIMIT_AS).ok()?;
+    if soft == RLIM_INFINITY {
+        return None;
+    }
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let mapped_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmSize:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(soft.saturating_sub(mapped_kib * 1024))
 }
 
 /// What the process's cgroup memory limit leaves (limit minus usage), if

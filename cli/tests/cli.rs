@@ -429,3 +429,49 @@ fn compare_report_writes_the_section_and_plots() {
     let value_labels = bars.matches(r#"text-anchor="start""#).count();
     assert_eq!(value_labels, 2, "one value label per engine: {bars}");
 }
+
+/// A job larger than the process's address-space limit (`ulimit -v`) is
+/// refused before it starts (exit 2, naming the limit), where it aborted
+/// at its first failed allocation with no JSON.
+#[test]
+fn bench_refuses_a_job_past_the_address_space_limit() {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_plugio"));
+    cmd.args([
+        "bench",
+        "--json",
+        "--bs",
+        "16m",
+        "--iodepth",
+        "64",
+        "--runtime",
+        "1",
+    ]);
+    // SAFETY: the closure runs in the child between fork and exec and only
+    // calls setrlimit, a system call that allocates nothing and takes no
+    // lock.
+    unsafe {
+        cmd.pre_exec(|| {
+            use nix::sys::resource::{setrlimit, Resource};
+            let limit = 700 << 20;
+            setrlimit(Resource::RLIMIT_AS, limit, limit).map_err(std::io::Error::from)
+        });
+    }
+    let o = cmd.output().expect("the plugio binary runs");
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).expect("one JSON document");
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("address-space limit (ulimit -v)"),
+        "{message}"
+    );
+    assert!(
+        message.contains("lower --numjobs, --iodepth or --bs"),
+        "{message}"
+    );
+}
