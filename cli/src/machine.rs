@@ -21,15 +21,10 @@
 /// }
 /// ```
 pub fn available_memory() -> Option<(u64, &'static str)> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kib: u64 = meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
+    let kib = kib_field(
+        &std::fs::read_to_string("/proc/meminfo").ok()?,
+        "MemAvailable:",
+    )?;
     let mut best = (kib * 1024, "MemAvailable");
     if let Some(left) = cgroup_memory_left() {
         if left < best.0 {
@@ -44,6 +39,17 @@ pub fn available_memory() -> Option<(u64, &'static str)> {
     Some(best)
 }
 
+/// The value of the `key` line (`MemAvailable:`) of a /proc file in kB.
+fn kib_field(text: &str, key: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// What the process's address-space limit (`RLIMIT_AS`) leaves beside
 /// what it has mapped (`VmSize` of /proc/self/status), if it has one.
 fn address_space_left() -> Option<u64> {
@@ -52,15 +58,10 @@ fn address_space_left() -> Option<u64> {
     if soft == RLIM_INFINITY {
         return None;
     }
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let mapped_kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmSize:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
+    let mapped_kib = kib_field(
+        &std::fs::read_to_string("/proc/self/status").ok()?,
+        "VmSize:",
+    )?;
     Some(soft.saturating_sub(mapped_kib * 1024))
 }
 

@@ -274,6 +274,17 @@ mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
 
+    /// `got` ends at `name` in `dir` after `hops` links.
+    fn assert_ends(got: Chain, hops: usize, dir: &Path, name: &str) {
+        let Chain::End { at: end, hops: n } = got else {
+            panic!("{got:?}");
+        };
+        assert_eq!(n, hops, "{end:?}");
+        let canonical = |p: &Path| std::fs::canonicalize(p).unwrap();
+        assert_eq!(canonical(end.parent().unwrap()), canonical(dir));
+        assert_eq!(end.file_name().unwrap(), name);
+    }
+
     #[test]
     fn a_chain_is_followed_to_its_end_and_a_loop_is_found_by_its_directory_entry() {
         let dir = tempfile::tempdir().unwrap();
@@ -282,17 +293,7 @@ mod tests {
         // a -> d/../b -> c: the end is c, two links.
         symlink("d/../b", at("a")).unwrap();
         symlink("c", at("b")).unwrap();
-        match follow_links(&at("a")) {
-            Chain::End { at: end, hops } => {
-                assert_eq!(hops, 2);
-                assert_eq!(
-                    std::fs::canonicalize(end.parent().unwrap()).unwrap(),
-                    std::fs::canonicalize(dir.path()).unwrap()
-                );
-                assert_eq!(end.file_name().unwrap(), "c");
-            }
-            other => panic!("{other:?}"),
-        }
+        assert_ends(follow_links(&at("a")), 2, dir.path(), "c");
         // x -> d/../y -> x: a loop however it is spelled.
         symlink("d/../y", at("x")).unwrap();
         symlink("x", at("y")).unwrap();
@@ -305,18 +306,8 @@ mod tests {
         std::fs::hard_link(at("A/s"), at("B/s")).unwrap();
         symlink("../B/s", at("A/next")).unwrap();
         symlink("A/s", at("h")).unwrap();
-        match follow_links(&at("h")) {
-            Chain::End { at: end, hops } => {
-                // h, A/s, A/next, B/s; B/next is missing.
-                assert_eq!(hops, 4);
-                assert_eq!(
-                    std::fs::canonicalize(end.parent().unwrap()).unwrap(),
-                    std::fs::canonicalize(at("B")).unwrap()
-                );
-                assert_eq!(end.file_name().unwrap(), "next");
-            }
-            other => panic!("{other:?}"),
-        }
+        // h, A/s, A/next, B/s; B/next is missing.
+        assert_ends(follow_links(&at("h")), 4, &at("B"), "next");
         // Exactly 40 links is a chain the kernel follows; 41 is not.
         for n in [MAX_LINK_HOPS, MAX_LINK_HOPS + 1] {
             let name = |i: usize| format!("c{n}_{i}");
