@@ -132,9 +132,9 @@ pub fn driver_installed() -> bool {
 /// not reap this thread's ring: it must be refused.
 ///
 /// ```
-/// let ex = plugio_executor::LocalExecutor::new(); // no DeviceDriver
-/// let uid = ex.run(async { plugio_executor::core_uid() }).unwrap();
-/// assert!(!plugio_device::driver_serves(uid));
+/// let ex = plugio::LocalExecutor::new(); // no DeviceDriver
+/// let uid = ex.run(async { plugio::executor::core_uid() }).unwrap();
+/// assert!(!plugio::device::driver_serves(uid));
 /// ```
 pub fn driver_serves(core_uid: u64) -> bool {
     CORE.try_with(|c| c.drivers.get() > 0 && c.owner_uid.get().is_none_or(|o| o == core_uid))

@@ -57,7 +57,7 @@ impl std::fmt::Debug for Core {
 ///
 /// ```
 /// // Not on a plugio core: no ring.
-/// assert!(!plugio_device::driver::uring_active());
+/// assert!(!plugio::device::driver::uring_active());
 /// ```
 pub fn uring_active() -> bool {
     crate::ring::with_current(|_| ()).is_some()

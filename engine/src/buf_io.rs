@@ -431,7 +431,7 @@ impl Device {
     /// Idea: tokio-uring's and monoio's `read_at(buf, pos)`.
     ///
     /// ```
-    /// # plugio_engine::doc_example(|dev| async move {
+    /// # plugio::engine::doc_example(|dev| async move {
     /// let (n, _) = dev.write_at(vec![7u8; 4096], 0).await;
     /// n?;
     /// let (n, buf) = dev.read_at(Vec::with_capacity(4096), 0).await;
@@ -455,8 +455,8 @@ impl Device {
     /// [`read_at`](Self::read_at) with flags (priority, NOMERGE).
     ///
     /// ```
-    /// # plugio_engine::doc_example(|dev| async move {
-    /// use plugio_engine::IoFlags;
+    /// # plugio::engine::doc_example(|dev| async move {
+    /// use plugio::IoFlags;
     /// let (n, _) = dev.read_at_with(vec![0u8; 4096], 0, IoFlags::NOMERGE).await;
     /// assert_eq!(n?, 0, "the example file is empty");
     /// # Ok(()) });
@@ -479,7 +479,7 @@ impl Device {
     /// from the registered arena goes out as `WRITE_FIXED`.
     ///
     /// ```
-    /// # plugio_engine::doc_example(|dev| async move {
+    /// # plugio::engine::doc_example(|dev| async move {
     /// let (n, buf) = dev.write_at(bytes::Bytes::from(vec![1u8; 8192]), 4096).await;
     /// assert_eq!(n?, 8192);
     /// assert_eq!(buf.len(), 8192);
@@ -500,8 +500,8 @@ impl Device {
     /// write durable when it completes; priority; NOMERGE.
     ///
     /// ```
-    /// # plugio_engine::doc_example(|dev| async move {
-    /// use plugio_engine::IoFlags;
+    /// # plugio::engine::doc_example(|dev| async move {
+    /// use plugio::IoFlags;
     /// let (n, _) = dev.write_at_with(vec![2u8; 4096], 0, IoFlags::FUA).await;
     /// assert_eq!(n?, 4096);
     /// # Ok(()) });
@@ -521,7 +521,7 @@ impl Device {
     /// bounced as one, as in [`read_at`](Self::read_at).
     ///
     /// ```
-    /// # plugio_engine::doc_example(|dev| async move {
+    /// # plugio::engine::doc_example(|dev| async move {
     /// let (n, _) = dev.write_at(vec![3u8; 8192], 0).await;
     /// n?;
     /// let bufs = vec![Vec::with_capacity(4096), Vec::with_capacity(4096)];
@@ -545,7 +545,7 @@ impl Device {
     /// (`pwritev`) at `offset_bytes`.
     ///
     /// ```
-    /// # plugio_engine::doc_example(|dev| async move {
+    /// # plugio::engine::doc_example(|dev| async move {
     /// let (n, _) = dev.writev_at(vec![vec![1u8; 4096], vec![2u8; 4096]], 0).await;
     /// assert_eq!(n?, 8192);
     /// # Ok(()) });
@@ -567,8 +567,8 @@ impl Device {
     /// end of the file).
     ///
     /// ```
-    /// # plugio_engine::doc_example(|dev| async move {
-    /// use plugio_engine::ErrorKind;
+    /// # plugio::engine::doc_example(|dev| async move {
+    /// use plugio::ErrorKind;
     /// let (n, _) = dev.write_at(vec![5u8; 4096], 0).await;
     /// n?;
     /// let (r, buf) = dev.read_exact_at(vec![0u8; 4096], 0).await;
@@ -602,7 +602,7 @@ impl Device {
     /// short count means the device made no progress).
     ///
     /// ```
-    /// # plugio_engine::doc_example(|dev| async move {
+    /// # plugio::engine::doc_example(|dev| async move {
     /// let (r, _) = dev.write_all_at(vec![5u8; 8192], 0).await;
     /// r?;
     /// # Ok(()) });
@@ -626,7 +626,7 @@ impl Device {
     /// (all of each one's `bytes_total()`).
     ///
     /// ```
-    /// # plugio_engine::doc_example(|dev| async move {
+    /// # plugio::engine::doc_example(|dev| async move {
     /// let (r, _) = dev.write_all_at(vec![9u8; 8192], 0).await;
     /// r?;
     /// let (r, bufs) = dev.readv_exact_at(vec![vec![0u8; 4096], vec![0u8; 4096]], 0).await;
@@ -651,7 +651,7 @@ impl Device {
     /// back.
     ///
     /// ```
-    /// # plugio_engine::doc_example(|dev| async move {
+    /// # plugio::engine::doc_example(|dev| async move {
     /// let (r, _) = dev.writev_all_at(vec![vec![1u8; 4096], vec![2u8; 4096]], 0).await;
     /// r?;
     /// # Ok(()) });

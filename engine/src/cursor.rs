@@ -57,9 +57,9 @@ type Op = Pin<Box<dyn Future<Output = Done> + Send>>;
 /// (see the [module docs](self)).
 ///
 /// ```
-/// # plugio_engine::doc_example(|dev| async move {
+/// # plugio::engine::doc_example(|dev| async move {
 /// use futures::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt, SeekFrom};
-/// use plugio_engine::DeviceCursor;
+/// use plugio::DeviceCursor;
 ///
 /// let mut cur = DeviceCursor::new(dev.clone()).await?;
 /// cur.write_all(b"any length, any offset").await?;

@@ -164,8 +164,8 @@ impl Device {
     /// your own events in it.
     ///
     /// ```
-    /// use plugio_device::backend::mem::{MemConfig, MemDevice};
-    /// use plugio_engine::{Device, DeviceOptions};
+    /// use plugio::device::backend::mem::{MemConfig, MemDevice};
+    /// use plugio::{Device, DeviceOptions};
     /// use std::sync::Arc;
     ///
     /// let mem = MemDevice::new(MemConfig::default());
@@ -220,7 +220,7 @@ impl Device {
     /// left). Otherwise a fresh zeroed allocation.
     ///
     /// ```
-    /// # plugio_engine::doc_example(|dev| async move {
+    /// # plugio::engine::doc_example(|dev| async move {
     /// let mut buf = dev.alloc_buf(4096);
     /// assert_eq!(buf.len(), 4096);
     /// buf.as_mut_slice().fill(1);
@@ -260,7 +260,7 @@ impl Device {
     /// this core).
     ///
     /// ```
-    /// # plugio_engine::doc_example(|dev| async move {
+    /// # plugio::engine::doc_example(|dev| async move {
     /// let (n, _) = dev.write_at(vec![1u8; 4096], 0).await;
     /// n?;
     /// dev.sync_all().await?;
@@ -280,7 +280,7 @@ impl Device {
     /// namespace. Covers what [`sync_all`](Self::sync_all) covers.
     ///
     /// ```
-    /// # plugio_engine::doc_example(|dev| async move {
+    /// # plugio::engine::doc_example(|dev| async move {
     /// let (n, _) = dev.write_at(vec![1u8; 4096], 0).await;
     /// n?;
     /// dev.sync_data().await?;

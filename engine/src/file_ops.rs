@@ -61,7 +61,7 @@ impl Device {
     /// change is durable after [`sync_all`](Self::sync_all).
     ///
     /// ```
-    /// # plugio_engine::doc_example(|dev| async move {
+    /// # plugio::engine::doc_example(|dev| async move {
     /// dev.set_len(1 << 20).await?;
     /// assert_eq!(dev.metadata().await?.len_bytes, 1 << 20);
     /// # Ok(()) });
@@ -84,7 +84,7 @@ impl Device {
     /// times, allocated blocks.
     ///
     /// ```
-    /// # plugio_engine::doc_example(|dev| async move {
+    /// # plugio::engine::doc_example(|dev| async move {
     /// let meta = dev.metadata().await?;
     /// assert!(meta.is_file());
     /// assert_eq!(meta.len_bytes, 0);
@@ -106,8 +106,8 @@ impl Device {
     /// does.
     ///
     /// ```
-    /// # plugio_engine::doc_example(|dev| async move {
-    /// use plugio_engine::FallocateMode;
+    /// # plugio::engine::doc_example(|dev| async move {
+    /// use plugio::FallocateMode;
     /// dev.fallocate(0, 1 << 20, FallocateMode::Allocate).await?;
     /// assert_eq!(dev.metadata().await?.len_bytes, 1 << 20);
     /// dev.fallocate(0, 4096, FallocateMode::ZeroRange).await?;
@@ -150,8 +150,8 @@ impl Device {
 /// [`DeviceOptions`] at their defaults.
 ///
 /// ```
-/// # plugio_engine::doc_dir(|dir| async move {
-/// use plugio_engine::OpenOptions;
+/// # plugio::engine::doc_dir(|dir| async move {
+/// use plugio::OpenOptions;
 /// let path = dir.join("table.db");
 /// let dev = OpenOptions::new().create(true).direct(false).open(&path).await?;
 /// let (r, _) = dev.write_all_at(b"hello".to_vec(), 0).await;
@@ -305,10 +305,10 @@ pub mod fs {
     /// [`sync_dir`] of both parents.
     ///
     /// ```
-    /// # plugio_engine::doc_dir(|dir| async move {
-    /// use plugio_engine::fs;
+    /// # plugio::engine::doc_dir(|dir| async move {
+    /// use plugio::fs;
     /// let (a, b) = (dir.join("wal.tmp"), dir.join("wal"));
-    /// plugio_engine::OpenOptions::new().create(true).direct(false).open(&a).await?;
+    /// plugio::OpenOptions::new().create(true).direct(false).open(&a).await?;
     /// fs::rename(&a, &b).await?;
     /// fs::sync_dir(&dir).await?;
     /// assert!(fs::metadata(&b).await?.is_file());
@@ -325,10 +325,10 @@ pub mod fs {
     /// (`IORING_OP_UNLINKAT`).
     ///
     /// ```
-    /// # plugio_engine::doc_dir(|dir| async move {
-    /// use plugio_engine::{fs, ErrorKind};
+    /// # plugio::engine::doc_dir(|dir| async move {
+    /// use plugio::{fs, ErrorKind};
     /// let path = dir.join("old.sst");
-    /// plugio_engine::OpenOptions::new().create(true).direct(false).open(&path).await?;
+    /// plugio::OpenOptions::new().create(true).direct(false).open(&path).await?;
     /// fs::remove_file(&path).await?;
     /// let gone = fs::metadata(&path).await.unwrap_err();
     /// assert_eq!(*gone.kind(), ErrorKind::NotFound);
@@ -344,8 +344,8 @@ pub mod fs {
     /// Removes an empty directory, as [`std::fs::remove_dir`].
     ///
     /// ```
-    /// # plugio_engine::doc_dir(|dir| async move {
-    /// use plugio_engine::fs;
+    /// # plugio::engine::doc_dir(|dir| async move {
+    /// use plugio::fs;
     /// let sub = dir.join("empty");
     /// fs::create_dir_all(&sub).await?;
     /// fs::remove_dir(&sub).await?;
@@ -364,8 +364,8 @@ pub mod fs {
     /// finds the deepest existing parent).
     ///
     /// ```
-    /// # plugio_engine::doc_dir(|dir| async move {
-    /// use plugio_engine::fs;
+    /// # plugio::engine::doc_dir(|dir| async move {
+    /// use plugio::fs;
     /// let deep = dir.join("db/000001/wal");
     /// fs::create_dir_all(&deep).await?;
     /// fs::create_dir_all(&deep).await?; // already there: fine
@@ -384,8 +384,8 @@ pub mod fs {
     /// (the file's own `sync_all` covers its data and size, not its name).
     ///
     /// ```
-    /// # plugio_engine::doc_dir(|dir| async move {
-    /// plugio_engine::fs::sync_dir(&dir).await?;
+    /// # plugio::engine::doc_dir(|dir| async move {
+    /// plugio::fs::sync_dir(&dir).await?;
     /// # Ok(()) });
     /// ```
     ///
@@ -398,8 +398,8 @@ pub mod fs {
     /// The metadata of `path`, symlinks followed (`IORING_OP_STATX`).
     ///
     /// ```
-    /// # plugio_engine::doc_dir(|dir| async move {
-    /// let meta = plugio_engine::fs::metadata(&dir).await?;
+    /// # plugio::engine::doc_dir(|dir| async move {
+    /// let meta = plugio::fs::metadata(&dir).await?;
     /// assert!(meta.is_dir());
     /// # Ok(()) });
     /// ```

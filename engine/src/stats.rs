@@ -116,7 +116,7 @@ impl OpStats {
     /// `ticks_ns` in milliseconds, the unit of `/proc/diskstats`.
     ///
     /// ```
-    /// let s = plugio_engine::OpStats { ticks_ns: 2_500_000, ..Default::default() };
+    /// let s = plugio::engine::OpStats { ticks_ns: 2_500_000, ..Default::default() };
     /// assert_eq!(s.ticks_ms(), 2);
     /// ```
     pub fn ticks_ms(&self) -> u64 {
@@ -127,7 +127,7 @@ impl OpStats {
     /// earlier`, field by field, 0 if `earlier` is in fact later).
     ///
     /// ```
-    /// use plugio_engine::OpStats;
+    /// use plugio::engine::OpStats;
     ///
     /// let before = OpStats { ios: 10, sectors: 80, ..OpStats::default() };
     /// let now = OpStats { ios: 14, sectors: 112, ..OpStats::default() };
@@ -249,7 +249,7 @@ impl IoStats {
     /// must be of one device.
     ///
     /// ```
-    /// use plugio_engine::{IoStats, OpStats};
+    /// use plugio::engine::{IoStats, OpStats};
     ///
     /// let earlier = IoStats { read: OpStats { ios: 100, ..Default::default() }, bios: 100, ..Default::default() };
     /// let now = IoStats { read: OpStats { ios: 160, ..Default::default() }, bios: 170, in_flight: 3, ..Default::default() };
@@ -260,7 +260,7 @@ impl IoStats {
     /// A sampler on a live device: take a snapshot, run, take another.
     ///
     /// ```no_run
-    /// # async fn f(dev: &plugio_engine::Device) {
+    /// # async fn f(dev: &plugio::Device) {
     /// let before = dev.iostats();
     /// // ... IO ...
     /// let interval = dev.iostats().delta(&before);

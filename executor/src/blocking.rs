@@ -33,8 +33,8 @@
 //! other in a cycle).
 //!
 //! ```
-//! use plugio_executor::blocking::{spawn_blocking, BlockingPool};
-//! use plugio_executor::LocalExecutor;
+//! use plugio::executor::blocking::{spawn_blocking, BlockingPool};
+//! use plugio::LocalExecutor;
 //!
 //! let ex = LocalExecutor::new();
 //! let (sum, bounded) = ex.run(async {
@@ -43,7 +43,7 @@
 //! });
 //! assert_eq!(sum?, 55);
 //! assert_eq!(bounded, Some(true));
-//! # Ok::<_, plugio_executor::JoinError>(())
+//! # Ok::<_, plugio::executor::JoinError>(())
 //! ```
 
 pub use crate::core::spawn_blocking;

@@ -31,7 +31,7 @@ use std::task::{Context, Poll};
 /// Makes a bounded channel holding at most `cap` items.
 ///
 /// ```
-/// use plugio_executor::{channel, LocalExecutor};
+/// use plugio::executor::{channel, LocalExecutor};
 ///
 /// let (tx, mut rx) = channel::bounded::<u32>(8);
 /// let got = LocalExecutor::new().run(async move {
@@ -133,7 +133,7 @@ impl<T> Sender<T> {
     /// Sends `value`, waiting for room.
     ///
     /// ```
-    /// use plugio_executor::{channel, LocalExecutor};
+    /// use plugio::executor::{channel, LocalExecutor};
     ///
     /// let (tx, mut rx) = channel::bounded(1);
     /// LocalExecutor::new().run(async move {
@@ -155,7 +155,7 @@ impl<T> Sender<T> {
     /// Sends `value` if there is room now.
     ///
     /// ```
-    /// use plugio_executor::channel::{self, TrySendError};
+    /// use plugio::executor::channel::{self, TrySendError};
     ///
     /// let (tx, _rx) = channel::bounded(1);
     /// tx.try_send(1).unwrap();
@@ -174,7 +174,7 @@ impl<T> Sender<T> {
     /// Whether the channel is closed (sends would fail).
     ///
     /// ```
-    /// let (tx, rx) = plugio_executor::channel::bounded::<()>(1);
+    /// let (tx, rx) = plugio::executor::channel::bounded::<()>(1);
     /// assert!(!tx.is_closed());
     /// drop(rx);
     /// assert!(tx.is_closed());
@@ -186,7 +186,7 @@ impl<T> Sender<T> {
     /// Items queued now.
     ///
     /// ```
-    /// let (tx, _rx) = plugio_executor::channel::bounded(4);
+    /// let (tx, _rx) = plugio::executor::channel::bounded(4);
     /// tx.try_send(1).unwrap();
     /// assert_eq!(tx.len(), 1);
     /// ```
@@ -197,7 +197,7 @@ impl<T> Sender<T> {
     /// Whether nothing is queued now.
     ///
     /// ```
-    /// let (tx, _rx) = plugio_executor::channel::bounded::<u8>(4);
+    /// let (tx, _rx) = plugio::executor::channel::bounded::<u8>(4);
     /// assert!(tx.is_empty());
     /// ```
     pub fn is_empty(&self) -> bool {
@@ -207,7 +207,7 @@ impl<T> Sender<T> {
     /// The capacity.
     ///
     /// ```
-    /// let (tx, _rx) = plugio_executor::channel::bounded::<u8>(4);
+    /// let (tx, _rx) = plugio::executor::channel::bounded::<u8>(4);
     /// assert_eq!(tx.capacity(), 4);
     /// ```
     pub fn capacity(&self) -> usize {
@@ -274,7 +274,7 @@ impl<T> Receiver<T> {
     /// sender dropped, or [`Receiver::close`]) and the queue is empty.
     ///
     /// ```
-    /// use plugio_executor::{channel, LocalExecutor};
+    /// use plugio::executor::{channel, LocalExecutor};
     ///
     /// let (tx, mut rx) = channel::bounded(2);
     /// tx.try_send(7).unwrap();
@@ -300,12 +300,12 @@ impl<T> Receiver<T> {
     ///
     /// ```
     /// use std::future::poll_fn;
-    /// use plugio_executor::{channel, LocalExecutor};
+    /// use plugio::executor::{channel, LocalExecutor};
     ///
     /// let (tx, mut rx) = channel::bounded(2);
     /// LocalExecutor::new().run(async move {
-    ///     let sender = plugio_executor::spawn_local(async move {
-    ///         plugio_executor::yield_now().await;
+    ///     let sender = plugio::spawn_local(async move {
+    ///         plugio::yield_now().await;
     ///         tx.send(5).await.unwrap();
     ///     });
     ///     assert_eq!(poll_fn(|cx| rx.poll_recv(cx)).await, Some(5));
@@ -323,7 +323,7 @@ impl<T> Receiver<T> {
     /// Receives an item if one is queued now.
     ///
     /// ```
-    /// use plugio_executor::channel::{self, TryRecvError};
+    /// use plugio::executor::channel::{self, TryRecvError};
     ///
     /// let (tx, mut rx) = channel::bounded(2);
     /// assert_eq!(rx.try_recv(), Err(TryRecvError::Empty));
@@ -349,7 +349,7 @@ impl<T> Receiver<T> {
     /// received, then `recv` returns `None` (tokio's `Receiver::close`).
     ///
     /// ```
-    /// use plugio_executor::{channel, LocalExecutor};
+    /// use plugio::executor::{channel, LocalExecutor};
     ///
     /// let (tx, mut rx) = channel::bounded(4);
     /// tx.try_send(1).unwrap();
@@ -367,7 +367,7 @@ impl<T> Receiver<T> {
     /// Items queued now.
     ///
     /// ```
-    /// let (tx, rx) = plugio_executor::channel::bounded(2);
+    /// let (tx, rx) = plugio::executor::channel::bounded(2);
     /// tx.try_send(()).unwrap();
     /// assert_eq!(rx.len(), 1);
     /// ```
@@ -378,7 +378,7 @@ impl<T> Receiver<T> {
     /// Whether nothing is queued now.
     ///
     /// ```
-    /// let (_tx, rx) = plugio_executor::channel::bounded::<()>(2);
+    /// let (_tx, rx) = plugio::executor::channel::bounded::<()>(2);
     /// assert!(rx.is_empty());
     /// ```
     pub fn is_empty(&self) -> bool {

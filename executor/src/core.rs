@@ -720,14 +720,14 @@ pub async fn yield_now() {
 /// Idea: tokio's `spawn_blocking`.
 ///
 /// ```
-/// use plugio_executor::{spawn_blocking, LocalExecutor};
+/// use plugio::{spawn_blocking, LocalExecutor};
 ///
 /// let ex = LocalExecutor::new();
 /// let sum = ex.run(async {
 ///     spawn_blocking(|| (1..=100u64).sum::<u64>()).await
 /// })?;
 /// assert_eq!(sum, 5050);
-/// # Ok::<_, plugio_executor::JoinError>(())
+/// # Ok::<_, plugio::executor::JoinError>(())
 /// ```
 ///
 /// # Panics
@@ -776,8 +776,8 @@ impl BlockingPool {
     /// [`spawn_blocking`] uses); `None` off a plugio core.
     ///
     /// ```
-    /// use plugio_executor::blocking::{BlockingPool, DEFAULT_MAX_BLOCKING_THREADS};
-    /// use plugio_executor::LocalExecutor;
+    /// use plugio::executor::blocking::{BlockingPool, DEFAULT_MAX_BLOCKING_THREADS};
+    /// use plugio::LocalExecutor;
     ///
     /// assert!(BlockingPool::current().is_none());
     /// let ex = LocalExecutor::new();
@@ -793,8 +793,8 @@ impl BlockingPool {
     /// core.
     ///
     /// ```
-    /// use plugio_executor::blocking::{BlockingPool, DEFAULT_SYNC_IO_THREADS};
-    /// use plugio_executor::LocalExecutor;
+    /// use plugio::executor::blocking::{BlockingPool, DEFAULT_SYNC_IO_THREADS};
+    /// use plugio::LocalExecutor;
     ///
     /// let ex = LocalExecutor::new();
     /// let max = ex.run(async { BlockingPool::current_sync_io().map(|p| p.max_threads()) });

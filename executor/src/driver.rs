@@ -63,7 +63,7 @@ pub trait Driver {
     /// use std::cell::Cell;
     /// use std::sync::Arc;
     /// use std::time::Duration;
-    /// use plugio_executor::{core_uid, Driver, LocalExecutor, ThreadDriver, Unpark};
+    /// use plugio::executor::{core_uid, Driver, LocalExecutor, ThreadDriver, Unpark};
     ///
     /// struct Owned(ThreadDriver, Arc<std::sync::Mutex<Option<u64>>>);
     /// impl Driver for Owned {

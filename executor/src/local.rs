@@ -42,7 +42,7 @@ impl LocalBuilder {
     /// [`crate::Builder::max_blocking_threads`]; default 512).
     ///
     /// ```
-    /// use plugio_executor::{spawn_blocking, LocalExecutor};
+    /// use plugio::{spawn_blocking, LocalExecutor};
     ///
     /// let ex = LocalExecutor::builder().max_blocking_threads(1).build()?;
     /// let n = ex.run(async { spawn_blocking(|| 7).await.unwrap() });
@@ -58,7 +58,7 @@ impl LocalBuilder {
     /// [`crate::Builder::sync_io_threads`]; default 4).
     ///
     /// ```
-    /// use plugio_executor::{blocking::BlockingPool, LocalExecutor};
+    /// use plugio::executor::{blocking::BlockingPool, LocalExecutor};
     ///
     /// let ex = LocalExecutor::builder().sync_io_threads(2).build()?;
     /// assert_eq!(ex.run(async { BlockingPool::current_sync_io().unwrap().max_threads() }), 2);
@@ -73,7 +73,7 @@ impl LocalBuilder {
     /// [`crate::Builder::blocking_keep_alive`]; default 10 s).
     ///
     /// ```
-    /// use plugio_executor::LocalExecutor;
+    /// use plugio::LocalExecutor;
     /// use std::time::Duration;
     ///
     /// let ex = LocalExecutor::builder().blocking_keep_alive(Duration::from_millis(50)).build()?;
@@ -223,7 +223,7 @@ impl LocalExecutor {
     /// ```
     /// use std::cell::Cell;
     /// use std::rc::Rc;
-    /// use plugio_executor::{yield_now, LocalExecutor};
+    /// use plugio::{yield_now, LocalExecutor};
     ///
     /// let ex = LocalExecutor::new();
     /// let steps = Rc::new(Cell::new(0));
@@ -268,7 +268,7 @@ impl LocalExecutor {
     ///
     /// ```
     /// use std::time::{Duration, Instant};
-    /// use plugio_executor::{sleep, LocalExecutor};
+    /// use plugio::{sleep, LocalExecutor};
     ///
     /// let ex = LocalExecutor::new();
     /// let timer = ex.spawn_local(sleep(Duration::from_millis(5)));
@@ -309,7 +309,7 @@ impl LocalExecutor {
     /// use std::future::Future;
     /// use std::pin::pin;
     /// use std::task::{Context, Poll, Waker};
-    /// use plugio_executor::{core_uid, yield_now, LocalExecutor};
+    /// use plugio::executor::{core_uid, yield_now, LocalExecutor};
     ///
     /// let ex = LocalExecutor::new();
     /// assert_eq!(core_uid(), None);

@@ -30,9 +30,9 @@ use std::time::Duration;
 /// Default bound of a runtime's blocking pool (threads), as tokio's.
 ///
 /// ```
-/// use plugio_executor::blocking::{BlockingPool, DEFAULT_MAX_BLOCKING_THREADS};
+/// use plugio::executor::blocking::{BlockingPool, DEFAULT_MAX_BLOCKING_THREADS};
 ///
-/// let max = plugio_executor::LocalExecutor::new()
+/// let max = plugio::LocalExecutor::new()
 ///     .run(async { BlockingPool::current().unwrap().max_threads() });
 /// assert_eq!(max, DEFAULT_MAX_BLOCKING_THREADS);
 /// ```
@@ -40,9 +40,9 @@ pub const DEFAULT_MAX_BLOCKING_THREADS: usize = 512;
 /// Default size of a runtime's sync IO pool (threads).
 ///
 /// ```
-/// use plugio_executor::blocking::{BlockingPool, DEFAULT_SYNC_IO_THREADS};
+/// use plugio::executor::blocking::{BlockingPool, DEFAULT_SYNC_IO_THREADS};
 ///
-/// let max = plugio_executor::LocalExecutor::new()
+/// let max = plugio::LocalExecutor::new()
 ///     .run(async { BlockingPool::current_sync_io().unwrap().max_threads() });
 /// assert_eq!(max, DEFAULT_SYNC_IO_THREADS);
 /// ```
@@ -50,7 +50,7 @@ pub const DEFAULT_SYNC_IO_THREADS: usize = 4;
 /// Default time an idle pool thread waits for a job before it exits.
 ///
 /// ```
-/// assert_eq!(plugio_executor::blocking::DEFAULT_BLOCKING_KEEP_ALIVE.as_secs(), 10);
+/// assert_eq!(plugio::executor::blocking::DEFAULT_BLOCKING_KEEP_ALIVE.as_secs(), 10);
 /// ```
 pub const DEFAULT_BLOCKING_KEEP_ALIVE: Duration = Duration::from_secs(10);
 
@@ -65,7 +65,7 @@ type Job = Box<dyn FnOnce() + Send + 'static>;
 /// drive IO without an executor).
 ///
 /// ```
-/// use plugio_executor::blocking::BlockingPool;
+/// use plugio::executor::blocking::BlockingPool;
 /// use std::sync::mpsc;
 ///
 /// let pool = BlockingPool::new("doc-pool", 2);
@@ -114,7 +114,7 @@ impl BlockingPool {
     /// [`BlockingPool::new`] with the idle keep-alive `keep_alive`.
     ///
     /// ```
-    /// use plugio_executor::blocking::BlockingPool;
+    /// use plugio::executor::blocking::BlockingPool;
     /// use std::time::Duration;
     ///
     /// let pool = BlockingPool::with_keep_alive("short", 1, Duration::from_millis(10));
@@ -143,7 +143,7 @@ impl BlockingPool {
     /// in `job` is caught and logged; the thread keeps serving.
     ///
     /// ```
-    /// use plugio_executor::blocking::BlockingPool;
+    /// use plugio::executor::blocking::BlockingPool;
     /// use std::sync::mpsc;
     ///
     /// let pool = BlockingPool::new("doc-execute", 1);
@@ -217,7 +217,7 @@ impl BlockingPool {
     /// The pool's bound on threads (at least 1).
     ///
     /// ```
-    /// use plugio_executor::blocking::BlockingPool;
+    /// use plugio::executor::blocking::BlockingPool;
     ///
     /// assert_eq!(BlockingPool::new("doc-max", 0).max_threads(), 1);
     /// ```
@@ -228,7 +228,7 @@ impl BlockingPool {
     /// Threads alive now (busy or idle).
     ///
     /// ```
-    /// use plugio_executor::blocking::BlockingPool;
+    /// use plugio::executor::blocking::BlockingPool;
     /// use std::sync::mpsc;
     /// use std::time::Duration;
     ///
@@ -247,7 +247,7 @@ impl BlockingPool {
     /// Jobs waiting for a thread now.
     ///
     /// ```
-    /// use plugio_executor::blocking::BlockingPool;
+    /// use plugio::executor::blocking::BlockingPool;
     /// use std::sync::mpsc;
     ///
     /// let pool = BlockingPool::new("doc-queued", 1);
@@ -271,7 +271,7 @@ impl BlockingPool {
     /// pools after its cores stopped.
     ///
     /// ```
-    /// use plugio_executor::blocking::BlockingPool;
+    /// use plugio::executor::blocking::BlockingPool;
     ///
     /// let pool = BlockingPool::new("doc-shutdown", 1);
     /// pool.shutdown();

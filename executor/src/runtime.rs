@@ -117,7 +117,7 @@ impl Builder {
     /// the pool's queue for the first to free.
     ///
     /// ```
-    /// use plugio_executor::{spawn_blocking, Runtime};
+    /// use plugio::{spawn_blocking, Runtime};
     ///
     /// let rt = Runtime::builder().cores(1).max_blocking_threads(2).build()?;
     /// let n = rt.block_on(async { spawn_blocking(|| 2 + 2).await.unwrap() });
@@ -135,7 +135,7 @@ impl Builder {
     /// [`DEFAULT_SYNC_IO_THREADS`](crate::blocking::DEFAULT_SYNC_IO_THREADS), 4.
     ///
     /// ```
-    /// use plugio_executor::{blocking::BlockingPool, Runtime};
+    /// use plugio::executor::{blocking::BlockingPool, Runtime};
     ///
     /// let rt = Runtime::builder().cores(1).sync_io_threads(8).build()?;
     /// let max = rt.block_on(async { BlockingPool::current_sync_io().unwrap().max_threads() });
@@ -151,7 +151,7 @@ impl Builder {
     /// exits (default [`DEFAULT_BLOCKING_KEEP_ALIVE`](crate::blocking::DEFAULT_BLOCKING_KEEP_ALIVE), 10 s).
     ///
     /// ```
-    /// use plugio_executor::Runtime;
+    /// use plugio::Runtime;
     /// use std::time::Duration;
     ///
     /// let rt = Runtime::builder().cores(1).blocking_keep_alive(Duration::from_secs(1)).build()?;

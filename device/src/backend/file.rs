@@ -143,7 +143,7 @@ impl OpenOptions {
 ///
 /// ```
 /// let file = tempfile::tempfile()?;
-/// plugio_device::backend::file::skip_atime(&file);
+/// plugio::device::backend::file::skip_atime(&file);
 /// # Ok::<_, std::io::Error>(())
 /// ```
 pub fn skip_atime(file: &fs::File) {

@@ -155,9 +155,9 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// use std::io::Write;
     /// use std::rc::Rc;
     /// use std::time::Duration;
-    /// use plugio_device::{register_handler, Backend, CompletionHandler, DeviceDriver};
-    /// use plugio_device::{DmaBuf, IoOp, OpenOptions, RingConfig};
-    /// use plugio_executor::Driver;
+    /// use plugio::device::{register_handler, Backend, CompletionHandler, DeviceDriver};
+    /// use plugio::device::{DmaBuf, IoOp, OpenOptions, RingConfig};
+    /// use plugio::executor::Driver;
     ///
     /// /// Keeps the last `(token, result)`.
     /// #[derive(Default)]

@@ -268,7 +268,7 @@ impl<'a> SqWriter<'a> {
     /// an op is a plain `READV`/`WRITEV` and its pages are pinned per op.
     ///
     /// ```no_run
-    /// # fn f(w: &plugio_device::SqWriter<'_>) {
+    /// # fn f(w: &plugio::device::SqWriter<'_>) {
     /// let named_buffer_is_used = w.vectored_fixed();
     /// # }
     /// ```

@@ -84,7 +84,7 @@ pub struct RingConfig {
 /// add support for batch wait timeout"), used where it pays.
 ///
 /// ```
-/// use plugio_device::{BatchWaitTimer, RingConfig};
+/// use plugio::{BatchWaitTimer, RingConfig};
 ///
 /// // A latency-first core: every batched wait is bounded by a timer.
 /// let config = RingConfig {

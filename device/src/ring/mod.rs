@@ -1695,7 +1695,7 @@ pub fn current_stats() -> Option<RingStats> {
 /// [`Backend::with_sq_writer`](crate::Backend::with_sq_writer)'s callback.
 ///
 /// ```
-/// assert_eq!(plugio_device::ring::current_fixed_buf_sqes(), 0); // no driver here
+/// assert_eq!(plugio::device::ring::current_fixed_buf_sqes(), 0); // no driver here
 /// ```
 pub fn current_fixed_buf_sqes() -> u64 {
     with_current(Ring::fixed_buf_sqes).unwrap_or(0)

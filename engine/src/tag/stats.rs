@@ -89,7 +89,7 @@ impl TagStats {
     /// fact later).
     ///
     /// ```
-    /// use plugio_engine::tag::TagStats;
+    /// use plugio::engine::tag::TagStats;
     ///
     /// let before = TagStats { puts: 10, waits: 1, ..TagStats::default() };
     /// let now = TagStats { puts: 25, waits: 1, ..TagStats::default() };
