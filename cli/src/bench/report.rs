@@ -282,8 +282,9 @@ pub struct BenchResult {
     /// kernel runs inline in them).
     #[serde(default)]
     pub cpu_system_ns_per_io: Option<f64>,
-    /// Heap allocations (all threads, the whole run including setup) per
-    /// IO.
+    /// Heap allocations (all threads) per IO, over the window of
+    /// `cpu_ns_per_io`: from the start of IO (the engine's start mark)
+    /// until plugio's last IO is counted, or until a peer engine returns.
     pub allocs_per_io: Option<f64>,
     /// Latency percentiles, reads and writes together.
     pub latency: Latency,
