@@ -392,7 +392,7 @@ pub mod __macro_support;
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Runtimes whose cores drive IO through io_uring: see
-/// [`plugio_engine::runtime`].
+/// [`engine::runtime`].
 ///
 /// ```
 /// let one = plugio::runtime::local(plugio::RingConfig::default())?;

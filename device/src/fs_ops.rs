@@ -3,9 +3,9 @@
 //! where the kernel has the opcode (`IORING_OP_OPENAT`, `STATX`,
 //! `RENAMEAT`, `UNLINKAT`, `MKDIRAT`, `FSYNC`, `FTRUNCATE`), and as the
 //! plain system call on the runtime's blocking pool
-//! ([`plugio_executor::spawn_blocking`]) otherwise: a core without a ring,
-//! or a kernel without the opcode (`FTRUNCATE` came in 6.9, `MKDIRAT` in
-//! 5.15). Either way the core never blocks.
+//! ([`spawn_blocking`](plugio_executor::spawn_blocking)) otherwise: a
+//! core without a ring, or a kernel without the opcode (`FTRUNCATE` came
+//! in 6.9, `MKDIRAT` in 5.15). Either way the core never blocks.
 //!
 //! # Mechanism
 //!

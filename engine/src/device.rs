@@ -76,7 +76,8 @@ impl Device {
     /// Invalid options; the path does not exist or cannot be opened;
     /// [`InvalidInput::PathKind`] at
     /// once, without opening it, when the path is a directory, FIFO, socket
-    /// or other character device (see [`plugio_device::check_path_kind`]);
+    /// or other character device (see
+    /// [`check_path_kind`](plugio_device::check_path_kind));
     /// [`ErrorKind::DirectIoRefused`](plugio_device::ErrorKind::DirectIoRefused)
     /// when the file system refuses `O_DIRECT` (set `direct: false`);
     /// [`InvalidInput::AlreadyOpen`] when the file is open through a

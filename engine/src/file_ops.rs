@@ -4,7 +4,7 @@
 //! `remove_file`, `create_dir_all`, `sync_dir`, `metadata`). Each goes
 //! through the core's io_uring where the kernel has the opcode and through
 //! the runtime's blocking pool otherwise (see
-//! [`plugio_device::fs_ops`]); none blocks the core.
+//! [`fs_ops`](plugio_device::fs_ops)); none blocks the core.
 //!
 //! Durability follows std's names: [`Device::sync_all`] is `fsync`,
 //! [`Device::sync_data`] is `fdatasync`, and [`fs::sync_dir`] makes the
@@ -277,7 +277,7 @@ impl OpenOptions {
 }
 
 /// Refuses what is not a file or a block device, as
-/// [`plugio_device::check_path_kind`] does.
+/// [`check_path_kind`](plugio_device::check_path_kind) does.
 fn check_kind(m: &Metadata) -> Result<(), Error> {
     let found = match m.file_type {
         FileType::File | FileType::BlockDevice => return Ok(()),

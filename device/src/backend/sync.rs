@@ -1,7 +1,7 @@
 //! The sync backend: blocking `preadv`/`pwritev2`/`fsync`/`fallocate`/ioctl
 //! calls on a bounded thread pool, completing through the submitting
 //! core's inbox. The pool is the executor's: the sync IO pool of the
-//! submitting core's runtime (`plugio_executor::blocking`), separate from
+//! submitting core's runtime (`plugio::executor::blocking`), separate from
 //! the pool of `spawn_blocking` so that user blocking calls never starve
 //! IO; off an executor core, one process-wide pool of the same kind.
 //!
@@ -23,7 +23,7 @@ use crate::op::{IoFlags, IoOp, OpKind};
 
 /// Threads of the pool that serves threads driving IO without a plugio
 /// executor. On an executor core, jobs go to its runtime's sync IO pool
-/// instead (`plugio_executor::Builder::sync_io_threads`, default 4).
+/// instead (`plugio::executor::Builder::sync_io_threads`, default 4).
 pub const POOL_THREADS: usize = 4;
 
 /// `BLKDISCARD`: `_IO(0x12, 119)`.
