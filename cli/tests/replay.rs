@@ -747,6 +747,7 @@ fn cli_text_output_has_ops_engine_figures_and_lag() {
     let out = String::from_utf8_lossy(&o.stdout);
     for want in [
         "replayed 9 IOs",
+        "(timing original, iodepth",
         "read ",
         "write ",
         "flush ",

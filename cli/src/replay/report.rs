@@ -187,7 +187,7 @@ impl ReplayReport {
         }
         writeln!(
             s,
-            "replayed {} IOs in {:.3} s ({} timing, iodepth {}, {} core{}, flushes {}{}): \
+            "replayed {} IOs in {:.3} s (timing {}, iodepth {}, {} core{}, flushes {}{}): \
              {:.0} IOPS, {}/s",
             self.ios,
             self.elapsed_s,
