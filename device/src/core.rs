@@ -141,6 +141,25 @@ pub fn driver_serves(core_uid: u64) -> bool {
         .unwrap_or(false)
 }
 
+/// True when the calling code may put ops on this thread's ring: a
+/// driver is installed, and the caller is the executor core it reaps for
+/// ([`driver_serves`]), or the driver is attached to no core (a driver
+/// driven without an executor, as `testing::block_on` does). False off a
+/// core while the thread's driver belongs to one (a plain `block_on` in
+/// `main` beside an idle runtime): nothing would reap the op there, and
+/// its future would wait forever.
+pub(crate) fn ring_serves_caller() -> bool {
+    CORE.try_with(|c| {
+        c.drivers.get() > 0
+            && match (c.owner_uid.get(), plugio_executor::core_uid()) {
+                (None, _) => true,
+                (Some(owner), Some(uid)) => owner == uid,
+                (Some(_), None) => false,
+            }
+    })
+    .unwrap_or(false)
+}
+
 /// Runs `f` with the current thread's core context.
 pub(crate) fn with_core<R>(f: impl FnOnce(&Rc<Core>) -> R) -> R {
     CORE.with(f)

@@ -65,11 +65,19 @@ fn note(path: OpPath) {
     LAST_PATH.with(|p| p.set(Some(path)));
 }
 
-/// Whether the calling core's ring takes opcode `code`.
-fn on_ring(code: u8) -> bool {
-    let yes = ring::current_supports(code);
+/// Whether the op goes on the calling core's ring: its ring takes opcode
+/// `code` and reaps for the caller (else the blocking pool, or `NoDriver`
+/// where there is none: off a core, nothing would reap a ring op).
+///
+/// # Errors
+/// [`ErrorKind::Forked`] in a forked child of a process whose runtime was
+/// built before the fork: the parent's ring is not mapped here (an SQE
+/// written to it would fault), and its blocking pool is the parent's.
+fn on_ring(code: u8) -> Result<bool> {
+    crate::fork::check()?;
+    let yes = crate::core::ring_serves_caller() && ring::current_supports(code);
     note(if yes { OpPath::Ring } else { OpPath::Blocking });
-    yes
+    Ok(yes)
 }
 
 /// `path` as a C string.
@@ -90,6 +98,12 @@ fn check(result: i32) -> Result<i32> {
     }
 }
 
+/// The context of the `NoDriver` error of a file operation off a plugio
+/// core: what to change.
+const OFF_CORE: &str = "file operations must be awaited in a task on a plugio core: \
+    await them inside plugio::runtime::local(RingConfig::default())?.run(..) or a task \
+    spawned on a runtime (a plain block_on beside a runtime has no core)";
+
 /// Runs `f` on the runtime's blocking pool.
 async fn blocking<T, F>(f: F) -> Result<T>
 where
@@ -97,8 +111,7 @@ where
     T: Send + 'static,
 {
     if plugio_executor::blocking::BlockingPool::current().is_none() {
-        return Err(Error::new(ErrorKind::NoDriver)
-            .with_context("file operations run on a plugio core (inside a runtime)"));
+        return Err(Error::new(ErrorKind::NoDriver).with_context(OFF_CORE));
     }
     match plugio_executor::spawn_blocking(f).await {
         Ok(r) => r.map_err(|e| Error::from_io(&e)),
@@ -142,6 +155,17 @@ impl<K: Send + 'static> Future for RingOp<K> {
                 let Some(keep) = this.keep.as_mut() else {
                     panic!("a plugio file operation was polled after it completed")
                 };
+                // Checked again here (`on_ring` chose the ring): a future
+                // first polled elsewhere must not write to a ring that is
+                // not mapped (a forked child) or not reaped for it.
+                if let Err(e) = crate::fork::check() {
+                    return Poll::Ready(Err(e));
+                }
+                if !crate::core::ring_serves_caller() {
+                    return Poll::Ready(
+                        Err(Error::new(ErrorKind::NoDriver).with_context(OFF_CORE)),
+                    );
+                }
                 let entry = (this.build)(keep);
                 let slot = pending.waiting(cx.waker().clone());
                 let pushed = ring::with_current(|r| {
@@ -149,7 +173,9 @@ impl<K: Send + 'static> Future for RingOp<K> {
                 });
                 if pushed.is_none() {
                     pending.free(slot);
-                    return Poll::Ready(Err(Error::new(ErrorKind::NoDriver)));
+                    return Poll::Ready(
+                        Err(Error::new(ErrorKind::NoDriver).with_context(OFF_CORE)),
+                    );
                 }
                 this.slot = Some(slot);
                 Poll::Pending
@@ -190,7 +216,7 @@ fn close_result(result: i32) {
 pub async fn open(path: &Path, flags: i32, mode: u32) -> Result<OwnedFd> {
     let flags = flags | libc::O_CLOEXEC;
     let cpath = c_path(path)?;
-    let r = if on_ring(opcode::OpenAt::CODE) {
+    let r = if on_ring(opcode::OpenAt::CODE)? {
         let mut op = RingOp::new((cpath, flags, mode), |(p, flags, mode)| {
             opcode::OpenAt::new(types::Fd(libc::AT_FDCWD), p.as_ptr())
                 .flags(*flags)
@@ -326,7 +352,7 @@ struct StatxKeep {
 
 async fn statx(keep: StatxKeep) -> Result<Metadata> {
     const MASK: u32 = libc::STATX_BASIC_STATS | libc::STATX_BTIME;
-    if on_ring(opcode::Statx::CODE) {
+    if on_ring(opcode::Statx::CODE)? {
         let op = RingOp::new(keep, |k| {
             opcode::Statx::new(
                 types::Fd(k.dirfd),
@@ -404,7 +430,7 @@ pub async fn metadata_fd(fd: RawFd, owner: Arc<dyn Send + Sync>) -> Result<Metad
 /// The kernel's error, typed, with the source path.
 pub async fn rename(from: &Path, to: &Path) -> Result<()> {
     let (a, b) = (c_path(from)?, c_path(to)?);
-    let r = if on_ring(opcode::RenameAt::CODE) {
+    let r = if on_ring(opcode::RenameAt::CODE)? {
         RingOp::new((a, b), |(a, b)| {
             opcode::RenameAt::new(
                 types::Fd(libc::AT_FDCWD),
@@ -432,7 +458,7 @@ pub async fn rename(from: &Path, to: &Path) -> Result<()> {
 pub async fn unlink(path: &Path, dir: bool) -> Result<()> {
     let flags = if dir { libc::AT_REMOVEDIR } else { 0 };
     let p = c_path(path)?;
-    let r = if on_ring(opcode::UnlinkAt::CODE) {
+    let r = if on_ring(opcode::UnlinkAt::CODE)? {
         RingOp::new((p, flags), |(p, flags)| {
             opcode::UnlinkAt::new(types::Fd(libc::AT_FDCWD), p.as_ptr())
                 .flags(*flags)
@@ -462,7 +488,7 @@ pub async fn unlink(path: &Path, dir: bool) -> Result<()> {
 /// the path.
 pub async fn mkdir(path: &Path, mode: u32) -> Result<()> {
     let p = c_path(path)?;
-    let r = if on_ring(opcode::MkDirAt::CODE) {
+    let r = if on_ring(opcode::MkDirAt::CODE)? {
         RingOp::new((p, mode), |(p, mode)| {
             opcode::MkDirAt::new(types::Fd(libc::AT_FDCWD), p.as_ptr())
                 .mode(*mode)
@@ -491,7 +517,7 @@ pub async fn mkdir(path: &Path, mode: u32) -> Result<()> {
 /// # Errors
 /// The kernel's error, typed.
 pub async fn fsync(fd: RawFd, owner: Arc<dyn Send + Sync>, datasync: bool) -> Result<()> {
-    if on_ring(opcode::Fsync::CODE) {
+    if on_ring(opcode::Fsync::CODE)? {
         RingOp::new((fd, owner, datasync), |(fd, _, datasync)| {
             let flags = if *datasync {
                 types::FsyncFlags::DATASYNC
@@ -536,7 +562,7 @@ pub async fn ftruncate(fd: RawFd, owner: Arc<dyn Send + Sync>, len_bytes: u64) -
             max_bytes: i64::MAX as u64,
         }));
     };
-    if on_ring(opcode::Ftruncate::CODE) {
+    if on_ring(opcode::Ftruncate::CODE)? {
         RingOp::new((fd, owner, len_bytes), |(fd, _, len)| {
             opcode::Ftruncate::new(types::Fd(*fd), *len).build()
         })

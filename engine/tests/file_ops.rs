@@ -229,3 +229,53 @@ fn a_dropped_open_closes_its_descriptor() {
         assert!(fds() <= before, "descriptors leaked: {} > {before}", fds());
     });
 }
+
+/// File-level operations awaited off a core, on a thread whose idle
+/// runtime owns the ring (a plain block_on in `main` beside it), fail with
+/// `NoDriver` at once: their SQE would wait for a reap that never comes
+/// (they waited forever).
+#[test]
+fn file_operations_off_a_core_beside_an_idle_runtime_fail_at_once() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
+    let file = dir.path().join("o.db");
+    std::fs::write(&file, b"x").expect("fixture");
+    let ex = with_ring();
+    let dev = ex
+        .run(OpenOptions::new().direct(false).open(&file))
+        .expect("open");
+    use futures::FutureExt;
+    let got: [(&str, Option<Result<(), plugio_device::Error>>); 4] = [
+        (
+            "OpenOptions::open",
+            OpenOptions::new()
+                .direct(false)
+                .open(&file)
+                .now_or_never()
+                .map(|r| r.map(drop)),
+        ),
+        (
+            "fs::metadata",
+            fs::metadata(&file).now_or_never().map(|r| r.map(drop)),
+        ),
+        (
+            "Device::metadata",
+            dev.metadata().now_or_never().map(|r| r.map(drop)),
+        ),
+        ("Device::set_len", dev.set_len(4096).now_or_never()),
+    ];
+    for (what, r) in got {
+        match r {
+            Some(Err(e)) if *e.kind() == ErrorKind::NoDriver => {
+                assert!(e.to_string().contains("plugio core"), "{what}: {e}");
+            }
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+    // A driverless executor on that thread: the blocking pool does it.
+    let m = LocalExecutor::new()
+        .run(fs::metadata(&file))
+        .expect("metadata on the pool");
+    assert_eq!(m.len_bytes, 1);
+    drop(dev);
+    drop(ex);
+}

@@ -81,6 +81,35 @@ fn child_checks(dev: &Device, path: &Path) -> Result<(), String> {
         Some((Err(e), _)) if *e.kind() == ErrorKind::Forked => {}
         other => return Err(format!("File::read_at: {:?}", other.map(|o| o.0))),
     }
+    // File-level operations on the inherited core: refused with `Forked`
+    // at their first poll (an SQE written to the parent's ring, which is
+    // not mapped in the child, killed the child with SIGSEGV).
+    let file_ops: [(&str, Option<Result<(), plugio_device::Error>>); 4] = [
+        (
+            "Device::metadata",
+            dev.metadata().now_or_never().map(|r| r.map(drop)),
+        ),
+        ("Device::set_len", dev.set_len(BLOCK as u64).now_or_never()),
+        (
+            "fs::metadata",
+            plugio_engine::fs::metadata(path)
+                .now_or_never()
+                .map(|r| r.map(drop)),
+        ),
+        (
+            "OpenOptions::open",
+            plugio_engine::OpenOptions::new()
+                .open(path)
+                .now_or_never()
+                .map(|r| r.map(drop)),
+        ),
+    ];
+    for (what, got) in file_ops {
+        match got {
+            Some(Err(e)) if *e.kind() == ErrorKind::Forked => {}
+            other => return Err(format!("{what} in the child: {other:?}")),
+        }
+    }
     // A new runtime (new threads, new ring) in the child works, and sees
     // the file as the parent left it at the fork.
     let rt = plugio_engine::runtime::builder(RingConfig::default())
