@@ -196,14 +196,19 @@ impl OpenOptions {
         self
     }
 
-    /// Cut an existing file to 0 bytes (`O_TRUNC`). Default false.
+    /// Cut an existing file to 0 bytes, as `O_TRUNC` does, but only once
+    /// the open is accepted: an open refused (another handle has the file
+    /// with other options) leaves the file as it was. A block device is
+    /// not cut (as `O_TRUNC` does nothing there). Refused with
+    /// [`read_only`](Self::read_only). Default false.
     pub fn truncate(&mut self, yes: bool) -> &mut Self {
         self.truncate = yes;
         self
     }
 
     /// Open for reading only (`O_RDONLY`; writes are refused before
-    /// submission). Default false: read-write.
+    /// submission, and so is [`truncate`](Self::truncate)). Default
+    /// false: read-write.
     pub fn read_only(&mut self, yes: bool) -> &mut Self {
         self.options.read_only = yes;
         self
@@ -228,7 +233,8 @@ impl OpenOptions {
     /// device options shares its state, as with [`Device::open`].
     ///
     /// # Errors
-    /// Invalid options; `NotFound` without `create`;
+    /// Invalid options ([`InvalidInput::Config`] for `truncate` with
+    /// `read_only`); `NotFound` without `create`;
     /// [`InvalidInput::PathKind`] for a directory, FIFO, socket or other
     /// character device (checked before opening);
     /// [`ErrorKind::DirectIoRefused`] when the file system refuses
@@ -238,14 +244,28 @@ impl OpenOptions {
         let path = path.as_ref();
         let opts = &self.options;
         opts.validate()?;
+        if self.truncate && opts.read_only {
+            // The kernel would cut the file with O_RDONLY | O_TRUNC.
+            return Err(Error::invalid(InvalidInput::Config {
+                detail: "truncate(true) with read_only(true): a read-only open may not cut \
+                         the file; drop one of them"
+                    .into(),
+            })
+            .with_path(path));
+        }
         if plugio_device::is_passthrough_path(path) {
             return Device::open(path, opts.clone());
         }
-        match fs_ops::metadata(path).await {
-            Ok(m) => check_kind(&m).map_err(|e| e.with_path(path))?,
-            Err(e) if *e.kind() == ErrorKind::NotFound && self.create => {}
+        // Whether there is an existing file to cut once the open is
+        // accepted (a new one is empty, a block device is not cut).
+        let cut = match fs_ops::metadata(path).await {
+            Ok(m) => {
+                check_kind(&m).map_err(|e| e.with_path(path))?;
+                self.truncate && m.is_file()
+            }
+            Err(e) if *e.kind() == ErrorKind::NotFound && self.create => false,
             Err(e) => return Err(e),
-        }
+        };
         let mut flags = if opts.read_only {
             libc::O_RDONLY
         } else {
@@ -253,9 +273,6 @@ impl OpenOptions {
         };
         if self.create {
             flags |= libc::O_CREAT;
-        }
-        if self.truncate {
-            flags |= libc::O_TRUNC;
         }
         if opts.direct {
             flags |= libc::O_DIRECT;
@@ -272,7 +289,13 @@ impl OpenOptions {
                 e
             }
         })?;
-        Device::from_fd(fd, path, opts.clone())
+        // Not O_TRUNC: the file is cut only after the registry accepted
+        // the open (a refused open must leave it as it was).
+        let dev = Device::from_fd(fd, path, opts.clone())?;
+        if cut {
+            dev.set_len(0).await.map_err(|e| e.with_path(path))?;
+        }
+        Ok(dev)
     }
 }
 
