@@ -25,7 +25,8 @@ pub enum InvalidInput {
         required_bytes: u64,
     },
     /// The range `[offset_bytes, offset_bytes + len_bytes)` does not fit in
-    /// a device of `capacity_bytes`.
+    /// a device of `capacity_bytes` (`i64::MAX` for a file: the largest
+    /// offset the kernel takes, a `loff_t`).
     Range {
         /// Start of the range.
         offset_bytes: u64,
@@ -302,6 +303,15 @@ impl fmt::Display for InvalidInput {
                 offset_bytes,
                 len_bytes,
                 capacity_bytes,
+            } if *capacity_bytes == i64::MAX as u64 => write!(
+                f,
+                "range {offset_bytes}+{len_bytes} bytes ends past the largest file offset \
+                 the kernel takes (i64::MAX, {capacity_bytes} bytes)"
+            ),
+            InvalidInput::Range {
+                offset_bytes,
+                len_bytes,
+                capacity_bytes,
             } => write!(
                 f,
                 "range {offset_bytes}+{len_bytes} bytes is beyond the capacity of {capacity_bytes} bytes"
@@ -514,5 +524,28 @@ mod tests {
         assert!(text.contains("0x201") && text.contains("512"), "{text}");
         let io: io::Error = err.into();
         assert_eq!(io.kind(), io::ErrorKind::InvalidInput);
+    }
+
+    #[test]
+    fn range_message_names_the_capacity_or_the_kernels_offset_limit() {
+        let range = |capacity_bytes| {
+            Error::invalid(InvalidInput::Range {
+                offset_bytes: 8192,
+                len_bytes: 4096,
+                capacity_bytes,
+            })
+            .to_string()
+        };
+        let device = range(8192);
+        assert!(
+            device.contains("beyond the capacity of 8192 bytes"),
+            "{device}"
+        );
+        // A file has no capacity: its limit is the kernel's loff_t.
+        let file = range(i64::MAX as u64);
+        assert!(
+            file.contains("largest file offset the kernel takes (i64::MAX"),
+            "{file}"
+        );
     }
 }
