@@ -70,6 +70,9 @@ fn misaligned_direct_io_is_refused_with_the_value_and_the_alignment() {
             ErrorKind::InvalidInput(InvalidInput::Alignment { .. })
         ));
         assert!(err.to_string().contains(&format!("{align} bytes")), "{err}");
+        // The one segment is the whole IO: the message says where its
+        // length comes from.
+        assert!(err.to_string().starts_with("a read's length is"), "{err}");
 
         let err = dev.read_alloc_at(0, 0).await.expect_err("zero length");
         println!("zero length: {err}");

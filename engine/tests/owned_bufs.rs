@@ -171,6 +171,28 @@ fn unaligned_memory_is_refused_when_bouncing_is_off() {
     });
 }
 
+/// A read fills a Vec up to its capacity (5,000 bytes here, whatever its
+/// len): refused with O_DIRECT, and the message says the length is the
+/// capacity (bounced or not, the one segment is the whole IO).
+#[test]
+fn a_reads_length_is_its_vecs_capacity() {
+    let dir = tmpdir();
+    let path = dir.path().join("spare");
+    std::fs::write(&path, vec![0u8; 65536]).expect("fixture");
+    local().run(async {
+        let dev = open(&path, true);
+        let mut spare = Vec::with_capacity(5000);
+        spare.resize(4096, 0u8);
+        let (r, spare) = dev.read_at(spare, 0).await;
+        let err = r.expect_err("5,000-byte read");
+        assert!(
+            err.to_string().contains("a Vec's capacity") && err.to_string().contains("0x1388"),
+            "{err}"
+        );
+        assert_eq!(spare.len(), 4096, "the buffer comes back as it was");
+    });
+}
+
 /// Buffers of the core's registered arena go to the ring with the
 /// registered-buffer opcodes, counted where the SQE is built
 /// (`RingStats::fixed_buf_sqes`): `alloc_buf`, `read_alloc_at`, a
