@@ -30,7 +30,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
-use plugio_device::{DmaBuf, Error, ErrorKind, InvalidInput, IoFlags, OpKind};
+use plugio_device::{DmaBuf, Error, ErrorKind, IoFlags, OpKind};
 
 use crate::bio::{BioBuf, BioResult, Keep, Seg};
 use crate::buf::{IoBuf, IoBufMut};
@@ -236,26 +236,6 @@ fn needs_bounce((mem, block): (usize, usize), buf: &BioBuf) -> bool {
     }
 }
 
-/// The context of an unaligned one-segment length: that segment is the
-/// whole IO (one buffer, or the bounce copy of several), whose length the
-/// caller may not have seen as such.
-const IO_LEN: &str =
-    "a read's length is its buffers' bytes_total (a Vec's capacity), a write's their bytes_init";
-
-/// `e` with [`IO_LEN`] as its context when it is an unaligned segment
-/// length of a one-segment IO (a refusal before submission has no other
-/// context).
-#[cold]
-fn explain_len(e: Error, one_segment: bool) -> Error {
-    match e.kind() {
-        ErrorKind::InvalidInput(InvalidInput::Alignment {
-            what: "segment length",
-            ..
-        }) if one_segment => e.with_context(IO_LEN),
-        _ => e,
-    }
-}
-
 /// A read or a write: what the IO does with the caller's buffers.
 pub(crate) trait Direction<S: BufSet> {
     /// The op.
@@ -363,7 +343,6 @@ impl<'a, S: BufSet, D: Direction<S>> BufIo<'a, S, D> {
                 }
             }
         }
-        let one_segment = matches!(buf, BioBuf::One { .. });
         let init = BioInit {
             op: D::OP,
             flags: self.flags,
@@ -377,7 +356,7 @@ impl<'a, S: BufSet, D: Direction<S>> BufIo<'a, S, D> {
                 self.issued = Some(issued);
                 Poll::Pending
             }
-            Err(r) => Poll::Ready(self.finish(r.map_err(|e| explain_len(e, one_segment)))),
+            Err(r) => Poll::Ready(self.finish(r)),
         }
     }
 

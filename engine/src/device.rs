@@ -518,6 +518,7 @@ pub(crate) fn issue_inline(
     cx: &Context<'_>,
 ) -> Result<Issued, BioResult> {
     if let Err(e) = Device::check(shared, &init) {
+        let e = explain_len(e, &init.buf);
         forget_if_none(init.buf);
         return Err(Err(e));
     }
@@ -562,6 +563,25 @@ pub(crate) fn issue_inline(
         #[cfg(feature = "trace-io")]
         at: trace_issued(shared, &info, id),
     })
+}
+
+/// The context of an unaligned length of a one-segment IO: that segment
+/// is the whole IO (one buffer, or the bounce copy of several), whose
+/// length the caller may not have seen as such.
+const IO_LEN: &str =
+    "a read's length is its buffers' bytes_total (a Vec's capacity), a write's their bytes_init";
+
+/// `e`, a refusal by [`Device::check`], with [`IO_LEN`] as its context
+/// when it is an unaligned segment length of a one-segment IO on `buf`.
+#[cold]
+fn explain_len(e: Error, buf: &BioBuf) -> Error {
+    match e.kind() {
+        plugio_device::ErrorKind::InvalidInput(InvalidInput::Alignment {
+            what: "segment length",
+            ..
+        }) if matches!(buf, BioBuf::One { .. }) => e.with_context(IO_LEN),
+        _ => e,
+    }
 }
 
 impl Issued {
