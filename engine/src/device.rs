@@ -33,6 +33,11 @@ pub use crate::shared::MAX_IO_BYTES;
 /// Dropping the last handle closes the device: each core that used it
 /// lets go of it at the end of its next tick once nothing of it is waiting
 /// or in flight there, and the file is closed when the last core has.
+/// The ordering domain ends with it: a write whose future was dropped
+/// while it was in flight may still land after a new open of the file
+/// (a new device state) has issued IO, and is not ordered against that
+/// IO. Await every write (or drop none in flight) before dropping the
+/// last handle of a file you reopen.
 #[derive(Debug)]
 pub struct Device {
     shared: Arc<DeviceShared>,
