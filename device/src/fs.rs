@@ -6,7 +6,10 @@
 //!   is dropped while its op is in flight, both move into the thread's
 //!   pending slot and are freed only when the completion arrives.
 //! - Futures are `!Send`: an op completes on the thread that submitted it,
-//!   so the future must be polled there.
+//!   so the future must be polled there, by the core whose driver reaps
+//!   for it; polled anywhere else (no driver, or beside an idle runtime
+//!   that owns the thread's ring) it fails with `NoDriver` at first poll
+//!   instead of waiting for a reap that never comes.
 //! - Submission is lazy (first poll); bad input is answered at first poll
 //!   with the buffer handed back and nothing submitted.
 
@@ -23,7 +26,7 @@ use crate::backend::file::OpenOptions;
 use crate::backend::Backend;
 use crate::buf::DmaBuf;
 use crate::core::{register_handler, CompletionHandler, HandlerId};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::geometry::Geometry;
 use crate::op::{IoFlags, IoOp, OpKind};
 
@@ -225,6 +228,13 @@ impl IoResource for () {
     fn set_read_len(&mut self, _n: usize) {}
 }
 
+/// The context of the `NoDriver` error of a [`File`] op polled where no
+/// driver reaps for it: what to change.
+const OFF_DRIVER: &str = "a plugio::device::File op must be awaited on the thread and core whose \
+    DeviceDriver reaps for it: inside plugio::runtime::local(RingConfig::default())?.run(..), a task \
+    spawned on a runtime with a DeviceDriver, or an executor built with one (a plain block_on, \
+    beside a runtime or without one, has no driver)";
+
 enum State {
     Idle,
     InFlight(u32),
@@ -233,6 +243,13 @@ enum State {
 
 /// An op in progress; resolves to `(result, resource)`. `!Send`: poll it on
 /// the thread that first polled it.
+///
+/// # Errors
+/// The op's input refused by the backend, or the kernel's error, typed.
+/// `NoDriver` when it is first polled where no
+/// [`DeviceDriver`](crate::DeviceDriver) reaps for the caller (a plain
+/// `block_on`, or an executor built without one); `Forked` in a forked
+/// child. The resource comes back with every error.
 pub struct IoFuture<T: IoResource> {
     backend: Arc<dyn Backend>,
     kind: OpKind,
@@ -284,6 +301,13 @@ impl<T: IoResource> IoFuture<T> {
             flags: self.flags,
         };
         self.backend.check(&op)?;
+        // Not into a ring (or a core's inbox) nothing reaps for this
+        // caller: the future would wait forever; nor through a forked
+        // child's copy of the parent's core.
+        crate::fork::check()?;
+        if !crate::core::ring_serves_caller() {
+            return Err(Error::new(ErrorKind::NoDriver).with_context(OFF_DRIVER));
+        }
         let (pending, handler) = pending();
         let slot = pending.waiting(waker.clone());
         // SAFETY: the buffers and the iovec array are owned by this future

@@ -93,3 +93,49 @@ fn runtime_cores_do_io_and_return_foreign_buffers_home() {
         .expect("join");
     assert!(returns.is_some_and(|n| n >= 1), "{returns:?}");
 }
+
+/// A `File` op polled where no driver reaps for it fails at once with
+/// `NoDriver`, its buffer handed back and nothing submitted: a plain
+/// `block_on` with no runtime, one beside an idle runtime that owns the
+/// thread's ring, and an executor built without a driver. Each of them
+/// waited forever: the op went into a ring or a core's inbox that nothing
+/// drains for that caller.
+#[test]
+fn file_ops_where_no_driver_reaps_fail_at_once_with_the_buffer_back() {
+    use futures::FutureExt;
+    let tmp = common::temp_file();
+    let file = File::open_with(tmp.path(), &OpenOptions::new()).expect("open");
+    let mem = File::from_backend(Arc::new(MemDevice::new(MemConfig::default())));
+    let check = |what: &str, got: Option<(plugio_device::Result<usize>, DmaBuf)>| {
+        let Some((Err(e), buf)) = got else {
+            panic!("{what}: did not fail at once")
+        };
+        assert_eq!(*e.kind(), plugio_device::ErrorKind::NoDriver, "{what}: {e}");
+        assert!(
+            e.to_string().contains("DeviceDriver reaps for it"),
+            "{what}: {e}"
+        );
+        assert_eq!(buf.len(), 4096, "{what}: the buffer comes back whole");
+    };
+    for f in [&file, &mem] {
+        check("no runtime", f.read_at(f.alloc_buf(4096), 0).now_or_never());
+        let got = LocalExecutor::new().run(f.write_at(f.alloc_buf(4096), 0).map(Some));
+        check("driverless executor", got);
+    }
+    let ex = LocalExecutor::builder()
+        .driver(device_driver)
+        .build()
+        .expect("executor");
+    ex.run(async {});
+    for f in [&file, &mem] {
+        check(
+            "beside an idle runtime",
+            f.read_at(f.alloc_buf(4096), 0).now_or_never(),
+        );
+    }
+    // On the core itself the same ops run.
+    let (r, _) = ex.run(file.write_at(file.alloc_buf(4096), 0));
+    assert_eq!(r.expect("write on the core"), 4096);
+    let (r, _) = ex.run(mem.read_at(mem.alloc_buf(4096), 0));
+    assert_eq!(r.expect("mem read on the core"), 4096);
+}
