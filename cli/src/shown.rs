@@ -48,15 +48,29 @@ pub fn text(text: &str) -> String {
     out
 }
 
-/// A path as it may be echoed in a message: [`text`] of its name, bytes
-/// that are not UTF-8 shown as U+FFFD.
+/// A path as it may be echoed in a message: [`text`] of its name, each
+/// byte that is not part of UTF-8 shown as `\x` and two hex digits, so two
+/// names that differ only there are told apart (U+FFFD made them alike).
 ///
 /// ```
+/// use std::ffi::OsStr;
+/// use std::os::unix::ffi::OsStrExt;
 /// use std::path::Path;
 /// assert_eq!(plugio_cli::shown::path(Path::new("/tmp/a\nb")), "/tmp/a\\nb");
+/// let latin1 = Path::new(OsStr::from_bytes(b"caf\xe9.db"));
+/// assert_eq!(plugio_cli::shown::path(latin1), "caf\\xe9.db");
 /// ```
 pub fn path(p: &Path) -> String {
-    text(&p.to_string_lossy())
+    use std::fmt::Write;
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = String::new();
+    for chunk in p.as_os_str().as_bytes().utf8_chunks() {
+        out.push_str(&text(chunk.valid()));
+        for b in chunk.invalid() {
+            let _ = write!(out, "\\x{b:02x}");
+        }
+    }
+    out
 }
 
 /// A whole message as it may reach the terminal: escaped like

@@ -728,6 +728,18 @@ fn cli_messages_escape_names_and_keep_their_advice() {
     ]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("1\\u{200b}"), "{}", stderr(&o));
+    // A byte that is not UTF-8 in a missing trace's name is shown as its
+    // hex escape, not as U+FFFD, which two such names would share.
+    use std::os::unix::ffi::OsStrExt;
+    let latin1 = dir.path().join(std::ffi::OsStr::from_bytes(b"caf\xe9.csv"));
+    let o = Command::new(env!("CARGO_BIN_EXE_plugio"))
+        .arg("replay")
+        .arg(&latin1)
+        .args(["--filename", "t"])
+        .output()
+        .expect("the plugio binary runs");
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("caf\\xe9.csv"), "{}", stderr(&o));
 }
 
 #[test]
