@@ -404,6 +404,15 @@ impl fmt::Display for Error {
             )?,
             ErrorKind::Io { errno } => {
                 write!(f, "{}", io::Error::from_raw_os_error(*errno))?;
+                if *errno == libc::EFBIG {
+                    // The kernel's answer names neither the limit nor the
+                    // cause; plugio checks only i64::MAX up front.
+                    write!(
+                        f,
+                        ": the IO ends past the largest file this file system holds \
+                         (ext4 with 4 KiB blocks: 16 TiB); use a lower offset"
+                    )?;
+                }
             }
         }
         if let Some(path) = &self.0.path {
@@ -547,5 +556,15 @@ mod tests {
             file.contains("largest file offset the kernel takes (i64::MAX"),
             "{file}"
         );
+    }
+
+    #[test]
+    fn efbig_says_the_io_ends_past_the_file_systems_largest_file() {
+        let e = Error::from_errno(-libc::EFBIG).to_string();
+        assert!(e.starts_with("File too large"), "{e}");
+        assert!(e.contains("largest file this file system holds"), "{e}");
+        assert!(e.ends_with("use a lower offset"), "{e}");
+        let other = Error::from_errno(-libc::EIO).to_string();
+        assert!(!other.contains("largest file"), "{other}");
     }
 }
