@@ -213,6 +213,8 @@ impl IoTask {
                 stats::record_latency(dir, t0.elapsed());
             }
         }
+        // The last task to end closes the window, before the teardown.
+        self.counters.mark_ended();
         Ok(())
     }
 

@@ -105,6 +105,9 @@ pub fn run(
                             hist.record(dir, t0.elapsed());
                         }
                     }
+                    // The last thread to end closes the window, before
+                    // the buffers are freed.
+                    counters.mark_ended();
                     Ok(hist)
                 })
             })

@@ -62,6 +62,9 @@ pub fn run(
                     let mut w = Worker::new(job, target, core, counters)?;
                     w.counters.mark_started();
                     w.run()?;
+                    // Before the ring and the buffers go: the last worker
+                    // to end closes the window.
+                    w.counters.mark_ended();
                     Ok((stats::take_latency(), w.notes))
                 })
             })

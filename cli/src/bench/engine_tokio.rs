@@ -124,5 +124,7 @@ async fn io_task(
             stats::record_latency(dir, t0.elapsed());
         }
     }
+    // The last task to end closes the window, before the teardown.
+    counters.mark_ended();
     Ok(())
 }

@@ -261,4 +261,50 @@ mod tests {
             engine.join().expect("the thread ended");
         });
     }
+
+    /// Every engine closes the measured window itself, after its last IO
+    /// and before it returns (its buffers, rings and runtime torn down
+    /// after the mark). Only plugio's did; the peers' windows held their
+    /// teardown.
+    #[test]
+    fn every_engine_marks_its_end_before_it_returns() {
+        let mut engines = vec!["plugio", "nop", "raw", "psync", "tokio", "glommio"];
+        if cfg!(feature = "peers") {
+            engines.extend(["monoio", "tokio-uring", "compio"]);
+        }
+        for engine in engines {
+            let job = options::test_job(&[
+                "--engine",
+                engine,
+                "--iodepth",
+                "4",
+                "--number_ios",
+                "64",
+                "--size",
+                "1m",
+                "--direct",
+                "0",
+                "--quiet",
+            ]);
+            let t = target::prepare(&job).expect("target");
+            let counters = Counters::new(workers(&job));
+            match run_engine(&job, Some(&t), &counters) {
+                Ok(_) => {}
+                // glommio alone may be stopped by a memlock limit that
+                // cannot be raised (its own test checks the message).
+                Err(e) if engine == "glommio" && e.to_string().contains("RLIMIT_MEMLOCK") => {
+                    continue
+                }
+                Err(e) => panic!("{engine}: {e}"),
+            }
+            let returned = Instant::now();
+            let started = counters.started().expect("a start mark").at;
+            let ended = counters.ended().map(|m| m.at);
+            let Some(ended) = ended else {
+                panic!("{engine}: no end mark")
+            };
+            assert!(started <= ended && ended <= returned, "{engine}");
+            assert_eq!(counters.total().ios, 64, "{engine}");
+        }
+    }
 }

@@ -133,6 +133,10 @@ impl Task {
     /// is spent.
     pub fn next(&mut self) -> Option<NextIo> {
         if self.counters.stopped() || !self.budget.take_local() {
+            // This task's last IO is counted; the last task to get here
+            // closes the measured window, before the buffers and the
+            // runtime are torn down.
+            self.counters.mark_ended();
             return None;
         }
         let (dir, offset) = self.pattern.next_io();

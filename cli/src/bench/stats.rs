@@ -221,8 +221,10 @@ impl Counters {
     }
 
     /// Records that a worker's last IO was counted (the latest call wins:
-    /// the last worker to end closes the window). An engine that never
-    /// calls it is measured until it returns.
+    /// the last worker to end closes the window). Every engine calls it
+    /// once per core, task or thread, before its buffers and rings are
+    /// torn down; an engine that never called it would be measured until
+    /// it returns.
     pub fn mark_ended(&self) {
         *self.ended.lock().unwrap_or_else(PoisonError::into_inner) = Some(Mark::now());
     }
