@@ -337,6 +337,10 @@ impl CoreJob {
             bufs.push((!self.job.nop).then(|| task_buf(&self.dev, &self.job)));
         }
         drop(self.start_line);
+        // Marked here too (the first mark wins): the bench thread, which
+        // passed the line with the cores, may get to its mark after a
+        // short job's IO has ended.
+        self.counters.mark_started();
         let cursor = Arc::new(AtomicU64::new(IoPattern::start_block(
             &self.job,
             self.size_bytes,
