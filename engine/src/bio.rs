@@ -11,7 +11,9 @@
 //!   the bio completes moves them into the bio ([`BioCold::keep`]), so neither
 //!   the drop nor shutdown frees memory the kernel may still use. An
 //!   orphaned bio (its future was dropped) is released, with what it
-//!   keeps, by the completion path.
+//!   keeps, by the completion path; a panic in the `Drop` of what it
+//!   keeps (the caller's buffer type) is caught there, not unwound
+//!   through the core.
 //! - A bio completes exactly once: `parts_left` counts its requests still in
 //!   flight; the result is published when it reaches zero.
 //! - Freed slots go on a free list and are reused (the steady state does
@@ -339,7 +341,9 @@ fn reset(bio: &mut Bio) -> bool {
     }
     if let Some(cold) = bio.cold.as_deref_mut() {
         cold.parts.clear();
-        cold.keep = None;
+        if cold.keep.is_some() {
+            drop_kept(cold.keep.take());
+        }
     }
     bio.split = false;
     // Taken on the common path (the result's error by `take_result`, the
@@ -353,6 +357,29 @@ fn reset(bio: &mut Bio) -> bool {
     bio.orphaned = false;
     bio.done_bytes = 0;
     bio.cached
+}
+
+/// Drops what an orphaned bio kept: the caller's buffer, whose type's
+/// `Drop` is the caller's code and runs here, in the core's completion
+/// path (or wherever the bio is freed). A panic there is caught and
+/// logged: unwinding through the completion would stop the core, cancel
+/// every task on it and leave its IO state half updated.
+#[cold]
+#[inline(never)]
+fn drop_kept(keep: Option<Keep>) {
+    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(keep)));
+    if let Err(payload) = dropped {
+        let message = payload
+            .downcast_ref::<&'static str>()
+            .copied()
+            .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("(not a string)");
+        tracing::error!(
+            panic = message,
+            "the Drop of a buffer whose IO future was dropped in flight panicked; \
+             the panic was caught where the IO completed and the core goes on"
+        );
+    }
 }
 
 /// The bytes transferred from the start of a split bio: parts sorted by

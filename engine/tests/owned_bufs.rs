@@ -410,6 +410,82 @@ fn a_dropped_read_keeps_the_buffer_until_the_io_completes() {
     });
 }
 
+/// A caller's buffer whose `Drop` panics after its `Tracked` is dropped
+/// (a pool frame returning itself to a pool that is gone).
+struct PanicsOnDrop(Tracked);
+
+impl Drop for PanicsOnDrop {
+    fn drop(&mut self) {
+        panic!("the frame's pool is gone");
+    }
+}
+
+// SAFETY: delegates to the Tracked, whose memory does not move.
+unsafe impl IoBuf for PanicsOnDrop {
+    fn stable_ptr(&self) -> *const u8 {
+        self.0.stable_ptr()
+    }
+    fn bytes_init(&self) -> usize {
+        self.0.bytes_init()
+    }
+    fn bytes_total(&self) -> usize {
+        self.0.bytes_total()
+    }
+}
+
+// SAFETY: as the Tracked's impl.
+unsafe impl IoBufMut for PanicsOnDrop {
+    fn stable_mut_ptr(&mut self) -> *mut u8 {
+        self.0.stable_mut_ptr()
+    }
+    unsafe fn set_init(&mut self, len_bytes: usize) {
+        // SAFETY: forwarded contract.
+        unsafe { self.0.set_init(len_bytes) }
+    }
+}
+
+/// The `Drop` of an orphaned buffer runs where its IO completes, in the
+/// core's park. A panic there is caught: the core goes on and the device
+/// serves the next IO. It unwound through the completion path, which
+/// stopped the core (every task on it cancelled) or, in a debug build,
+/// tripped an invariant check during the unwind and aborted the process.
+#[test]
+fn a_panic_in_an_orphaned_buffers_drop_is_caught_and_the_core_goes_on() {
+    use plugio_device::backend::mem::{MemConfig, MemDevice};
+    local().run(async {
+        let mem = MemDevice::new(MemConfig {
+            mem_align_bytes: 1,
+            ..MemConfig::default()
+        });
+        let dev =
+            Device::with_backend(Arc::new(mem), None, DeviceOptions::default()).expect("device");
+        let dropped = Arc::new(AtomicBool::new(false));
+        let buf = PanicsOnDrop(Tracked {
+            bytes: Vec::with_capacity(4096),
+            dropped: dropped.clone(),
+        });
+        {
+            let mut fut = Box::pin(dev.read_at(buf, 0));
+            let plug = dev.plug(1).expect("plug");
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            assert!(fut.as_mut().poll(&mut cx).is_pending());
+            drop(plug); // flushes: the read goes to the device
+            assert_eq!(dev.tags_in_use(), 1, "the read is in flight");
+        }
+        for _ in 0..1000 {
+            if dropped.load(Ordering::SeqCst) {
+                break;
+            }
+            plugio_executor::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(dropped.load(Ordering::SeqCst), "dropped at its completion");
+        assert_eq!(dev.tags_in_use(), 0);
+        let (r, b) = dev.read_at(Vec::with_capacity(4096), 0).await;
+        assert_eq!(r.expect("the next read"), 4096);
+        assert_eq!(b.len(), 4096);
+    });
+}
+
 #[test]
 fn exact_forms_name_the_offset_and_length_at_end_of_file() {
     let dir = tmpdir();
