@@ -39,12 +39,25 @@ pub fn check_path_kind(path: impl AsRef<Path>) -> Result<PathKind> {
     let path = path.as_ref();
     let meta = std::fs::metadata(path).map_err(|e| Error::from_io(&e).with_path(path))?;
     let t = meta.file_type();
-    let found = if t.is_file() {
+    if t.is_file() {
         return Ok(PathKind::File);
     } else if t.is_block_device() {
         return Ok(PathKind::BlockDevice);
     } else if t.is_char_device() && crate::is_passthrough_path(path) {
         return Ok(PathKind::NvmeGeneric);
+    }
+    Err(Error::invalid(InvalidInput::PathKind {
+        found: kind_name(t),
+    })
+    .with_path(path))
+}
+
+/// What a file type is, in words, for [`InvalidInput::PathKind`].
+pub(crate) fn kind_name(t: std::fs::FileType) -> &'static str {
+    if t.is_file() {
+        "a regular file"
+    } else if t.is_block_device() {
+        "a block device"
     } else if t.is_dir() {
         "a directory"
     } else if t.is_fifo() {
@@ -55,8 +68,7 @@ pub fn check_path_kind(path: impl AsRef<Path>) -> Result<PathKind> {
         "a character device"
     } else {
         "neither a file nor a device"
-    };
-    Err(Error::invalid(InvalidInput::PathKind { found }).with_path(path))
+    }
 }
 
 #[cfg(test)]

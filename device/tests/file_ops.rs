@@ -44,3 +44,52 @@ fn tmpfs_direct_io_is_refused_clearly_or_works() {
     }
     let _ = std::fs::remove_file(&path);
 }
+
+/// The device crate's own open refuses what is neither a file nor a
+/// device before opening it, as `plugio::Device::open` does: a FIFO
+/// opened read-only blocked in `open(2)` until a writer came (forever), a
+/// read-write one opened and its reads hung, a directory opened with a
+/// made-up geometry, `/dev/null` opened as a file, and with `O_DIRECT`
+/// each was "refused O_DIRECT: open it buffered", advice that led to the
+/// hang. A descriptor handed to `FileBackend::from_fd` is checked too.
+#[test]
+fn opens_refuse_fifos_directories_and_character_devices_before_opening() {
+    use plugio_device::{FileBackend, InvalidInput};
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
+    let fifo = dir.path().join("p");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo");
+    let cases = [
+        (fifo.clone(), "a FIFO"),
+        (dir.path().to_path_buf(), "a directory"),
+        ("/dev/null".into(), "a character device"),
+    ];
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for (path, found) in cases {
+            for (read_only, direct) in [(true, false), (false, false), (false, true)] {
+                let mut o = OpenOptions::new();
+                o.direct(direct);
+                o.write(!read_only);
+                let got = File::open_with(&path, &o).map(drop);
+                tx.send((path.clone(), found, got)).expect("send");
+            }
+        }
+    });
+    for _ in 0..9 {
+        let (path, found, got) = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("each open returns (a FIFO's open blocked forever)");
+        let e = got.expect_err("refused");
+        assert!(
+            matches!(e.kind(), ErrorKind::InvalidInput(InvalidInput::PathKind { found: f }) if f.starts_with(found)),
+            "{}: {e}",
+            path.display()
+        );
+        assert!(e.to_string().contains("use a regular file"), "{e}");
+    }
+    // A descriptor of a pipe, handed over as a file.
+    let (r, _w) = nix::unistd::pipe().expect("pipe");
+    let e = FileBackend::from_fd(r, &fifo, false, plugio_device::BackendKind::Uring)
+        .expect_err("a pipe is refused");
+    assert!(e.to_string().contains("a FIFO"), "{e}");
+}

@@ -105,14 +105,24 @@ impl OpenOptions {
     /// Opens `path`.
     ///
     /// # Errors
-    /// [`ErrorKind::DirectIoRefused`] (naming the path) when the file system
-    /// refuses `O_DIRECT`; [`ErrorKind::Unsupported`] for `BackendKind::Mem`;
-    /// otherwise the `open`/`statx`/sysfs error with the path.
+    /// [`InvalidInput::PathKind`](crate::InvalidInput::PathKind) (naming
+    /// the path) for a directory, FIFO, socket or character device, found
+    /// with `stat` before anything is opened (`open(2)` of a FIFO would
+    /// block until a writer came); [`ErrorKind::DirectIoRefused`] (naming
+    /// the path) when the file system refuses `O_DIRECT`;
+    /// [`ErrorKind::Unsupported`] for `BackendKind::Mem`; otherwise the
+    /// `open`/`statx`/sysfs error with the path.
     pub fn open(&self, path: impl AsRef<Path>) -> Result<FileBackend> {
         let path = path.as_ref();
         if self.backend == BackendKind::Mem {
             return Err(Error::new(ErrorKind::Unsupported)
                 .with_context("a file cannot use the mem backend"));
+        }
+        match crate::check_path_kind(path) {
+            Ok(_) => {}
+            // Made by the open below.
+            Err(e) if self.create && *e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
         }
         let mut opts = fs::OpenOptions::new();
         opts.read(self.read)
@@ -187,19 +197,50 @@ impl FileBackend {
     /// so every duplicate of `fd` (`dup`, a fork's copy) gets it too.
     ///
     /// # Errors
-    /// [`ErrorKind::Unsupported`] for `BackendKind::Mem`; the `fstat`,
-    /// `statx` or sysfs error, with the path.
+    /// [`InvalidInput::PathKind`](crate::InvalidInput::PathKind) when `fd`
+    /// is a directory, FIFO or socket; [`ErrorKind::Unsupported`] for
+    /// `BackendKind::Mem`; the `fstat`, `statx` or sysfs error, with the
+    /// path.
     pub fn from_fd(fd: OwnedFd, path: &Path, direct: bool, kind: BackendKind) -> Result<Self> {
         if kind == BackendKind::Mem {
             return Err(Error::new(ErrorKind::Unsupported)
                 .with_context("a file cannot use the mem backend"));
         }
         let file = fs::File::from(fd);
-        let is_block_device = file
+        let file_type = file
             .metadata()
             .map_err(|e| Error::from_io(&e).with_path(path))?
-            .file_type()
-            .is_block_device();
+            .file_type();
+        // What `open` checked by path, checked again on what was opened
+        // (the path may have changed in between; `fd` may be anything).
+        if !(file_type.is_file() || file_type.is_block_device() || file_type.is_char_device()) {
+            let found = crate::path_kind::kind_name(file_type);
+            return Err(Error::invalid(crate::InvalidInput::PathKind { found }).with_path(path));
+        }
+        Self::of_file(file, file_type.is_block_device(), path, direct, kind)
+    }
+
+    /// A FIFO opened read-write as a backend, which `open` and `from_fd`
+    /// refuse: a read of it stays in flight until data is written, which
+    /// the tests of ops in flight need.
+    #[cfg(test)]
+    pub(crate) fn fifo_for_tests(path: &Path) -> Result<Self> {
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| Error::from_io(&e).with_path(path))?;
+        Self::of_file(file, false, path, false, BackendKind::Uring)
+    }
+
+    /// The backend over `file`, whose type was checked.
+    fn of_file(
+        file: fs::File,
+        is_block_device: bool,
+        path: &Path,
+        direct: bool,
+        kind: BackendKind,
+    ) -> Result<Self> {
         if is_block_device {
             skip_atime(&file);
         }

@@ -795,10 +795,7 @@ fn backend_dropped_with_ops_in_flight_completes_them_then_releases_its_file() {
         .collect();
     {
         // O_RDWR on a FIFO does not block; reads wait for a writer's data.
-        let backend = OpenOptions::new()
-            .direct(false)
-            .open(&fifo)
-            .expect("open fifo");
+        let backend = crate::FileBackend::fifo_for_tests(&fifo).expect("open fifo");
         for (i, iov) in iovs.iter().enumerate() {
             let op = IoOp::read(0, std::slice::from_ref(iov));
             // SAFETY: bufs and iovs outlive the park loop below.
