@@ -26,9 +26,9 @@ use crate::backend::file::OpenOptions;
 use crate::backend::Backend;
 use crate::buf::DmaBuf;
 use crate::core::{register_handler, CompletionHandler, HandlerId};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, InvalidInput, Result};
 use crate::geometry::Geometry;
-use crate::op::{IoFlags, IoOp, OpKind};
+use crate::op::{IoFlags, IoOp, OpKind, MAX_RW_BYTES};
 
 /// A file, block device or simulated device with an async,
 /// ownership-passing API. Cheap to clone.
@@ -228,6 +228,29 @@ impl IoResource for () {
     fn set_read_len(&mut self, _n: usize) {}
 }
 
+/// What the kernel takes of one op, checked before the backend's own
+/// rules, as the engine checks its IO: a read or write of at most
+/// [`MAX_RW_BYTES`] (a larger one came back short, which a caller reads as
+/// the end of the file), and a range that ends at or before `i64::MAX`
+/// (the kernel's `loff_t`; past it the kernel said only `EINVAL`).
+fn check_limits(geometry: &Geometry, op: &IoOp<'_>) -> Result<()> {
+    if op.kind.has_data() && op.len_bytes > MAX_RW_BYTES {
+        return Err(Error::invalid(InvalidInput::Length {
+            len_bytes: op.len_bytes,
+            max_bytes: MAX_RW_BYTES,
+        }));
+    }
+    let end = op.offset_bytes.checked_add(op.len_bytes);
+    if op.kind.has_range() && end.is_none_or(|e| e > i64::MAX as u64) {
+        return Err(Error::invalid(InvalidInput::Range {
+            offset_bytes: op.offset_bytes,
+            len_bytes: op.len_bytes,
+            capacity_bytes: geometry.capacity_bytes.unwrap_or(i64::MAX as u64),
+        }));
+    }
+    Ok(())
+}
+
 /// The context of the `NoDriver` error of a [`File`] op polled where no
 /// driver reaps for it: what to change.
 const OFF_DRIVER: &str = "a plugio::device::File op must be awaited on the thread and core whose \
@@ -300,6 +323,7 @@ impl<T: IoResource> IoFuture<T> {
             fixed_buf: res.fixed_index(),
             flags: self.flags,
         };
+        check_limits(self.backend.geometry(), &op)?;
         self.backend.check(&op)?;
         // Not into a ring (or a core's inbox) nothing reaps for this
         // caller: the future would wait forever; nor through a forked

@@ -95,7 +95,7 @@ pub use error::{Error, ErrorKind, InvalidInput, Result};
 pub use fs::{File, IoFuture};
 pub use geometry::{DeviceKind, Geometry};
 pub use info::describe;
-pub use op::{IoFlags, IoOp, OpKind};
+pub use op::{IoFlags, IoOp, OpKind, MAX_RW_BYTES};
 pub use path_kind::{check_path_kind, PathKind};
 pub use ring::{
     BatchWaitTimer, RingConfig, RingInfo, RingStats, BATCH_WAITS_BOUNDED, BATCH_WAIT_UNTIMED,

@@ -146,6 +146,16 @@ impl fmt::Debug for IoFlags {
     }
 }
 
+/// The most bytes one read or write moves in the kernel (`MAX_RW_COUNT`:
+/// `INT_MAX` rounded down to a 4 KiB page, `0x7fff_f000`); a larger one
+/// comes back short, as if it had reached the end of the file. The
+/// engine's largest IO (`plugio::MAX_IO_BYTES`) and [`crate::File`]'s.
+///
+/// ```
+/// assert_eq!(plugio::device::MAX_RW_BYTES, 0x7fff_f000);
+/// ```
+pub const MAX_RW_BYTES: u64 = 0x7fff_f000;
+
 /// One op as handed to [`Backend::submit`](crate::Backend::submit).
 ///
 /// The segments are plain `iovec`s: the memory they point to must stay valid

@@ -93,3 +93,46 @@ fn opens_refuse_fifos_directories_and_character_devices_before_opening() {
         .expect_err("a pipe is refused");
     assert!(e.to_string().contains("a FIFO"), "{e}");
 }
+
+/// A `File` read or write longer than the kernel moves in one call
+/// (`MAX_RW_BYTES`) is refused with the limit, where it came back short,
+/// which a caller reads as the end of the file; a range past the kernel's
+/// largest offset is a typed `Range` error, where it was a bare `EINVAL`.
+/// Nothing is submitted and the buffer comes back.
+#[test]
+fn file_ops_past_the_kernels_limits_are_refused_before_submission() {
+    use plugio_device::{InvalidInput, MAX_RW_BYTES};
+    let driver = DeviceDriver::new(&RingConfig::default()).expect("driver");
+    let tmp = common::temp_file();
+    let file = File::open_with(tmp.path(), OpenOptions::new().direct(false)).expect("open");
+    block_on(&driver, async {
+        // Alignment 1: calloc's lazily zeroed pages, nothing touched.
+        let big = DmaBuf::heap(MAX_RW_BYTES as usize + 4096, 1);
+        let (r, back) = file.read_at(big, 0).await;
+        let e = r.expect_err("refused");
+        assert!(
+            matches!(e.kind(), ErrorKind::InvalidInput(InvalidInput::Length { max_bytes, .. }) if *max_bytes == MAX_RW_BYTES),
+            "{e}"
+        );
+        assert_eq!(
+            back.len(),
+            MAX_RW_BYTES as usize + 4096,
+            "the buffer back whole"
+        );
+        let (r, _) = file
+            .write_at(filled(&file, 4096, 1), i64::MAX as u64 - 100)
+            .await;
+        let e = r.expect_err("refused");
+        assert!(
+            matches!(
+                e.kind(),
+                ErrorKind::InvalidInput(InvalidInput::Range { .. })
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("largest file offset"), "{e}");
+        // Within the limits the file takes IO as before.
+        let (r, _) = file.write_at(filled(&file, 4096, 2), 0).await;
+        assert_eq!(r.expect("write"), 4096);
+    });
+}

@@ -25,7 +25,7 @@ use crate::tag::{TagOptions, TagSet, TagStats};
 /// The largest single IO in bytes (what one `pread` may move, rounded down
 /// to 4 KiB): `0x7fff_f000`. Larger IOs are refused; IOs above the
 /// device's request limit but below this are split into several requests.
-pub const MAX_IO_BYTES: u64 = 0x7fff_f000;
+pub const MAX_IO_BYTES: u64 = plugio_device::MAX_RW_BYTES;
 
 /// A bio whose future was dropped on another thread: its core's uid, its
 /// id, and the memory the kernel may still use.
