@@ -547,6 +547,12 @@ impl Runtime {
 
     /// Stops every core as `mode` says and joins the threads.
     ///
+    /// Called on one of the runtime's own cores (a task that holds the
+    /// runtime), it cannot wait for its own thread: it asks every core to
+    /// stop and returns `Ok(())` at once; a thread of its own joins the
+    /// cores (logging any that panicked), and the calling core stops when
+    /// the task returns. Dropping the last handle there does the same.
+    ///
     /// # Errors
     /// [`ShutdownError`] lists cores whose thread panicked.
     pub fn shutdown(mut self, mode: ShutdownMode) -> Result<(), ShutdownError> {
@@ -565,12 +571,12 @@ impl Runtime {
         for core in self.handle.cores.iter() {
             core.request_shutdown(code, deadline);
         }
-        let mut panicked_cores = Vec::new();
-        for (index, thread) in self.threads.drain(..).enumerate() {
-            if thread.join().is_err() {
-                panicked_cores.push(index);
-            }
+        let me = thread::current().id();
+        if self.threads.iter().any(|t| t.thread().id() == me) {
+            self.stop_detached(mode);
+            return Ok(());
         }
+        let panicked_cores = join_cores(std::mem::take(&mut self.threads));
         // After the cores: their drivers waited for their sync IO jobs.
         self.pools.shutdown();
         tracing::debug!(?mode, "runtime stopped");
@@ -580,6 +586,43 @@ impl Runtime {
             Err(ShutdownError { panicked_cores })
         }
     }
+
+    /// The end of [`Runtime::stop`] on one of the runtime's own cores (a
+    /// task held its last handle): a thread cannot join itself, so a thread
+    /// of its own joins the cores, logs any that panicked and shuts the
+    /// pools down. The cores were asked to stop; this one stops when the
+    /// calling task returns.
+    #[cold]
+    fn stop_detached(&mut self, mode: ShutdownMode) {
+        let threads = std::mem::take(&mut self.threads);
+        let pools = self.pools.clone();
+        let joined = thread::Builder::new()
+            .name("plugio-stop".to_owned())
+            .spawn(move || {
+                let panicked_cores = join_cores(threads);
+                pools.shutdown();
+                if panicked_cores.is_empty() {
+                    tracing::debug!(?mode, "runtime stopped (from one of its cores)");
+                } else {
+                    tracing::error!(?panicked_cores, "runtime stopped: cores panicked");
+                }
+            });
+        if let Err(e) = joined {
+            // The cores still stop; their threads end unjoined.
+            tracing::error!(%e, "no thread to join the runtime's cores");
+        }
+    }
+}
+
+/// Joins the cores' threads; the indices of those that panicked.
+fn join_cores(threads: Vec<thread::JoinHandle<()>>) -> Vec<usize> {
+    let mut panicked_cores = Vec::new();
+    for (index, thread) in threads.into_iter().enumerate() {
+        if thread.join().is_err() {
+            panicked_cores.push(index);
+        }
+    }
+    panicked_cores
 }
 
 impl Drop for Runtime {

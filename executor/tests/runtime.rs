@@ -396,3 +396,51 @@ fn concurrent_remote_wakers_never_stall() {
         }
     });
 }
+
+/// Names of this process's threads that start with `prefix`.
+fn threads_named(prefix: &str) -> Vec<String> {
+    std::fs::read_dir("/proc/self/task")
+        .expect("/proc/self/task")
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|c| c.trim_end().to_owned())
+        .filter(|c| c.starts_with(prefix))
+        .collect()
+}
+
+/// The last handle of a runtime, dropped in a task on one of its own
+/// cores, stops the runtime without waiting for its own thread: the drop
+/// returns, the task goes on, and every core's thread ends. The drop
+/// panicked with std's "failed to join thread: Resource deadlock
+/// avoided", leaving the stop half done.
+#[test]
+fn dropping_the_last_handle_on_its_own_core_stops_the_runtime() {
+    with_watchdog(Duration::from_secs(60), || {
+        let rt = Runtime::builder()
+            .cores(2)
+            .thread_name("selfdrop")
+            .build()
+            .expect("runtime");
+        assert_eq!(threads_named("selfdrop-").len(), 2);
+        let handle = rt.handle().clone();
+        let slot = Arc::new(std::sync::Mutex::new(Some(rt)));
+        let (tx, rx) = std::sync::mpsc::channel();
+        drop(handle.spawn_on(1, {
+            let slot = slot.clone();
+            async move {
+                let rt = slot.lock().expect("slot").take();
+                drop(rt);
+                tx.send("the drop returned").expect("send");
+            }
+        }));
+        drop(slot);
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(20)),
+            Ok("the drop returned")
+        );
+        let start = Instant::now();
+        while !threads_named("selfdrop-").is_empty() {
+            assert!(start.elapsed() < Duration::from_secs(20), "the cores end");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    });
+}
