@@ -220,10 +220,20 @@ fn register_arena(ring: &Ring) -> Option<Rc<Arena>> {
     }
 }
 
+/// How long a driver's drain at shutdown waits for the ring's ops in
+/// flight before it cancels them (see `DeviceDriver::drain`): far longer
+/// than a device takes, so only an op that would never end is cut short.
+const CANCEL_AFTER: Duration = Duration::from_secs(1);
+
 impl DeviceDriver {
     /// Waits until every op submitted on this thread (ring, pool, mem) has
     /// completed and been delivered, so no buffer the kernel or a pool
     /// thread still uses is freed when the thread's state goes away.
+    /// Every future is gone by now, so what is in flight is orphaned: after
+    /// [`CANCEL_AFTER`] of waiting, and every [`CANCEL_AFTER`] again, the
+    /// ring's ops are cancelled, so that an op that never completes on its
+    /// own (a pipe with no writer) does not hold the shutdown forever.
+    /// A pool thread's blocking call cannot be cancelled.
     fn drain(&self) {
         if self.core.stale() {
             // A forked child: what was in flight is the parent's (its
@@ -232,7 +242,19 @@ impl DeviceDriver {
         }
         let mut waited = Duration::ZERO;
         let step = Duration::from_millis(100);
+        let start = Instant::now();
+        let mut next_cancel = CANCEL_AFTER;
         while self.in_flight() > 0 || self.core.external() > 0 {
+            if self.in_flight() > 0 && start.elapsed() >= next_cancel {
+                if let Some(ring) = self.live_ring() {
+                    tracing::warn!(
+                        ring = self.in_flight(),
+                        "IO still in flight at shutdown: cancelling it"
+                    );
+                    ring.cancel_in_flight();
+                }
+                next_cancel += CANCEL_AFTER;
+            }
             if let Err(e) = self.park_inner(Some(step)) {
                 tracing::error!(error = %e, "park failed while draining at shutdown");
                 if self.ring.is_some() && self.in_flight() > 0 {

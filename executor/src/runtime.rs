@@ -453,7 +453,10 @@ impl fmt::Debug for Handle {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ShutdownMode {
     /// Cancel them at once: their futures are dropped on their cores and
-    /// their handles yield `JoinError::Cancelled`. What `Drop` does.
+    /// their handles yield `JoinError::Cancelled`. What `Drop` does. Each
+    /// core then waits for the IO still in flight (the kernel owns its
+    /// memory); with plugio's device driver, what has not completed after
+    /// a second is cancelled in the kernel where it can be.
     Cancel,
     /// Keep running until every task has completed (forever if one never
     /// does).

@@ -1453,6 +1453,20 @@ impl Ring {
         n
     }
 
+    /// Asks the kernel to cancel every request in flight on this ring
+    /// (`IORING_ASYNC_CANCEL_ANY`, Linux 5.19; before that the cancel fails
+    /// and is ignored). For shutdown: an op that would never complete on
+    /// its own (a read of a pipe with no writer) completes with
+    /// `ECANCELED`; one a device is already working on completes as usual.
+    /// The cancel's own CQE is dropped at reap; the armed wake reads are
+    /// cancelled too, and armed again at the next park.
+    pub(crate) fn cancel_in_flight(&self) {
+        let cancel = opcode::AsyncCancel2::new(types::CancelBuilder::any())
+            .build()
+            .user_data(CANCEL_UD);
+        self.push_sqe(&cancel);
+    }
+
     /// Cancels the armed eventfd reads (the wake read and the passthrough
     /// ring's), so that their buffers can be freed with the ring; a read
     /// the kernel did not give back within about a second stays armed (and

@@ -833,6 +833,63 @@ fn backend_dropped_with_ops_in_flight_completes_them_then_releases_its_file() {
     assert_eq!(ring.registered_file_count(), 0, "released once idle");
 }
 
+/// A driver dropped with ops that would never complete on their own
+/// (reads of a FIFO nobody writes) cancels them after a second of its
+/// drain and ends; it waited forever, holding the runtime's shutdown. The
+/// cancelled ops are delivered with ECANCELED before their memory goes.
+#[test]
+fn a_driver_dropped_with_ops_that_never_complete_cancels_them() {
+    let (driver, ring) = driver_and_ring(64);
+    let dir = tempfile::tempdir().expect("dir");
+    let fifo = dir.path().join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+    let handler = Rc::new(RecordingHandler::default());
+    let id = register_handler(handler.clone());
+    let mut bufs: Vec<Box<[u8; 8]>> = (0..4).map(|_| Box::new([0u8; 8])).collect();
+    let iovs: Vec<libc::iovec> = bufs
+        .iter_mut()
+        .map(|b| libc::iovec {
+            iov_base: b.as_mut_ptr().cast(),
+            iov_len: 8,
+        })
+        .collect();
+    let backend = crate::FileBackend::fifo_for_tests(&fifo).expect("open fifo");
+    for (i, iov) in iovs.iter().enumerate() {
+        let op = IoOp::read(0, std::slice::from_ref(iov));
+        // SAFETY: bufs and iovs outlive the driver's drop below.
+        unsafe { backend.submit(&op, id, i as u64) }.expect("submit");
+    }
+    {
+        use plugio_executor::Driver;
+        driver.park(Some(Duration::ZERO)).expect("park");
+    }
+    assert_eq!(ring.in_flight(), 4);
+    drop(ring);
+    let (tx, rx) = std::sync::mpsc::channel();
+    // A drop that never returns fails the whole test binary, not just
+    // this test, rather than hang it.
+    let watchdog = std::thread::spawn(move || {
+        if rx.recv_timeout(Duration::from_secs(30)).is_err() {
+            // Past the test harness's capture, which exit would lose.
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "the driver's drop did not return in 30 s (it waited forever)"
+            );
+            std::process::exit(101);
+        }
+    });
+    drop(driver);
+    tx.send(()).expect("send");
+    watchdog.join().expect("in time");
+    assert_eq!(handler.total(), 4, "every op delivered");
+    for i in 0..4 {
+        assert_eq!(handler.seen.borrow()[&i].1, -libc::ECANCELED, "op {i}");
+    }
+    drop(backend);
+    drop(bufs);
+}
+
 #[test]
 fn batch_policy_adapts_to_the_completion_interval_and_the_cap() {
     let (driver, ring) = driver_and_ring(64);
