@@ -49,6 +49,17 @@ impl Inbox {
         unpark.unpark();
     }
 
+    /// Wakes the owning core without a completion: its park returns and
+    /// it runs a tick.
+    fn wake(&self) {
+        let unpark = self
+            .unpark
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        unpark.unpark();
+    }
+
     fn take(&self) -> Vec<Completion> {
         std::mem::take(&mut *self.queue.lock().unwrap_or_else(PoisonError::into_inner))
     }
@@ -158,6 +169,31 @@ pub(crate) fn ring_serves_caller() -> bool {
             }
     })
     .unwrap_or(false)
+}
+
+/// A way for any thread to wake the calling thread's core: its park
+/// returns and it runs a tick (and the tick's end hooks), as when a
+/// completion is posted to it. The engine wakes the cores that hold a
+/// device when its last handle is dropped elsewhere, so that an idle core
+/// lets go of the file.
+///
+/// ```
+/// let ex = plugio::runtime::local(plugio::RingConfig::default()).unwrap();
+/// let waker = ex.run(async { plugio::device::core_waker() });
+/// waker.unpark(); // wakes that executor's core when it parks next
+/// ```
+pub fn core_waker() -> Arc<dyn Unpark> {
+    Arc::new(CoreWaker(CORE.with(|c| c.inbox())))
+}
+
+/// [`core_waker`]'s waker: the core's inbox, whose unparker is the
+/// driver's current one.
+struct CoreWaker(Arc<Inbox>);
+
+impl Unpark for CoreWaker {
+    fn unpark(&self) {
+        self.0.wake();
+    }
 }
 
 /// Runs `f` with the current thread's core context.

@@ -87,7 +87,7 @@ pub use backend::nvme::{is_passthrough_path, NvmeBackend, NvmeOptions};
 pub use backend::{check_op, Backend, BackendKind, SqWriter};
 pub use buf::DmaBuf;
 pub use core::{
-    driver_installed, driver_serves, register_handler, run_completions, submit_now,
+    core_waker, driver_installed, driver_serves, register_handler, run_completions, submit_now,
     unregister_handler, CompletionHandler, HandlerId,
 };
 pub use driver::DeviceDriver;

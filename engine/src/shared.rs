@@ -33,6 +33,17 @@ pub(crate) type RemoteOrphan = (u64, BioId, Option<Keep>);
 
 static NEXT_DEVICE_ID: AtomicU64 = AtomicU64::new(1);
 
+/// [`DeviceShared::core_wakers`]: one waker per core that used the device.
+#[derive(Default)]
+struct CoreWakers(Mutex<Vec<Arc<dyn plugio_executor::Unpark>>>);
+
+impl std::fmt::Debug for CoreWakers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.0.lock().unwrap_or_else(PoisonError::into_inner).len();
+        write!(f, "CoreWakers({n})")
+    }
+}
+
 /// One open device, shared by every handle and core.
 #[derive(Debug)]
 pub(crate) struct DeviceShared {
@@ -55,6 +66,11 @@ pub(crate) struct DeviceShared {
     pub handles: AtomicUsize,
     /// The iostats counters of every core that used the device.
     pub counters: Mutex<Vec<Arc<CoreCounters>>>,
+    /// How to wake each core that used the device: the last handle's drop
+    /// wakes them, so that an idle core lets go of the device (and closes
+    /// its file) at the end of the tick the wake brings, not when it next
+    /// happens to run.
+    core_wakers: CoreWakers,
     /// Bios of this device whose futures were dropped on a thread other
     /// than their core's: `(core uid, bio, the memory it keeps)`. Their
     /// core takes its own at its next completion batch or plug flush on
@@ -165,6 +181,7 @@ impl DeviceShared {
             max_request_bytes,
             max_merge_bytes,
             counters: Mutex::new(Vec::new()),
+            core_wakers: CoreWakers::default(),
             handles: AtomicUsize::new(1),
             remote_orphans: Mutex::new(Vec::new()),
             remote_orphans_pending: AtomicBool::new(false),
@@ -251,11 +268,30 @@ impl DeviceShared {
     pub fn drop_handle(&self) {
         // Release pairs with the Acquire load in `is_closed`: what the
         // handle's holder did happens before a core sees the device closed.
-        self.handles.fetch_sub(1, Ordering::Release);
+        if self.handles.fetch_sub(1, Ordering::Release) == 1 {
+            // The last handle: the cores that hold the device let go of it
+            // at the end of the tick this wake brings.
+            for waker in self
+                .core_wakers
+                .0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .iter()
+            {
+                waker.unpark();
+            }
+        }
     }
 
-    /// New counters for a core that starts using the device.
+    /// New counters for a core that starts using the device (called on
+    /// that core's thread, which is also recorded to be woken when the
+    /// device closes).
     pub fn register_core(&self) -> Arc<CoreCounters> {
+        self.core_wakers
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(plugio_device::core_waker());
         let c = Arc::new(CoreCounters::default());
         self.counters
             .lock()

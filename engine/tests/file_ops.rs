@@ -324,3 +324,56 @@ fn file_operations_off_a_core_beside_an_idle_runtime_fail_at_once() {
     drop(dev);
     drop(ex);
 }
+
+/// Descriptors of this process open on `path` (a deleted file's link
+/// reads "PATH (deleted)").
+fn fds_on(path: &Path) -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .expect("/proc/self/fd")
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|l| l.to_string_lossy().starts_with(&*path.to_string_lossy()))
+        .count()
+}
+
+/// A device used on one core and closed elsewhere (its last handle
+/// dropped on another core, or on a thread of its own) lets go of its
+/// file while that core is idle: the drop wakes the cores that held it.
+/// A deleted file's space was not given back until the idle core next did
+/// IO on another file.
+#[test]
+fn a_device_closed_elsewhere_closes_its_file_while_its_core_is_idle() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
+    let rt = plugio_engine::runtime::builder(RingConfig::default())
+        .cores(2)
+        .build()
+        .expect("runtime");
+    for (n, drop_on_core_0) in [(0, true), (1, false)] {
+        let path = dir.path().join(format!("seg{n}.db"));
+        std::fs::write(&path, vec![1u8; 1 << 20]).expect("fixture");
+        let p = path.clone();
+        let dev = rt
+            .block_on(rt.spawn_on(1, async move {
+                let dev = plugio_engine::Device::open(&p, Default::default()).expect("open");
+                let (r, _) = dev.read_at(dev.alloc_buf(4096), 0).await;
+                r.expect("read");
+                dev
+            }))
+            .expect("core 1");
+        assert!(fds_on(&path) >= 1, "open while a handle lives");
+        std::fs::remove_file(&path).expect("delete");
+        if drop_on_core_0 {
+            rt.block_on(rt.spawn_on(0, async move { drop(dev) }))
+                .expect("core 0");
+        } else {
+            drop(dev);
+        }
+        let start = std::time::Instant::now();
+        while fds_on(&path) > 0 {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(20),
+                "the idle core closes the file (dropped on core 0: {drop_on_core_0})"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+}

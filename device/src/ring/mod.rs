@@ -753,6 +753,24 @@ impl Ring {
     /// empty, so no queued SQE still names a table slot that could be
     /// reused (ops the kernel holds keep their file: the kernel has its
     /// own reference, and a registration named by a slot is kept anyway).
+    /// [`Ring::sweep_files`] before a wait, when a backend closed since
+    /// the last sweep: what the SQ holds (the wake read armed again, a
+    /// tick's last SQEs) is submitted first, since the sweep only runs on
+    /// an empty SQ. An extra enter only on a park after a close.
+    fn sweep_files_before_wait(&self) -> Result<()> {
+        // Acquire: as in `sweep_files`.
+        let due = FILES_CLOSED.load(Ordering::Acquire) != self.files_closed_seen.get()
+            || self.sweep_pending.get();
+        if !due {
+            return Ok(());
+        }
+        if self.sq_len() > 0 {
+            self.enter_submit_only()?;
+        }
+        self.sweep_files();
+        Ok(())
+    }
+
     fn sweep_files(&self) {
         // Acquire: pairs with the Release bump of
         // `FileCache::backend_closed`, which the backend's drop makes after
@@ -1057,6 +1075,9 @@ impl Ring {
                 self.enter_retrying(0, None, Duration::ZERO)?;
             }
         } else {
+            // Before a wait that may be long (an idle core), too: a file
+            // closed during this tick is not held through it.
+            self.sweep_files_before_wait()?;
             self.wait(timeout)?;
         }
         // Right after the enter the SQ is normally empty: the moment to
