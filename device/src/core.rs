@@ -41,12 +41,7 @@ impl Inbox {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(completion);
-        let unpark = self
-            .unpark
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        unpark.unpark();
+        self.wake();
     }
 
     /// Wakes the owning core without a completion: its park returns and

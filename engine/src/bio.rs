@@ -362,24 +362,13 @@ fn reset(bio: &mut Bio) -> bool {
 /// Drops what an orphaned bio kept: the caller's buffer, whose type's
 /// `Drop` is the caller's code and runs here, in the core's completion
 /// path (or wherever the bio is freed). A panic there is caught and
-/// logged: unwinding through the completion would stop the core, cancel
-/// every task on it and leave its IO state half updated.
+/// logged ([`plugio_executor::drop_contained`]): unwinding through the
+/// completion would stop the core, cancel every task on it and leave its
+/// IO state half updated.
 #[cold]
 #[inline(never)]
 fn drop_kept(keep: Option<Keep>) {
-    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(keep)));
-    if let Err(payload) = dropped {
-        let message = payload
-            .downcast_ref::<&'static str>()
-            .copied()
-            .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-            .unwrap_or("(not a string)");
-        tracing::error!(
-            panic = message,
-            "the Drop of a buffer whose IO future was dropped in flight panicked; \
-             the panic was caught where the IO completed and the core goes on"
-        );
-    }
+    plugio_executor::drop_contained(keep, "the buffer of an IO whose future was dropped");
 }
 
 /// The bytes transferred from the start of a split bio: parts sorted by

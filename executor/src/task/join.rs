@@ -83,7 +83,7 @@ impl<T> Drop for JoinHandle<T> {
                 let output = unsafe { (*self.raw.output()).take() };
                 // A panic in the output's (or payload's) drop is contained:
                 // dropping a handle never panics.
-                super::raw::drop_contained(output, "output");
+                super::raw::drop_contained(output, "a task's output");
             }
             JoinDropped::NotComplete => {}
         }

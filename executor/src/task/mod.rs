@@ -33,6 +33,7 @@ mod state;
 
 pub use error::JoinError;
 pub use join::JoinHandle;
+pub use raw::drop_contained;
 pub(crate) use raw::{
     adopt_remote, detach_all, new_local_task, new_task, CoreShared, LocalRef, SHUTDOWN_CANCEL,
     SHUTDOWN_DRAIN, SHUTDOWN_NONE, UNREGISTERED,

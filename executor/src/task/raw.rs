@@ -360,7 +360,7 @@ unsafe fn poll<F: Future>(ptr: NonNull<Header>) -> bool {
         Err(payload) => {
             // The output (or first panic's payload) is replaced by the
             // drop's panic; its own drop may panic too.
-            drop_contained(result, "output");
+            drop_contained(result, "a task's output");
             Err(JoinError::Panic(payload))
         }
     };
@@ -399,7 +399,7 @@ unsafe fn complete<F: Future>(cell: &Cell<F>, result: Result<F::Output, JoinErro
             // SAFETY: no handle; we are the last side of the race.
             let output = unsafe { (*cell.output.get()).take() };
             // A panic in its drop must not unwind into the core.
-            drop_contained(output, "output");
+            drop_contained(output, "a task's output");
         }
         Completed::NotifyJoin => cell.header.join_waker.wake(),
     }
@@ -410,12 +410,24 @@ unsafe fn complete<F: Future>(cell: &Cell<F>, result: Result<F::Output, JoinErro
 /// last payload instead of dropping it.
 const MAX_NESTED_DROP_PANICS: usize = 8;
 
-/// Drops a task's output (or panic payload) so that a panic in its `Drop`
-/// never unwinds into the caller: neither the core (which would lose its
-/// thread and every task on it) nor a thread dropping a `JoinHandle`. The
-/// panic is logged and dropped in turn; a chain of payloads that keep
-/// panicking is leaked after [`MAX_NESTED_DROP_PANICS`].
-pub(crate) fn drop_contained<T>(value: T, what: &'static str) {
+/// Drops `value` so that a panic in its `Drop` never unwinds into the
+/// caller: neither a core (which would lose its thread and every task on
+/// it) nor a thread dropping a `JoinHandle`. The panic is logged as
+/// "`what` panicked when dropped" and its payload dropped in turn; a chain
+/// of payloads that keep panicking is leaked after 8 of them. The executor drops a task's output this
+/// way; the engine, a buffer it kept for an IO whose future was dropped.
+///
+/// ```
+/// struct Grumpy;
+/// impl Drop for Grumpy {
+///     fn drop(&mut self) {
+///         panic!("dropped");
+///     }
+/// }
+/// plugio::executor::drop_contained(Grumpy, "a Grumpy");
+/// // Still running: the panic was caught and logged.
+/// ```
+pub fn drop_contained<T>(value: T, what: &'static str) {
     let mut outcome = catch_unwind(AssertUnwindSafe(move || drop(value)));
     let mut nested = 0;
     while let Err(payload) = outcome {
@@ -427,7 +439,7 @@ pub(crate) fn drop_contained<T>(value: T, what: &'static str) {
         tracing::error!(
             what,
             message,
-            "a task's {what} panicked when dropped; the panic is contained (the core keeps running)"
+            "{what} panicked when dropped; the panic is contained (the core keeps running)"
         );
         nested += 1;
         if nested >= MAX_NESTED_DROP_PANICS {
