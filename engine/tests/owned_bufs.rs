@@ -364,6 +364,27 @@ unsafe impl IoBufMut for Tracked {
     }
 }
 
+/// A memory device with a read into `buf` sent to it and its future
+/// dropped while the read is in flight (the explicit plug's guard sends
+/// the read at once; completions come only in the core's park). Call it
+/// on a core.
+fn orphan_a_read<B: IoBufMut + 'static>(buf: B) -> Device {
+    use plugio_device::backend::mem::{MemConfig, MemDevice};
+    let mem = MemDevice::new(MemConfig {
+        mem_align_bytes: 1,
+        ..MemConfig::default()
+    });
+    let dev = Device::with_backend(Arc::new(mem), None, DeviceOptions::default()).expect("device");
+    let mut fut = Box::pin(dev.read_at(buf, 0));
+    let plug = dev.plug(1).expect("plug");
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    assert!(fut.as_mut().poll(&mut cx).is_pending());
+    drop(plug); // flushes: the read goes to the device
+    assert_eq!(dev.tags_in_use(), 1, "the read is in flight");
+    drop(fut);
+    dev
+}
+
 /// A read future dropped while its IO is in flight hands the caller's
 /// buffer to the engine, which drops it only after the IO completed. (The
 /// explicit plug's guard sends the read to the device at once; completions
@@ -371,27 +392,12 @@ unsafe impl IoBufMut for Tracked {
 /// future is dropped right after.)
 #[test]
 fn a_dropped_read_keeps_the_buffer_until_the_io_completes() {
-    use plugio_device::backend::mem::{MemConfig, MemDevice};
     local().run(async {
-        let mem = MemDevice::new(MemConfig {
-            mem_align_bytes: 1,
-            ..MemConfig::default()
-        });
-        let dev =
-            Device::with_backend(Arc::new(mem), None, DeviceOptions::default()).expect("device");
         let dropped = Arc::new(AtomicBool::new(false));
-        let buf = Tracked {
+        let dev = orphan_a_read(Tracked {
             bytes: Vec::with_capacity(4096),
             dropped: dropped.clone(),
-        };
-        {
-            let mut fut = Box::pin(dev.read_at(buf, 0));
-            let plug = dev.plug(1).expect("plug");
-            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-            assert!(fut.as_mut().poll(&mut cx).is_pending());
-            drop(plug); // flushes: the read goes to the device
-            assert_eq!(dev.tags_in_use(), 1, "the read is in flight");
-        }
+        });
         assert!(
             !dropped.load(Ordering::SeqCst),
             "dropped with its future while the IO was in flight"
@@ -451,27 +457,12 @@ unsafe impl IoBufMut for PanicsOnDrop {
 /// tripped an invariant check during the unwind and aborted the process.
 #[test]
 fn a_panic_in_an_orphaned_buffers_drop_is_caught_and_the_core_goes_on() {
-    use plugio_device::backend::mem::{MemConfig, MemDevice};
     local().run(async {
-        let mem = MemDevice::new(MemConfig {
-            mem_align_bytes: 1,
-            ..MemConfig::default()
-        });
-        let dev =
-            Device::with_backend(Arc::new(mem), None, DeviceOptions::default()).expect("device");
         let dropped = Arc::new(AtomicBool::new(false));
-        let buf = PanicsOnDrop(Tracked {
+        let dev = orphan_a_read(PanicsOnDrop(Tracked {
             bytes: Vec::with_capacity(4096),
             dropped: dropped.clone(),
-        });
-        {
-            let mut fut = Box::pin(dev.read_at(buf, 0));
-            let plug = dev.plug(1).expect("plug");
-            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-            assert!(fut.as_mut().poll(&mut cx).is_pending());
-            drop(plug); // flushes: the read goes to the device
-            assert_eq!(dev.tags_in_use(), 1, "the read is in flight");
-        }
+        }));
         for _ in 0..1000 {
             if dropped.load(Ordering::SeqCst) {
                 break;

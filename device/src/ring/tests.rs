@@ -773,19 +773,27 @@ fn completions_of_one_reap_come_in_one_batch_per_handler_run() {
 
 /// A backend dropped while its ops are in flight in the kernel: its
 /// registration (and descriptor) stays until they complete, then goes.
-#[test]
-fn backend_dropped_with_ops_in_flight_completes_them_then_releases_its_file() {
-    use plugio_executor::Driver;
-    use std::os::fd::AsRawFd;
-    let (driver, ring) = driver_and_ring(64);
-    let dir = tempfile::tempdir().expect("dir");
-    let fifo = dir.path().join("fifo");
-    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("path");
-    // SAFETY: a NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+/// A FIFO in `dir` and four 8-byte reads of it submitted on `driver`'s
+/// ring (entered by a park): they wait for a writer's data. Returns the
+/// FIFO, the handler that records their results, their buffers (moving
+/// the vector does not move them; keep it until the reads complete) and
+/// the backend.
+fn four_fifo_reads(
+    driver: &DeviceDriver,
+    dir: &std::path::Path,
+) -> (
+    std::path::PathBuf,
+    Rc<RecordingHandler>,
+    Vec<[u8; 8]>,
+    crate::FileBackend,
+) {
+    let fifo = dir.join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
     let handler = Rc::new(RecordingHandler::default());
     let id = register_handler(handler.clone());
-    let mut bufs: Vec<Box<[u8; 8]>> = (0..4).map(|_| Box::new([0u8; 8])).collect();
+    let mut bufs = vec![[0u8; 8]; 4];
+    // O_RDWR on a FIFO does not block; reads wait for a writer's data.
+    let backend = crate::FileBackend::fifo_for_tests(&fifo).expect("open fifo");
     let iovs: Vec<libc::iovec> = bufs
         .iter_mut()
         .map(|b| libc::iovec {
@@ -793,17 +801,26 @@ fn backend_dropped_with_ops_in_flight_completes_them_then_releases_its_file() {
             iov_len: 8,
         })
         .collect();
-    {
-        // O_RDWR on a FIFO does not block; reads wait for a writer's data.
-        let backend = crate::FileBackend::fifo_for_tests(&fifo).expect("open fifo");
-        for (i, iov) in iovs.iter().enumerate() {
-            let op = IoOp::read(0, std::slice::from_ref(iov));
-            // SAFETY: bufs and iovs outlive the park loop below.
-            unsafe { backend.submit(&op, id, i as u64) }.expect("submit");
-        }
-        driver.park(Some(Duration::ZERO)).expect("park");
-        assert_eq!(ring.in_flight(), 4);
+    for (i, iov) in iovs.iter().enumerate() {
+        let op = IoOp::read(0, std::slice::from_ref(iov));
+        // SAFETY: the buffers go back to the caller, who keeps them
+        // until the reads complete; the iovecs live until the park below
+        // has submitted the reads.
+        unsafe { backend.submit(&op, id, i as u64) }.expect("submit");
     }
+    plugio_executor::Driver::park(driver, Some(Duration::ZERO)).expect("park");
+    (fifo, handler, bufs, backend)
+}
+
+#[test]
+fn backend_dropped_with_ops_in_flight_completes_them_then_releases_its_file() {
+    use plugio_executor::Driver;
+    use std::os::fd::AsRawFd;
+    let (driver, ring) = driver_and_ring(64);
+    let dir = tempfile::tempdir().expect("dir");
+    let (fifo, handler, bufs, backend) = four_fifo_reads(&driver, dir.path());
+    assert_eq!(ring.in_flight(), 4);
+    drop(backend);
     // Swept at these parks only if nothing names it: it must stay.
     driver.park(Some(Duration::ZERO)).expect("park");
     driver.park(Some(Duration::ZERO)).expect("park");
@@ -827,7 +844,7 @@ fn backend_dropped_with_ops_in_flight_completes_them_then_releases_its_file() {
         assert_eq!(handler.seen.borrow()[&i].1, 8);
     }
     for buf in &bufs {
-        assert_eq!(**buf, [9u8; 8]);
+        assert_eq!(*buf, [9u8; 8]);
     }
     driver.park(Some(Duration::ZERO)).expect("park");
     assert_eq!(ring.registered_file_count(), 0, "released once idle");
@@ -841,28 +858,7 @@ fn backend_dropped_with_ops_in_flight_completes_them_then_releases_its_file() {
 fn a_driver_dropped_with_ops_that_never_complete_cancels_them() {
     let (driver, ring) = driver_and_ring(64);
     let dir = tempfile::tempdir().expect("dir");
-    let fifo = dir.path().join("fifo");
-    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
-    let handler = Rc::new(RecordingHandler::default());
-    let id = register_handler(handler.clone());
-    let mut bufs: Vec<Box<[u8; 8]>> = (0..4).map(|_| Box::new([0u8; 8])).collect();
-    let iovs: Vec<libc::iovec> = bufs
-        .iter_mut()
-        .map(|b| libc::iovec {
-            iov_base: b.as_mut_ptr().cast(),
-            iov_len: 8,
-        })
-        .collect();
-    let backend = crate::FileBackend::fifo_for_tests(&fifo).expect("open fifo");
-    for (i, iov) in iovs.iter().enumerate() {
-        let op = IoOp::read(0, std::slice::from_ref(iov));
-        // SAFETY: bufs and iovs outlive the driver's drop below.
-        unsafe { backend.submit(&op, id, i as u64) }.expect("submit");
-    }
-    {
-        use plugio_executor::Driver;
-        driver.park(Some(Duration::ZERO)).expect("park");
-    }
+    let (_fifo, handler, bufs, backend) = four_fifo_reads(&driver, dir.path());
     assert_eq!(ring.in_flight(), 4);
     drop(ring);
     let (tx, rx) = std::sync::mpsc::channel();
