@@ -414,8 +414,9 @@ const MAX_NESTED_DROP_PANICS: usize = 8;
 /// caller: neither a core (which would lose its thread and every task on
 /// it) nor a thread dropping a `JoinHandle`. The panic is logged as
 /// "`what` panicked when dropped" and its payload dropped in turn; a chain
-/// of payloads that keep panicking is leaked after 8 of them. The executor drops a task's output this
-/// way; the engine, a buffer it kept for an IO whose future was dropped.
+/// of payloads that keep panicking is leaked after 8 of them. The executor
+/// drops a task's output this way; the engine, a buffer it kept for an IO
+/// whose future was dropped.
 ///
 /// ```
 /// struct Grumpy;
