@@ -253,6 +253,7 @@ impl Builder {
             handle,
             threads,
             pools,
+            stopped: false,
         })
     }
 }
@@ -489,6 +490,10 @@ pub struct Runtime {
     threads: Vec<thread::JoinHandle<()>>,
     /// Shut down in `stop`, after the cores (see [`crate::blocking`]).
     pools: Pools,
+    /// `stop` ran: the drop after `shutdown` must not send its own (cancel)
+    /// request over the one `shutdown` sent, which the cores may still be
+    /// carrying out when `shutdown` ran on one of them.
+    stopped: bool,
 }
 
 impl Runtime {
@@ -563,6 +568,9 @@ impl Runtime {
     }
 
     fn stop(&mut self, mode: ShutdownMode) -> Result<(), ShutdownError> {
+        if std::mem::replace(&mut self.stopped, true) {
+            return Ok(());
+        }
         let (code, deadline) = match mode {
             ShutdownMode::Cancel => (SHUTDOWN_CANCEL, None),
             ShutdownMode::Wait => (SHUTDOWN_DRAIN, None),

@@ -444,3 +444,47 @@ fn dropping_the_last_handle_on_its_own_core_stops_the_runtime() {
         }
     });
 }
+
+/// `shutdown(Wait)` called in a task on one of the runtime's own cores
+/// lets every task finish, the caller included: the drop that follows the
+/// call sent a cancel over the wait, and every task was cancelled.
+#[test]
+fn shutdown_wait_on_its_own_core_lets_every_task_finish() {
+    with_watchdog(Duration::from_secs(60), || {
+        let rt = Runtime::builder()
+            .cores(2)
+            .thread_name("selfwait")
+            .build()
+            .expect("runtime");
+        let (tx, rx) = std::sync::mpsc::channel();
+        for core in 0..2 {
+            let tx = tx.clone();
+            drop(rt.spawn_on(core, async move {
+                plugio_executor::sleep(Duration::from_millis(200)).await;
+                tx.send("a task").expect("send");
+            }));
+        }
+        let handle = rt.handle().clone();
+        let slot = Arc::new(std::sync::Mutex::new(Some(rt)));
+        drop(handle.spawn_on(1, {
+            let (slot, tx) = (slot.clone(), tx.clone());
+            async move {
+                let rt = slot.lock().expect("slot").take().expect("runtime");
+                rt.shutdown(ShutdownMode::Wait).expect("shutdown");
+                plugio_executor::sleep(Duration::from_millis(10)).await;
+                tx.send("the caller").expect("send");
+            }
+        }));
+        drop((slot, tx));
+        // Ends when every sender is gone: sent, or dropped with a
+        // cancelled task.
+        let got: Vec<&str> = rx.iter().collect();
+        assert_eq!(got.iter().filter(|m| **m == "a task").count(), 2, "{got:?}");
+        assert!(got.contains(&"the caller"), "{got:?}");
+        let start = Instant::now();
+        while !threads_named("selfwait-").is_empty() {
+            assert!(start.elapsed() < Duration::from_secs(20), "the cores end");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    });
+}
