@@ -33,6 +33,29 @@ pub(crate) type RemoteOrphan = (u64, BioId, Option<Keep>);
 
 static NEXT_DEVICE_ID: AtomicU64 = AtomicU64::new(1);
 
+/// Drops the memory a remote orphan kept (the caller's buffer, whose
+/// `Drop` is the caller's code) with a panic in it caught and logged: it
+/// runs on a core, in its flush or completion batch, or wherever the
+/// device is freed.
+fn drop_kept(keep: Option<Keep>) {
+    if keep.is_some() {
+        plugio_executor::drop_contained(keep, "the buffer of an IO whose future was dropped");
+    }
+}
+
+impl Drop for DeviceShared {
+    fn drop(&mut self) {
+        let orphans = std::mem::take(
+            self.remote_orphans
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for (_, _, keep) in orphans {
+            drop_kept(keep);
+        }
+    }
+}
+
 /// [`DeviceShared::core_wakers`]: one waker per core that used the device.
 #[derive(Default)]
 struct CoreWakers(Mutex<Vec<Arc<dyn plugio_executor::Unpark>>>);
@@ -224,9 +247,12 @@ impl DeviceShared {
         self.take_remote_orphans(uid, &mut orphans);
         for (_, id, keep) in orphans {
             if let Some(r) = bios.take_result(id) {
-                drop((r, keep));
+                drop(r);
+                drop_kept(keep);
             } else if let Some(bio) = bios.get_mut(id) {
                 bio.orphan(keep);
+            } else {
+                drop_kept(keep);
             }
         }
     }

@@ -477,6 +477,44 @@ fn a_panic_in_an_orphaned_buffers_drop_is_caught_and_the_core_goes_on() {
     });
 }
 
+/// The same for a future polled on its core and dropped on another
+/// thread after its IO completed: the core adopts the orphan at its next
+/// flush and drops the buffer there, where the panic was not caught (the
+/// core's thread died and every task on it with it).
+#[test]
+fn a_panic_in_the_drop_of_a_buffer_dropped_on_another_thread_is_caught() {
+    use plugio_device::backend::mem::{MemConfig, MemDevice};
+    local().run(async {
+        let mem = MemDevice::new(MemConfig {
+            mem_align_bytes: 1,
+            ..MemConfig::default()
+        });
+        let dev =
+            Device::with_backend(Arc::new(mem), None, DeviceOptions::default()).expect("device");
+        let dropped = Arc::new(AtomicBool::new(false));
+        let mut fut = Box::pin(dev.read_at(
+            PanicsOnDrop(Tracked {
+                bytes: Vec::with_capacity(4096),
+                dropped: dropped.clone(),
+            }),
+            0,
+        ));
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(fut.as_mut().poll(&mut cx).is_pending());
+        // The read goes out at this tick's end and completes in a park.
+        plugio_executor::sleep(Duration::from_millis(20)).await;
+        std::thread::scope(|s| {
+            s.spawn(move || drop(fut));
+        });
+        assert!(!dropped.load(Ordering::SeqCst), "kept for its core");
+        // The next IO's flush adopts the orphan and drops its buffer.
+        let (r, _) = dev.read_at(Vec::with_capacity(4096), 0).await;
+        assert_eq!(r.expect("the next read"), 4096);
+        assert!(dropped.load(Ordering::SeqCst), "dropped by its core");
+        assert_eq!(dev.tags_in_use(), 0);
+    });
+}
+
 #[test]
 fn exact_forms_name_the_offset_and_length_at_end_of_file() {
     let dir = tmpdir();
