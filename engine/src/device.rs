@@ -13,6 +13,7 @@
 //!   executor never moves a task between cores).
 
 use std::future::Future;
+use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -40,7 +41,8 @@ pub use crate::shared::MAX_IO_BYTES;
 /// last handle of a file you reopen.
 #[derive(Debug)]
 pub struct Device {
-    shared: Arc<DeviceShared>,
+    /// Dropped by hand in `drop`, before the cores are woken.
+    shared: ManuallyDrop<Arc<DeviceShared>>,
 }
 
 impl Clone for Device {
@@ -49,14 +51,23 @@ impl Clone for Device {
         // decrement in `drop` and the Acquire load in `is_closed`.
         self.shared.handles.fetch_add(1, Ordering::Relaxed);
         Device {
-            shared: self.shared.clone(),
+            shared: ManuallyDrop::new(Arc::clone(&self.shared)),
         }
     }
 }
 
 impl Drop for Device {
     fn drop(&mut self) {
-        self.shared.drop_handle();
+        let wake = self.shared.drop_handle();
+        // SAFETY: dropped once, here; `self.shared` is not used after.
+        unsafe { ManuallyDrop::drop(&mut self.shared) };
+        // The last handle: the cores that used the device are woken only
+        // now that this handle's reference is gone, so that whoever drops
+        // the last reference (a woken core, or this thread) closes the
+        // file before the core's next wait, or wakes it again by that.
+        for waker in wake.into_iter().flatten() {
+            waker.unpark();
+        }
     }
 }
 
@@ -96,7 +107,7 @@ impl Device {
         let mut registry = crate::open_files::Registry::lock();
         if let Some(k) = key {
             if let Some(shared) = registry.find(k, &options)? {
-                return Ok(Device { shared });
+                return Ok(Device::of(shared));
             }
         }
         let device = if plugio_device::is_passthrough_path(path) {
@@ -130,7 +141,7 @@ impl Device {
         let mut registry = crate::open_files::Registry::lock();
         if let Some(k) = key {
             if let Some(shared) = registry.find(k, &options)? {
-                return Ok(Device { shared });
+                return Ok(Device::of(shared));
             }
         }
         let backend = plugio_device::FileBackend::from_fd(
@@ -157,9 +168,14 @@ impl Device {
         options: DeviceOptions,
     ) -> Result<Device, Error> {
         let shared = DeviceShared::new(backend, path, options)?;
-        Ok(Device {
-            shared: Arc::new(shared),
-        })
+        Ok(Device::of(Arc::new(shared)))
+    }
+
+    /// A handle of `shared`, whose handle count already counts it.
+    fn of(shared: Arc<DeviceShared>) -> Device {
+        Device {
+            shared: ManuallyDrop::new(shared),
+        }
     }
 
     /// The device's `tracing` span, `plugio_device` with the fields `dev`

@@ -291,22 +291,18 @@ impl DeviceShared {
 
     /// Lets go of one handle's count (a [`Device`](crate::Device) drop);
     /// the last one closes the device.
-    pub fn drop_handle(&self) {
+    ///
+    /// Returns, for the last handle, how to wake the cores that used the
+    /// device: they let go of it at the end of the tick the wake brings.
+    /// The caller wakes them once its own reference is dropped.
+    pub fn drop_handle(&self) -> Option<Vec<Arc<dyn plugio_executor::Unpark>>> {
         // Release pairs with the Acquire load in `is_closed`: what the
         // handle's holder did happens before a core sees the device closed.
-        if self.handles.fetch_sub(1, Ordering::Release) == 1 {
-            // The last handle: the cores that hold the device let go of it
-            // at the end of the tick this wake brings.
-            for waker in self
-                .core_wakers
-                .0
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .iter()
-            {
-                waker.unpark();
-            }
+        if self.handles.fetch_sub(1, Ordering::Release) != 1 {
+            return None;
         }
+        let wakers = self.core_wakers.0.lock();
+        Some(wakers.unwrap_or_else(PoisonError::into_inner).clone())
     }
 
     /// New counters for a core that starts using the device (called on
