@@ -4,6 +4,8 @@
 
 mod common;
 
+use std::path::Path;
+
 use plugio_device::testing::block_on;
 use plugio_device::{DeviceDriver, DmaBuf, ErrorKind, File, OpenOptions, RingConfig};
 
@@ -87,11 +89,27 @@ fn opens_refuse_fifos_directories_and_character_devices_before_opening() {
         );
         assert!(e.to_string().contains("use a regular file"), "{e}");
     }
-    // A descriptor of a pipe, handed over as a file.
+    // A descriptor of a pipe, or of a character device, handed over as a
+    // file.
     let (r, _w) = nix::unistd::pipe().expect("pipe");
     let e = FileBackend::from_fd(r, &fifo, false, plugio_device::BackendKind::Uring)
         .expect_err("a pipe is refused");
     assert!(e.to_string().contains("a FIFO"), "{e}");
+    let null = std::fs::File::open("/dev/null").expect("/dev/null");
+    let e = FileBackend::from_fd(
+        null.into(),
+        Path::new("/dev/null"),
+        false,
+        plugio_device::BackendKind::Sync,
+    )
+    .expect_err("a character device is refused");
+    assert!(e.to_string().contains("a character device"), "{e}");
+    // A name that looks like an NVMe namespace's is not opened as a file.
+    let ng = dir.path().join("ng0n1");
+    std::os::unix::fs::symlink("/dev/null", &ng).expect("symlink");
+    let e = File::open_with(&ng, OpenOptions::new().direct(false)).expect_err("refused");
+    assert_eq!(*e.kind(), ErrorKind::Unsupported, "{e}");
+    assert!(e.to_string().contains("NvmeBackend"), "{e}");
 }
 
 /// A `File` read or write longer than the kernel moves in one call

@@ -108,7 +108,8 @@ impl OpenOptions {
     /// [`InvalidInput::PathKind`](crate::InvalidInput::PathKind) (naming
     /// the path) for a directory, FIFO, socket or character device, found
     /// with `stat` before anything is opened (`open(2)` of a FIFO would
-    /// block until a writer came); [`ErrorKind::DirectIoRefused`] (naming
+    /// block until a writer came); [`ErrorKind::Unsupported`] for an NVMe
+    /// generic character device (`/dev/ngXnY`: see `NvmeBackend`); [`ErrorKind::DirectIoRefused`] (naming
     /// the path) when the file system refuses `O_DIRECT`;
     /// [`ErrorKind::Unsupported`] for `BackendKind::Mem`; otherwise the
     /// `open`/`statx`/sysfs error with the path.
@@ -119,7 +120,15 @@ impl OpenOptions {
                 .with_context("a file cannot use the mem backend"));
         }
         match crate::check_path_kind(path) {
-            Ok(_) => {}
+            Ok(crate::PathKind::File | crate::PathKind::BlockDevice) => {}
+            Ok(crate::PathKind::NvmeGeneric) => {
+                return Err(Error::new(ErrorKind::Unsupported)
+                    .with_path(path)
+                    .with_context(
+                        "an NVMe generic character device is driven by NvmeBackend::open \
+                         (plugio::Device::open picks it), not by the file backend",
+                    ))
+            }
             // Made by the open below.
             Err(e) if self.create && *e.kind() == ErrorKind::NotFound => {}
             Err(e) => return Err(e),
@@ -198,7 +207,8 @@ impl FileBackend {
     ///
     /// # Errors
     /// [`InvalidInput::PathKind`](crate::InvalidInput::PathKind) when `fd`
-    /// is a directory, FIFO or socket; [`ErrorKind::Unsupported`] for
+    /// is a directory, FIFO, socket or character device;
+    /// [`ErrorKind::Unsupported`] for
     /// `BackendKind::Mem`; the `fstat`, `statx` or sysfs error, with the
     /// path.
     pub fn from_fd(fd: OwnedFd, path: &Path, direct: bool, kind: BackendKind) -> Result<Self> {
@@ -213,7 +223,7 @@ impl FileBackend {
             .file_type();
         // What `open` checked by path, checked again on what was opened
         // (the path may have changed in between; `fd` may be anything).
-        if !(file_type.is_file() || file_type.is_block_device() || file_type.is_char_device()) {
+        if !(file_type.is_file() || file_type.is_block_device()) {
             let found = crate::path_kind::kind_name(file_type);
             return Err(Error::invalid(crate::InvalidInput::PathKind { found }).with_path(path));
         }
