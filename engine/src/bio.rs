@@ -361,14 +361,16 @@ fn reset(bio: &mut Bio) -> bool {
 
 /// Drops what an orphaned bio kept: the caller's buffer, whose type's
 /// `Drop` is the caller's code and runs here, in the core's completion
-/// path (or wherever the bio is freed). A panic there is caught and
-/// logged ([`plugio_executor::drop_contained`]): unwinding through the
-/// completion would stop the core, cancel every task on it and leave its
-/// IO state half updated.
+/// path or flush (or wherever the bio or its device is freed). A panic
+/// there is caught and logged ([`plugio_executor::drop_contained`]):
+/// unwinding through the completion would stop the core, cancel every
+/// task on it and leave its IO state half updated.
 #[cold]
 #[inline(never)]
-fn drop_kept(keep: Option<Keep>) {
-    plugio_executor::drop_contained(keep, "the buffer of an IO whose future was dropped");
+pub(crate) fn drop_kept(keep: Option<Keep>) {
+    if keep.is_some() {
+        plugio_executor::drop_contained(keep, "the buffer of an IO whose future was dropped");
+    }
 }
 
 /// The bytes transferred from the start of a split bio: parts sorted by

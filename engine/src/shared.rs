@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use plugio_device::{Backend, DmaBuf, Error, Geometry};
 
-use crate::bio::{BioId, BioTable, Keep};
+use crate::bio::{drop_kept, BioId, BioTable, Keep};
 use crate::options::{DeviceOptions, TagSharing};
 use crate::stats::{CoreCounters, IoStats};
 use crate::tag::{TagOptions, TagSet, TagStats};
@@ -32,16 +32,6 @@ pub const MAX_IO_BYTES: u64 = plugio_device::MAX_RW_BYTES;
 pub(crate) type RemoteOrphan = (u64, BioId, Option<Keep>);
 
 static NEXT_DEVICE_ID: AtomicU64 = AtomicU64::new(1);
-
-/// Drops the memory a remote orphan kept (the caller's buffer, whose
-/// `Drop` is the caller's code) with a panic in it caught and logged: it
-/// runs on a core, in its flush or completion batch, or wherever the
-/// device is freed.
-fn drop_kept(keep: Option<Keep>) {
-    if keep.is_some() {
-        plugio_executor::drop_contained(keep, "the buffer of an IO whose future was dropped");
-    }
-}
 
 impl Drop for DeviceShared {
     fn drop(&mut self) {

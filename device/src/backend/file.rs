@@ -109,9 +109,9 @@ impl OpenOptions {
     /// the path) for a directory, FIFO, socket or character device, found
     /// with `stat` before anything is opened (`open(2)` of a FIFO would
     /// block until a writer came); [`ErrorKind::Unsupported`] for an NVMe
-    /// generic character device (`/dev/ngXnY`: see `NvmeBackend`); [`ErrorKind::DirectIoRefused`] (naming
-    /// the path) when the file system refuses `O_DIRECT`;
-    /// [`ErrorKind::Unsupported`] for `BackendKind::Mem`; otherwise the
+    /// generic character device (`/dev/ngXnY`: see `NvmeBackend`) and for
+    /// `BackendKind::Mem`; [`ErrorKind::DirectIoRefused`] (naming the
+    /// path) when the file system refuses `O_DIRECT`; otherwise the
     /// `open`/`statx`/sysfs error with the path.
     pub fn open(&self, path: impl AsRef<Path>) -> Result<FileBackend> {
         let path = path.as_ref();
@@ -208,9 +208,8 @@ impl FileBackend {
     /// # Errors
     /// [`InvalidInput::PathKind`](crate::InvalidInput::PathKind) when `fd`
     /// is a directory, FIFO, socket or character device;
-    /// [`ErrorKind::Unsupported`] for
-    /// `BackendKind::Mem`; the `fstat`, `statx` or sysfs error, with the
-    /// path.
+    /// [`ErrorKind::Unsupported`] for `BackendKind::Mem`; the `fstat`,
+    /// `statx` or sysfs error, with the path.
     pub fn from_fd(fd: OwnedFd, path: &Path, direct: bool, kind: BackendKind) -> Result<Self> {
         if kind == BackendKind::Mem {
             return Err(Error::new(ErrorKind::Unsupported)
