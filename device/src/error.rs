@@ -70,6 +70,13 @@ pub enum InvalidInput {
         /// (named pipe)").
         found: &'static str,
     },
+    /// A descriptor handed over (`FileBackend::from_fd`) was opened in a
+    /// way that allows no reads or writes (`O_PATH`); `detail` says how to
+    /// open it instead.
+    OpenFlags {
+        /// What the descriptor's flags are and what to use.
+        detail: &'static str,
+    },
 }
 
 /// The kinds of [`Error`] a caller can match on.
@@ -340,6 +347,9 @@ impl fmt::Display for InvalidInput {
                 "the path is {found}: use a regular file, a block device or an NVMe \
                  generic character device (/dev/ngXnY)"
             ),
+            InvalidInput::OpenFlags { detail } => {
+                write!(f, "the descriptor's open flags allow no IO: {detail}")
+            }
         }
     }
 }

@@ -104,6 +104,31 @@ fn opens_refuse_fifos_directories_and_character_devices_before_opening() {
     )
     .expect_err("a character device is refused");
     assert!(e.to_string().contains("a character device"), "{e}");
+    // A descriptor of a regular file opened with O_PATH, whose IO would
+    // fail with EBADF.
+    use std::os::unix::fs::OpenOptionsExt;
+    let plain = dir.path().join("plain");
+    std::fs::write(&plain, [0u8; 4096]).expect("write");
+    let o_path = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH)
+        .open(&plain)
+        .expect("open O_PATH");
+    let e = FileBackend::from_fd(
+        o_path.into(),
+        &plain,
+        false,
+        plugio_device::BackendKind::Uring,
+    )
+    .expect_err("an O_PATH descriptor is refused");
+    assert!(
+        matches!(
+            e.kind(),
+            ErrorKind::InvalidInput(InvalidInput::OpenFlags { .. })
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("O_PATH"), "{e}");
     // A name that looks like an NVMe namespace's is not opened as a file.
     let ng = dir.path().join("ng0n1");
     std::os::unix::fs::symlink("/dev/null", &ng).expect("symlink");

@@ -208,6 +208,8 @@ impl FileBackend {
     /// # Errors
     /// [`InvalidInput::PathKind`](crate::InvalidInput::PathKind) when `fd`
     /// is a directory, FIFO, socket or character device;
+    /// [`InvalidInput::OpenFlags`](crate::InvalidInput::OpenFlags) when it
+    /// was opened with `O_PATH` (its IO would fail with `EBADF`);
     /// [`ErrorKind::Unsupported`] for `BackendKind::Mem`; the `fstat`,
     /// `statx` or sysfs error, with the path.
     pub fn from_fd(fd: OwnedFd, path: &Path, direct: bool, kind: BackendKind) -> Result<Self> {
@@ -225,6 +227,12 @@ impl FileBackend {
         if !(file_type.is_file() || file_type.is_block_device()) {
             let found = crate::path_kind::kind_name(file_type);
             return Err(Error::invalid(crate::InvalidInput::PathKind { found }).with_path(path));
+        }
+        // SAFETY: F_GETFL on a descriptor `file` keeps open; no memory passed.
+        let flags = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
+        if flags >= 0 && flags & libc::O_PATH != 0 {
+            let detail = "it was opened with O_PATH: open it with O_RDWR (O_RDONLY for reads only)";
+            return Err(Error::invalid(crate::InvalidInput::OpenFlags { detail }).with_path(path));
         }
         Self::of_file(file, file_type.is_block_device(), path, direct, kind)
     }
