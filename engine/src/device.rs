@@ -318,7 +318,26 @@ impl Device {
     /// Zeroes `[offset_bytes, offset_bytes + len_bytes)` with the device's
     /// zeroing op only, no fallback to writing zeroes (the kernel's
     /// `BLKDEV_ZERO_NOFALLBACK`); [`write_zeroes`](Self::write_zeroes), in
-    /// `zeroes.rs`, falls back.
+    /// `zeroes.rs`, falls back. A range longer than [`MAX_IO_BYTES`] is
+    /// split as [`discard`](Self::discard) splits one.
+    ///
+    /// ```
+    /// # plugio::engine::doc_example(|dev| async move {
+    /// use plugio::ErrorKind;
+    /// let (n, _) = dev.write_at(vec![7u8; 4096], 0).await;
+    /// n?;
+    /// match dev.write_zeroes_no_fallback(0, 4096).await {
+    ///     Ok(()) => {
+    ///         let (n, buf) = dev.read_at(vec![1u8; 4096], 0).await;
+    ///         assert_eq!(n?, 4096);
+    ///         assert!(buf.iter().all(|&b| b == 0));
+    ///     }
+    ///     // tmpfs has no FALLOC_FL_ZERO_RANGE.
+    ///     Err(e) if *e.kind() == ErrorKind::Unsupported => {}
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) });
+    /// ```
     ///
     /// # Errors
     /// As `write_zeroes`, and [`ErrorKind::Unsupported`] where the device
@@ -332,18 +351,45 @@ impl Device {
         offset_bytes: u64,
         len_bytes: u64,
     ) -> Result<(), Error> {
-        self.io(OpKind::WriteZeroes, IoFlags::NONE, offset_bytes, len_bytes)
+        self.range_op(OpKind::WriteZeroes, offset_bytes, len_bytes)
             .await
-            .map(|_| ())
     }
 
-    /// Discards `[offset_bytes, offset_bytes + len_bytes)`.
+    /// Discards `[offset_bytes, offset_bytes + len_bytes)`: tells the
+    /// device the range's data is no longer needed (`BLKDISCARD` on a
+    /// block device, `FALLOC_FL_PUNCH_HOLE` on a file, NVMe Dataset
+    /// Management Deallocate); reads of it then return zeroes on a file,
+    /// and whatever the device says on a block device (see
+    /// `discard_zeroes_data` in its queue limits). Ordered against
+    /// overlapping IO as a write is. A range longer than
+    /// [`MAX_IO_BYTES`] is split into parts of
+    /// [`RANGE_PART_BYTES`](crate::RANGE_PART_BYTES) issued together, as
+    /// the kernel's `blkdev_issue_discard` splits one at the queue's
+    /// `max_discard_sectors`; it returns when every part has completed.
+    ///
+    /// ```
+    /// # plugio::engine::doc_example(|dev| async move {
+    /// let (n, _) = dev.write_at(vec![7u8; 8192], 0).await;
+    /// n?;
+    /// dev.discard(0, 4096).await?;
+    /// let (n, buf) = dev.read_at(vec![1u8; 4096], 0).await;
+    /// assert_eq!(n?, 4096);
+    /// assert!(buf.iter().all(|&b| b == 0), "a file's discarded range reads as zeroes");
+    /// # Ok(()) });
+    /// ```
+    ///
+    /// # Errors
+    /// Before anything is issued: a zero length, an offset or length off
+    /// the direct-IO alignment, a range past the device's end
+    /// ([`InvalidInput`]); `PermissionDenied` on a read-only device. Then
+    /// the device's error (`Unsupported` where it has no discard); for a
+    /// split range, the first part's error, the other parts done.
     pub fn discard(
         &self,
         offset_bytes: u64,
         len_bytes: u64,
     ) -> impl Future<Output = Result<(), Error>> + '_ {
-        UnitIo(self.io(OpKind::Discard, IoFlags::NONE, offset_bytes, len_bytes))
+        self.range_op(OpKind::Discard, offset_bytes, len_bytes)
     }
 
     /// Sends a no-op through the whole path (bio, plug, tag, dispatch,
@@ -401,26 +447,39 @@ impl Device {
         &self.shared
     }
 
-    /// Checks an IO against the device before it gets a bio.
+    /// The checks of an op's range and kind that do not depend on the
+    /// backend: its end at most `i64::MAX` (offsets are signed in the
+    /// kernel, a `loff_t`, whatever the capacity), and no write on a
+    /// read-only device.
     #[inline(always)]
-    fn check(shared: &DeviceShared, init: &BioInit) -> Result<(), Error> {
-        check_len(init.len_bytes, init.op.has_data())?;
-        if init.op.has_range() {
-            // Offsets are signed in the kernel (loff_t): the end must not
-            // pass i64::MAX, whatever the capacity.
-            let end = init.offset_bytes.checked_add(init.len_bytes);
+    pub(crate) fn check_end_and_mode(
+        shared: &DeviceShared,
+        op: OpKind,
+        offset_bytes: u64,
+        len_bytes: u64,
+    ) -> Result<(), Error> {
+        if op.has_range() {
+            let end = offset_bytes.checked_add(len_bytes);
             if end.is_none_or(|e| e > i64::MAX as u64) {
                 return Err(Error::invalid(InvalidInput::Range {
-                    offset_bytes: init.offset_bytes,
-                    len_bytes: init.len_bytes,
+                    offset_bytes,
+                    len_bytes,
                     capacity_bytes: shared.geometry.capacity_bytes.unwrap_or(i64::MAX as u64),
                 }));
             }
         }
-        if shared.opts.read_only && init.op.is_write() {
+        if shared.opts.read_only && op.is_write() {
             return Err(Error::new(plugio_device::ErrorKind::PermissionDenied)
                 .with_context("the device was opened read-only (DeviceOptions::read_only)"));
         }
+        Ok(())
+    }
+
+    /// Checks an IO against the device before it gets a bio.
+    #[inline(always)]
+    pub(crate) fn check(shared: &DeviceShared, init: &BioInit) -> Result<(), Error> {
+        check_len(init.len_bytes, init.op.has_data())?;
+        Self::check_end_and_mode(shared, init.op, init.offset_bytes, init.len_bytes)?;
         if !init.op.has_data() && !init.op.has_range() {
             // A no-op, flush or fsync: nothing of it for the backend to check.
             return Ok(());

@@ -20,7 +20,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use plugio_device::fs_ops::{self, FileType, Metadata};
-use plugio_device::{Error, ErrorKind, InvalidInput, IoFlags, OpKind};
+use plugio_device::{Error, ErrorKind, InvalidInput, OpKind};
 
 use crate::device::Device;
 use crate::options::DeviceOptions;
@@ -103,7 +103,10 @@ impl Device {
     /// device's IO path, ordered against overlapping IO as a write is.
     /// [`FallocateMode::ZeroRange`] falls back to writing zeroes where the
     /// file system refuses it (tmpfs), as [`write_zeroes`](Self::write_zeroes)
-    /// does.
+    /// does. A range longer than [`MAX_IO_BYTES`](crate::MAX_IO_BYTES) is
+    /// split into parts of [`RANGE_PART_BYTES`](crate::RANGE_PART_BYTES),
+    /// issued together; it returns when every part has completed, with
+    /// the first part's error.
     ///
     /// ```
     /// # plugio::engine::doc_example(|dev| async move {
@@ -130,14 +133,8 @@ impl Device {
             FallocateMode::ZeroRange => return self.write_zeroes(offset_bytes, len_bytes).await,
             FallocateMode::PunchHole => return self.discard(offset_bytes, len_bytes).await,
         };
-        self.io(
-            OpKind::Fallocate { mode },
-            IoFlags::NONE,
-            offset_bytes,
-            len_bytes,
-        )
-        .await
-        .map(drop)
+        self.range_op(OpKind::Fallocate { mode }, offset_bytes, len_bytes)
+            .await
     }
 }
 

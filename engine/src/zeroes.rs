@@ -29,7 +29,10 @@ impl Device {
     /// device's zeroing op (`BLKZEROOUT` on block devices,
     /// `FALLOC_FL_ZERO_RANGE` on files, NVMe Write Zeroes); where it is not
     /// supported (tmpfs, for one), writes zeroes instead, in writes of
-    /// [`ZEROES_CHUNK_BYTES`]. Use
+    /// [`ZEROES_CHUNK_BYTES`]. A range longer than
+    /// [`MAX_IO_BYTES`](crate::MAX_IO_BYTES) is zeroed in parts of
+    /// [`RANGE_PART_BYTES`](crate::RANGE_PART_BYTES) issued together, as
+    /// `blkdev_issue_zeroout` splits one. Use
     /// [`write_zeroes_no_fallback`](Self::write_zeroes_no_fallback) when
     /// writing the zeroes out is not acceptable (a large range, or a
     /// device where an unmapped range is the point).
