@@ -475,3 +475,34 @@ fn bench_refuses_a_job_past_the_address_space_limit() {
         "{message}"
     );
 }
+
+/// A temporary file larger than its file system's free space (less a
+/// 1 GiB margin) is refused before it is filled, and nothing is left
+/// behind: the fill would otherwise write until the disk is full.
+#[test]
+fn bench_refuses_a_temporary_file_past_the_free_space() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("disk temp dir");
+    let st = nix::sys::statvfs::statvfs(dir.path()).expect("statvfs");
+    let free_bytes = u64::from(st.blocks_available()) * u64::from(st.fragment_size());
+    if free_bytes < 2 << 30 {
+        eprintln!("only {free_bytes} bytes free here: not tested");
+        return;
+    }
+    // Just under the free space: refused by the margin, not by the disk.
+    let size_mib = free_bytes.saturating_sub(512 << 20) >> 20;
+    let size = format!("{size_mib}m");
+    let o = Command::new(env!("CARGO_BIN_EXE_plugio"))
+        .args(["bench", "--runtime", "1", "--size", &size])
+        .env("TMPDIR", dir.path())
+        .current_dir(dir.path())
+        .output()
+        .expect("the plugio binary runs");
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("free in") && err.contains("lower --size"),
+        "{err}"
+    );
+    let left: Vec<_> = std::fs::read_dir(dir.path()).expect("read_dir").collect();
+    assert!(left.is_empty(), "the temporary file is removed: {left:?}");
+}

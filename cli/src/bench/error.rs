@@ -47,7 +47,8 @@ pub enum BenchError {
         source: io::Error,
     },
     /// The job needs more memory or threads than the machine gives this
-    /// process (checked before anything starts).
+    /// process, or a temporary file larger than its file system's free
+    /// space allows (checked before anything starts).
     TooBig(String),
     /// SIGINT or SIGTERM stopped the run (the summary so far was printed,
     /// the temporary file removed); the command ends by the same signal.

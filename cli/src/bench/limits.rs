@@ -84,7 +84,7 @@ pub fn check(job: &Job) -> Result<Vec<String>, BenchError> {
 }
 
 /// `n` bytes in GiB or MiB with one decimal.
-fn human(n: u64) -> String {
+pub(super) fn human(n: u64) -> String {
     if n >= 1 << 30 {
         format!("{:.1} GiB", n as f64 / (1u64 << 30) as f64)
     } else {

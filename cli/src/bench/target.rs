@@ -6,8 +6,10 @@
 //! the block size is a multiple of the logical block size, so every offset
 //! the engines draw (multiples of `bs` below `size_bytes`) is aligned and
 //! every IO is complete (never short). Every check runs before the
-//! temporary file is filled (it is created empty, checked, then filled); a
-//! SIGINT or SIGTERM during the fill stops it and removes the file.
+//! temporary file is filled (it is created empty, checked, then filled),
+//! its size against the free space of its file system among them: a fill
+//! never leaves less than [`TEMP_FREE_MARGIN_BYTES`] free; a SIGINT or
+//! SIGTERM during the fill stops it and removes the file.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom, Write};
@@ -22,6 +24,11 @@ use super::options::{Job, DEFAULT_TEMP_SIZE_BYTES};
 
 /// Size of the temporary file for NOP jobs (they never touch the data).
 const NOP_TEMP_SIZE_BYTES: u64 = 1 << 20;
+
+/// Space the temporary file leaves free on its file system, at least: a
+/// `--size` near or past the free space is refused before the fill rather
+/// than filling the disk the machine (and the benchmark) runs on.
+const TEMP_FREE_MARGIN_BYTES: u64 = 1 << 30;
 
 /// Chunk written at a time while filling the temporary file.
 const FILL_CHUNK_BYTES: usize = 1 << 20;
@@ -95,7 +102,10 @@ pub fn prepare(job: &Job) -> Result<Target, BenchError> {
     let logical_block_bytes = check_direct(&path, job)?;
     let size_bytes = needed - needed % job.bs_bytes;
     let temp = match temp {
-        Some(file) => Some(fill_temp(file, len_bytes, job.nop, job.quiet)?),
+        Some(file) => {
+            check_free_space(file.path(), len_bytes)?;
+            Some(fill_temp(file, len_bytes, job.nop, job.quiet)?)
+        }
         None => None,
     };
     Ok(Target {
@@ -268,6 +278,33 @@ fn create_temp() -> Result<tempfile::NamedTempFile, BenchError> {
                 e,
             )
         })
+}
+
+/// Refuses a temporary file of `size_bytes` at `path` that would leave
+/// less than [`TEMP_FREE_MARGIN_BYTES`] free on its file system (the
+/// blocks an unprivileged process may use, `statvfs`'s `f_bavail`). A file
+/// system that cannot say is not checked.
+///
+/// # Errors
+/// [`BenchError::TooBig`] (exit code 2), naming the sizes and what to
+/// change.
+fn check_free_space(path: &Path, size_bytes: u64) -> Result<(), BenchError> {
+    let Ok(st) = nix::sys::statvfs::statvfs(path) else {
+        return Ok(());
+    };
+    let free_bytes = u64::from(st.blocks_available()).saturating_mul(u64::from(st.fragment_size()));
+    if size_bytes.saturating_add(TEMP_FREE_MARGIN_BYTES) <= free_bytes {
+        return Ok(());
+    }
+    let dir = path.parent().unwrap_or(path);
+    Err(BenchError::TooBig(format!(
+        "a temporary file of {} (--size) would leave less than {} of the {} free in {}: \
+         lower --size, or pass a file or block device that large with --filename",
+        super::limits::human(size_bytes),
+        super::limits::human(TEMP_FREE_MARGIN_BYTES),
+        super::limits::human(free_bytes),
+        plugio_cli::shown::path(dir)
+    )))
 }
 
 /// Fills the temporary file with `size_bytes` of random data (zeros for
