@@ -483,6 +483,8 @@ fn bench_refuses_a_job_past_the_address_space_limit() {
 fn bench_refuses_a_temporary_file_past_the_free_space() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("disk temp dir");
     let st = nix::sys::statvfs::statvfs(dir.path()).expect("statvfs");
+    // The widths of fsblkcnt_t and c_ulong differ between platforms.
+    #[allow(clippy::useless_conversion)]
     let free_bytes = u64::from(st.blocks_available()) * u64::from(st.fragment_size());
     if free_bytes < 2 << 30 {
         eprintln!("only {free_bytes} bytes free here: not tested");

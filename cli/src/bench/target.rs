@@ -292,6 +292,8 @@ fn check_free_space(path: &Path, size_bytes: u64) -> Result<(), BenchError> {
     let Ok(st) = nix::sys::statvfs::statvfs(path) else {
         return Ok(());
     };
+    // The widths of fsblkcnt_t and c_ulong differ between platforms.
+    #[allow(clippy::useless_conversion)]
     let free_bytes = u64::from(st.blocks_available()).saturating_mul(u64::from(st.fragment_size()));
     if size_bytes.saturating_add(TEMP_FREE_MARGIN_BYTES) <= free_bytes {
         return Ok(());
