@@ -298,6 +298,16 @@ pub fn nvme_status_result(status: u16) -> i32 {
 impl fmt::Display for InvalidInput {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            // A length in decimal (a caller counts bytes), an offset or
+            // address in hex (a caller looks for its low bits).
+            InvalidInput::Alignment {
+                what,
+                value,
+                required_bytes,
+            } if what.contains("length") => write!(
+                f,
+                "{what} is {value} bytes, not a multiple of {required_bytes} bytes"
+            ),
             InvalidInput::Alignment {
                 what,
                 value,

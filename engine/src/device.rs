@@ -106,7 +106,7 @@ impl Device {
         let key = crate::open_files::FileKey::of(path);
         let mut registry = crate::open_files::Registry::lock();
         if let Some(k) = key {
-            if let Some(shared) = registry.find(k, &options)? {
+            if let Some(shared) = registry.find(k, &options).map_err(|e| e.with_path(path))? {
                 return Ok(Device::of(shared));
             }
         }
@@ -140,7 +140,7 @@ impl Device {
         let key = crate::open_files::FileKey::of_file(&file);
         let mut registry = crate::open_files::Registry::lock();
         if let Some(k) = key {
-            if let Some(shared) = registry.find(k, &options)? {
+            if let Some(shared) = registry.find(k, &options).map_err(|e| e.with_path(path))? {
                 return Ok(Device::of(shared));
             }
         }
@@ -598,7 +598,7 @@ pub(crate) fn issue_inline(
     cx: &Context<'_>,
 ) -> Result<Issued, BioResult> {
     if let Err(e) = Device::check(shared, &init) {
-        let e = explain_len(e, &init.buf);
+        let e = explain_len(e, init.op, &init.buf);
         forget_if_none(init.buf);
         return Err(Err(e));
     }
@@ -645,21 +645,33 @@ pub(crate) fn issue_inline(
     })
 }
 
-/// The context of an unaligned length of a one-segment IO: that segment
+/// How the unaligned length of a one-segment read is named: that segment
 /// is the whole IO (one buffer, or the bounce copy of several), whose
 /// length the caller may not have seen as such.
-const IO_LEN: &str =
-    "a read's length is its buffers' bytes_total (a Vec's capacity), a write's their bytes_init";
+const READ_LEN: &str = "the read's length (what its buffers take: bytes_total, a Vec's capacity)";
 
-/// `e`, a refusal by [`Device::check`], with [`IO_LEN`] as its context
-/// when it is an unaligned segment length of a one-segment IO on `buf`.
+/// As [`READ_LEN`], for a write.
+const WRITE_LEN: &str = "the write's length (what its buffers hold: bytes_init, a Vec's len)";
+
+/// `e`, a refusal by [`Device::check`], with its `what` saying where the
+/// length comes from ([`READ_LEN`], [`WRITE_LEN`]) when it is an
+/// unaligned segment length of a one-segment IO on `buf`.
 #[cold]
-fn explain_len(e: Error, buf: &BioBuf) -> Error {
+fn explain_len(e: Error, op: OpKind, buf: &BioBuf) -> Error {
     match e.kind() {
         plugio_device::ErrorKind::InvalidInput(InvalidInput::Alignment {
             what: "segment length",
-            ..
-        }) if matches!(buf, BioBuf::One { .. }) => e.with_context(IO_LEN),
+            value,
+            required_bytes,
+        }) if matches!(buf, BioBuf::One { .. }) => Error::invalid(InvalidInput::Alignment {
+            what: if op == OpKind::Read {
+                READ_LEN
+            } else {
+                WRITE_LEN
+            },
+            value: *value,
+            required_bytes: *required_bytes,
+        }),
         _ => e,
     }
 }

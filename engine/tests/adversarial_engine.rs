@@ -1731,10 +1731,13 @@ fn a_second_open_with_other_options_is_refused_while_the_first_is_open() {
                 // The text of book/src/troubleshooting.md.
                 assert_eq!(
                     e.to_string(),
-                    "invalid input: the file is already open in this process with other \
-                     options (queue_depth: 256 vs 8, nomerges: 0 vs 2); open it with the \
-                     same options (or clone that handle) to share its device state and \
-                     write ordering, or drop every handle of it first"
+                    format!(
+                        "invalid input: the file is already open in this process with other \
+                         options (queue_depth: 256 vs 8, nomerges: 0 vs 2); open it with the \
+                         same options (or clone that handle) to share its device state and \
+                         write ordering, or drop every handle of it first (path {})",
+                        p.display()
+                    )
                 );
             }
             // The refusals took no handle and changed nothing.
