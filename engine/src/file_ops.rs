@@ -211,8 +211,9 @@ impl OpenOptions {
         self
     }
 
-    /// Bypass the page cache (`O_DIRECT`). Default true; file systems that
-    /// refuse it (tmpfs) need false.
+    /// Bypass the page cache (`O_DIRECT`). Default true; a file system
+    /// that refuses it (tmpfs before Linux 6.6) needs false: the open then
+    /// fails with [`ErrorKind::DirectIoRefused`].
     pub fn direct(&mut self, yes: bool) -> &mut Self {
         self.options.direct = yes;
         self

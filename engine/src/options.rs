@@ -102,8 +102,8 @@ pub struct DeviceOptions {
     /// Read the clock once per batch (the plug flush, the completion
     /// batch) instead of once per use. Default true.
     pub cached_clock: bool,
-    /// Open with `O_DIRECT`. Default true. Filesystems that refuse it
-    /// (tmpfs) need `false`.
+    /// Open with `O_DIRECT`. Default true. File systems that refuse it
+    /// (tmpfs before Linux 6.6) need `false`.
     pub direct: bool,
     /// Open read-only. Default false.
     pub read_only: bool,

@@ -618,7 +618,8 @@ where
 }
 
 /// Spawns a `Send` future on the current core (it stays on this core; use
-/// [`crate::Handle::spawn_on`] to place work on another core).
+/// [`plugio::executor::Handle::spawn_on`](crate::Handle::spawn_on) to
+/// place work on another core).
 ///
 /// # Panics
 /// Off a plugio core.
