@@ -1,7 +1,8 @@
 //! What a job asks of the machine, checked before anything starts: the
 //! memory its IO buffers and jobs need against the memory available, the
 //! threads it starts against the process's thread limit, and its jobs
-//! against the CPUs it may run on.
+//! against the CPUs it may run on; and a `--size` the job rounds down to
+//! a multiple of `--bs`, which it warns of.
 //!
 //! Invariant: [`check`] refuses (exit code 2) a job that cannot fit, so a
 //! run never grows until the kernel kills it; a job that only oversubscribes
@@ -70,6 +71,18 @@ pub fn check(job: &Job) -> Result<Vec<String>, BenchError> {
             )));
         }
     }
+    if let Some(size) = job
+        .size_bytes
+        .filter(|&s| s % job.bs_bytes != 0 && s > job.bs_bytes)
+    {
+        let used = size - size % job.bs_bytes;
+        warnings.push(format!(
+            "--size {size} is not a multiple of --bs {bs}: the job uses its first {used} bytes \
+             ({} x {bs})",
+            used / job.bs_bytes,
+            bs = fmt_bytes(job.bs_bytes),
+        ));
+    }
     if let Ok(cpus) = plugio_executor::allowed_cpus() {
         if job.cores > cpus.len() {
             warnings.push(format!(
@@ -113,6 +126,19 @@ fn thread_limit() -> Option<u64> {
 mod tests {
     use super::*;
     use crate::bench::options::test_job as job;
+
+    #[test]
+    fn a_size_off_the_block_size_is_warned_of() {
+        let w = check(&job(&["--size", "5000", "--bs", "4k"])).expect("runs");
+        assert!(
+            w.iter()
+                .any(|w| w.contains("--size 5000 is not a multiple of --bs 4KiB")
+                    && w.contains("first 4096 bytes (1 x 4KiB)")),
+            "{w:?}"
+        );
+        let w = check(&job(&["--size", "8k", "--bs", "4k"])).expect("runs");
+        assert!(!w.iter().any(|w| w.contains("--size")), "{w:?}");
+    }
 
     #[test]
     fn a_job_larger_than_the_machine_is_refused_and_the_default_fits() {
