@@ -193,6 +193,20 @@ fn print_error_doc(command: &str, code: u8, message: &str) {
     }
 }
 
+/// What to do about a path the kernel refused to open. Root passes the
+/// file modes, so what refuses root is not them: "run as root" would send
+/// it in a circle.
+fn permission_hint(is_root: bool) -> &'static str {
+    if is_root {
+        "refused although this process runs as root: a security module (SELinux, \
+         AppArmor), a container's device rules or a seccomp filter forbids it; run where \
+         the device is allowed"
+    } else {
+        "give this user read access to it (a block device: run as root, or join its \
+         group, `disk` on most systems)"
+    }
+}
+
 /// `plugio info PATH [--json]`.
 fn info(path: &Path, json: bool) -> Result<(), Failure> {
     let described = if json {
@@ -206,10 +220,9 @@ fn info(path: &Path, json: bool) -> Result<(), Failure> {
                 "{} does not exist: give the path of a file or block device",
                 plugio_cli::shown::path(path)
             ),
-            ErrorKind::PermissionDenied => format!(
-                "{e}: give this user read access to it (a block device: run as root, or \
-                 join its group, `disk` on most systems)"
-            ),
+            ErrorKind::PermissionDenied => {
+                format!("{e}: {}", permission_hint(nix::unistd::geteuid().is_root()))
+            }
             // The device error names the path once, at its end.
             _ => e.to_string(),
         };
@@ -234,5 +247,17 @@ fn info(path: &Path, json: bool) -> Result<(), Failure> {
             code: 1,
             message: format!("writing to standard output: {e}"),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::permission_hint;
+
+    #[test]
+    fn a_refusal_of_root_does_not_say_to_run_as_root() {
+        assert!(!permission_hint(true).contains("run as root"));
+        assert!(permission_hint(true).contains("security module"));
+        assert!(permission_hint(false).contains("run as root"));
     }
 }
