@@ -183,6 +183,24 @@ fn arena_config(job: &Job) -> Option<plugio_device::buf::ArenaConfig> {
     })
 }
 
+/// The note of a job whose IO tasks do not all fit the registered arena
+/// ([`ARENA_MAX_BYTES`] per core): those beyond it use plain buffers, so
+/// only part of the IO is `READ_FIXED`/`WRITE_FIXED`.
+fn arena_note(job: &Job, arena: plugio_device::buf::ArenaConfig) -> Option<String> {
+    let fixed = arena.nr_chunks;
+    (fixed < job.iodepth).then(|| {
+        format!(
+            "--fixedbufs 1: the registered arena holds {fixed} of the {} buffers of each \
+             core (at most {} MiB per core, within the usual memlock limit): the other IO \
+             tasks use plain buffers, so about {}% of the IO uses fixed buffers; a smaller \
+             --bs or --iodepth fits them all",
+            job.iodepth,
+            ARENA_MAX_BYTES >> 20,
+            u64::from(fixed) * 100 / u64::from(job.iodepth)
+        )
+    })
+}
+
 /// The ring each core gets.
 fn ring_config(job: &Job) -> RingConfig {
     RingConfig {
@@ -210,6 +228,7 @@ pub fn run(
     let opts = device_options(job, &mut notes);
     let ring = ring_config(job);
     let arena = arena_config(job);
+    notes.extend(arena.and_then(|a| arena_note(job, a)));
     let driver_counters = counters.clone();
     let idle_wait = job.idle_wait;
     // Set by a core whose driver came up without io_uring (refused by the
@@ -477,5 +496,23 @@ impl IoTask {
             }
         }
         Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{arena_config, arena_note};
+    use crate::bench::options::test_job as job;
+
+    #[test]
+    fn a_job_whose_buffers_outgrow_the_arena_is_noted() {
+        let big = job(&["--bs", "1m"]);
+        let note = arena_note(&big, arena_config(&big).expect("fixedbufs on")).expect("noted");
+        assert!(
+            note.contains("holds 4 of the 128 buffers") && note.contains("about 3%"),
+            "{note}"
+        );
+        let small = job(&["--bs", "4k"]);
+        assert_eq!(arena_note(&small, arena_config(&small).expect("on")), None);
     }
 }
