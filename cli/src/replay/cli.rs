@@ -164,7 +164,7 @@ pub fn main(args: ReplayArgs) -> Result<(), ReplayError> {
         eprintln!("note: {n}");
     }
     let text = if args.json {
-        let mut j = serde_json::to_string_pretty(&r)
+        let mut j = serde_json::to_string(&r)
             .map_err(|e| ReplayError::io("writing the JSON report", e.into()))?;
         j.push('\n');
         j
