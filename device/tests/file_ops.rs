@@ -179,3 +179,28 @@ fn file_ops_past_the_kernels_limits_are_refused_before_submission() {
         assert_eq!(r.expect("write"), 4096);
     });
 }
+
+/// A file's zeroing op is known at open (an `O_TMPFILE` probe in its
+/// directory): ext4 has `FALLOC_FL_ZERO_RANGE`, tmpfs has not, so the
+/// engine can write zeroes in the op's place in program order.
+#[test]
+fn a_files_zeroing_op_is_probed_at_open() {
+    use plugio_device::Backend;
+    let disk = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("disk temp dir");
+    let mut cases = vec![(disk, Some(true))];
+    match tempfile::tempdir_in("/dev/shm") {
+        Ok(d) => cases.push((d, Some(false))),
+        Err(e) => eprintln!("no /dev/shm here ({e}): tmpfs not tested"),
+    }
+    for (dir, want) in cases {
+        let path = dir.path().join("probed");
+        std::fs::write(&path, [0u8; 4096]).expect("write");
+        let f = plugio_device::backend::file::OpenOptions::new()
+            .direct(false)
+            .open(&path)
+            .expect("open");
+        assert_eq!(f.write_zeroes_support(), want, "{}", path.display());
+        let left: Vec<_> = std::fs::read_dir(dir.path()).expect("read_dir").collect();
+        assert_eq!(left.len(), 1, "the probe leaves nothing in the directory");
+    }
+}

@@ -52,7 +52,7 @@ impl Device {
                 .await
                 .map(drop);
         }
-        self.check_long_range(op, offset_bytes, len_bytes)?;
+        self.check_range_op(op, offset_bytes, len_bytes)?;
         let parts = parts(offset_bytes, len_bytes)
             .map(|(offset, len)| self.io(op, IoFlags::NONE, offset, len));
         let results = futures::future::join_all(parts).await;
@@ -62,12 +62,17 @@ impl Device {
             .map_or(Ok(()), Err)
     }
 
-    /// Checks a range longer than one request as a whole (so an error
-    /// names the caller's range): its end, the device's mode and the
+    /// Checks a range op's range as a whole, whatever its length (so an
+    /// error names the caller's range): its end, the device's mode and the
     /// geometry's rules (alignment, capacity); then each of its parts as
     /// the single-op path would (the backend's own limits, such as an
     /// NVMe command's), before anything is issued.
-    fn check_long_range(&self, op: OpKind, offset_bytes: u64, len_bytes: u64) -> Result<(), Error> {
+    pub(crate) fn check_range_op(
+        &self,
+        op: OpKind,
+        offset_bytes: u64,
+        len_bytes: u64,
+    ) -> Result<(), Error> {
         let shared = self.shared();
         Device::check_end_and_mode(shared, op, offset_bytes, len_bytes)?;
         let whole = IoOp {

@@ -8,16 +8,38 @@
 //!
 //! # Mechanism
 //!
-//! The zeroing op goes through the whole path as any IO. Only when it
-//! completes with `Unsupported` does the fallback run: it is plain
-//! `write_at` calls from one zeroed buffer, so the hot path carries nothing
-//! for it, and the writes are ordered against overlapping IO as any write.
-//! The range was checked (alignment, capacity) before the op was issued,
-//! so the fallback's writes are valid IO.
+//! Which way a range is zeroed is decided before anything is issued, from
+//! what the backend knows of its zeroing op
+//! ([`Backend::write_zeroes_support`](plugio_device::Backend::write_zeroes_support):
+//! a file system probed at open, a block device, an NVMe namespace's ONCS),
+//! as the kernel decides by the queue's `max_write_zeroes_sectors`:
+//!
+//! - a device without one gets the writes at once: every zero-filled write
+//!   is issued in the call's first poll, from one shared zeroed buffer, so
+//!   the writes take the op's place in program order: IO issued after the
+//!   call, overlapping the range, runs after them (with
+//!   [`DeviceOptions::overlap_order`](crate::DeviceOptions::overlap_order)),
+//!   never under them;
+//! - otherwise the zeroing op goes through the whole path as any IO. Where
+//!   support was unknown and the op completes with `Unsupported`, the
+//!   writes follow then; IO issued after the call may have run before
+//!   them (documented on [`Device::write_zeroes`]).
+//!
+//! The whole range is checked (alignment, capacity, read-only) before
+//! anything is issued, either way.
+//!
+//! # Invariants
+//!
+//! - Nothing is issued for a refused range.
+//! - The fallback's writes cover the range exactly, each at most
+//!   [`ZEROES_CHUNK_BYTES`], all issued in one poll; the call returns
+//!   after every one has completed.
 
-use plugio_device::{Error, ErrorKind};
+use bytes::Bytes;
+use plugio_device::{Error, ErrorKind, OpKind};
 
 use crate::device::Device;
+use crate::DmaBuf;
 
 /// The size of each zero-filled write of the fallback: large enough that a
 /// big range takes few writes (the engine splits it at the device's
@@ -37,11 +59,25 @@ impl Device {
     /// writing the zeroes out is not acceptable (a large range, or a
     /// device where an unmapped range is the point).
     ///
+    /// Program order: where the device is known to have no zeroing op
+    /// ([`Backend::write_zeroes_support`](plugio_device::Backend::write_zeroes_support)
+    /// is `Some(false)`: a file on tmpfs, probed when it is opened), the
+    /// zero-filled writes are issued at once, in the call's place: IO
+    /// issued after it and overlapping the range sees the zeroes and is
+    /// never undone by them. Where that was unknown (the probe could not
+    /// run: a directory without `O_TMPFILE` or not writable) and the op is
+    /// refused, the writes are issued only then, after IO issued in the
+    /// meantime: await the call before issuing IO that overlaps its range.
+    ///
     /// # Errors
     /// Invalid input (unaligned, beyond the device) before anything is
     /// issued; the device's error otherwise. When a fallback write fails,
     /// the range before it is zeroed and the rest is unspecified.
     pub async fn write_zeroes(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), Error> {
+        if self.shared().backend.write_zeroes_support() == Some(false) {
+            self.check_range_op(OpKind::WriteZeroes, offset_bytes, len_bytes)?;
+            return self.write_zeroes_by_writing(offset_bytes, len_bytes).await;
+        }
         match self.write_zeroes_no_fallback(offset_bytes, len_bytes).await {
             Err(e) if *e.kind() == ErrorKind::Unsupported => {
                 tracing::debug!(
@@ -55,34 +91,28 @@ impl Device {
         }
     }
 
-    /// The fallback: writes the range from one zeroed buffer, a chunk at a
-    /// time.
+    /// The fallback: writes the range in writes of [`ZEROES_CHUNK_BYTES`]
+    /// from one shared zeroed buffer, all issued in the first poll (see the
+    /// module docs). The first error, after every write has completed.
     async fn write_zeroes_by_writing(
         &self,
         offset_bytes: u64,
         len_bytes: u64,
     ) -> Result<(), Error> {
         let chunk = len_bytes.min(ZEROES_CHUNK_BYTES) as usize;
-        let mut buf = self.alloc_buf(chunk);
-        // `alloc_buf` may hand out a reused buffer with old contents.
+        let align = self.geometry().mem_align_bytes().max(1) as usize;
+        let mut buf = DmaBuf::heap(chunk, align);
         buf.as_mut_slice().fill(0);
+        // Shared by every write: the kernel only reads it.
+        let zeroes = Bytes::from_owner(buf);
         let end = offset_bytes + len_bytes;
-        let mut at = offset_bytes;
-        while at < end {
-            let n = (end - at).min(chunk as u64) as usize;
-            buf.set_len(n);
-            let (r, back) = self.write_at(buf, at).await;
-            buf = back;
-            match r? {
-                0 => {
-                    return Err(Error::new(ErrorKind::Io { errno: libc::EIO }).with_context(
-                        "write zeroes fallback: a write of zeroes made no progress; \
-                         the range is zeroed only up to that write",
-                    ))
-                }
-                written => at += written as u64,
-            }
-        }
-        Ok(())
+        let writes = (offset_bytes..end)
+            .step_by(chunk)
+            .map(|at| self.write_all_at(zeroes.slice(..(end - at).min(chunk as u64) as usize), at));
+        let results = futures::future::join_all(writes).await;
+        results
+            .into_iter()
+            .find_map(|(r, _)| r.err())
+            .map_or(Ok(()), Err)
     }
 }

@@ -178,3 +178,71 @@ fn tmpfs_file_gets_zeroes_written() {
         drop(dir);
     });
 }
+
+/// The fallback keeps program order (found by a break-it helper: on
+/// tmpfs, IO issued right after a `write_zeroes` ran before its fallback
+/// writes, so a read saw the old bytes and a later write was zeroed over).
+/// tmpfs is known at open to have no zeroing op, so the zero-filled writes
+/// are issued in the call's place: a read issued after it sees zeroes, and
+/// a write issued after it survives. Over several fallback chunks, through
+/// `write_zeroes` and `fallocate(ZeroRange)`, 50 rounds each.
+#[test]
+fn tmpfs_zeroes_fallback_keeps_program_order_with_later_io() {
+    use plugio_engine::FallocateMode;
+    let dir = match tempfile::tempdir_in("/dev/shm") {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("SKIP: no writable /dev/shm ({e})");
+            return;
+        }
+    };
+    let len = 3 * ZEROES_CHUNK_BYTES;
+    let later = 5 * ZEROES_CHUNK_BYTES / 2;
+    let path = dir.path().join("order.img");
+    std::fs::write(&path, vec![0u8; len as usize]).expect("create file");
+    watchdog(120, move || {
+        local().run(async move {
+            let options = DeviceOptions {
+                direct: false,
+                ..DeviceOptions::default()
+            };
+            let dev = Device::open(&path, options).expect("open");
+            for round in 0..100 {
+                let (r, _) = dev.write_all_at(vec![0x22u8; len as usize], 0).await;
+                r.expect("fill");
+                let (d1, d2, d3) = (dev.clone(), dev.clone(), dev.clone());
+                let zero = plugio_executor::spawn_local(async move {
+                    if round % 2 == 0 {
+                        d1.write_zeroes(0, len).await
+                    } else {
+                        d1.fallocate(0, len, FallocateMode::ZeroRange).await
+                    }
+                });
+                let read =
+                    plugio_executor::spawn_local(
+                        async move { d2.read_alloc_at(0, len as usize).await },
+                    );
+                let write = plugio_executor::spawn_local(async move {
+                    d3.write_all_at(vec![0x33u8; 4096], later).await.0
+                });
+                zero.await.expect("task").expect("zeroes");
+                let seen = read.await.expect("task").expect("read");
+                write.await.expect("task").expect("write");
+                assert!(
+                    seen.as_slice().iter().all(|&b| b == 0),
+                    "round {round}: a read issued after the zeroes saw the old bytes"
+                );
+                let end = dev.read_alloc_at(0, len as usize).await.expect("read back");
+                for (i, &b) in end.as_slice().iter().enumerate() {
+                    let i = i as u64;
+                    let want = if (later..later + 4096).contains(&i) {
+                        0x33
+                    } else {
+                        0
+                    };
+                    assert_eq!(b, want, "round {round}: byte {i} after the later write");
+                }
+            }
+        })
+    });
+}

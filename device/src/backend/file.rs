@@ -177,6 +177,38 @@ pub fn skip_atime(file: &fs::File) {
     let _ = unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NOATIME) };
 }
 
+/// Whether the file system of `file` (opened from `path`) zeroes a range
+/// with `FALLOC_FL_ZERO_RANGE`: tried on an unnamed file (`O_TMPFILE`) in
+/// `path`'s directory, so nothing of `file` or the directory changes (the
+/// file is gone when closed). `None` when that cannot be known: a
+/// directory that takes no `O_TMPFILE` (not writable, or a file system
+/// without it), a file mounted apart from its directory, no space.
+fn probe_zero_range(file: &fs::File, path: &Path) -> Option<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let probe = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_TMPFILE)
+        .open(dir)
+        .ok()?;
+    if probe.metadata().ok()?.dev() != file.metadata().ok()?.dev() {
+        return None;
+    }
+    // SAFETY: fallocate on a descriptor `probe` keeps open; no memory passed.
+    let r = unsafe { libc::fallocate(probe.as_raw_fd(), libc::FALLOC_FL_ZERO_RANGE, 0, 4096) };
+    if r == 0 {
+        return Some(true);
+    }
+    match std::io::Error::last_os_error().raw_os_error() {
+        Some(libc::EOPNOTSUPP) => Some(false),
+        _ => None,
+    }
+}
+
 fn next_file_id() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     // Relaxed: only uniqueness matters.
@@ -195,6 +227,9 @@ pub struct FileBackend {
     geometry: Geometry,
     path: PathBuf,
     kind: BackendKind,
+    /// [`Backend::write_zeroes_support`]: true for a block device, probed
+    /// for a file ([`probe_zero_range`]).
+    zero_range: Option<bool>,
 }
 
 impl FileBackend {
@@ -262,6 +297,11 @@ impl FileBackend {
             skip_atime(&file);
         }
         let geometry = Geometry::of_file(&file, direct).map_err(|e| e.with_path(path))?;
+        let zero_range = if is_block_device {
+            Some(true)
+        } else {
+            probe_zero_range(&file, path)
+        };
         Ok(FileBackend {
             fd: Arc::new(OwnedFd::from(file)),
             cache: ManuallyDrop::new(Arc::new(FileCache::new())),
@@ -270,6 +310,7 @@ impl FileBackend {
             geometry,
             path: path.to_path_buf(),
             kind,
+            zero_range,
         })
     }
 
@@ -424,6 +465,10 @@ impl Backend for FileBackend {
 
     fn checks_geometry_only(&self) -> bool {
         true
+    }
+
+    fn write_zeroes_support(&self) -> Option<bool> {
+        self.zero_range
     }
 
     fn geometry(&self) -> &Geometry {

@@ -543,6 +543,10 @@ impl Backend for MemDevice {
         true
     }
 
+    fn write_zeroes_support(&self) -> Option<bool> {
+        Some(true)
+    }
+
     fn geometry(&self) -> &Geometry {
         &self.geometry
     }

@@ -78,6 +78,20 @@ pub trait Backend: Send + Sync + fmt::Debug {
         check_op(self.geometry(), op)
     }
 
+    /// Whether the device has a zeroing op for
+    /// [`OpKind::WriteZeroes`](crate::OpKind::WriteZeroes), as far as it is
+    /// known before any IO: `Some(false)` where the op would complete with
+    /// `Unsupported` (a file on tmpfs), `Some(true)` where it has one (a
+    /// block device, whose kernel zeroout writes zeroes itself where the
+    /// hardware cannot), `None` (the default) when unknown. A caller that
+    /// falls back to writing zeroes decides by it before it issues
+    /// anything, so the writes take the op's place in program order (the
+    /// kernel's `blkdev_issue_zeroout` decides by the queue's
+    /// `max_write_zeroes_sectors` the same way).
+    fn write_zeroes_support(&self) -> Option<bool> {
+        None
+    }
+
     /// Whether [`Backend::check`] is exactly [`check_op`] on
     /// [`Backend::geometry`], which never changes: a caller holding a copy
     /// of the geometry may then run `check_op` itself, inline, instead of a

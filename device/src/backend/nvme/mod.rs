@@ -442,6 +442,10 @@ impl Backend for NvmeBackend {
         &self.geometry
     }
 
+    fn write_zeroes_support(&self) -> Option<bool> {
+        Some(self.info.write_zeroes)
+    }
+
     fn kind(&self) -> BackendKind {
         BackendKind::NvmePassthrough
     }
