@@ -27,6 +27,10 @@
 //!   one else changes the file while it is in use.
 //! - At most one IO is in flight; while it is, the window's buffer is
 //!   lent to it (`buf` is `None`).
+//! - On a device with a capacity (a block device, an NVMe namespace) no
+//!   window IO reaches past it: a load reads only up to the capacity, and
+//!   a write at or past it is refused at the `write` call
+//!   (`io::ErrorKind::WriteZero`), never buffered to fail at `flush`.
 
 use std::future::Future;
 use std::io;
@@ -215,10 +219,21 @@ impl DeviceCursor {
         }));
     }
 
+    /// The bytes a window at `win_off` may hold: the window's size, less
+    /// what lies past the device's capacity.
+    fn window_room(&self, win_off: u64) -> usize {
+        match self.dev.geometry().capacity_bytes {
+            Some(cap) => cap.saturating_sub(win_off).min(self.window_bytes as u64) as usize,
+            None => self.window_bytes,
+        }
+    }
+
     /// Starts loading the window that holds `pos`.
     fn start_load(&mut self, pos: u64) {
-        let buf = self.buf.take().expect("the window buffer is home");
+        let mut buf = self.buf.take().expect("the window buffer is home");
         self.win_off = pos / self.align * self.align;
+        // A device's capacity is a multiple of its block: so is the room.
+        buf.set_len(self.window_room(self.win_off));
         self.win_valid = 0;
         self.win_loaded = false;
         self.loaded_for = Some(pos);
@@ -329,9 +344,23 @@ impl AsyncWrite for DeviceCursor {
         if data.is_empty() {
             return Poll::Ready(Ok(0));
         }
+        if let Some(cap) = this
+            .dev
+            .geometry()
+            .capacity_bytes
+            .filter(|&c| this.pos >= c)
+        {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                format!(
+                    "write at {} is at or past the end of the device ({cap} bytes)",
+                    this.pos
+                ),
+            )));
+        }
         ready!(this.poll_window_for_write(cx))?;
         let at = (this.pos - this.win_off) as usize;
-        let n = (this.window_bytes - at).min(data.len());
+        let n = (this.window_room(this.win_off) - at).min(data.len());
         let buf = this.buf.as_mut().expect("the window buffer is home");
         buf.as_mut_slice()[at..at + n].copy_from_slice(&data[..n]);
         this.win_valid = this.win_valid.max(at + n);

@@ -170,3 +170,54 @@ fn mixed_operations_match_a_model() {
     });
     assert!(std::fs::read(&path).expect("read") == model, "file differs");
 }
+
+/// On a device with a capacity (here the simulated one, 1 MiB and 1536
+/// bytes, so the last window is short and not a whole window), reads and
+/// writes work up to the end, `read_to_end` stops there, and a write
+/// past it fails at the `write` call, not later at `flush` (found by a
+/// break-it helper on loop devices: every IO in the last window failed
+/// with a range error, and a write past the end was accepted and lost).
+#[test]
+fn a_cursor_on_a_device_works_up_to_its_capacity() {
+    use plugio_device::backend::mem::{MemConfig, MemDevice};
+    let cap = (1u64 << 20) + 1536;
+    let ex = plugio_engine::runtime::local(RingConfig::default()).expect("runtime");
+    ex.run(async move {
+        let mem = std::sync::Arc::new(MemDevice::new(MemConfig {
+            capacity_bytes: cap,
+            ..Default::default()
+        }));
+        let dev = Device::with_backend(mem, None, DeviceOptions::default()).expect("device");
+        let mut c = DeviceCursor::new(dev.clone()).await.expect("cursor");
+        assert_eq!(c.len_bytes(), cap);
+        for back in [4096u64, 65536, 100] {
+            c.seek(SeekFrom::Start(cap - back)).await.expect("seek");
+            let mut got = vec![0u8; 100];
+            c.read_exact(&mut got).await.expect("read near the end");
+            c.seek(SeekFrom::Start(cap - back)).await.expect("seek");
+            let want = data(100, back as u32);
+            c.write_all(&want).await.expect("write near the end");
+            c.flush().await.expect("flush");
+            let (r, buf) = dev.read_exact_at(dev.alloc_buf(cap as usize), 0).await;
+            r.expect("read back");
+            let at = (cap - back) as usize;
+            assert_eq!(
+                &buf.as_slice()[at..at + 100],
+                &want[..],
+                "{back} bytes before the end"
+            );
+        }
+        c.seek(SeekFrom::End(-100)).await.expect("seek");
+        let e = c
+            .write_all(&[7u8; 200])
+            .await
+            .expect_err("a write past the end");
+        assert_eq!(e.kind(), std::io::ErrorKind::WriteZero, "{e}");
+        c.flush().await.expect("the 100 bytes before the end flush");
+        c.seek(SeekFrom::Start(0)).await.expect("seek");
+        let mut all = Vec::new();
+        c.read_to_end(&mut all).await.expect("read to end");
+        assert_eq!(all.len() as u64, cap);
+        assert!(all[all.len() - 100..].iter().all(|&b| b == 7));
+    });
+}
