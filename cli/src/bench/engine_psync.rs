@@ -77,45 +77,61 @@ pub fn run(
         .map(|_| IoBudget::new(job.number_ios))
         .collect();
     let results: Vec<Result<Latencies, String>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|i| {
-                let (file, counters) = (&file, counters.clone());
-                let core = i / job.iodepth as usize;
-                let budget = &budgets[core];
-                let cursor = Arc::new(AtomicU64::new(IoPattern::start_block(
-                    job,
-                    target.size_bytes,
-                    core,
-                )));
-                let mut pattern = IoPattern::new(job, target.size_bytes, i as u64 + 1, cursor);
-                let cpu = (!cpus.is_empty()).then(|| cpus[core % cpus.len()]);
-                s.spawn(move || {
-                    super::engine_raw::pin_to(cpu);
-                    let mut buf = job_buf(job);
-                    let mut sampler = Sampler::new(job.clat_sample);
-                    let mut hist = Latencies::default();
-                    let worker = counters.worker(i);
-                    counters.mark_started();
-                    while !counters.stopped() && budget.take_shared() {
-                        let (dir, offset) = pattern.next_io();
-                        let t0 = sampler.start();
-                        let n = pio(file, dir, &mut buf, offset)?;
-                        worker.add_io(dir, n as u64);
-                        if let Some(t0) = t0 {
-                            hist.record(dir, t0.elapsed());
-                        }
+        let mut handles = Vec::with_capacity(threads);
+        let mut spawn_err = None;
+        for i in 0..threads {
+            let (file, thread_counters) = (&file, counters.clone());
+            let core = i / job.iodepth as usize;
+            let budget = &budgets[core];
+            let cursor = Arc::new(AtomicU64::new(IoPattern::start_block(
+                job,
+                target.size_bytes,
+                core,
+            )));
+            let mut pattern = IoPattern::new(job, target.size_bytes, i as u64 + 1, cursor);
+            let cpu = (!cpus.is_empty()).then(|| cpus[core % cpus.len()]);
+            let started = std::thread::Builder::new().spawn_scoped(s, move || {
+                super::engine_raw::pin_to(cpu);
+                let mut buf = job_buf(job);
+                let mut sampler = Sampler::new(job.clat_sample);
+                let mut hist = Latencies::default();
+                let worker = thread_counters.worker(i);
+                thread_counters.mark_started();
+                while !thread_counters.stopped() && budget.take_shared() {
+                    let (dir, offset) = pattern.next_io();
+                    let t0 = sampler.start();
+                    let n = pio(file, dir, &mut buf, offset)?;
+                    worker.add_io(dir, n as u64);
+                    if let Some(t0) = t0 {
+                        hist.record(dir, t0.elapsed());
                     }
-                    // The last thread to end closes the window, before
-                    // the buffers are freed.
-                    counters.mark_ended();
-                    Ok(hist)
-                })
-            })
-            .collect();
-        handles
+                }
+                // The last thread to end closes the window, before
+                // the buffers are freed.
+                thread_counters.mark_ended();
+                Ok(hist)
+            });
+            match started {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    // The threads already started end at their next IO.
+                    counters.request_stop();
+                    spawn_err = Some(format!(
+                        "starting IO thread {} of {threads}: {e}: the machine takes no more \
+                         threads; lower --iodepth or --numjobs (psync runs one thread per IO \
+                         in flight)",
+                        i + 1
+                    ));
+                    break;
+                }
+            }
+        }
+        let mut results: Vec<Result<Latencies, String>> = handles
             .into_iter()
             .map(|h| h.join().unwrap_or_else(|_| Err("a thread panicked".into())))
-            .collect()
+            .collect();
+        results.extend(spawn_err.map(Err));
+        results
     });
     let mut latency = Latencies::default();
     for r in results {

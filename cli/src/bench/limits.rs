@@ -38,7 +38,7 @@ pub fn check(job: &Job) -> Result<Vec<String>, BenchError> {
         if threads > max {
             return Err(BenchError::TooBig(format!(
                 "--numjobs {} starts {threads} threads, more than the {max} this process may \
-                 start (RLIMIT_NPROC, kernel.threads-max): lower --numjobs{}",
+                 start (RLIMIT_NPROC, kernel.threads-max, vm.max_map_count): lower --numjobs{}",
                 job.cores,
                 if job.engine == EngineKind::Psync {
                     " or --iodepth (psync runs one thread per IO in flight)"
@@ -105,27 +105,73 @@ pub(super) fn human(n: u64) -> String {
     }
 }
 
-/// The threads this process may still start: the lower of RLIMIT_NPROC
-/// (when limited) and `kernel.threads-max`.
+/// Memory mappings a thread takes: its stack and guard page, and the
+/// signal stack with its guard page that std gives every thread.
+const MAPS_PER_THREAD: u64 = 4;
+
+/// Mappings left aside for everything else (the heap's arenas, the rings,
+/// the buffers, the libraries).
+const MAPS_SPARE: u64 = 4096;
+
+/// The threads this process may still start: the lowest of RLIMIT_NPROC
+/// (when limited), `kernel.threads-max`, and the mappings `vm.max_map_count`
+/// leaves for their stacks ([`MAPS_PER_THREAD`] each; past it a thread's
+/// start fails inside std and the process aborts).
 fn thread_limit() -> Option<u64> {
     use nix::sys::resource::{getrlimit, Resource, RLIM_INFINITY};
+    let read = |path: &str| {
+        std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+    };
     let nproc = getrlimit(Resource::RLIMIT_NPROC)
         .ok()
         .map(|(soft, _)| soft)
         .filter(|&soft| soft != RLIM_INFINITY);
-    let max = std::fs::read_to_string("/proc/sys/kernel/threads-max")
-        .ok()
-        .and_then(|s| s.trim().parse::<u64>().ok());
-    match (nproc, max) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
+    let maps = read("/proc/sys/vm/max_map_count").map(|max| {
+        let used = std::fs::read_to_string("/proc/self/maps")
+            .map(|m| m.lines().count() as u64)
+            .unwrap_or(0);
+        max.saturating_sub(used + MAPS_SPARE) / MAPS_PER_THREAD
+    });
+    [nproc, read("/proc/sys/kernel/threads-max"), maps]
+        .into_iter()
+        .flatten()
+        .min()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::bench::options::test_job as job;
+
+    /// Past the mappings `vm.max_map_count` leaves, a thread's start
+    /// fails inside std and the process aborts (found by a break-it
+    /// helper: psync at --iodepth 40000 left its temporary file).
+    #[test]
+    fn the_thread_limit_counts_the_mappings_threads_take() {
+        let Some(max) = std::fs::read_to_string("/proc/sys/vm/max_map_count")
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+        else {
+            return;
+        };
+        let limit = thread_limit().expect("a limit");
+        assert!(
+            limit <= max / MAPS_PER_THREAD,
+            "{limit} threads, {max} maps"
+        );
+        let err = check(&job(&[
+            "--engine",
+            "psync",
+            "--iodepth",
+            "65536",
+            "--bs",
+            "512",
+        ]))
+        .expect_err("more threads than maps");
+        assert!(err.to_string().contains("vm.max_map_count"), "{err}");
+    }
 
     #[test]
     fn a_size_off_the_block_size_is_warned_of() {
