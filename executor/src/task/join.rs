@@ -32,6 +32,12 @@ impl<T> JoinHandle<T> {
     /// destructors on the core's thread) the next time it would poll it, and
     /// the handle then yields `Err(JoinError::Cancelled)`. No effect on a
     /// task that already completed. Callable from any thread.
+    ///
+    /// Work the task started outside itself goes on: an IO it had issued
+    /// is orphaned, not cancelled, and completes after the handle has
+    /// yielded `Cancelled` (a storage runtime's IO cannot be taken back
+    /// from the kernel). Its core keeps that IO in order with the IO it
+    /// issues later; another core does not wait for it.
     pub fn abort(&self) {
         let header = self.raw.task.header();
         // Orderings: see `State::request_cancel`.
