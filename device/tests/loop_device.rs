@@ -165,3 +165,37 @@ fn every_op_on_a_loop_device() {
     assert_eq!(uring, sync);
     assert!(uring.iter().all(|l| !l.contains("Err")), "{uring:?}");
 }
+
+/// Through the engine on a real block device: `Device::metadata` gives
+/// its capacity as `len_bytes` (statx says 0), and a `DeviceCursor` reads
+/// and writes in its last window (found by a break-it helper: both
+/// failed with a range error there).
+#[test]
+fn the_engine_sees_a_loop_devices_size_and_its_cursor_reaches_the_end() {
+    use futures::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt, SeekFrom};
+    let Some(lo) = LoopDevice::create() else {
+        return;
+    };
+    let path = lo.path.clone();
+    let ex = plugio::runtime::local(RingConfig::default()).expect("runtime");
+    ex.run(async move {
+        let dev = plugio::Device::open(&path, plugio::DeviceOptions::default()).expect("open");
+        assert_eq!(dev.metadata().await.expect("metadata").len_bytes, SIZE);
+        let mut c = plugio::DeviceCursor::new(dev).await.expect("cursor");
+        c.seek(SeekFrom::Start(SIZE - 4096)).await.expect("seek");
+        c.write_all(&[5u8; 100])
+            .await
+            .expect("write in the last window");
+        c.flush().await.expect("flush");
+        c.seek(SeekFrom::Start(SIZE - 4096)).await.expect("seek");
+        let mut got = [0u8; 100];
+        c.read_exact(&mut got)
+            .await
+            .expect("read in the last window");
+        assert_eq!(got, [5u8; 100]);
+        c.seek(SeekFrom::End(0)).await.expect("seek");
+        let e = c.write_all(&[1u8]).await.expect_err("past the end");
+        assert_eq!(e.kind(), std::io::ErrorKind::WriteZero, "{e}");
+    });
+    drop(lo);
+}

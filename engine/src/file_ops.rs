@@ -81,7 +81,8 @@ impl Device {
     }
 
     /// The file's metadata (`statx` of the open descriptor): size, type,
-    /// times, allocated blocks.
+    /// times, allocated blocks. For a block device `len_bytes` is its
+    /// capacity (the geometry's), where `statx` says 0.
     ///
     /// ```
     /// # plugio::engine::doc_example(|dev| async move {
@@ -95,7 +96,11 @@ impl Device {
     /// `Unsupported` for a device without a file; the kernel's error.
     pub async fn metadata(&self) -> Result<Metadata, Error> {
         let fd = self.fd()?;
-        fs_ops::metadata_fd(fd.as_raw_fd(), fd).await
+        let mut meta = fs_ops::metadata_fd(fd.as_raw_fd(), fd).await?;
+        if meta.file_type == fs_ops::FileType::BlockDevice {
+            meta.len_bytes = self.geometry().capacity_bytes.unwrap_or(meta.len_bytes);
+        }
+        Ok(meta)
     }
 
     /// Allocates, zeroes or frees `[offset_bytes, offset_bytes +
