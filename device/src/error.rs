@@ -429,8 +429,8 @@ impl fmt::Display for Error {
                     // cause; plugio checks only i64::MAX up front.
                     write!(
                         f,
-                        ": the IO ends past the largest file this file system holds \
-                         (ext4 with 4 KiB blocks: 16 TiB); use a lower offset"
+                        ": the file would end past the largest file this file system \
+                         holds (ext4 with 4 KiB blocks: 16 TiB); use a lower offset or length"
                     )?;
                 }
             }
@@ -583,7 +583,7 @@ mod tests {
         let e = Error::from_errno(-libc::EFBIG).to_string();
         assert!(e.starts_with("File too large"), "{e}");
         assert!(e.contains("largest file this file system holds"), "{e}");
-        assert!(e.ends_with("use a lower offset"), "{e}");
+        assert!(e.ends_with("use a lower offset or length"), "{e}");
         let other = Error::from_errno(-libc::EIO).to_string();
         assert!(!other.contains("largest file"), "{other}");
     }
