@@ -1047,3 +1047,30 @@ fn cli_replays_the_shared_postgres_trace_and_verifies() {
 fn cli_replays_the_shared_sqlite_trace_and_verifies() {
     shared_trace_replays_and_verifies("sqlite");
 }
+
+/// A target the replay may not write is bad input (exit 2, saying what to
+/// give), as bench's writing job on it is; it was an engine error (exit
+/// 1). Made with `chattr +i` (root, a file system with the flag);
+/// skipped where that cannot be set.
+#[test]
+fn an_unwritable_target_is_refused_as_bad_input() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let target = dir.path().join("immutable.img");
+    std::fs::write(&target, vec![0u8; 1 << 20]).expect("target");
+    let set = Command::new("chattr").arg("+i").arg(&target).status();
+    if !matches!(set, Ok(s) if s.success()) {
+        eprintln!("SKIP: chattr +i is not available here");
+        return;
+    }
+    let o = plugio(&[
+        "replay",
+        &data("small.csv"),
+        "--filename",
+        target.to_str().expect("utf-8"),
+        "--quiet",
+    ]);
+    let _ = Command::new("chattr").arg("-i").arg(&target).status();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("cannot be opened for writing"), "{err}");
+}

@@ -388,6 +388,14 @@ fn open_device(args: &ReplayArgs) -> Result<Device, ReplayError> {
                 "the file system of {} refuses O_DIRECT (tmpfs does): use --direct 0",
                 crate::shown::path(&args.filename)
             ))
+        } else if matches!(e.kind(), ErrorKind::PermissionDenied) {
+            // A replay writes its target: one it may not write is bad
+            // input, as bench's --rw randwrite on it is.
+            ReplayError::usage(format!(
+                "{} cannot be opened for writing (permission denied): a replay overwrites its \
+                 target; give a file or device this user may write",
+                crate::shown::path(&args.filename)
+            ))
         } else {
             ReplayError::engine(format!("open {}", crate::shown::path(&args.filename)), e)
         }
