@@ -598,7 +598,6 @@ pub(crate) fn issue_inline(
     cx: &Context<'_>,
 ) -> Result<Issued, BioResult> {
     if let Err(e) = Device::check(shared, &init) {
-        let e = explain_len(e, init.op, &init.buf);
         forget_if_none(init.buf);
         return Err(Err(e));
     }
@@ -643,37 +642,6 @@ pub(crate) fn issue_inline(
         #[cfg(feature = "trace-io")]
         at: trace_issued(shared, &info, id),
     })
-}
-
-/// How the unaligned length of a one-segment read is named: that segment
-/// is the whole IO (one buffer, or the bounce copy of several), whose
-/// length the caller may not have seen as such.
-const READ_LEN: &str = "the read's length (what its buffers take: bytes_total, a Vec's capacity)";
-
-/// As [`READ_LEN`], for a write.
-const WRITE_LEN: &str = "the write's length (what its buffers hold: bytes_init, a Vec's len)";
-
-/// `e`, a refusal by [`Device::check`], with its `what` saying where the
-/// length comes from ([`READ_LEN`], [`WRITE_LEN`]) when it is an
-/// unaligned segment length of a one-segment IO on `buf`.
-#[cold]
-fn explain_len(e: Error, op: OpKind, buf: &BioBuf) -> Error {
-    match e.kind() {
-        plugio_device::ErrorKind::InvalidInput(InvalidInput::Alignment {
-            what: "segment length",
-            value,
-            required_bytes,
-        }) if matches!(buf, BioBuf::One { .. }) => Error::invalid(InvalidInput::Alignment {
-            what: if op == OpKind::Read {
-                READ_LEN
-            } else {
-                WRITE_LEN
-            },
-            value: *value,
-            required_bytes: *required_bytes,
-        }),
-        _ => e,
-    }
 }
 
 impl Issued {

@@ -186,7 +186,8 @@ fn a_reads_length_is_its_vecs_capacity() {
         let (r, spare) = dev.read_at(spare, 0).await;
         let err = r.expect_err("5,000-byte read");
         assert!(
-            err.to_string().contains("a Vec's capacity") && err.to_string().contains("is 5000 bytes"),
+            err.to_string().contains("a Vec's capacity")
+                && err.to_string().contains("is 5000 bytes"),
             "{err}"
         );
         assert_eq!(spare.len(), 4096, "the buffer comes back as it was");

@@ -350,13 +350,27 @@ fn check_segments(geometry: &Geometry, op: &IoOp<'_>) -> Result<()> {
         }
         if misaligned(seg.iov_len as u64, len_align) {
             return Err(Error::invalid(InvalidInput::Alignment {
-                what: "segment length",
+                what: segment_length_name(op),
                 value: seg.iov_len as u64,
                 required_bytes: len_align,
             }));
         }
     }
     Ok(())
+}
+
+/// How an unaligned segment length is named: where the op has one
+/// segment, it is the whole IO, whose length the caller may not have seen
+/// as such (one buffer, or the bounce copy of several), so the name says
+/// where it comes from.
+fn segment_length_name(op: &IoOp<'_>) -> &'static str {
+    match (op.segments.len(), op.kind) {
+        (1, crate::OpKind::Read) => {
+            "the read's length (what its buffers take: bytes_total, a Vec's capacity)"
+        }
+        (1, _) => "the write's length (what its buffers hold: bytes_init, a Vec's len)",
+        _ => "segment length",
+    }
 }
 
 #[cfg(test)]
