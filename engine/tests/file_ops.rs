@@ -5,25 +5,14 @@
 //! here has every opcode) and through the blocking pool (a core whose
 //! driver has no ring).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use plugio_device::fs_ops::{last_path, OpPath};
 use plugio_device::{DeviceDriver, ErrorKind, InvalidInput, RingConfig};
 use plugio_engine::{fs, FallocateMode, OpenOptions};
 use plugio_executor::LocalExecutor;
-
-/// Where the file systems under test are.
-fn dirs() -> Vec<(&'static str, tempfile::TempDir)> {
-    let mut v = vec![(
-        "ext4",
-        tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("disk temp dir"),
-    )];
-    match tempfile::tempdir_in("/dev/shm") {
-        Ok(d) => v.push(("tmpfs", d)),
-        Err(e) => eprintln!("no /dev/shm here ({e}): tmpfs not tested"),
-    }
-    v
-}
 
 fn with_ring() -> LocalExecutor {
     plugio_engine::runtime::local(RingConfig::default()).expect("runtime")
@@ -179,7 +168,7 @@ async fn every_operation(dir: PathBuf, fs_name: &str, path: OpPath) {
 }
 
 fn run_everywhere(ex: fn() -> LocalExecutor, path: OpPath) {
-    for (name, dir) in dirs() {
+    for (name, dir) in common::fs_dirs() {
         let root: &Path = dir.path();
         ex().run(every_operation(root.to_path_buf(), name, path));
     }

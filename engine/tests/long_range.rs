@@ -7,26 +7,13 @@
 //! and tmpfs (/dev/shm). The files are sparse: only the marks and the
 //! ranges the ops allocate take space.
 
-use std::path::Path;
+mod common;
 
 use plugio_device::{ErrorKind, InvalidInput, RingConfig};
 use plugio_engine::{Device, DeviceOptions, FallocateMode, MAX_IO_BYTES, RANGE_PART_BYTES};
 
 const GIB: u64 = 1 << 30;
 const MARK_BYTES: u64 = 4096;
-
-/// The file systems under test: (name, directory).
-fn dirs() -> Vec<(&'static str, tempfile::TempDir)> {
-    let mut v = vec![(
-        "ext4",
-        tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("disk temp dir"),
-    )];
-    match tempfile::tempdir_in("/dev/shm") {
-        Ok(d) => v.push(("tmpfs", d)),
-        Err(e) => eprintln!("no /dev/shm here ({e}): tmpfs not tested"),
-    }
-    v
-}
 
 /// The byte a mark at `offset` is filled with (never 0).
 fn mark_byte(offset: u64) -> u8 {
@@ -76,26 +63,15 @@ async fn check_marks(dev: &Device, at: &[u64], start: u64, len: u64, what: &str)
     }
 }
 
-fn open(path: &Path, direct: bool) -> Device {
-    Device::open(
-        path,
-        DeviceOptions {
-            direct,
-            ..DeviceOptions::default()
-        },
-    )
-    .expect("open")
-}
-
 #[test]
 fn range_ops_longer_than_one_request_change_exactly_their_range() {
     const { assert!(RANGE_PART_BYTES <= MAX_IO_BYTES) };
-    for (fs_name, dir) in dirs() {
+    for (fs_name, dir) in common::fs_dirs() {
         let path = dir.path().join("long.db");
         std::fs::File::create(&path).expect("create");
         let ex = plugio_engine::runtime::local(RingConfig::default()).expect("runtime");
         ex.run(async {
-            let dev = open(&path, false);
+            let dev = common::open_direct(&path, false);
             dev.set_len(8 * GIB).await.expect("a sparse 8 GiB file");
 
             // Discard: 4 GiB and a few pages, five parts.
@@ -165,7 +141,7 @@ fn a_long_range_is_refused_as_a_whole_before_any_part_is_issued() {
     std::fs::File::create(&path).expect("create");
     let ex = plugio_engine::runtime::local(RingConfig::default()).expect("runtime");
     ex.run(async {
-        let dev = open(&path, true);
+        let dev = common::open_direct(&path, true);
         dev.set_len(4 * GIB).await.expect("a sparse file");
         let at = [0, RANGE_PART_BYTES];
         write_marks(&dev, &at).await;

@@ -4,40 +4,18 @@
 //! READ_FIXED/WRITE_FIXED; a future dropped mid-IO keeps the buffer alive
 //! until the kernel is done; the exact and vectored forms.
 
+mod common;
+
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use plugio_device::{ErrorKind, InvalidInput, RingConfig};
+use plugio_device::{ErrorKind, InvalidInput};
 use plugio_engine::{Device, DeviceOptions, DmaBuf, IoBuf, IoBufMut, Region};
 
-fn tmpdir() -> tempfile::TempDir {
-    // The target dir is on the disk (ext4 here), which takes O_DIRECT.
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir")
-}
-
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed))
-        .collect()
-}
-
-fn local() -> plugio_executor::LocalExecutor {
-    plugio_engine::runtime::local(RingConfig::default()).expect("local executor")
-}
-
-fn open(path: &std::path::Path, direct: bool) -> Device {
-    Device::open(
-        path,
-        DeviceOptions {
-            direct,
-            ..DeviceOptions::default()
-        },
-    )
-    .expect("open")
-}
+use common::{local, pattern, tmpdir};
 
 /// A `BytesMut` whose address is `misalign` bytes past a
 /// 4096 boundary, empty, with a capacity of exactly `len`.
@@ -88,7 +66,7 @@ fn every_buffer_type_round_trips_with_and_without_o_direct() {
         let path = dir.path().join(format!("types-{direct}"));
         std::fs::write(&path, vec![0u8; 1 << 20]).expect("fixture");
         local().run(async {
-            let dev = open(&path, direct);
+            let dev = common::open_direct(&path, direct);
             let len = 8192;
             let mut expected = 0;
             // Vec<u8> (heap memory: 16-byte aligned, not 4096).
@@ -180,7 +158,7 @@ fn a_reads_length_is_its_vecs_capacity() {
     let path = dir.path().join("spare");
     std::fs::write(&path, vec![0u8; 65536]).expect("fixture");
     local().run(async {
-        let dev = open(&path, true);
+        let dev = common::open_direct(&path, true);
         let mut spare = Vec::with_capacity(5000);
         spare.resize(4096, 0u8);
         let (r, spare) = dev.read_at(spare, 0).await;
@@ -211,7 +189,7 @@ fn registered_buffers_reach_the_ring_as_fixed_opcodes() {
                 .expect("a ring")
                 .fixed_buf_sqes
         };
-        let dev = open(&path, true);
+        let dev = common::open_direct(&path, true);
         let before = fixed();
         let got = dev.read_alloc_at(4096, 4096).await.expect("read_alloc_at");
         assert_eq!(got.as_slice(), &pattern(1 << 20, 9)[4096..8192]);
@@ -260,7 +238,7 @@ fn merged_requests_on_arena_buffers_apart_use_vectored_fixed_opcodes() {
                 .expect("a ring")
                 .fixed_buf_sqes
         };
-        let dev = open(&path, true);
+        let dev = common::open_direct(&path, true);
         // Three buffers in an order whose memory is not one run: the
         // third buffer first, then the first two.
         let mut bufs: Vec<DmaBuf> = (0..3).map(|_| dev.alloc_buf(4096)).collect();
@@ -522,7 +500,7 @@ fn exact_forms_name_the_offset_and_length_at_end_of_file() {
     let path = dir.path().join("eof");
     std::fs::write(&path, pattern(6000, 1)).expect("fixture");
     local().run(async {
-        let dev = open(&path, false);
+        let dev = common::open_direct(&path, false);
         let (r, buf) = dev.read_exact_at(vec![0u8; 4096], 0).await;
         r.expect("the first 4096 bytes are there");
         assert_eq!(buf, pattern(6000, 1)[..4096]);
@@ -578,7 +556,7 @@ fn vectored_io_over_odd_segments_bounces_as_one() {
     let path = dir.path().join("vec");
     std::fs::write(&path, vec![0u8; 65536]).expect("fixture");
     local().run(async {
-        let dev = open(&path, true);
+        let dev = common::open_direct(&path, true);
         let parts = vec![pattern(1000, 1), pattern(3096, 2), pattern(4096, 3)];
         let all: Vec<u8> = parts.concat();
         let (r, _) = dev.writev_at(parts, 4096).await;

@@ -19,6 +19,26 @@ pub fn tmpdir() -> tempfile::TempDir {
     tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir")
 }
 
+/// The file systems under test, named: ext4 (a directory under the
+/// target dir, on the disk) and tmpfs (/dev/shm, where there is one).
+pub fn fs_dirs() -> Vec<(&'static str, tempfile::TempDir)> {
+    let mut v = vec![("ext4", tmpdir())];
+    match tempfile::tempdir_in("/dev/shm") {
+        Ok(d) => v.push(("tmpfs", d)),
+        Err(e) => eprintln!("no /dev/shm here ({e}): tmpfs not tested"),
+    }
+    v
+}
+
+/// Opens `path` with default options, `O_DIRECT` as `direct` says.
+pub fn open_direct(path: &std::path::Path, direct: bool) -> plugio_engine::Device {
+    let options = plugio_engine::DeviceOptions {
+        direct,
+        ..plugio_engine::DeviceOptions::default()
+    };
+    plugio_engine::Device::open(path, options).expect("open")
+}
+
 /// Runs `f` on its own thread; a hang fails the test after `secs` instead
 /// of blocking the suite, and a panic in `f` is re-raised.
 pub fn watchdog<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
