@@ -75,6 +75,18 @@ pub(crate) struct DeviceShared {
     pub max_request_bytes: u64,
     /// Largest request merging may build (at most `max_request_bytes`).
     pub max_merge_bytes: u64,
+    /// Largest request of a range op without memory (discard, write
+    /// zeroes, fallocate): where the backend takes the range whole (a
+    /// file's `fallocate`, a block device's ioctl, whose kernel splits it
+    /// itself) [`MAX_IO_BYTES`] in blocks, else (an NVMe namespace, whose
+    /// commands have limits, or a `max_request_bytes` option)
+    /// `max_request_bytes`. Splitting a 1 GiB discard at a file's 1 MiB
+    /// read/write limit built 1,024 requests for one `fallocate`'s work.
+    pub max_range_request_bytes: u64,
+    /// Set when a `write_zeroes` whose support was unknown came back
+    /// `Unsupported`: later calls write the zeroes in program order at
+    /// once (`crate::zeroes`). Relaxed: a hint, not an order.
+    pub zeroes_refused: AtomicBool,
     /// Handles ([`Device`](crate::Device) values) alive; 0 = closed.
     pub handles: AtomicUsize,
     /// The iostats counters of every core that used the device.
@@ -166,6 +178,13 @@ impl DeviceShared {
             .max_merge_bytes
             .unwrap_or(max_request_bytes)
             .min(max_request_bytes);
+        let max_range_request_bytes = if opts.max_request_bytes.is_none()
+            && backend.kind() != plugio_device::BackendKind::NvmePassthrough
+        {
+            (MAX_IO_BYTES / block * block).max(max_request_bytes)
+        } else {
+            max_request_bytes
+        };
         let bounce_align = bounce_align(&geometry, &opts);
         // Relaxed: a unique counter; no other memory depends on it.
         let id = NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed);
@@ -193,6 +212,8 @@ impl DeviceShared {
             tag_sets,
             max_request_bytes,
             max_merge_bytes,
+            max_range_request_bytes,
+            zeroes_refused: AtomicBool::new(false),
             counters: Mutex::new(Vec::new()),
             core_wakers: CoreWakers::default(),
             handles: AtomicUsize::new(1),

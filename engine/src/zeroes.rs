@@ -35,6 +35,8 @@
 //!   [`ZEROES_CHUNK_BYTES`], all issued in one poll; the call returns
 //!   after every one has completed.
 
+use std::sync::atomic::Ordering;
+
 use bytes::Bytes;
 use plugio_device::{Error, ErrorKind, OpKind};
 
@@ -65,21 +67,29 @@ impl Device {
     /// zero-filled writes are issued at once, in the call's place: IO
     /// issued after it and overlapping the range sees the zeroes and is
     /// never undone by them. Where that was unknown (the probe could not
-    /// run: a directory without `O_TMPFILE` or not writable) and the op is
-    /// refused, the writes are issued only then, after IO issued in the
-    /// meantime: await the call before issuing IO that overlaps its range.
+    /// run: a directory without `O_TMPFILE` or not writable, a file
+    /// mounted apart from its directory) and the op is refused, the writes
+    /// are issued only then, after IO issued in the meantime: await that
+    /// first call before issuing IO that overlaps its range. The device
+    /// remembers the refusal, and later calls write in program order.
     ///
     /// # Errors
     /// Invalid input (unaligned, beyond the device) before anything is
     /// issued; the device's error otherwise. When a fallback write fails,
     /// the range before it is zeroed and the rest is unspecified.
     pub async fn write_zeroes(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), Error> {
-        if self.shared().backend.write_zeroes_support() == Some(false) {
+        let shared = self.shared();
+        // Relaxed: see `DeviceShared::zeroes_refused`.
+        if shared.backend.write_zeroes_support() == Some(false)
+            || shared.zeroes_refused.load(Ordering::Relaxed)
+        {
             self.check_range_op(OpKind::WriteZeroes, offset_bytes, len_bytes)?;
             return self.write_zeroes_by_writing(offset_bytes, len_bytes).await;
         }
         match self.write_zeroes_no_fallback(offset_bytes, len_bytes).await {
             Err(e) if *e.kind() == ErrorKind::Unsupported => {
+                // The next calls keep program order (see the docs above).
+                shared.zeroes_refused.store(true, Ordering::Relaxed);
                 tracing::debug!(
                     offset_bytes,
                     len_bytes,

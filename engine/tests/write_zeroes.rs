@@ -246,3 +246,41 @@ fn tmpfs_zeroes_fallback_keeps_program_order_with_later_io() {
         })
     });
 }
+
+/// Where the backend cannot say up front (support unknown), the first
+/// refusal is remembered: every later `write_zeroes` writes its zeroes in
+/// the call's place, so a write issued after it in the same tick survives
+/// (found by a break-it helper: a symbolic link to a tmpfs file was
+/// probed beside the link, and every call lost the later write).
+#[test]
+fn a_refused_zeroing_op_is_remembered_and_later_calls_keep_program_order() {
+    watchdog(120, || {
+        local().run(async {
+            let dev = mem_device(true);
+            let (off, len) = range();
+            dev.write_zeroes(off, len)
+                .await
+                .expect("first: refused, then written");
+            for round in 0..20 {
+                fill_pattern(&dev, CAP).await;
+                let (d1, d2) = (dev.clone(), dev.clone());
+                let zero =
+                    plugio_executor::spawn_local(async move { d1.write_zeroes(off, len).await });
+                let later = plugio_executor::spawn_local(async move {
+                    let mut b = DmaBuf::new(4096);
+                    b.as_mut_slice().fill(0x33);
+                    d2.write_all_at(b, off + len - 4096).await.0
+                });
+                zero.await.expect("task").expect("zeroes");
+                later.await.expect("task").expect("later write");
+                let got = dev.read_alloc_at(0, CAP as usize).await.expect("read");
+                let last = (off + len - 4096) as usize;
+                assert!(
+                    got.as_slice()[last..last + 4096].iter().all(|&b| b == 0x33),
+                    "round {round}: the later write was zeroed over"
+                );
+                assert!(got.as_slice()[off as usize..last].iter().all(|&b| b == 0));
+            }
+        })
+    });
+}

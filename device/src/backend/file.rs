@@ -179,13 +179,17 @@ pub fn skip_atime(file: &fs::File) {
 
 /// Whether the file system of `file` (opened from `path`) zeroes a range
 /// with `FALLOC_FL_ZERO_RANGE`: tried on an unnamed file (`O_TMPFILE`) in
-/// `path`'s directory, so nothing of `file` or the directory changes (the
-/// file is gone when closed). `None` when that cannot be known: a
+/// the directory of the file as opened (`/proc/self/fd`, so a symbolic
+/// link is followed to where the file lives; `path`'s directory where
+/// `/proc` is not there), so nothing of `file` or the directory changes
+/// (the file is gone when closed). `None` when that cannot be known: a
 /// directory that takes no `O_TMPFILE` (not writable, or a file system
 /// without it), a file mounted apart from its directory, no space.
 fn probe_zero_range(file: &fs::File, path: &Path) -> Option<bool> {
     use std::os::unix::fs::MetadataExt;
-    let dir = match path.parent() {
+    let real = fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok();
+    let named = real.as_deref().filter(|p| p.is_absolute()).unwrap_or(path);
+    let dir = match named.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
