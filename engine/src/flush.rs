@@ -548,7 +548,11 @@ fn build_requests<const MERGES_LIKELY: bool>(
         return 0;
     }
     let len = bio.len_bytes;
-    let max = d.max_request_bytes;
+    let max = if bio.op.has_data() {
+        d.max_request_bytes
+    } else {
+        d.max_range_request_bytes
+    };
     let nr_segs = bio.buf.nr_segs();
     let mut parts = 0;
     let mut off = 0;

@@ -71,7 +71,7 @@ pub use buf::{IoBuf, IoBufMut};
 pub use cursor::DeviceCursor;
 pub use device::{Device, PlugGuard, MAX_IO_BYTES};
 pub use file_ops::{fs, FallocateMode, OpenOptions};
-pub use long_range::RANGE_PART_BYTES;
+pub use long_range::{MAX_RANGE_BYTES, RANGE_PART_BYTES};
 pub use options::{DeviceOptions, TagSharing};
 pub use plugio_device::{DmaBuf, Error, ErrorKind, IoFlags};
 pub use region::{Page, Region};

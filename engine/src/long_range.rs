@@ -6,12 +6,16 @@
 //! or zeroout longer than the queue takes in one bio
 //! (`blkdev_issue_discard` and `blkdev_issue_zeroout` split the range at
 //! `max_discard_sectors` / `max_write_zeroes_sectors` and chain the bios,
-//! waiting for the last).
+//! waiting for the last). Each part goes to the device as one request
+//! where the backend takes a range whole (a file, a block device), so a
+//! part is one `fallocate` or ioctl, not one per read/write size limit.
 //!
 //! A range that fits one request takes the single-op path unchanged.
 //!
 //! # Invariants
 //!
+//! - A range longer than [`MAX_RANGE_BYTES`] is refused first, before
+//!   any part is counted.
 //! - The whole range is checked before any part is issued (its end,
 //!   read-only, alignment, capacity; then each part against the
 //!   backend's own limits): a refused range issues nothing, and its error names the
@@ -23,7 +27,7 @@
 //!   or not: a part still in flight could otherwise change the range
 //!   after the caller saw the op end.
 
-use plugio_device::{Error, IoFlags, IoOp, OpKind};
+use plugio_device::{Error, InvalidInput, IoFlags, IoOp, OpKind};
 
 use crate::bio::BioBuf;
 use crate::device::{BioInit, Device, MAX_IO_BYTES};
@@ -31,6 +35,13 @@ use crate::device::{BioInit, Device, MAX_IO_BYTES};
 /// The length of each part of a range op longer than [`MAX_IO_BYTES`]:
 /// 1 GiB, a multiple of every logical block size and below that limit.
 pub const RANGE_PART_BYTES: u64 = 1 << 30;
+
+/// The longest range one range op takes: 64 TiB, 65,536 parts. Past it a
+/// length is refused (`InvalidInput::Length`) before anything is built:
+/// each part is a bio and a request, so a range near `i64::MAX` would ask
+/// for billions of them. Larger than any one file system's largest file
+/// but XFS's and btrfs's; issue several ops for more.
+pub const MAX_RANGE_BYTES: u64 = 64 << 40;
 
 const _: () = assert!(RANGE_PART_BYTES <= MAX_IO_BYTES);
 
@@ -74,6 +85,12 @@ impl Device {
         len_bytes: u64,
     ) -> Result<(), Error> {
         let shared = self.shared();
+        if len_bytes > MAX_RANGE_BYTES {
+            return Err(Error::invalid(InvalidInput::Length {
+                len_bytes,
+                max_bytes: MAX_RANGE_BYTES,
+            }));
+        }
         Device::check_end_and_mode(shared, op, offset_bytes, len_bytes)?;
         let whole = IoOp {
             kind: op,

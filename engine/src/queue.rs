@@ -289,6 +289,7 @@ pub(crate) struct CoreDev {
     /// Hot copies of the device's limits and options.
     pub max_request_bytes: u64,
     pub max_merge_bytes: u64,
+    pub max_range_request_bytes: u64,
     pub max_segs: usize,
     pub nomerges: u8,
     pub plug_max_count: usize,
@@ -341,6 +342,7 @@ impl CoreDev {
             fast_lane: o.fast_lane,
             max_request_bytes: shared.max_request_bytes,
             max_merge_bytes: shared.max_merge_bytes,
+            max_range_request_bytes: shared.max_range_request_bytes,
             max_segs: shared.geometry.max_segments.max(1) as usize,
             nomerges: o.nomerges,
             plug_max_count: o.plug_max_count,

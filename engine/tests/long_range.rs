@@ -10,7 +10,9 @@
 mod common;
 
 use plugio_device::{ErrorKind, InvalidInput, RingConfig};
-use plugio_engine::{Device, DeviceOptions, FallocateMode, MAX_IO_BYTES, RANGE_PART_BYTES};
+use plugio_engine::{
+    Device, DeviceOptions, FallocateMode, MAX_IO_BYTES, MAX_RANGE_BYTES, RANGE_PART_BYTES,
+};
 
 const GIB: u64 = 1 << 30;
 const MARK_BYTES: u64 = 4096;
@@ -78,8 +80,12 @@ fn range_ops_longer_than_one_request_change_exactly_their_range() {
             let (start, len) = (3 * MARK_BYTES, 4 * GIB + 2 * MARK_BYTES);
             let at = marks(start, len);
             write_marks(&dev, &at).await;
+            let before = dev.iostats().discard.ios;
             dev.discard(start, len).await.expect("discard");
             check_marks(&dev, &at, start, len, &format!("{fs_name}: discard")).await;
+            // One request per part: a file takes each part in one
+            // fallocate (not one per 1 MiB read/write limit: 4,098).
+            assert_eq!(dev.iostats().discard.ios - before, 5, "{fs_name}");
 
             // Punching a hole is a discard; a range ending at the file's
             // end, three parts.
@@ -161,6 +167,15 @@ fn a_long_range_is_refused_as_a_whole_before_any_part_is_issued() {
             );
         }
         check_marks(&dev, &at, 0, 0, "after refusals").await;
+        // Longer than one op takes: refused before a part is counted (a
+        // length near i64::MAX asked for billions of bios).
+        for len in [MAX_RANGE_BYTES + 4096, (1u64 << 63) - 4096] {
+            let e = dev.discard(0, len).await.expect_err("too long");
+            assert!(
+                matches!(e.kind(), ErrorKind::InvalidInput(InvalidInput::Length { max_bytes, .. }) if *max_bytes == MAX_RANGE_BYTES),
+                "{e}"
+            );
+        }
         // Its end passes i64::MAX, the largest offset the kernel takes.
         let offset = (1u64 << 63) - GIB;
         let e = dev.discard(offset, 3 * GIB).await.expect_err("past i64::MAX");
