@@ -26,17 +26,25 @@ struct LoopDevice {
 
 impl LoopDevice {
     fn create() -> Option<Self> {
+        Self::create_with(SIZE, None)
+    }
+
+    /// A loop device over a file of `size` bytes, with `block` bytes as
+    /// its logical block where given (`losetup -b`).
+    fn create_with(size: u64, block: Option<u32>) -> Option<Self> {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
             println!("SKIPPED: loop device tests need root");
             return None;
         }
         let backing = common::temp_file();
-        backing.as_file().set_len(SIZE).ok()?;
-        let out = Command::new("losetup")
-            .args(["--find", "--show"])
-            .arg(backing.path())
-            .output();
+        backing.as_file().set_len(size).ok()?;
+        let mut cmd = Command::new("losetup");
+        cmd.args(["--find", "--show"]);
+        if let Some(b) = block {
+            cmd.args(["-b", &b.to_string()]);
+        }
+        let out = cmd.arg(backing.path()).output();
         match out {
             Ok(o) if o.status.success() => {
                 let path = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
@@ -196,6 +204,35 @@ fn the_engine_sees_a_loop_devices_size_and_its_cursor_reaches_the_end() {
         c.seek(SeekFrom::End(0)).await.expect("seek");
         let e = c.write_all(&[1u8]).await.expect_err("past the end");
         assert_eq!(e.kind(), std::io::ErrorKind::WriteZero, "{e}");
+    });
+    drop(lo);
+}
+
+/// A capacity off the device's block (4 KiB blocks over a file of
+/// 1 MiB and 1536 bytes): a `DeviceCursor` ends at the last whole block, where
+/// aligned IO ends (found by a break-it helper: the last window's load was
+/// refused as unaligned).
+#[test]
+fn a_cursor_ends_at_a_loop_devices_last_whole_block() {
+    use futures::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt, SeekFrom};
+    let Some(lo) = LoopDevice::create_with((1 << 20) + 1536, Some(4096)) else {
+        return;
+    };
+    let path = lo.path.clone();
+    let ex = plugio::runtime::local(RingConfig::default()).expect("runtime");
+    ex.run(async move {
+        let dev = plugio::Device::open(&path, plugio::DeviceOptions::default()).expect("open");
+        let mut c = plugio::DeviceCursor::new(dev).await.expect("cursor");
+        assert_eq!(c.len_bytes(), 1 << 20);
+        let data = pattern(1 << 20, 9);
+        c.write_all(&data).await.expect("write to the end");
+        c.flush().await.expect("flush");
+        let e = c.write_all(&[1u8]).await.expect_err("past the last block");
+        assert_eq!(e.kind(), std::io::ErrorKind::WriteZero, "{e}");
+        c.seek(SeekFrom::Start(0)).await.expect("seek");
+        let mut all = Vec::new();
+        c.read_to_end(&mut all).await.expect("read to end");
+        assert!(all == data, "read back what was written");
     });
     drop(lo);
 }

@@ -28,7 +28,7 @@
 //! - At most one IO is in flight; while it is, the window's buffer is
 //!   lent to it (`buf` is `None`).
 //! - On a device with a capacity (a block device, an NVMe namespace) no
-//!   window IO reaches past it: a load reads only up to the capacity, and
+//!   window IO reaches past it, rounded down to whole blocks (`end_bytes`): a load reads only up to the capacity, and
 //!   a write at or past it is refused at the `write` call
 //!   (`io::ErrorKind::WriteZero`), never buffered to fail at `flush`.
 
@@ -78,6 +78,8 @@ pub struct DeviceCursor {
     dev: Device,
     pos: u64,
     size_bytes: u64,
+    /// A device's capacity in whole blocks of `align`; `None` for a file.
+    end_bytes: Option<u64>,
     align: u64,
     window_bytes: usize,
     buf: Option<DmaBuf>,
@@ -126,17 +128,21 @@ impl DeviceCursor {
     /// # Errors
     /// The `statx` error.
     pub async fn with_window(dev: Device, window_bytes: usize) -> Result<Self, Error> {
-        let size_bytes = match dev.geometry().capacity_bytes {
+        let align = u64::from(dev.geometry().offset_align_bytes().max(1));
+        // A device's end in whole blocks: a capacity off its block (a loop
+        // device over a file of odd size) has a tail no aligned IO reaches.
+        let end_bytes = dev.geometry().capacity_bytes.map(|c| c / align * align);
+        let size_bytes = match end_bytes {
             Some(c) => c,
             None => dev.metadata().await?.len_bytes,
         };
-        let align = u64::from(dev.geometry().offset_align_bytes().max(1));
         let window_bytes = (window_bytes.max(1) as u64).next_multiple_of(align) as usize;
         let buf = dev.alloc_buf(window_bytes);
         Ok(Self {
             dev,
             pos: 0,
             size_bytes,
+            end_bytes,
             align,
             window_bytes,
             buf: Some(buf),
@@ -222,7 +228,7 @@ impl DeviceCursor {
     /// The bytes a window at `win_off` may hold: the window's size, less
     /// what lies past the device's capacity.
     fn window_room(&self, win_off: u64) -> usize {
-        match self.dev.geometry().capacity_bytes {
+        match self.end_bytes {
             Some(cap) => cap.saturating_sub(win_off).min(self.window_bytes as u64) as usize,
             None => self.window_bytes,
         }
@@ -232,7 +238,7 @@ impl DeviceCursor {
     fn start_load(&mut self, pos: u64) {
         let mut buf = self.buf.take().expect("the window buffer is home");
         self.win_off = pos / self.align * self.align;
-        // A device's capacity is a multiple of its block: so is the room.
+        // `end_bytes` is in whole blocks: so is the room.
         buf.set_len(self.window_room(self.win_off));
         self.win_valid = 0;
         self.win_loaded = false;
@@ -344,16 +350,12 @@ impl AsyncWrite for DeviceCursor {
         if data.is_empty() {
             return Poll::Ready(Ok(0));
         }
-        if let Some(cap) = this
-            .dev
-            .geometry()
-            .capacity_bytes
-            .filter(|&c| this.pos >= c)
-        {
+        if let Some(cap) = this.end_bytes.filter(|&c| this.pos >= c) {
             return Poll::Ready(Err(io::Error::new(
                 io::ErrorKind::WriteZero,
                 format!(
-                    "write at {} is at or past the end of the device ({cap} bytes)",
+                    "write at {} is at or past the end of the device ({cap} bytes in whole \
+                     blocks)",
                     this.pos
                 ),
             )));
