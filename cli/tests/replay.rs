@@ -1073,4 +1073,40 @@ fn an_unwritable_target_is_refused_as_bad_input() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("cannot be opened for writing"), "{err}");
+    // A file on a read-only file system (EROFS): a tmpfs mounted, filled,
+    // remounted read-only.
+    let ro = dir.path().join("ro");
+    std::fs::create_dir(&ro).expect("mount point");
+    let mounted = |args: &[&str]| {
+        Command::new("mount")
+            .args(args)
+            .arg(&ro)
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !mounted(&["-t", "tmpfs", "-o", "size=4m", "tmpfs"]) {
+        eprintln!("SKIP: cannot mount a tmpfs here");
+        return;
+    }
+    let img = ro.join("t.img");
+    std::fs::write(&img, vec![0u8; 1 << 20]).expect("target");
+    let o = if mounted(&["-o", "remount,ro"]) {
+        Some(plugio(&[
+            "replay",
+            &data("small.csv"),
+            "--filename",
+            img.to_str().expect("utf-8"),
+            "--direct",
+            "0",
+            "--quiet",
+        ]))
+    } else {
+        None
+    };
+    let _ = Command::new("umount").arg(&ro).status();
+    if let Some(o) = o {
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains("read-only"), "{err}");
+    }
 }

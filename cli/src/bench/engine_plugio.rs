@@ -190,10 +190,11 @@ fn arena_note(job: &Job, arena: plugio_device::buf::ArenaConfig) -> Option<Strin
     let fixed = arena.nr_chunks;
     (fixed < job.iodepth).then(|| {
         format!(
-            "--fixedbufs 1: the registered arena holds {fixed} of the {} buffers of each \
-             core (at most {} MiB per core, within the usual memlock limit): the other IO \
-             tasks use plain buffers, so about {}% of the IO uses fixed buffers; a smaller \
-             --bs or --iodepth fits them all",
+            "--fixedbufs 1: the registered arena takes at most {fixed} of the {} buffers of \
+             each core ({} MiB per core, or one buffer where one is larger, within the usual \
+             memlock limit): the other IO tasks use plain buffers, so at most about {}% of \
+             the IO uses fixed buffers (none where the registration is refused: see its \
+             warning); a smaller --bs or --iodepth fits them all",
             job.iodepth,
             ARENA_MAX_BYTES >> 20,
             u64::from(fixed) * 100 / u64::from(job.iodepth)
@@ -509,7 +510,7 @@ mod tests {
         let big = job(&["--bs", "1m"]);
         let note = arena_note(&big, arena_config(&big).expect("fixedbufs on")).expect("noted");
         assert!(
-            note.contains("holds 4 of the 128 buffers") && note.contains("about 3%"),
+            note.contains("at most 4 of the 128 buffers") && note.contains("about 3%"),
             "{note}"
         );
         let small = job(&["--bs", "4k"]);

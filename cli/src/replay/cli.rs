@@ -388,12 +388,20 @@ fn open_device(args: &ReplayArgs) -> Result<Device, ReplayError> {
                 "the file system of {} refuses O_DIRECT (tmpfs does): use --direct 0",
                 crate::shown::path(&args.filename)
             ))
-        } else if matches!(e.kind(), ErrorKind::PermissionDenied) {
+        } else if matches!(
+            e.kind(),
+            ErrorKind::PermissionDenied | ErrorKind::Io { errno: libc::EROFS }
+        ) {
             // A replay writes its target: one it may not write is bad
             // input, as bench's --rw randwrite on it is.
+            let why = if matches!(e.kind(), ErrorKind::PermissionDenied) {
+                "permission denied"
+            } else {
+                "its file system is read-only"
+            };
             ReplayError::usage(format!(
-                "{} cannot be opened for writing (permission denied): a replay overwrites its \
-                 target; give a file or device this user may write",
+                "{} cannot be opened for writing ({why}): a replay overwrites its target; give \
+                 a file or device this user may write",
                 crate::shown::path(&args.filename)
             ))
         } else {
