@@ -41,7 +41,7 @@ use bytes::Bytes;
 use plugio_device::{Error, ErrorKind, OpKind};
 
 use crate::device::Device;
-use crate::DmaBuf;
+use plugio_device::DmaBuf;
 
 /// The size of each zero-filled write of the fallback: large enough that a
 /// big range takes few writes (the engine splits it at the device's

@@ -11,6 +11,7 @@
 use super::error::BenchError;
 use super::options::{EngineKind, Job};
 use super::report::fmt_bytes;
+use super::units::human;
 
 /// Memory a job (a core with its ring, tags, task table and thread) takes
 /// beside its IO buffers; a deliberate overestimate.
@@ -94,15 +95,6 @@ pub fn check(job: &Job) -> Result<Vec<String>, BenchError> {
         }
     }
     Ok(warnings)
-}
-
-/// `n` bytes in GiB or MiB with one decimal.
-pub(super) fn human(n: u64) -> String {
-    if n >= 1 << 30 {
-        format!("{:.1} GiB", n as f64 / (1u64 << 30) as f64)
-    } else {
-        format!("{:.1} MiB", n as f64 / (1u64 << 20) as f64)
-    }
 }
 
 /// Memory mappings a thread takes: its stack and guard page, and the

@@ -46,6 +46,7 @@ pub mod report;
 mod runs;
 pub mod stats;
 pub mod target;
+mod units;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

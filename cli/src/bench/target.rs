@@ -302,9 +302,9 @@ fn check_free_space(path: &Path, size_bytes: u64) -> Result<(), BenchError> {
     Err(BenchError::TooBig(format!(
         "a temporary file of {} (--size) would leave less than {} of the {} free in {}: \
          lower --size, or pass a file or block device that large with --filename",
-        super::limits::human(size_bytes),
-        super::limits::human(TEMP_FREE_MARGIN_BYTES),
-        super::limits::human(free_bytes),
+        super::units::human(size_bytes),
+        super::units::human(TEMP_FREE_MARGIN_BYTES),
+        super::units::human(free_bytes),
         plugio_cli::shown::path(dir)
     )))
 }
