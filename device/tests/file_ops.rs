@@ -215,4 +215,15 @@ fn a_files_zeroing_op_is_probed_at_open() {
             .expect("open");
         assert_eq!(f.write_zeroes_support(), Some(false), "{}", link.display());
     }
+    // A read-only open is not probed: its writes fail whatever the file
+    // system can do, and the probe's four syscalls are saved.
+    for (dir, _) in &cases {
+        let path = dir.path().join("probed");
+        let f = plugio_device::backend::file::OpenOptions::new()
+            .direct(false)
+            .write(false)
+            .open(&path)
+            .expect("open read-only");
+        assert_eq!(f.write_zeroes_support(), None, "{}", path.display());
+    }
 }

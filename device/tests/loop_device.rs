@@ -32,6 +32,17 @@ impl LoopDevice {
     /// A loop device over a file of `size` bytes, with `block` bytes as
     /// its logical block where given (`losetup -b`).
     fn create_with(size: u64, block: Option<u32>) -> Option<Self> {
+        let block = block.map(|b| b.to_string());
+        let args: Vec<&str> = match &block {
+            Some(b) => vec!["-b", b],
+            None => vec![],
+        };
+        Self::create_args(size, &args)
+    }
+
+    /// A loop device over a file of `size` bytes, made with `losetup`'s
+    /// extra `args` (`-b 4096`, `-r`).
+    fn create_args(size: u64, args: &[&str]) -> Option<Self> {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
             println!("SKIPPED: loop device tests need root");
@@ -40,10 +51,7 @@ impl LoopDevice {
         let backing = common::temp_file();
         backing.as_file().set_len(size).ok()?;
         let mut cmd = Command::new("losetup");
-        cmd.args(["--find", "--show"]);
-        if let Some(b) = block {
-            cmd.args(["-b", &b.to_string()]);
-        }
+        cmd.args(["--find", "--show"]).args(args);
         let out = cmd.arg(backing.path()).output();
         match out {
             Ok(o) if o.status.success() => {
@@ -235,4 +243,48 @@ fn a_cursor_ends_at_a_loop_devices_last_whole_block() {
         assert!(all == data, "read back what was written");
     });
     drop(lo);
+}
+
+/// A read-only block device (`losetup -r`) is refused at a writable open,
+/// naming the path and what to change, where Linux would let the open
+/// through and fail every write with `EPERM` (found by a break-it helper:
+/// `plugio replay` failed at its first write, exit 1). A read-only open
+/// still reads it, through this crate and through the engine.
+#[test]
+fn a_read_only_block_device_is_refused_at_a_writable_open() {
+    let Some(lo) = LoopDevice::create_args(SIZE, &["-r"]) else {
+        return;
+    };
+    let driver = DeviceDriver::with_ring(&RingConfig::default()).expect("ring");
+    for kind in [BackendKind::Uring, BackendKind::Sync] {
+        let e = File::open_with(lo.path(), OpenOptions::new().backend(kind))
+            .expect_err("a writable open of a read-only device");
+        assert_eq!(*e.kind(), ErrorKind::PermissionDenied, "{e}");
+        let text = e.to_string();
+        assert!(text.contains(&lo.path().display().to_string()), "{text}");
+        assert!(
+            text.contains("read-only") && text.contains("--setrw"),
+            "{text}"
+        );
+        let f = File::open_with(lo.path(), OpenOptions::new().backend(kind).write(false))
+            .expect("a read-only open");
+        let (r, _) = block_on(&driver, f.read_at(f.alloc_buf(4096), 0));
+        assert_eq!(r.expect("read"), 4096);
+    }
+    // One driver per thread: the engine's runtime installs its own.
+    drop(driver);
+    let path = lo.path.clone();
+    let ex = plugio::runtime::local(RingConfig::default()).expect("runtime");
+    ex.run(async move {
+        let e = plugio::Device::open(&path, plugio::DeviceOptions::default())
+            .expect_err("the engine's default open is writable");
+        assert_eq!(*e.kind(), ErrorKind::PermissionDenied, "{e}");
+        let ro = plugio::DeviceOptions {
+            read_only: true,
+            ..Default::default()
+        };
+        let dev = plugio::Device::open(&path, ro).expect("read-only open");
+        let (r, _) = dev.read_at(dev.alloc_buf(4096), 0).await;
+        assert_eq!(r.expect("read"), 4096);
+    });
 }

@@ -111,8 +111,11 @@ impl OpenOptions {
     /// block until a writer came); [`ErrorKind::Unsupported`] for an NVMe
     /// generic character device (`/dev/ngXnY`: see `NvmeBackend`) and for
     /// `BackendKind::Mem`; [`ErrorKind::DirectIoRefused`] (naming the
-    /// path) when the file system refuses `O_DIRECT`; otherwise the
-    /// `open`/`statx`/sysfs error with the path.
+    /// path) when the file system refuses `O_DIRECT`;
+    /// [`ErrorKind::PermissionDenied`] (naming the path) when a read-only
+    /// block device is opened with `write(true)` (see
+    /// [`FileBackend::from_fd`]); otherwise the `open`/`statx`/sysfs error
+    /// with the path.
     pub fn open(&self, path: impl AsRef<Path>) -> Result<FileBackend> {
         let path = path.as_ref();
         if self.backend == BackendKind::Mem {
@@ -213,6 +216,41 @@ fn probe_zero_range(file: &fs::File, path: &Path) -> Option<bool> {
     }
 }
 
+/// `BLKROGET`: `_IO(0x12, 94)`; writes an `int`, non-zero when the block
+/// device is read-only.
+const BLKROGET: libc::c_ulong = 0x125e;
+
+/// Whether the block device `file` is read-only (`BLKROGET`: set by
+/// `losetup -r`, `blockdev --setro`, a write-protected medium). Linux lets
+/// such a device be opened for writing and fails each write with `EPERM`,
+/// so [`FileBackend::from_fd`] checks it at a writable open. False when
+/// the ioctl fails (`ENOTTY` for a regular file): writes then say it
+/// themselves. No errors, no panics. The kernel's `bdev_read_only`.
+///
+/// ```
+/// let file = tempfile::tempfile()?;
+/// assert!(!plugio::device::backend::file::is_read_only_block_device(&file));
+/// # Ok::<_, std::io::Error>(())
+/// ```
+pub fn is_read_only_block_device(file: &fs::File) -> bool {
+    let mut ro: libc::c_int = 0;
+    // SAFETY: BLKROGET writes one int through the pointer, which points to
+    // a live local.
+    let rc = unsafe { libc::ioctl(file.as_raw_fd(), BLKROGET as _, &mut ro) };
+    rc == 0 && ro != 0
+}
+
+/// The refusal of a writable open of a read-only block device.
+fn read_only_device_error(path: &Path) -> Error {
+    Error::new(ErrorKind::PermissionDenied)
+        .with_path(path)
+        .with_context(
+            "the block device is read-only (BLKROGET; as `losetup -r` or `blockdev --setro` \
+             leave it): open it read-only (DeviceOptions::read_only, OpenOptions::write(false)) \
+             or make it writable with `blockdev --setrw`",
+        )
+}
+
 fn next_file_id() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     // Relaxed: only uniqueness matters.
@@ -232,7 +270,8 @@ pub struct FileBackend {
     path: PathBuf,
     kind: BackendKind,
     /// [`Backend::write_zeroes_support`]: true for a block device, probed
-    /// for a file ([`probe_zero_range`]).
+    /// for a file opened for writing ([`probe_zero_range`]), unknown for
+    /// one opened read-only (its writes fail anyway).
     zero_range: Option<bool>,
 }
 
@@ -249,6 +288,9 @@ impl FileBackend {
     /// is a directory, FIFO, socket or character device;
     /// [`InvalidInput::OpenFlags`](crate::InvalidInput::OpenFlags) when it
     /// was opened with `O_PATH` (its IO would fail with `EBADF`);
+    /// [`ErrorKind::PermissionDenied`] when `fd` is open for writing on a
+    /// read-only block device (`BLKROGET`: `losetup -r`, `blockdev
+    /// --setro`), whose every write Linux would fail with `EPERM`;
     /// [`ErrorKind::Unsupported`] for `BackendKind::Mem`; the `fstat`,
     /// `statx` or sysfs error, with the path.
     pub fn from_fd(fd: OwnedFd, path: &Path, direct: bool, kind: BackendKind) -> Result<Self> {
@@ -273,7 +315,17 @@ impl FileBackend {
             let detail = "it was opened with O_PATH: open it with O_RDWR (O_RDONLY for reads only)";
             return Err(Error::invalid(crate::InvalidInput::OpenFlags { detail }).with_path(path));
         }
-        Self::of_file(file, file_type.is_block_device(), path, direct, kind)
+        // Unknown flags (F_GETFL failed) count as writable: the checks
+        // that follow only refuse or probe more.
+        let writable = flags < 0 || flags & libc::O_ACCMODE != libc::O_RDONLY;
+        Self::of_file(
+            file,
+            file_type.is_block_device(),
+            writable,
+            path,
+            direct,
+            kind,
+        )
     }
 
     /// A FIFO opened read-write as a backend, which `open` and `from_fd`
@@ -286,25 +338,31 @@ impl FileBackend {
             .write(true)
             .open(path)
             .map_err(|e| Error::from_io(&e).with_path(path))?;
-        Self::of_file(file, false, path, false, BackendKind::Uring)
+        Self::of_file(file, false, true, path, false, BackendKind::Uring)
     }
 
-    /// The backend over `file`, whose type was checked.
+    /// The backend over `file`, whose type was checked; `writable`: it
+    /// was opened for writing (`O_WRONLY` or `O_RDWR`).
     fn of_file(
         file: fs::File,
         is_block_device: bool,
+        writable: bool,
         path: &Path,
         direct: bool,
         kind: BackendKind,
     ) -> Result<Self> {
         if is_block_device {
+            if writable && is_read_only_block_device(&file) {
+                return Err(read_only_device_error(path));
+            }
             skip_atime(&file);
         }
         let geometry = Geometry::of_file(&file, direct).map_err(|e| e.with_path(path))?;
-        let zero_range = if is_block_device {
-            Some(true)
-        } else {
-            probe_zero_range(&file, path)
+        let zero_range = match (is_block_device, writable) {
+            (true, _) => Some(true),
+            (false, true) => probe_zero_range(&file, path),
+            // Its writes fail (EBADF) whatever the file system can do.
+            (false, false) => None,
         };
         Ok(FileBackend {
             fd: Arc::new(OwnedFd::from(file)),
