@@ -1110,3 +1110,64 @@ fn an_unwritable_target_is_refused_as_bad_input() {
         assert!(err.contains("read-only"), "{err}");
     }
 }
+
+/// A read-only block device (`losetup -r`): Linux opens it for writing
+/// and fails each write with EPERM, so a replay failed at its first write
+/// (exit 1) and bench's writing job too. Both now refuse it as bad input
+/// (exit 2) saying the device is read-only; a read job still runs on it.
+/// Root only (skipped otherwise).
+#[test]
+fn a_read_only_block_device_is_refused_as_bad_input() {
+    struct Detach(String);
+    impl Drop for Detach {
+        fn drop(&mut self) {
+            let _ = Command::new("losetup").arg("-d").arg(&self.0).status();
+        }
+    }
+    let backing = tempfile::NamedTempFile::new_in(env!("CARGO_TARGET_TMPDIR")).expect("backing");
+    backing.as_file().set_len(4 << 20).expect("size");
+    let made = Command::new("losetup")
+        .args(["--find", "--show", "-r"])
+        .arg(backing.path())
+        .output();
+    let dev = match made {
+        Ok(o) if o.status.success() => Detach(String::from_utf8_lossy(&o.stdout).trim().to_owned()),
+        _ => {
+            eprintln!("SKIP: cannot make a loop device here (needs root)");
+            return;
+        }
+    };
+    let replay = plugio(&[
+        "replay",
+        &data("small.csv"),
+        "--filename",
+        &dev.0,
+        "--quiet",
+    ]);
+    let err = String::from_utf8_lossy(&replay.stderr);
+    assert_eq!(replay.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("block device is read-only") && err.contains("--setrw"),
+        "{err}"
+    );
+    let bench = |rw: &str| {
+        plugio(&[
+            "bench",
+            "--filename",
+            &dev.0,
+            "--rw",
+            rw,
+            "--size",
+            "1m",
+            "--number_ios",
+            "64",
+            "--quiet",
+        ])
+    };
+    let w = bench("randwrite");
+    let err = String::from_utf8_lossy(&w.stderr);
+    assert_eq!(w.status.code(), Some(2), "{err}");
+    assert!(err.contains("block device is read-only"), "{err}");
+    let r = bench("randread");
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+}

@@ -216,6 +216,19 @@ fn check_direct(path: &Path, job: &Job) -> Result<u32, BenchError> {
             ))
         }
     };
+    // Linux opens a read-only block device for writing and fails each
+    // write; the engines refuse the open (plugio) or fail at the first
+    // write (the peers), so it is refused here for all of them.
+    if job.rw.writes() && plugio_device::backend::file::is_read_only_block_device(&file) {
+        return Err(BenchError::NotWritable {
+            path: path.to_path_buf(),
+            rw: job.rw.name(),
+            source: io::Error::new(
+                io::ErrorKind::ReadOnlyFilesystem,
+                "the block device is read-only; `blockdev --setrw` makes it writable",
+            ),
+        });
+    }
     let geometry = plugio_device::Geometry::of_file(&file, job.direct).map_err(|e| {
         BenchError::engine(
             "plugio",

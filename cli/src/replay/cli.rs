@@ -394,7 +394,11 @@ fn open_device(args: &ReplayArgs) -> Result<Device, ReplayError> {
         ) {
             // A replay writes its target: one it may not write is bad
             // input, as bench's --rw randwrite on it is.
-            let why = if matches!(e.kind(), ErrorKind::PermissionDenied) {
+            let read_only_device = std::fs::File::open(&args.filename)
+                .is_ok_and(|f| plugio_device::backend::file::is_read_only_block_device(&f));
+            let why = if read_only_device {
+                "the block device is read-only; `blockdev --setrw` makes it writable"
+            } else if matches!(e.kind(), ErrorKind::PermissionDenied) {
                 "permission denied"
             } else {
                 "its file system is read-only"
