@@ -514,6 +514,25 @@ fn cli_replays_iolog_and_blkparse_fixtures() {
     );
     assert_eq!(d["trace_ios"], serde_json::json!([1, 2, 3, 0]));
     assert_eq!(u(&d, &["verify", "mismatched_sectors"]), 0);
+    assert_eq!(d["action"], "D");
+}
+
+/// `--action` on a trace without actions (CSV, fio iolog) is refused,
+/// naming the format and what to drop; it was accepted and ignored.
+/// Nothing is created.
+#[test]
+fn cli_action_on_a_trace_without_actions_is_refused() {
+    let dir = tmpdir();
+    let target = dir.path().join("never");
+    let t = target.display().to_string();
+    for (trace, what) in [("small.csv", "a CSV trace"), ("small.iolog", "a fio iolog")] {
+        let o = plugio(&["replay", &data(trace), "--filename", &t, "--action", "D"]);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        let err = stderr(&o);
+        assert!(err.contains("--action applies to blkparse traces"), "{err}");
+        assert!(err.contains(what) && err.contains("drop --action"), "{err}");
+        assert!(!target.exists(), "nothing is created");
+    }
 }
 
 #[test]

@@ -303,7 +303,12 @@ impl BenchArgs {
         if !(self.runtime > 0.0 && self.runtime <= 86_400.0) {
             return Err(BenchError::usage(format!(
                 "--runtime {} is out of range: use seconds in (0, 86400]",
-                self.runtime
+                // 1e30, not 31 digits.
+                if self.runtime.abs() >= 1e6 {
+                    format!("{:e}", self.runtime)
+                } else {
+                    self.runtime.to_string()
+                }
             )));
         }
         match self.rwmixread {
@@ -427,6 +432,11 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 /// A message naming the bad text and the forms taken.
 pub fn parse_seconds(text: &str) -> Result<f64, String> {
     let t = text.trim();
+    // A plain number in any form Rust reads (`1e3`, `inf`): a time out of
+    // range is refused by the job's check, naming it (NaN is no time).
+    if let Some(n) = t.parse::<f64>().ok().filter(|n| !n.is_nan()) {
+        return Ok(n);
+    }
     // A sign is kept: the job's check says a negative time is out of range.
     let sign = usize::from(t.starts_with('-'));
     let split = t[sign..]
@@ -492,7 +502,32 @@ mod tests {
         assert_eq!(parse_seconds("1m"), Ok(60.0));
         assert_eq!(parse_seconds("1h"), Ok(3600.0));
         assert_eq!(parse_seconds("-1"), Ok(-1.0));
-        for bad in ["", "s", "-", "2x", "1..2", "--json", "two"] {
+        // Read as numbers, for the job's range check to name (they were
+        // "not a time").
+        assert_eq!(parse_seconds("1e30"), Ok(1e30));
+        assert_eq!(parse_seconds("2.5E1"), Ok(25.0));
+        assert_eq!(parse_seconds("inf"), Ok(f64::INFINITY));
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: BenchArgs,
+        }
+        for big in ["1e30", "inf", "-1e30"] {
+            let arg = format!("--runtime={big}");
+            let cli = <Cli as clap::Parser>::try_parse_from(["bench", arg.as_str()]);
+            let e = cli
+                .expect("parses")
+                .args
+                .into_job()
+                .expect_err("out of range");
+            let e = e.to_string();
+            assert!(
+                e.contains("is out of range: use seconds in (0, 86400]"),
+                "{e}"
+            );
+            assert!(e.len() < 100, "{e}");
+        }
+        for bad in ["", "s", "-", "2x", "1..2", "--json", "two", "nan"] {
             assert!(
                 parse_seconds(bad).unwrap_err().contains("not a time"),
                 "{bad:?}"

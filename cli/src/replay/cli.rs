@@ -46,9 +46,10 @@ pub struct ReplayArgs {
     #[arg(long, value_enum)]
     pub format: Option<TraceFormat>,
     /// blkparse traces: the action to replay (Q: bios before merging; D:
-    /// requests after the kernel merged them).
-    #[arg(long, value_enum, default_value_t = BlkAction::Q)]
-    pub action: BlkAction,
+    /// requests after the kernel merged them). Default Q; refused for
+    /// the other formats, which record IOs without actions.
+    #[arg(long, value_enum)]
+    pub action: Option<BlkAction>,
     /// original: each IO at its recorded time; none: as fast as possible
     /// with at most --iodepth in flight.
     #[arg(long, value_enum, default_value_t = Timing::Original)]
@@ -211,10 +212,20 @@ pub fn run(args: &ReplayArgs) -> Result<CliReport, ReplayError> {
     }
     let popts = ParseOptions {
         format: args.format,
-        action: args.action,
+        action: args.action.unwrap_or(BlkAction::Q),
         limit: args.limit,
     };
     let mut trace = load::load(&args.trace, &popts)?;
+    if args.action.is_some() && trace.format != TraceFormat::Blkparse {
+        return Err(ReplayError::usage(format!(
+            "--action applies to blkparse traces, and {} is {}: drop --action",
+            crate::shown::path(&args.trace),
+            match trace.format {
+                TraceFormat::Csv => "a CSV trace",
+                _ => "a fio iolog",
+            }
+        )));
+    }
     if trace.ios.is_empty() {
         let hint = if trace.format == TraceFormat::Blkparse {
             "; is --action right?"
@@ -256,7 +267,7 @@ pub fn run(args: &ReplayArgs) -> Result<CliReport, ReplayError> {
         meta: crate::json::RunMeta::now("replay"),
         trace: args.trace.display().to_string(),
         format: trace.format,
-        action: args.action,
+        action: args.action.unwrap_or(BlkAction::Q),
         filename: args.filename.display().to_string(),
         created,
         direct: args.direct == 1,
