@@ -45,6 +45,22 @@ pub const MAX_RANGE_BYTES: u64 = 64 << 40;
 
 const _: () = assert!(RANGE_PART_BYTES <= MAX_IO_BYTES);
 
+/// Runs `parts` together (each polled in the same poll of the returned
+/// future, so they are plugged together) until every one has completed;
+/// then the first error in `parts`' order, if any. A part still in flight
+/// could change the range after the caller saw the op end, so an error
+/// does not return early.
+pub(crate) async fn all_complete<F, T>(parts: impl IntoIterator<Item = F>) -> Result<(), Error>
+where
+    F: std::future::Future<Output = Result<T, Error>>,
+{
+    let results = futures::future::join_all(parts).await;
+    results
+        .into_iter()
+        .find_map(Result::err)
+        .map_or(Ok(()), Err)
+}
+
 impl Device {
     /// `op` (a range op without memory) on `[offset_bytes, offset_bytes +
     /// len_bytes)`: one IO when it fits one request, else split into
@@ -66,11 +82,7 @@ impl Device {
         self.check_range_op(op, offset_bytes, len_bytes)?;
         let parts = parts(offset_bytes, len_bytes)
             .map(|(offset, len)| self.io(op, IoFlags::NONE, offset, len));
-        let results = futures::future::join_all(parts).await;
-        results
-            .into_iter()
-            .find_map(Result::err)
-            .map_or(Ok(()), Err)
+        all_complete(parts).await
     }
 
     /// Checks a range op's range as a whole, whatever its length (so an

@@ -118,11 +118,8 @@ impl Device {
         let end = offset_bytes + len_bytes;
         let writes = (offset_bytes..end)
             .step_by(chunk)
-            .map(|at| self.write_all_at(zeroes.slice(..(end - at).min(chunk as u64) as usize), at));
-        let results = futures::future::join_all(writes).await;
-        results
-            .into_iter()
-            .find_map(|(r, _)| r.err())
-            .map_or(Ok(()), Err)
+            .map(|at| self.write_all_at(zeroes.slice(..(end - at).min(chunk as u64) as usize), at))
+            .map(|write| futures::FutureExt::map(write, |(r, _)| r));
+        crate::long_range::all_complete(writes).await
     }
 }
