@@ -262,10 +262,16 @@ fn a_read_only_block_device_is_refused_at_a_writable_open() {
         assert_eq!(*e.kind(), ErrorKind::PermissionDenied, "{e}");
         let text = e.to_string();
         assert!(text.contains(&lo.path().display().to_string()), "{text}");
-        assert!(
-            text.contains("read-only") && text.contains("--setrw"),
-            "{text}"
-        );
+        // How each way of making it read-only is undone: `--setrw` does
+        // not undo `losetup -r` (found by a break-it helper).
+        for part in [
+            "read-only",
+            "`blockdev --setrw` undoes",
+            "losetup -r",
+            "read_only(true)",
+        ] {
+            assert!(text.contains(part), "{part}: {text}");
+        }
         let f = File::open_with(lo.path(), OpenOptions::new().backend(kind).write(false))
             .expect("a read-only open");
         let (r, _) = block_on(&driver, f.read_at(f.alloc_buf(4096), 0));

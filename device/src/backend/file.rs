@@ -244,12 +244,17 @@ pub fn is_read_only_block_device(file: &fs::File) -> bool {
 fn read_only_device_error(path: &Path) -> Error {
     Error::new(ErrorKind::PermissionDenied)
         .with_path(path)
-        .with_context(
-            "the block device is read-only (BLKROGET; as `losetup -r` or `blockdev --setro` \
-             leave it): open it read-only (DeviceOptions::read_only, OpenOptions::write(false)) \
-             or make it writable with `blockdev --setrw`",
-        )
+        .with_context(READ_ONLY_DEVICE_HINT)
 }
+
+/// What a writable open of a read-only block device is told: how to open
+/// it read-only, and how each way of making a device read-only is undone
+/// (`blockdev --setrw` does not undo `losetup -r`, and a partition stays
+/// read-only while its disk is).
+const READ_ONLY_DEVICE_HINT: &str = "the block device is read-only (BLKROGET): open it read-only \
+     (DeviceOptions::read_only; read_only(true) or write(false) on the open options), or make \
+     it writable: `blockdev --setrw` undoes `blockdev --setro`; a loop device set up with \
+     `losetup -r` must be set up again without -r; a partition is read-only while its disk is";
 
 fn next_file_id() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
