@@ -18,3 +18,10 @@ pub mod shown;
 pub const FALLBACK_NOTE: &str = "io_uring was refused on this machine (seccomp, io_uring_disabled \
      or an old kernel): plugio ran on its sync thread pool (pread/pwrite), so these figures \
      measure that path; `plugio info PATH` says why";
+
+/// Why a `bench` job that writes, or a `replay` whose trace writes, refuses
+/// a read-only block device (`BLKROGET`), and how each way of making one
+/// read-only is undone.
+pub const READ_ONLY_DEVICE: &str = "the block device is read-only: `blockdev --setrw` undoes \
+     `blockdev --setro`; a loop device set up with `losetup -r` must be set up again without -r; \
+     a partition is read-only while its disk is";

@@ -506,6 +506,7 @@ fn cli_replays_iolog_and_blkparse_fixtures() {
         &["--verify", "--timing", "none"],
     );
     assert_eq!(q["format"], "blkparse");
+    assert_eq!(q["action"], "Q");
     assert_eq!(q["trace_ios"], serde_json::json!([1, 3, 3, 0]));
     let d = replay_json(
         &data("small.blkparse.txt"),
@@ -533,6 +534,47 @@ fn cli_action_on_a_trace_without_actions_is_refused() {
         assert!(err.contains(what) && err.contains("drop --action"), "{err}");
         assert!(!target.exists(), "nothing is created");
     }
+    // With --format given, before the trace is read: a malformed trace
+    // gets the --action refusal, not its parse error.
+    let o = plugio(&[
+        "replay",
+        &data("bad.csv"),
+        "--filename",
+        &t,
+        "--format",
+        "csv",
+        "--action",
+        "Q",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--action applies to blkparse"),
+        "{}",
+        stderr(&o)
+    );
+    // A trace on standard input is named as other errors name it.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_plugio"))
+        .args(["replay", "-", "--filename", &t, "--action", "D"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let trace = std::fs::read(data("small.csv")).expect("trace");
+    std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), &trace).expect("write");
+    let o = child.wait_with_output().expect("wait");
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("<stdin> is a CSV trace"),
+        "{}",
+        stderr(&o)
+    );
+    // The JSON report's action is null where the format has none.
+    let csv = replay_json(
+        &data("small.csv"),
+        &dir.path().join("csv"),
+        &["--timing", "none"],
+    );
+    assert_eq!(csv["action"], serde_json::Value::Null);
 }
 
 #[test]
@@ -1091,7 +1133,7 @@ fn an_unwritable_target_is_refused_as_bad_input() {
     let _ = Command::new("chattr").arg("-i").arg(&target).status();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("cannot be opened for writing"), "{err}");
+    assert!(err.contains("cannot be written"), "{err}");
     // A file on a read-only file system (EROFS): a tmpfs mounted, filled,
     // remounted read-only.
     let ro = dir.path().join("ro");
@@ -1133,8 +1175,10 @@ fn an_unwritable_target_is_refused_as_bad_input() {
 /// A read-only block device (`losetup -r`): Linux opens it for writing
 /// and fails each write with EPERM, so a replay failed at its first write
 /// (exit 1) and bench's writing job too. Both now refuse it as bad input
-/// (exit 2) saying the device is read-only; a read job still runs on it.
-/// Root only (skipped otherwise).
+/// (exit 2) saying the device is read-only and how that is undone; a
+/// read job, a `randrw` job with 100 % reads and a trace without writes
+/// still run on it (the last two were refused by the first fix: found by
+/// a break-it helper). Root only (skipped otherwise).
 #[test]
 fn a_read_only_block_device_is_refused_as_bad_input() {
     struct Detach(String);
@@ -1166,9 +1210,33 @@ fn a_read_only_block_device_is_refused_as_bad_input() {
     let err = String::from_utf8_lossy(&replay.stderr);
     assert_eq!(replay.status.code(), Some(2), "{err}");
     assert!(
-        err.contains("block device is read-only") && err.contains("--setrw"),
+        err.contains("block device is read-only") && err.contains("losetup -r"),
         "{err}"
     );
+    let reads = backing.path().with_extension("reads.csv");
+    std::fs::write(
+        &reads,
+        "time_ns,op,offset_bytes,len_bytes\n0,R,0,4096\n1000,R,4096,4096\n2000,F,0,0\n",
+    )
+    .expect("trace");
+    let replay = plugio(&[
+        "replay",
+        reads.to_str().expect("utf-8"),
+        "--filename",
+        &dev.0,
+        "--verify",
+        "--json",
+        "--quiet",
+    ]);
+    let _ = std::fs::remove_file(&reads);
+    let out = String::from_utf8_lossy(&replay.stdout);
+    assert!(
+        replay.status.success(),
+        "{}",
+        String::from_utf8_lossy(&replay.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_str(out.trim()).expect("json");
+    assert_eq!(v["trace_ios"], serde_json::json!([2, 0, 1, 0]), "{out}");
     let bench = |rw: &str| {
         plugio(&[
             "bench",
@@ -1189,4 +1257,23 @@ fn a_read_only_block_device_is_refused_as_bad_input() {
     assert!(err.contains("block device is read-only"), "{err}");
     let r = bench("randread");
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let all_reads = plugio(&[
+        "bench",
+        "--filename",
+        &dev.0,
+        "--rw",
+        "randrw",
+        "--rwmixread",
+        "100",
+        "--size",
+        "1m",
+        "--number_ios",
+        "64",
+        "--quiet",
+    ]);
+    assert!(
+        all_reads.status.success(),
+        "{}",
+        String::from_utf8_lossy(&all_reads.stderr)
+    );
 }

@@ -128,8 +128,9 @@ pub struct CliReport {
     pub trace: String,
     /// Its format.
     pub format: TraceFormat,
-    /// The blkparse action kept (meaningful for blkparse traces).
-    pub action: BlkAction,
+    /// The blkparse action kept; `None` (JSON `null`) for the formats
+    /// without actions.
+    pub action: Option<BlkAction>,
     /// The target path.
     pub filename: String,
     /// True when the replay created the target.
@@ -215,17 +216,13 @@ pub fn run(args: &ReplayArgs) -> Result<CliReport, ReplayError> {
         action: args.action.unwrap_or(BlkAction::Q),
         limit: args.limit,
     };
-    let mut trace = load::load(&args.trace, &popts)?;
-    if args.action.is_some() && trace.format != TraceFormat::Blkparse {
-        return Err(ReplayError::usage(format!(
-            "--action applies to blkparse traces, and {} is {}: drop --action",
-            crate::shown::path(&args.trace),
-            match trace.format {
-                TraceFormat::Csv => "a CSV trace",
-                _ => "a fio iolog",
-            }
-        )));
+    // A format given is checked before the trace is read; a detected one
+    // after.
+    if let Some(format) = args.format {
+        check_action(args, format)?;
     }
+    let mut trace = load::load(&args.trace, &popts)?;
+    check_action(args, trace.format)?;
     if trace.ios.is_empty() {
         let hint = if trace.format == TraceFormat::Blkparse {
             "; is --action right?"
@@ -267,7 +264,8 @@ pub fn run(args: &ReplayArgs) -> Result<CliReport, ReplayError> {
         meta: crate::json::RunMeta::now("replay"),
         trace: args.trace.display().to_string(),
         format: trace.format,
-        action: args.action.unwrap_or(BlkAction::Q),
+        action: (trace.format == TraceFormat::Blkparse)
+            .then(|| args.action.unwrap_or(BlkAction::Q)),
         filename: args.filename.display().to_string(),
         created,
         direct: args.direct == 1,
@@ -383,8 +381,27 @@ impl Driver for CountingDriver {
     }
 }
 
-fn open_device(args: &ReplayArgs) -> Result<Device, ReplayError> {
+/// Refuses `--action` for a trace `format` without actions (CSV, fio
+/// iolog): it was accepted and ignored.
+fn check_action(args: &ReplayArgs, format: TraceFormat) -> Result<(), ReplayError> {
+    if args.action.is_none() || format == TraceFormat::Blkparse {
+        return Ok(());
+    }
+    Err(ReplayError::usage(format!(
+        "--action applies to blkparse traces, and {} is {}: drop --action",
+        load::trace_name(&args.trace),
+        match format {
+            TraceFormat::Csv => "a CSV trace",
+            _ => "a fio iolog",
+        }
+    )))
+}
+
+fn open_device(args: &ReplayArgs, writes: bool) -> Result<Device, ReplayError> {
     let opts = DeviceOptions {
+        // A trace that only reads and flushes replays onto a target this
+        // user may not write, or a read-only block device.
+        read_only: !writes,
         queue_depth: args.iodepth,
         direct: args.direct == 1,
         nomerges: args.nomerges,
@@ -399,24 +416,29 @@ fn open_device(args: &ReplayArgs) -> Result<Device, ReplayError> {
                 "the file system of {} refuses O_DIRECT (tmpfs does): use --direct 0",
                 crate::shown::path(&args.filename)
             ))
+        } else if !writes && matches!(e.kind(), ErrorKind::PermissionDenied) {
+            ReplayError::usage(format!(
+                "{} cannot be read (permission denied): give a file or device this user may read",
+                crate::shown::path(&args.filename)
+            ))
         } else if matches!(
             e.kind(),
             ErrorKind::PermissionDenied | ErrorKind::Io { errno: libc::EROFS }
         ) {
-            // A replay writes its target: one it may not write is bad
-            // input, as bench's --rw randwrite on it is.
+            // A trace that writes: a target it may not write is bad input,
+            // as bench's --rw randwrite on it is.
             let read_only_device = std::fs::File::open(&args.filename)
                 .is_ok_and(|f| plugio_device::backend::file::is_read_only_block_device(&f));
             let why = if read_only_device {
-                "the block device is read-only; `blockdev --setrw` makes it writable"
+                crate::READ_ONLY_DEVICE
             } else if matches!(e.kind(), ErrorKind::PermissionDenied) {
                 "permission denied"
             } else {
                 "its file system is read-only"
             };
             ReplayError::usage(format!(
-                "{} cannot be opened for writing ({why}): a replay overwrites its target; give \
-                 a file or device this user may write",
+                "{} cannot be written ({why}): this trace writes to its target; give a file or \
+                 device this user may write",
                 crate::shown::path(&args.filename)
             ))
         } else {
@@ -441,7 +463,7 @@ fn progress_bar(args: &ReplayArgs, total: usize) -> ProgressBar {
 /// Opens the target and checks every IO of the trace against its
 /// capacity and O_DIRECT alignment.
 fn open_checked(args: &ReplayArgs, trace: &Trace) -> Result<Device, ReplayError> {
-    let dev = open_device(args)?;
+    let dev = open_device(args, trace.ios.iter().any(|io| io.op.modifies()))?;
     let g = dev.geometry();
     let align = if args.direct == 1 {
         u64::from(g.dio_offset_align_bytes.max(g.logical_block_bytes))

@@ -18,6 +18,16 @@ use super::{parse_blkparse, parse_csv, parse_iolog};
 /// The first four bytes of a zstd frame.
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 
+/// How messages name the trace at `path`: `<stdin>` for `-`, else the
+/// path made safe to echo.
+pub(crate) fn trace_name(path: &Path) -> String {
+    if path.as_os_str() == "-" {
+        "<stdin>".to_owned()
+    } else {
+        crate::shown::path(path)
+    }
+}
+
 /// Reads and parses the trace at `path` (zstd-compressed or plain); `-`
 /// reads it from standard input.
 ///
@@ -27,11 +37,7 @@ const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 /// ([`ReplayError::Parse`] with its line number).
 pub fn load(path: &Path, opts: &ParseOptions) -> Result<Trace, ReplayError> {
     let stdin = path.as_os_str() == "-";
-    let name = if stdin {
-        "<stdin>".to_owned()
-    } else {
-        crate::shown::path(path)
-    };
+    let name = trace_name(path);
     let bad = |message: String| ReplayError::BadTrace {
         trace: name.clone(),
         message,
