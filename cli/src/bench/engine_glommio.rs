@@ -139,7 +139,7 @@ async fn core_main(
     core: usize,
 ) -> Result<Latencies, String> {
     let mut o = OpenOptions::new();
-    o.read(true).write(job.rw.writes());
+    o.read(true).write(job.writes());
     let file = if job.direct {
         GFile::Dma(o.dma_open(&path).await.map_err(|e| format!("open: {e}"))?)
     } else {

@@ -91,7 +91,7 @@ mod imp {
         core: usize,
     ) -> JobResult {
         let mut o = monoio::fs::OpenOptions::new();
-        o.read(true).write(job.rw.writes());
+        o.read(true).write(job.writes());
         if job.direct {
             o.custom_flags(libc::O_DIRECT);
         }

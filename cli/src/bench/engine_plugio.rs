@@ -132,7 +132,7 @@ pub fn device_options(job: &Job, notes: &mut Vec<String>) -> DeviceOptions {
     let mut opts = DeviceOptions {
         queue_depth: (u64::from(job.iodepth) * job.cores as u64).clamp(1, 65536) as u32,
         direct: job.direct,
-        read_only: !job.rw.writes(),
+        read_only: !job.writes(),
         ..DeviceOptions::default()
     };
     for a in &job.ablate {

@@ -26,7 +26,7 @@ const NAME: &str = "psync";
 /// The open failed.
 pub fn open_target(job: &Job, target: &Target) -> Result<std::fs::File, BenchError> {
     let mut o = OpenOptions::new();
-    o.read(true).write(job.rw.writes());
+    o.read(true).write(job.writes());
     if job.direct {
         o.custom_flags(libc::O_DIRECT);
     }

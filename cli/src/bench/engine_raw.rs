@@ -195,7 +195,7 @@ impl<'a> Worker<'a> {
     fn open(&mut self, t: &Target) -> Result<(), BenchError> {
         let job = self.job;
         let mut o = OpenOptions::new();
-        o.read(true).write(job.rw.writes());
+        o.read(true).write(job.writes());
         if job.direct {
             o.custom_flags(libc::O_DIRECT);
         }

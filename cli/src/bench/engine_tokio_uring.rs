@@ -102,7 +102,7 @@ mod imp {
     ) -> JobResult {
         let mut notes = Vec::new();
         let mut o = tokio_uring::fs::OpenOptions::new();
-        o.read(true).write(job.rw.writes());
+        o.read(true).write(job.writes());
         if job.direct {
             o.custom_flags(libc::O_DIRECT);
         }

@@ -37,7 +37,8 @@ pub enum BenchError {
         /// The target's logical block size, bytes.
         logical_block_bytes: u32,
     },
-    /// The job writes but the target cannot be opened for writing.
+    /// The job writes but the target cannot be written: it cannot be
+    /// opened for writing, or it is a read-only block device.
     NotWritable {
         /// The target.
         path: PathBuf,
@@ -153,7 +154,7 @@ impl fmt::Display for BenchError {
             ),
             BenchError::NotWritable { path, rw, source } => write!(
                 f,
-                "--rw {rw} writes to {} but it cannot be opened for writing ({source}): \
+                "--rw {rw} writes to {} but it cannot be written ({source}): \
                  use a writable file, or a read pattern such as --rw randread",
                 plugio_cli::shown::path(path)
             ),

@@ -277,6 +277,15 @@ pub struct Job {
     pub tag: Option<String>,
 }
 
+impl Job {
+    /// True when the job issues writes: a writing pattern with reads below
+    /// 100 % (`--rw randrw --rwmixread 100` only reads, so it runs on a
+    /// target it may not write, as a read pattern does).
+    pub fn writes(&self) -> bool {
+        self.rw.writes() && self.read_pct < 100
+    }
+}
+
 impl BenchArgs {
     /// Checks what the command line alone decides.
     ///
@@ -300,15 +309,12 @@ impl BenchArgs {
                 plugio_engine::MAX_IO_BYTES
             )));
         }
-        if !(self.runtime > 0.0 && self.runtime <= 86_400.0) {
+        // At least 1 ms: a shorter run is no measurement (1e-30 ran for
+        // 0 s).
+        if !(self.runtime >= 1e-3 && self.runtime <= 86_400.0) {
             return Err(BenchError::usage(format!(
-                "--runtime {} is out of range: use seconds in (0, 86400]",
-                // 1e30, not 31 digits.
-                if self.runtime.abs() >= 1e6 {
-                    format!("{:e}", self.runtime)
-                } else {
-                    self.runtime.to_string()
-                }
+                "--runtime {} is out of range: use seconds from 0.001 to 86400",
+                shown_seconds(self.runtime)
             )));
         }
         match self.rwmixread {
@@ -432,29 +438,31 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 /// A message naming the bad text and the forms taken.
 pub fn parse_seconds(text: &str) -> Result<f64, String> {
     let t = text.trim();
-    // A plain number in any form Rust reads (`1e3`, `inf`): a time out of
-    // range is refused by the job's check, naming it (NaN is no time).
-    if let Some(n) = t.parse::<f64>().ok().filter(|n| !n.is_nan()) {
-        return Ok(n);
-    }
-    // A sign is kept: the job's check says a negative time is out of range.
-    let sign = usize::from(t.starts_with('-'));
-    let split = t[sign..]
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .map_or(t.len(), |i| i + sign);
-    let (number, unit) = t.split_at(split);
-    let scale = match unit.to_ascii_lowercase().as_str() {
-        "" | "s" => 1.0,
-        "ms" => 1e-3,
-        "m" => 60.0,
-        "h" => 3600.0,
-        _ => f64::NAN,
-    };
-    match number.parse::<f64>() {
-        Ok(n) if scale.is_finite() => Ok(n * scale),
+    let lower = t.to_ascii_lowercase();
+    // The unit comes off the end, so the number may take any form Rust
+    // reads (`1e3`, `.5`, `inf`); "ms" before "m" and "s".
+    let (number, scale) = [("ms", 1e-3), ("s", 1.0), ("m", 60.0), ("h", 3600.0)]
+        .iter()
+        .find_map(|&(unit, scale)| lower.strip_suffix(unit).map(|n| (n, scale)))
+        .unwrap_or((lower.as_str(), 1.0));
+    // NaN is no time; a sign is kept, for the job's check to refuse a
+    // negative time by name.
+    match number.trim_end().parse::<f64>() {
+        Ok(n) if !n.is_nan() => Ok(n * scale),
         _ => Err(format!(
             "'{text}' is not a time: use seconds, e.g. 10 or 2.5, or a unit: 500ms, 2s, 1m"
         )),
+    }
+}
+
+/// `seconds` as a message shows it: short (`1e30`, `1e-30`) where plain
+/// digits would run long.
+fn shown_seconds(seconds: f64) -> String {
+    let a = seconds.abs();
+    if a != 0.0 && !(1e-3..1e6).contains(&a) {
+        format!("{seconds:e}")
+    } else {
+        seconds.to_string()
     }
 }
 
@@ -507,12 +515,17 @@ mod tests {
         assert_eq!(parse_seconds("1e30"), Ok(1e30));
         assert_eq!(parse_seconds("2.5E1"), Ok(25.0));
         assert_eq!(parse_seconds("inf"), Ok(f64::INFINITY));
+        // The unit comes off the end of any number form.
+        assert_eq!(parse_seconds("1e3ms"), Ok(1.0));
+        assert_eq!(parse_seconds("1E1s"), Ok(10.0));
+        assert_eq!(parse_seconds("1e2m"), Ok(6000.0));
+        assert_eq!(parse_seconds(" .5 s "), Ok(0.5));
         #[derive(clap::Parser)]
         struct Cli {
             #[command(flatten)]
             args: BenchArgs,
         }
-        for big in ["1e30", "inf", "-1e30"] {
+        for big in ["1e30", "inf", "-1e30", "1e-30", "-1e-30", "0.0005", "-0"] {
             let arg = format!("--runtime={big}");
             let cli = <Cli as clap::Parser>::try_parse_from(["bench", arg.as_str()]);
             let e = cli
@@ -522,12 +535,14 @@ mod tests {
                 .expect_err("out of range");
             let e = e.to_string();
             assert!(
-                e.contains("is out of range: use seconds in (0, 86400]"),
+                e.contains("is out of range: use seconds from 0.001 to 86400"),
                 "{e}"
             );
             assert!(e.len() < 100, "{e}");
         }
-        for bad in ["", "s", "-", "2x", "1..2", "--json", "two", "nan"] {
+        for bad in [
+            "", "s", "ms", "-", "2x", "1..2", "--json", "two", "nan", "5e", "0x10", "1_0",
+        ] {
             assert!(
                 parse_seconds(bad).unwrap_err().contains("not a time"),
                 "{bad:?}"

@@ -185,7 +185,7 @@ fn check_direct(path: &Path, job: &Job) -> Result<u32, BenchError> {
     }
     let mut opts = OpenOptions::new();
     // As the engines will: a job that writes needs write access.
-    opts.read(true).write(job.rw.writes());
+    opts.read(true).write(job.writes());
     if job.direct {
         opts.custom_flags(libc::O_DIRECT);
     }
@@ -197,7 +197,7 @@ fn check_direct(path: &Path, job: &Job) -> Result<u32, BenchError> {
             })
         }
         Err(e)
-            if job.rw.writes()
+            if job.writes()
                 && matches!(
                     e.raw_os_error(),
                     Some(libc::EACCES | libc::EPERM | libc::EROFS | libc::ETXTBSY)
@@ -219,13 +219,13 @@ fn check_direct(path: &Path, job: &Job) -> Result<u32, BenchError> {
     // Linux opens a read-only block device for writing and fails each
     // write; the engines refuse the open (plugio) or fail at the first
     // write (the peers), so it is refused here for all of them.
-    if job.rw.writes() && plugio_device::backend::file::is_read_only_block_device(&file) {
+    if job.writes() && plugio_device::backend::file::is_read_only_block_device(&file) {
         return Err(BenchError::NotWritable {
             path: path.to_path_buf(),
             rw: job.rw.name(),
             source: io::Error::new(
                 io::ErrorKind::ReadOnlyFilesystem,
-                "the block device is read-only; `blockdev --setrw` makes it writable",
+                plugio_cli::READ_ONLY_DEVICE,
             ),
         });
     }
