@@ -39,13 +39,13 @@
 use std::rc::Rc;
 use std::task::Waker;
 
-use plugio_device::OpKind;
+use plugio_device::{IoFlags, OpKind};
 
 use crate::bio::BioTable;
 use crate::clock;
 use crate::core::EngineCore;
 use crate::interval::NIL;
-use crate::queue::{group_index, CoreDev, DevMask, FAST};
+use crate::queue::{group_index, CoreDev, DevMask, FAST, FLUSH_GROUP};
 use crate::request::{Piece, RqState};
 use crate::status::{Completed, Status};
 use crate::tag::Tag;
@@ -282,12 +282,21 @@ fn complete_request(d: &mut CoreDev, slot: u32, status: Status, now: u64, ctx: &
     let rq = d.rqs.get(slot);
     let op = rq.op;
     if d.iostats {
+        let ticks_ns = now.saturating_sub(rq.start_ns);
         if let Some(g) = group_index(op) {
             let t = &mut d.pending.groups[g];
             t.ios += 1;
             t.sectors += rq.len_bytes.div_ceil(512);
-            t.ticks_ns += now.saturating_sub(rq.start_ns);
+            t.ticks_ns += ticks_ns;
             d.pending.dirty = true;
+        }
+        // The preflush of a PREFLUSH write is a flush of its own, as the
+        // kernel's flush machinery accounts it (`blk_account_io_flush`);
+        // linked to the write, it is timed with it.
+        if rq.flags.contains(IoFlags::PREFLUSH) {
+            let t = &mut d.pending.groups[FLUSH_GROUP];
+            t.ios += 1;
+            t.ticks_ns += ticks_ns;
         }
     }
     // The common case: every byte moved (or an op without data whose

@@ -211,13 +211,16 @@ pub(crate) struct Pending {
     pub dirty: bool,
 }
 
+/// The flush group's index in [`Pending::groups`].
+pub(crate) const FLUSH_GROUP: usize = 3;
+
 /// The diskstats group of `op`, as an index into [`Pending::groups`].
 pub(crate) fn group_index(op: OpKind) -> Option<usize> {
     match op {
         OpKind::Read => Some(0),
         OpKind::Write | OpKind::WriteZeroes => Some(1),
         OpKind::Discard | OpKind::Fallocate { .. } => Some(2),
-        OpKind::Flush | OpKind::Fsync => Some(3),
+        OpKind::Flush | OpKind::Fsync => Some(FLUSH_GROUP),
         _ => None,
     }
 }

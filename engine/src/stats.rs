@@ -170,7 +170,9 @@ pub struct IoStats {
     pub write: OpStats,
     /// Discards (and other fallocate range ops).
     pub discard: OpStats,
-    /// Flushes (fdatasync, fsync); `merges` and `sectors` stay 0.
+    /// Flushes (fdatasync, fsync, and the preflush of each `PREFLUSH`
+    /// write, timed with its write as the two are linked); `merges` and
+    /// `sectors` stay 0.
     pub flush: OpStats,
     /// Requests in flight now.
     pub in_flight: u64,

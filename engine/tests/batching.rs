@@ -355,6 +355,17 @@ fn iostats_look_like_diskstats() {
         assert_eq!((s.write.ios, s.write.sectors), (1, 16));
         assert_eq!(s.flush.ios, 1);
         assert_eq!(s.in_flight, 0);
+        // A PREFLUSH write's preflush is a flush too (the kernel's
+        // `blk_account_io_flush`), and its write a write (found by a
+        // fresh user: only `sync_data` counted).
+        let flags = plugio::IoFlags::PREFLUSH | plugio::IoFlags::FUA;
+        dev.write_at_with(dev.alloc_buf(4096), 0, flags)
+            .await
+            .0
+            .expect("preflush write");
+        let s = dev.iostats();
+        assert_eq!((s.write.ios, s.flush.ios), (2, 2));
+        assert_eq!(s.flush.sectors, 0);
         assert!(s.io_ticks_ns > 0 && s.time_in_queue_ns >= s.io_ticks_ns);
         let line = s.diskstats_line("mem0");
         assert_eq!(line.split_whitespace().count(), 3 + 17, "{line}");
