@@ -380,6 +380,11 @@ impl fmt::Display for Error {
                 f,
                 "the file system refused O_DIRECT; open it buffered: DeviceOptions {{ direct: false, .. }}"
             )?,
+            // A context (the engine's) already says what to do: the
+            // advice is not given twice.
+            ErrorKind::NoDriver if self.0.context.is_some() => {
+                write!(f, "no plugio device driver on this thread")?
+            }
             ErrorKind::NoDriver => write!(
                 f,
                 "no plugio device driver on this thread: run the IO on a plugio core \
@@ -490,6 +495,21 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The advice is given once: by the context where one says what to
+    /// do (the engine's), else by the kind (a fresh user found it twice).
+    #[test]
+    fn no_driver_advises_once() {
+        let bare = Error::new(ErrorKind::NoDriver).to_string();
+        assert!(bare.contains("run the IO on a plugio core"), "{bare}");
+        let with = Error::new(ErrorKind::NoDriver)
+            .with_context("await it inside plugio::runtime::local")
+            .to_string();
+        assert_eq!(
+            with,
+            "await it inside plugio::runtime::local: no plugio device driver on this thread"
+        );
+    }
 
     #[test]
     fn an_io_result_is_two_words() {

@@ -133,8 +133,8 @@ const OFF_CORE: &str = "a plugio Device future was polled outside a plugio core 
 /// the device driver.
 const NO_DEVICE_DRIVER: &str =
     "this plugio executor has no DeviceDriver (built with LocalExecutor::new \
-    or Runtime::builder), so nothing would reap the IO: build it with plugio::runtime::local or \
-    plugio::runtime::builder";
+    or the bare plugio::Runtime::builder()), so nothing would reap the IO: build it with \
+    plugio::runtime::local or plugio::runtime::builder(ring)";
 
 impl EngineCore {
     /// The engine state of the calling thread's current executor core,
