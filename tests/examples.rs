@@ -98,6 +98,27 @@ fn the_handles_the_kv_tutorial_shares_between_cores_are_send_and_sync() {
     send_sync::<plugio::DmaBuf>();
 }
 
+/// The kv tutorial's way to keep `Rc` state on a core of a multi-core
+/// runtime: `spawn_on` a `Send` future that makes the state's future on
+/// the core and hands it to `spawn_local` (a fresh user found no way in
+/// the book).
+#[test]
+fn per_core_rc_state_goes_through_spawn_local_inside_spawn_on() {
+    async fn shard(core: usize) -> usize {
+        let state = std::rc::Rc::new(std::cell::RefCell::new(core));
+        plugio::yield_now().await;
+        let v = *state.borrow();
+        v * 10
+    }
+    let rt = plugio::runtime::builder(RingConfig::default())
+        .cores(2)
+        .build()
+        .expect("runtime");
+    let handle = rt.spawn_on(1, async move { plugio::spawn_local(shard(1)).await });
+    let inner = rt.block_on(handle).expect("the outer task");
+    assert_eq!(inner.expect("the inner task"), 10);
+}
+
 /// The defaults the book's tuning page shows (it includes this block), so
 /// the page changes when a default does.
 #[test]

@@ -260,8 +260,10 @@ impl Device {
     /// of bytes read: shorter at end of file, 0 at or past it.
     ///
     /// # Errors
-    /// Invalid input (zero, unaligned, beyond the device, above
-    /// [`MAX_IO_BYTES`]) before submission; the device's error otherwise.
+    /// Invalid input (zero, unaligned, past a block device's capacity,
+    /// above [`MAX_IO_BYTES`]) before submission; the device's error
+    /// otherwise. A read at or past a file's end is no error: it reads
+    /// 0 bytes.
     pub async fn read_alloc_at(
         &self,
         offset_bytes: u64,

@@ -203,6 +203,11 @@ impl OpenOptions {
     /// with other options) leaves the file as it was. A block device is
     /// not cut (as `O_TRUNC` does nothing there). Refused with
     /// [`read_only`](Self::read_only). Default false.
+    ///
+    /// An accepted open with the same options as another handle of this
+    /// process shares that handle's device, and cuts the file under it
+    /// too, as `O_TRUNC` cuts it under every descriptor: its reads then
+    /// see 0 bytes. Truncate only a file nothing else has open.
     pub fn truncate(&mut self, yes: bool) -> &mut Self {
         self.truncate = yes;
         self
