@@ -25,3 +25,22 @@ pub const FALLBACK_NOTE: &str = "io_uring was refused on this machine (seccomp, 
 pub const READ_ONLY_DEVICE: &str = "the block device is read-only: `blockdev --setrw` undoes \
      `blockdev --setro`; a loop device set up with `losetup -r` must be set up again without -r; \
      a partition is read-only while its disk is";
+
+/// What to do about a path the kernel refused to open for reading
+/// (`EACCES`, `EPERM`). Root passes the file modes, so what refuses root
+/// is not them: "run as root" would send it in a circle.
+///
+/// ```
+/// assert!(plugio_cli::permission_hint(false).contains("run as root"));
+/// assert!(!plugio_cli::permission_hint(true).contains("run as root"));
+/// ```
+pub fn permission_hint(is_root: bool) -> &'static str {
+    if is_root {
+        "refused although this process runs as root: a security module (SELinux, \
+         AppArmor), a container's device rules or a seccomp filter forbids it; run where \
+         the device is allowed"
+    } else {
+        "give this user read access to it (a block device: run as root, or join its \
+         group, `disk` on most systems)"
+    }
+}

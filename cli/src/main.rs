@@ -193,20 +193,6 @@ fn print_error_doc(command: &str, code: u8, message: &str) {
     }
 }
 
-/// What to do about a path the kernel refused to open. Root passes the
-/// file modes, so what refuses root is not them: "run as root" would send
-/// it in a circle.
-fn permission_hint(is_root: bool) -> &'static str {
-    if is_root {
-        "refused although this process runs as root: a security module (SELinux, \
-         AppArmor), a container's device rules or a seccomp filter forbids it; run where \
-         the device is allowed"
-    } else {
-        "give this user read access to it (a block device: run as root, or join its \
-         group, `disk` on most systems)"
-    }
-}
-
 /// `plugio info PATH [--json]`.
 fn info(path: &Path, json: bool) -> Result<(), Failure> {
     let described = if json {
@@ -221,7 +207,10 @@ fn info(path: &Path, json: bool) -> Result<(), Failure> {
                 plugio_cli::shown::path(path)
             ),
             ErrorKind::PermissionDenied => {
-                format!("{e}: {}", permission_hint(nix::unistd::geteuid().is_root()))
+                format!(
+                    "{e}: {}",
+                    plugio_cli::permission_hint(nix::unistd::geteuid().is_root())
+                )
             }
             // The device error names the path once, at its end.
             _ => e.to_string(),
@@ -252,7 +241,7 @@ fn info(path: &Path, json: bool) -> Result<(), Failure> {
 
 #[cfg(test)]
 mod tests {
-    use super::permission_hint;
+    use plugio_cli::permission_hint;
 
     #[test]
     fn a_refusal_of_root_does_not_say_to_run_as_root() {

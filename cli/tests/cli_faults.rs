@@ -475,6 +475,54 @@ fn a_write_job_on_a_read_only_file_says_the_job_writes() {
     assert_eq!(err.matches(p).count(), 1, "the path once: {err}");
 }
 
+/// A read job on a target this process may not read is bad input (exit
+/// 2, saying so), as a write job on one it may not write is; it was a
+/// failed run (exit 1, "Permission denied (os error 13)": found by a
+/// break-it helper). A write-only sysfs attribute refuses readers even to
+/// root; elsewhere a file of mode 000 (skipped for root).
+#[test]
+fn a_read_job_on_an_unreadable_file_is_bad_input() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tmpdir();
+    let sysfs = ["/sys/bus/pci/rescan", "/sys/class/zram-control/hot_remove"]
+        .into_iter()
+        .map(Path::new)
+        .find(|p| p.exists());
+    let path = match sysfs {
+        Some(p) => p.to_path_buf(),
+        None if nix::unistd::geteuid().is_root() => {
+            eprintln!("SKIP: no write-only sysfs attribute here, and root reads a mode-000 file");
+            return;
+        }
+        None => {
+            let p = dir.path().join("unreadable");
+            std::fs::write(&p, vec![0u8; 1 << 20]).expect("write");
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o000)).expect("chmod");
+            p
+        }
+    };
+    let p = path.to_str().expect("utf-8");
+    let common = [
+        "bench",
+        "--filename",
+        p,
+        "--direct",
+        "0",
+        "--bs",
+        "512",
+        "--runtime",
+        "1",
+    ];
+    for job in [
+        &["--rw", "randread"][..],
+        &["--rw", "randrw", "--rwmixread", "100"][..],
+    ] {
+        let o = plugio(&[&common[..], job].concat());
+        let err = assert_bad_input(&o, &["cannot be read (permission denied)"]);
+        assert_eq!(err.matches(p).count(), 1, "the path once: {err}");
+    }
+}
+
 #[test]
 fn info_refuses_a_fifo_a_directory_and_dev_null_at_once() {
     let dir = tmpdir();

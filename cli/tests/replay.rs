@@ -568,6 +568,38 @@ fn cli_action_on_a_trace_without_actions_is_refused() {
         "{}",
         stderr(&o)
     );
+    // A format given is what the trace is read as: the message says so,
+    // not that the trace is that format (found by a break-it helper).
+    let o = plugio(&[
+        "replay",
+        &data("small.blkparse.txt"),
+        "--filename",
+        &t,
+        "--format",
+        "csv",
+        "--action",
+        "D",
+    ]);
+    assert!(stderr(&o).contains("--format reads"), "{}", stderr(&o));
+    // An empty trace on stdin is named <stdin> too.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_plugio"))
+        .args(["replay", "-", "--filename", &t])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    std::io::Write::write_all(
+        &mut child.stdin.take().expect("stdin"),
+        b"time_ns,op,offset_bytes,len_bytes\n",
+    )
+    .expect("write");
+    let o = child.wait_with_output().expect("wait");
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("<stdin>: no IOs to replay"),
+        "{}",
+        stderr(&o)
+    );
     // The JSON report's action is null where the format has none.
     let csv = replay_json(
         &data("small.csv"),
@@ -1109,6 +1141,58 @@ fn cli_replays_the_shared_sqlite_trace_and_verifies() {
     shared_trace_replays_and_verifies("sqlite");
 }
 
+/// A trace without writes replayed onto a target it created reads only
+/// holes: the report says so (found by a break-it helper). A running
+/// program's file (ETXTBSY) is an unwritable target like the others (exit
+/// 2, it was 1).
+#[test]
+fn a_reads_only_trace_on_a_created_target_gets_a_note_and_a_busy_program_is_refused() {
+    let dir = tmpdir();
+    let trace = dir.path().join("reads.csv");
+    std::fs::write(&trace, "time_ns,op,offset_bytes,len_bytes\n0,R,0,4096\n").expect("trace");
+    let trace = trace.to_str().expect("utf-8");
+    let v = replay_json(trace, &dir.path().join("created"), &["--timing", "none"]);
+    assert_eq!(v["created"], true);
+    let notes = v["notes"].to_string();
+    assert!(
+        notes.contains("never writes it: every read reads a hole"),
+        "{notes}"
+    );
+    let v = replay_json(
+        &data("small.csv"),
+        &dir.path().join("written"),
+        &["--timing", "none"],
+    );
+    assert!(
+        !v["notes"].to_string().contains("reads a hole"),
+        "{}",
+        v["notes"]
+    );
+
+    let prog = dir.path().join("busy");
+    std::fs::copy("/bin/sleep", &prog).expect("copy sleep");
+    let writes = dir.path().join("writes.csv");
+    std::fs::write(&writes, "time_ns,op,offset_bytes,len_bytes\n0,W,0,4096\n").expect("trace");
+    let mut running = Command::new(&prog).arg("30").spawn().expect("run it");
+    let o = plugio(&[
+        "replay",
+        writes.to_str().expect("utf-8"),
+        "--filename",
+        prog.to_str().expect("utf-8"),
+        "--direct",
+        "0",
+        "--quiet",
+    ]);
+    let _ = running.kill();
+    let _ = running.wait();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("a running program's file"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 /// A target the replay may not write is bad input (exit 2, saying what to
 /// give), as bench's writing job on it is; it was an engine error (exit
 /// 1). Made with `chattr +i` (root, a file system with the flag);
@@ -1237,6 +1321,36 @@ fn a_read_only_block_device_is_refused_as_bad_input() {
     );
     let v: serde_json::Value = serde_json::from_str(out.trim()).expect("json");
     assert_eq!(v["trace_ios"], serde_json::json!([2, 0, 1, 0]), "{out}");
+    // A block device this user may not open at all is bad input too, for
+    // replay and bench alike (replay measured it first and failed with
+    // exit 1: found by a break-it helper). Run as nobody where setpriv is.
+    let as_nobody = |args: &[&str]| {
+        Command::new("setpriv")
+            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_plugio"))
+            .args(args)
+            .output()
+    };
+    let small = data("small.csv");
+    match as_nobody(&["replay", &small, "--filename", &dev.0, "--quiet"]) {
+        Ok(o) if o.status.code() != Some(127) && !stderr(&o).contains("setpriv:") => {
+            assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+            assert!(
+                stderr(&o).contains("cannot be read (permission denied)"),
+                "{}",
+                stderr(&o)
+            );
+            let o = as_nobody(&["bench", "--filename", &dev.0, "--rw", "randread", "--quiet"])
+                .expect("setpriv ran before");
+            assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+            assert!(
+                stderr(&o).contains("cannot be read (permission denied)"),
+                "{}",
+                stderr(&o)
+            );
+        }
+        _ => eprintln!("SKIP: setpriv cannot run plugio as nobody here"),
+    }
     let bench = |rw: &str| {
         plugio(&[
             "bench",

@@ -161,7 +161,7 @@ pub struct BenchArgs {
     #[arg(long, visible_alias = "cpus", default_value_t = 1, value_parser = parse_whole::<usize>)]
     pub numjobs: usize,
     /// Time to run: seconds (`10`, `2.5`), or with a unit as fio takes
-    /// it (`500ms`, `2s`, `1m`).
+    /// it (`500ms`, `2s`, `1m`, `1h`); from 1 ms to 24 h.
     #[arg(long, default_value = "10", value_parser = parse_seconds)]
     pub runtime: f64,
     /// Stop each job after this many IOs (fio's `number_ios`): the run ends

@@ -146,8 +146,10 @@ fn existing_len(path: &Path) -> Result<(u64, &'static str), BenchError> {
             "NVMe passthrough namespace",
         ))
     } else if meta.file_type().is_block_device() {
-        let mut f = File::open(path)
-            .map_err(|e| BenchError::io(format!("open {}", plugio_cli::shown::path(path)), e))?;
+        let mut f = File::open(path).map_err(|e| match e.raw_os_error() {
+            Some(libc::EACCES | libc::EPERM) => unreadable(path),
+            _ => BenchError::io(format!("open {}", plugio_cli::shown::path(path)), e),
+        })?;
         let len = f
             .seek(SeekFrom::End(0))
             .map_err(|e| BenchError::io(format!("size of {}", plugio_cli::shown::path(path)), e))?;
@@ -160,6 +162,16 @@ fn existing_len(path: &Path) -> Result<(u64, &'static str), BenchError> {
             plugio_cli::shown::path(path)
         )))
     }
+}
+
+/// A target this user may not read: bad input (exit 2), as a writing job
+/// on a target it may not write is.
+fn unreadable(path: &Path) -> BenchError {
+    BenchError::usage(format!(
+        "{} cannot be read (permission denied): {}",
+        plugio_cli::shown::path(path),
+        plugio_cli::permission_hint(nix::unistd::geteuid().is_root())
+    ))
 }
 
 /// Opens the target as the engines will and returns its logical block
@@ -208,6 +220,9 @@ fn check_direct(path: &Path, job: &Job) -> Result<u32, BenchError> {
                 rw: job.rw.name(),
                 source: e,
             })
+        }
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => {
+            return Err(unreadable(path));
         }
         Err(e) => {
             return Err(BenchError::io(

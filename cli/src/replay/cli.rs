@@ -231,7 +231,7 @@ pub fn run(args: &ReplayArgs) -> Result<CliReport, ReplayError> {
         };
         return Err(ReplayError::usage(format!(
             "{}: no IOs to replay ({} lines skipped{hint})",
-            crate::shown::path(&args.trace),
+            load::trace_name(&args.trace),
             trace.skipped_lines
         )));
     }
@@ -256,6 +256,14 @@ pub fn run(args: &ReplayArgs) -> Result<CliReport, ReplayError> {
             return Err(e);
         }
     };
+    if created && !trace.ios.iter().any(|io| io.op.modifies()) {
+        notes.push(
+            "the target was created for this replay and the trace never writes it: every read \
+             reads a hole of a sparse file, which costs the device little; replay onto the data \
+             the trace was taken from"
+                .to_owned(),
+        );
+    }
     let trace_ios = trace.counts();
     // The IOs move to the replay task: no copy of the list.
     let ios = std::mem::take(&mut trace.ios);
@@ -387,13 +395,19 @@ fn check_action(args: &ReplayArgs, format: TraceFormat) -> Result<(), ReplayErro
     if args.action.is_none() || format == TraceFormat::Blkparse {
         return Ok(());
     }
+    let what = match format {
+        TraceFormat::Csv => "a CSV trace",
+        _ => "a fio iolog",
+    };
+    let name = load::trace_name(&args.trace);
+    // A format given is what the trace is read as, whatever it holds.
+    let is = if args.format.is_some() {
+        format!("--format reads {name} as {what}")
+    } else {
+        format!("{name} is {what}")
+    };
     Err(ReplayError::usage(format!(
-        "--action applies to blkparse traces, and {} is {}: drop --action",
-        load::trace_name(&args.trace),
-        match format {
-            TraceFormat::Csv => "a CSV trace",
-            _ => "a fio iolog",
-        }
+        "--action applies to blkparse traces, and {is}: drop --action"
     )))
 }
 
@@ -423,7 +437,10 @@ fn open_device(args: &ReplayArgs, writes: bool) -> Result<Device, ReplayError> {
             ))
         } else if matches!(
             e.kind(),
-            ErrorKind::PermissionDenied | ErrorKind::Io { errno: libc::EROFS }
+            ErrorKind::PermissionDenied
+                | ErrorKind::Io {
+                    errno: libc::EROFS | libc::ETXTBSY
+                }
         ) {
             // A trace that writes: a target it may not write is bad input,
             // as bench's --rw randwrite on it is.
@@ -433,11 +450,18 @@ fn open_device(args: &ReplayArgs, writes: bool) -> Result<Device, ReplayError> {
                 crate::READ_ONLY_DEVICE
             } else if matches!(e.kind(), ErrorKind::PermissionDenied) {
                 "permission denied"
+            } else if matches!(
+                e.kind(),
+                ErrorKind::Io {
+                    errno: libc::ETXTBSY
+                }
+            ) {
+                "a running program's file"
             } else {
                 "its file system is read-only"
             };
             ReplayError::usage(format!(
-                "{} cannot be written ({why}): this trace writes to its target; give a file or \
+                "{} cannot be written ({why}): this trace writes or discards; give a file or \
                  device this user may write",
                 crate::shown::path(&args.filename)
             ))

@@ -255,8 +255,17 @@ pub fn target_size(path: &Path) -> Result<u64, ReplayError> {
     let meta = std::fs::metadata(path)
         .map_err(|e| ReplayError::io(format!("stat {}", shown::path(path)), e))?;
     if meta.file_type().is_block_device() {
-        let mut f = std::fs::File::open(path)
-            .map_err(|e| ReplayError::io(format!("open {}", shown::path(path)), e))?;
+        let mut f = std::fs::File::open(path).map_err(|e| match e.raw_os_error() {
+            // Bad input, as for a file target (`open_device`'s text).
+            Some(libc::EACCES | libc::EPERM) => usage(
+                path,
+                &format!(
+                    "cannot be read (permission denied): {}",
+                    crate::permission_hint(nix::unistd::geteuid().is_root())
+                ),
+            ),
+            _ => ReplayError::io(format!("open {}", shown::path(path)), e),
+        })?;
         f.seek(SeekFrom::End(0))
             .map_err(|e| ReplayError::io(format!("size of {}", shown::path(path)), e))
     } else if meta.is_file() {
