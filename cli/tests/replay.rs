@@ -1173,7 +1173,17 @@ fn a_reads_only_trace_on_a_created_target_gets_a_note_and_a_busy_program_is_refu
     std::fs::copy("/bin/sleep", &prog).expect("copy sleep");
     let writes = dir.path().join("writes.csv");
     std::fs::write(&writes, "time_ns,op,offset_bytes,len_bytes\n0,W,0,4096\n").expect("trace");
-    let mut running = Command::new(&prog).arg("30").spawn().expect("run it");
+    // Another test's fork may hold the copy's write descriptor for a
+    // moment (the fork/exec race of a freshly written executable): exec
+    // again until that fork has exec'd or exited.
+    let mut running = loop {
+        match Command::new(&prog).arg("30").spawn() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => break other.expect("run it"),
+        }
+    };
     let o = plugio(&[
         "replay",
         writes.to_str().expect("utf-8"),
