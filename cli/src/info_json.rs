@@ -1,6 +1,7 @@
 //! `plugio info PATH --json`: what `plugio info PATH` prints, as one JSON
 //! object in the vocabulary of [`plugio_cli::json`] (the [`RunMeta`]
-//! fields first, then `path`, `direct`, `geometry` and `io_uring`).
+//! fields first, then `path`, `direct`, `writable`, `write_refusal`,
+//! `geometry` and `io_uring`).
 //!
 //! Invariant: like the text form, it opens the target read-only and leaves
 //! no ring behind; the fields are the public fields of
@@ -38,10 +39,13 @@ pub fn info_json(path: &Path) -> plugio_device::Result<InfoDoc> {
             "fallback": "the sync thread pool (pread/pwrite)",
         }),
     };
+    let write_refusal = plugio_device::write_refusal(path);
     Ok(InfoDoc {
         meta: RunMeta::now("info"),
         path: path.display().to_string(),
         direct,
+        writable: write_refusal.is_none(),
+        write_refusal,
         geometry: geometry_json(backend.geometry()),
         io_uring,
     })
@@ -56,6 +60,10 @@ pub struct InfoDoc {
     meta: RunMeta,
     path: String,
     direct: &'static str,
+    /// Whether this process could open the target for writing.
+    writable: bool,
+    /// Why not (`plugio_device::write_refusal`); null when it could.
+    write_refusal: Option<String>,
     geometry: Value,
     io_uring: Value,
 }

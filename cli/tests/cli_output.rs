@@ -173,6 +173,8 @@ fn info_json_describes_geometry_and_ring() {
         text(&o.stdout)
     );
     assert_eq!(v["geometry"]["kind"], "file");
+    assert_eq!(v["writable"], true, "{v}");
+    assert!(v["write_refusal"].is_null(), "{v}");
     assert!(v["geometry"]["logical_block_bytes"]
         .as_u64()
         .is_some_and(|b| b >= 512));
@@ -182,6 +184,35 @@ fn info_json_describes_geometry_and_ring() {
         assert!(ring["supported_ops"]
             .as_array()
             .is_some_and(|a| !a.is_empty()));
+    }
+}
+
+/// `info` says why a target is not writable: here a file whose mode
+/// refuses this user (run as nobody where setpriv can, since root passes
+/// every mode check).
+#[test]
+fn info_says_a_file_this_user_may_not_write_is_not_writable() {
+    use std::os::unix::fs::PermissionsExt;
+    let f = tempfile::NamedTempFile::new_in(std::env::temp_dir()).expect("tmp");
+    std::fs::write(f.path(), vec![0u8; 4096]).expect("write");
+    std::fs::set_permissions(f.path(), std::fs::Permissions::from_mode(0o444)).expect("chmod");
+    let path = f.path().to_str().expect("utf-8");
+    let o = Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_plugio"))
+        .args(["info", "--json", path])
+        .output();
+    match o {
+        Ok(o) if o.status.code() != Some(127) && !text(&o.stderr).contains("setpriv:") => {
+            assert!(o.status.success(), "{}", text(&o.stderr));
+            let v = json(&o);
+            assert_eq!(v["writable"], false, "{v}");
+            assert_eq!(
+                v["write_refusal"], "this user may not write it (its permission bits)",
+                "{v}"
+            );
+        }
+        _ => eprintln!("SKIP: setpriv cannot run plugio as nobody here"),
     }
 }
 

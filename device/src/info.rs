@@ -37,6 +37,11 @@ pub fn describe(path: impl AsRef<Path>) -> Result<String> {
     let mut out = String::new();
     let _ = writeln!(out, "path:                {}", path.display());
     let _ = writeln!(out, "O_DIRECT:            {direct_note}");
+    let writable = match write_refusal(path) {
+        None => "yes".to_owned(),
+        Some(why) => format!("no: {why}"),
+    };
+    let _ = writeln!(out, "writable:            {writable}");
     let _ = writeln!(out, "{}", crate::Backend::geometry(&backend));
     let _ = writeln!(out, "io_uring:");
     match Ring::new(&RingConfig::default()) {
@@ -48,6 +53,48 @@ pub fn describe(path: impl AsRef<Path>) -> Result<String> {
         }
     }
     Ok(out)
+}
+
+/// Why this process could not open `path` for writing, or `None` when it
+/// could: a read-only block device (`BLKROGET`: `blockdev --setro`,
+/// `losetup -r`, or a read-only disk under a partition), a read-only
+/// file system (`EROFS`), or permission bits that refuse this user
+/// (`access(2)` with `W_OK`, as the kernel checks the effective user).
+/// Nothing is opened for writing.
+///
+/// ```
+/// let tmp = tempfile::NamedTempFile::new()?;
+/// assert_eq!(plugio::device::write_refusal(tmp.path()), None);
+/// # Ok::<_, std::io::Error>(())
+/// ```
+pub fn write_refusal(path: &Path) -> Option<String> {
+    if let Ok(file) = std::fs::File::open(path) {
+        if crate::backend::file::is_read_only_block_device(&file) {
+            return Some(
+                "the block device is read-only (BLKROGET; `blockdev --setrw` undoes \
+                 `blockdev --setro`, a `losetup -r` device must be set up again, a partition \
+                 follows its disk)"
+                    .to_owned(),
+            );
+        }
+    }
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c_path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return Some("the path holds a NUL byte".to_owned());
+    };
+    // SAFETY: access(2) only reads the NUL-terminated string, which lives
+    // across the call.
+    if unsafe { libc::access(c_path.as_ptr(), libc::W_OK) } == 0 {
+        return None;
+    }
+    let e = std::io::Error::last_os_error();
+    Some(match e.raw_os_error() {
+        Some(libc::EROFS) => "the file system is mounted read-only".to_owned(),
+        Some(libc::EACCES | libc::EPERM) => {
+            "this user may not write it (its permission bits)".to_owned()
+        }
+        _ => format!("access(W_OK) says {e}"),
+    })
 }
 
 #[cfg(test)]
@@ -63,6 +110,7 @@ mod tests {
             "dio_mem_align",
             "max_sectors_kb",
             "supported ops",
+            "writable:            yes",
         ] {
             assert!(text.contains(needle), "{needle} missing in:\n{text}");
         }
