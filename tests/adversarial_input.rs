@@ -358,6 +358,55 @@ async fn write_to_a_read_only_file_is_refused_before_submission() {
     );
 }
 
+/// FUA and PREFLUSH are write flags (the kernel fails a read that carries
+/// them): a read with either is refused before submission, on a file and
+/// on the mem device, with a message that says what to do instead; a write
+/// with both still goes through, and so does a read with `NOMERGE`.
+#[plugio::test(timeout_s = 10)]
+async fn fua_and_preflush_on_a_read_are_refused_before_submission() {
+    use plugio::IoFlags;
+    let dir = tmpdir();
+    let path = file(&dir, "flags", 1 << 16);
+    let on_file = Device::open(&path, DeviceOptions::default()).expect("open");
+    let (_mem, on_mem) = mem_dev(1 << 20);
+    for dev in [&on_file, &on_mem] {
+        for flags in [
+            IoFlags::FUA,
+            IoFlags::PREFLUSH,
+            IoFlags::PREFLUSH | IoFlags::FUA | IoFlags::NOMERGE,
+        ] {
+            let (r, buf) = dev.read_at_with(dev.alloc_buf(4096), 0, flags).await;
+            let err = r.expect_err("a read with a write-only flag");
+            assert!(
+                matches!(
+                    err.kind(),
+                    ErrorKind::InvalidInput(InvalidInput::WriteOnlyFlags {
+                        op: plugio::device::OpKind::Read,
+                        flags: f,
+                    })
+                        if *f == flags
+                ),
+                "{err} ({:?})",
+                err.kind()
+            );
+            let text = err.to_string();
+            assert!(
+                text.contains("writes only") && text.contains("sync_data"),
+                "{text}"
+            );
+            assert_eq!(buf.len(), 4096, "the buffer comes back whole");
+        }
+        assert_eq!(dev.iostats().requests, 0, "nothing was submitted");
+        let flags = IoFlags::PREFLUSH | IoFlags::FUA;
+        let (w, _) = dev.write_at_with(dev.alloc_buf(4096), 0, flags).await;
+        assert_eq!(w.expect("a write takes both"), 4096);
+        let (r, _) = dev
+            .read_at_with(dev.alloc_buf(4096), 0, IoFlags::NOMERGE)
+            .await;
+        assert_eq!(r.expect("NOMERGE is for any op"), 4096);
+    }
+}
+
 /// Runs the test `name` of this binary in a child process (for calls that
 /// may abort the process) and returns whether it passed.
 fn child_passes(name: &str) -> (bool, String) {

@@ -58,7 +58,10 @@ fn misaligned_direct_io_is_refused_with_the_value_and_the_alignment() {
         let err = res.expect_err("offset 100 is not aligned");
         assert_eq!(
             err.to_string(),
-            format!("invalid input: offset 0x64 is not aligned to {align} bytes")
+            format!(
+                "invalid input: offset 0x64 is not aligned to {align} bytes (path {})",
+                path.display()
+            )
         );
 
         let buf = dev.alloc_buf(100);
@@ -76,7 +79,8 @@ fn misaligned_direct_io_is_refused_with_the_value_and_the_alignment() {
             err.to_string(),
             format!(
                 "invalid input: the write's length (what its buffers hold: bytes_init, \
-                 a Vec's len) is 100 bytes, not a multiple of {align} bytes"
+                 a Vec's len) is 100 bytes, not a multiple of {align} bytes (path {})",
+                path.display()
             )
         );
 

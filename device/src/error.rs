@@ -77,6 +77,16 @@ pub enum InvalidInput {
         /// What the descriptor's flags are and what to use.
         detail: &'static str,
     },
+    /// A flag that only a write takes ([`IoFlags::FUA`](crate::IoFlags::FUA),
+    /// [`IoFlags::PREFLUSH`](crate::IoFlags::PREFLUSH)) on another op. The
+    /// kernel refuses `REQ_FUA` and `REQ_PREFLUSH` on anything but a write
+    /// (`submit_bio_noacct`), and plugio does the same before submission.
+    WriteOnlyFlags {
+        /// The op that carried them.
+        op: crate::OpKind,
+        /// The flags given (all of them, priority included).
+        flags: crate::IoFlags,
+    },
 }
 
 /// The kinds of [`Error`] a caller can match on.
@@ -262,6 +272,20 @@ impl Error {
         &self.0.kind
     }
 
+    /// The path the error concerns, when one was attached: the engine
+    /// names the device's path in the error of every IO on a device
+    /// opened by path.
+    ///
+    /// ```
+    /// use plugio_device::{Error, ErrorKind};
+    /// let e = Error::new(ErrorKind::NotFound).with_path("/dev/nvme0n1");
+    /// assert_eq!(e.path(), Some(std::path::Path::new("/dev/nvme0n1")));
+    /// assert_eq!(Error::new(ErrorKind::NotFound).path(), None);
+    /// ```
+    pub fn path(&self) -> Option<&std::path::Path> {
+        self.0.path.as_deref()
+    }
+
     /// The errno this error corresponds to (for `io::Error` conversion and
     /// for completion results): `EINVAL` for invalid input.
     pub fn errno(&self) -> i32 {
@@ -360,6 +384,12 @@ impl fmt::Display for InvalidInput {
             InvalidInput::OpenFlags { detail } => {
                 write!(f, "the descriptor's open flags allow no IO: {detail}")
             }
+            InvalidInput::WriteOnlyFlags { op, flags } => write!(
+                f,
+                "{op:?} with flags {flags:?}: FUA and PREFLUSH are taken by writes only \
+                 (as the kernel's REQ_FUA and REQ_PREFLUSH); to make earlier writes durable \
+                 before this op, await a flush (Device::sync_data) first"
+            ),
         }
     }
 }

@@ -73,9 +73,12 @@ impl IoFlags {
     pub const NONE: IoFlags = IoFlags(0);
     /// Force unit access: the write is durable when it completes
     /// (`RWF_DSYNC` on files and block devices; `REQ_FUA` in the kernel).
+    /// Writes only: any other op with it is refused before submission
+    /// ([`InvalidInput::WriteOnlyFlags`](crate::InvalidInput::WriteOnlyFlags)).
     pub const FUA: IoFlags = IoFlags(1);
     /// Flush the device's volatile cache before this op (`REQ_PREFLUSH`); the
-    /// file backend issues an `fdatasync` linked ahead of the op.
+    /// file backend issues an `fdatasync` linked ahead of the op. Writes
+    /// only, as [`IoFlags::FUA`].
     pub const PREFLUSH: IoFlags = IoFlags(1 << 1);
     /// Never merge this op with its neighbours (`REQ_NOMERGE`); the device
     /// layer ignores it, the engine reads it.
@@ -84,7 +87,7 @@ impl IoFlags {
     const FLAG_MASK: u32 = 0xffff;
 
     /// The raw bits.
-    pub fn bits(self) -> u32 {
+    pub const fn bits(self) -> u32 {
         self.0
     }
 

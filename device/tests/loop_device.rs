@@ -274,6 +274,12 @@ fn a_read_only_block_device_is_refused_at_a_writable_open() {
         }
         let f = File::open_with(lo.path(), OpenOptions::new().backend(kind).write(false))
             .expect("a read-only open");
+        // `plugio info` says so.
+        let text = plugio_device::describe(lo.path()).expect("describe");
+        assert!(
+            text.contains("writable:            no: the block device is read-only"),
+            "{text}"
+        );
         let (r, _) = block_on(&driver, f.read_at(f.alloc_buf(4096), 0));
         assert_eq!(r.expect("read"), 4096);
     }
@@ -292,5 +298,47 @@ fn a_read_only_block_device_is_refused_at_a_writable_open() {
         let dev = plugio::Device::open(&path, ro).expect("read-only open");
         let (r, _) = dev.read_at(dev.alloc_buf(4096), 0).await;
         assert_eq!(r.expect("read"), 4096);
+    });
+}
+
+/// An IO error names the device's path, also one the kernel returns at
+/// completion: a loop device made read-only (`blockdev --setro`) after a
+/// writable open fails the next write with EPERM, and the error says
+/// which device it was (found by a break-it helper: "permission denied",
+/// with no device named).
+#[test]
+fn an_io_error_at_completion_names_the_devices_path() {
+    let Some(lo) = LoopDevice::create() else {
+        return;
+    };
+    let path = lo.path.clone();
+    let ex = plugio::runtime::local(RingConfig::default()).expect("runtime");
+    ex.run(async move {
+        let dev = plugio::Device::open(&path, plugio::DeviceOptions::default()).expect("open");
+        let (w, _) = dev.write_at(dev.alloc_buf(4096), 0).await;
+        assert_eq!(w.expect("a write before --setro"), 4096);
+        let setro = Command::new("blockdev").arg("--setro").arg(&path).status();
+        if !setro.is_ok_and(|s| s.success()) {
+            println!("SKIPPED: blockdev --setro failed");
+            return;
+        }
+        let (w, _) = dev.write_at(dev.alloc_buf(4096), 4096).await;
+        let _ = Command::new("blockdev").arg("--setrw").arg(&path).status();
+        let e = w.expect_err("a write to a device made read-only");
+        assert_eq!(*e.kind(), ErrorKind::PermissionDenied, "{e}");
+        assert_eq!(e.path(), Some(path.as_path()), "{e}");
+        assert!(
+            e.to_string()
+                .ends_with(&format!("(path {})", path.display())),
+            "{e}"
+        );
+        // Reads still work, and a refused read names the path too.
+        let (r, _) = dev.read_at(dev.alloc_buf(4096), 0).await;
+        assert_eq!(r.expect("read"), 4096);
+        let e = dev
+            .read_alloc_at(SIZE, 4096)
+            .await
+            .expect_err("a read past the end");
+        assert_eq!(e.path(), Some(path.as_path()), "{e}");
     });
 }

@@ -367,10 +367,13 @@ impl<'a, S: BufSet, D: Direction<S>> BufIo<'a, S, D> {
         let Some(mut bufs) = self.bufs.take() else {
             panic!("a plugio IO future was polled after it completed")
         };
-        let result = r.map(|n| n as usize);
-        if let Ok(n) = result {
-            D::finish(&mut bufs, self.bounce.as_ref(), n);
-        }
+        let result = match r {
+            Ok(n) => {
+                D::finish(&mut bufs, self.bounce.as_ref(), n as usize);
+                Ok(n as usize)
+            }
+            Err(e) => Err(crate::device::name_device(self.shared, e)),
+        };
         self.bounce = None;
         (result, bufs.into_out())
     }
@@ -452,7 +455,11 @@ impl Device {
         self.read_at_with(buf, offset_bytes, IoFlags::NONE)
     }
 
-    /// [`read_at`](Self::read_at) with flags (priority, NOMERGE).
+    /// [`read_at`](Self::read_at) with flags (priority, NOMERGE). `FUA`
+    /// and `PREFLUSH` are write flags: a read with either is refused
+    /// before submission
+    /// ([`InvalidInput::WriteOnlyFlags`](plugio_device::InvalidInput::WriteOnlyFlags)),
+    /// as the kernel refuses them on a read.
     ///
     /// ```
     /// # plugio::engine::doc_example(|dev| async move {

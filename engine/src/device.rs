@@ -775,6 +775,28 @@ pub(crate) struct BioFuture<'a> {
     done: bool,
 }
 
+/// An IO's result as its future hands it out: an error names the
+/// device's path (when it was opened by path and the error names none
+/// yet), so that a caller with several devices sees which one failed.
+/// The success path is one test of the result.
+#[inline(always)]
+pub(crate) fn named(shared: &DeviceShared, r: BioResult) -> BioResult {
+    match r {
+        Ok(n) => Ok(n),
+        Err(e) => Err(name_device(shared, e)),
+    }
+}
+
+/// [`named`]'s error path.
+#[cold]
+#[inline(never)]
+pub(crate) fn name_device(shared: &DeviceShared, e: Error) -> Error {
+    match &shared.path {
+        Some(path) if e.path().is_none() => e.with_path(path.clone()),
+        _ => e,
+    }
+}
+
 /// The per-IO events (feature `trace-io`): `trace` level, target
 /// `plugio::io`, in the device's span. Only the IO futures call them, at
 /// issue and when they return `Ready`: nothing is added to the engine's
@@ -860,7 +882,7 @@ impl Future for BioFuture<'_> {
                 }
                 Err(r) => {
                     this.done = true;
-                    Poll::Ready(r)
+                    Poll::Ready(named(this.shared, r))
                 }
             };
         };
@@ -869,7 +891,7 @@ impl Future for BioFuture<'_> {
         this.done = true;
         #[cfg(feature = "trace-io")]
         trace_done(this.shared, issued, &r);
-        Poll::Ready(r)
+        Poll::Ready(named(this.shared, r))
     }
 }
 

@@ -64,6 +64,8 @@ fn child_checks(dev: &Device, path: &Path) -> Result<(), String> {
     // The text of book/src/troubleshooting.md.
     let text = "this runtime was built before fork(): a child process may not use its \
                 parent's io_uring rings; build a new runtime in the child";
+    // Every IO error names its device's path, at the end.
+    let text = format!("{text} (path {})", path.display());
     if *e.kind() != ErrorKind::Forked || e.to_string() != text {
         return Err(format!("read: {e:?} ({e})"));
     }

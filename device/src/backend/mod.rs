@@ -22,7 +22,7 @@ use std::fmt;
 use crate::core::HandlerId;
 use crate::error::{Error, InvalidInput, Result};
 use crate::geometry::Geometry;
-use crate::op::IoOp;
+use crate::op::{IoFlags, IoOp};
 
 pub mod file;
 /// The simulated device (test double with faults and power cuts): behind
@@ -249,6 +249,7 @@ fn one_segment_op_is_valid(geometry: &Geometry, op: &IoOp<'_>) -> bool {
         None => true,
     };
     op.len_bytes != 0
+        && write_only_flags_fit(op)
         && seg.iov_len as u64 == op.len_bytes
         && (seg.iov_base as u64) & (mem_align - 1) == 0
         && (op.offset_bytes | op.len_bytes) & (len_align - 1) == 0
@@ -258,6 +259,12 @@ fn one_segment_op_is_valid(geometry: &Geometry, op: &IoOp<'_>) -> bool {
 /// [`check_op`], rule by rule, with the error of the first rule broken.
 #[cold]
 fn check_op_each(geometry: &Geometry, op: &IoOp<'_>) -> Result<()> {
+    if !write_only_flags_fit(op) {
+        return Err(Error::invalid(InvalidInput::WriteOnlyFlags {
+            op: op.kind,
+            flags: op.flags,
+        }));
+    }
     if op.kind.has_data() {
         check_segments(geometry, op)?;
     } else if !op.segments.is_empty() {
@@ -306,6 +313,15 @@ fn check_range(geometry: &Geometry, op: &IoOp<'_>) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// False when `op` carries FUA or PREFLUSH and is not a write: the kernel
+/// refuses those flags on any other op (`submit_bio_noacct` fails a bio
+/// whose `op_is_flush` flags sit on anything but `REQ_OP_WRITE`).
+#[inline]
+fn write_only_flags_fit(op: &IoOp<'_>) -> bool {
+    const WRITE_ONLY: u32 = IoFlags::FUA.bits() | IoFlags::PREFLUSH.bits();
+    op.flags.bits() & WRITE_ONLY == 0 || op.kind == crate::OpKind::Write
 }
 
 /// True when `value` is not a multiple of `align` (> 0): a mask for the
