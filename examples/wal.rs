@@ -329,13 +329,14 @@ async fn run(path: &Path, durability: Durability) -> Result<(), Box<dyn StdError
     println!(
         "{durability:?}: {total} records from {WRITERS} writers in {} commits \
          ({:.1} records/commit, largest {}), {} KiB in {:.0} ms; \
-         device: {} write requests, {} flushes",
+         device: {} write requests ({} FUA), {} flushes",
         stats.commits,
         stats.records as f64 / stats.commits as f64,
         stats.largest_batch,
         stats.bytes / 1024,
         elapsed.as_secs_f64() * 1e3,
         io.write.ios,
+        io.fua_writes,
         io.flush.ios,
     );
     Ok(())

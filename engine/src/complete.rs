@@ -290,13 +290,8 @@ fn complete_request(d: &mut CoreDev, slot: u32, status: Status, now: u64, ctx: &
             t.ticks_ns += ticks_ns;
             d.pending.dirty = true;
         }
-        // The preflush of a PREFLUSH write is a flush of its own, as the
-        // kernel's flush machinery accounts it (`blk_account_io_flush`);
-        // linked to the write, it is timed with it.
-        if rq.flags.contains(IoFlags::PREFLUSH) {
-            let t = &mut d.pending.groups[FLUSH_GROUP];
-            t.ios += 1;
-            t.ticks_ns += ticks_ns;
+        if rq.flags.bits() & DURABILITY_FLAGS != 0 {
+            count_durability(&mut d.pending, rq.flags, ticks_ns);
         }
     }
     // The common case: every byte moved (or an op without data whose
@@ -325,6 +320,27 @@ fn complete_request(d: &mut CoreDev, slot: u32, status: Status, now: u64, ctx: &
         }
     }
     complete_request_rest(d, slot, status, ctx);
+}
+
+/// The flags a request's durability is counted by (writes only: a FUA or
+/// PREFLUSH write is never on the fast lane, see `flush::lane_write`).
+const DURABILITY_FLAGS: u32 = IoFlags::FUA.bits() | IoFlags::PREFLUSH.bits();
+
+/// Counts a completed FUA write, and the preflush of a PREFLUSH write as a
+/// flush of its own, as the kernel's flush machinery accounts it
+/// (`blk_account_io_flush`); linked to the write, it is timed with it.
+#[cold]
+#[inline(never)]
+fn count_durability(pending: &mut crate::queue::Pending, flags: IoFlags, ticks_ns: u64) {
+    if flags.contains(IoFlags::PREFLUSH) {
+        let t = &mut pending.groups[FLUSH_GROUP];
+        t.ios += 1;
+        t.ticks_ns += ticks_ns;
+    }
+    if flags.contains(IoFlags::FUA) {
+        pending.fua_writes += 1;
+    }
+    pending.dirty = true;
 }
 
 /// [`complete_request`] of a short transfer or an error: what to issue

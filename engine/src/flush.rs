@@ -426,7 +426,9 @@ fn lane_write(d: &mut CoreDev, bio: &Bio, allow_merge: bool) -> bool {
         && bio.op == OpKind::Write
         && bio.len_bytes > 0
         && bio.len_bytes <= d.max_request_bytes
-        && !bio.flags.contains(IoFlags::PREFLUSH)
+        // FUA and PREFLUSH writes go as requests, whose completion
+        // counts them (`fua_writes`, the preflush's flush).
+        && bio.flags.bits() & (IoFlags::PREFLUSH.bits() | IoFlags::FUA.bits()) == 0
         && matches!(bio.buf, BioBuf::One { .. })
         && !(allow_merge
             && merge::mergeable(bio.op, bio.flags)

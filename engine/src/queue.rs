@@ -207,6 +207,7 @@ pub(crate) struct Pending {
     pub requeues: u64,
     pub bounce_ios: u64,
     pub bounce_bytes: u64,
+    pub fua_writes: u64,
     /// Something above is non-zero.
     pub dirty: bool,
 }
@@ -462,6 +463,7 @@ impl CoreDev {
             (&c.requeues, &mut p.requeues),
             (&c.bounce_ios, &mut p.bounce_ios),
             (&c.bounce_bytes, &mut p.bounce_bytes),
+            (&c.fua_writes, &mut p.fua_writes),
         ] {
             if *v != 0 {
                 counter.add(*v);

@@ -73,6 +73,7 @@ pub(crate) struct CoreCounters {
     pub requeues: Counter,
     pub bounce_ios: Counter,
     pub bounce_bytes: Counter,
+    pub fua_writes: Counter,
 }
 
 /// The core-local side of `in_flight` / `io_ticks` / `time_in_queue`.
@@ -219,6 +220,14 @@ pub struct IoStats {
     /// Bytes those IOs covered (copied in before a write, out after a
     /// read: at most this many).
     pub bounce_bytes: u64,
+    /// Write requests completed with [`IoFlags::FUA`](crate::IoFlags::FUA)
+    /// (force unit access): each was durable when it completed, with no
+    /// flush of its own (a `PREFLUSH|FUA` write also counts its preflush
+    /// in `flush`). Also counted in `write`; a FUA write split at the
+    /// request limit counts once per part. diskstats has no such field
+    /// (the kernel counts FUA writes as writes only): a commit made
+    /// durable by FUA shows here, where `flush.ios` stays 0.
+    pub fua_writes: u64,
     /// Tag allocation figures (batch sizes, partial batches, waits).
     pub tags: TagStats,
 }
@@ -242,6 +251,7 @@ impl IoStats {
         self.requeues += c.requeues.get();
         self.bounce_ios += c.bounce_ios.get();
         self.bounce_bytes += c.bounce_bytes.get();
+        self.fua_writes += c.fua_writes.get();
     }
 
     /// The figures of the interval between the snapshot `earlier` and this
@@ -288,6 +298,7 @@ impl IoStats {
             requeues: d(self.requeues, earlier.requeues),
             bounce_ios: d(self.bounce_ios, earlier.bounce_ios),
             bounce_bytes: d(self.bounce_bytes, earlier.bounce_bytes),
+            fua_writes: d(self.fua_writes, earlier.fua_writes),
             tags: self.tags.delta(&earlier.tags),
         }
     }

@@ -366,6 +366,24 @@ fn iostats_look_like_diskstats() {
         let s = dev.iostats();
         assert_eq!((s.write.ios, s.flush.ios), (2, 2));
         assert_eq!(s.flush.sectors, 0);
+        // FUA writes are counted as such (a fresh user's WAL could not
+        // tell a FUA commit from a plain write): the plain write above
+        // did not count, this PREFLUSH|FUA one did, and so does a FUA
+        // write alone, whether or not a write is live beside it.
+        assert_eq!(s.fua_writes, 1);
+        let fua = plugio::IoFlags::FUA;
+        let (a, b) = futures::join!(
+            dev.write_at_with(dev.alloc_buf(4096), 8192, fua),
+            dev.write_at(dev.alloc_buf(4096), 16384)
+        );
+        a.0.expect("FUA write");
+        b.0.expect("write");
+        dev.write_at_with(dev.alloc_buf(4096), 24576, fua)
+            .await
+            .0
+            .expect("FUA write alone");
+        let s = dev.iostats();
+        assert_eq!((s.write.ios, s.flush.ios, s.fua_writes), (5, 2, 3));
         assert!(s.io_ticks_ns > 0 && s.time_in_queue_ns >= s.io_ticks_ns);
         let line = s.diskstats_line("mem0");
         assert_eq!(line.split_whitespace().count(), 3 + 17, "{line}");
