@@ -248,6 +248,8 @@ pub async fn open(path: &Path, flags: i32, mode: u32) -> Result<OwnedFd> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Metadata {
     /// Size in bytes (`st_size`; 0 for a block device: use its geometry).
+    /// `std::fs::Metadata::len()` under plugio's naming rule (units last).
+    #[doc(alias = "len")]
     pub len_bytes: u64,
     /// What the path is.
     pub file_type: FileType,
