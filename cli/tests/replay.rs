@@ -1400,4 +1400,25 @@ fn a_read_only_block_device_is_refused_as_bad_input() {
         "{}",
         String::from_utf8_lossy(&all_reads.stderr)
     );
+    nop_jobs_run_on(&dev.0);
+}
+
+/// NOPs touch no data: a writing pattern's NOP jobs run on the read-only
+/// device `dev` (found by a break-it helper: refused as a write).
+fn nop_jobs_run_on(dev: &str) {
+    for engine in [&["--engine", "nop"][..], &["--engine", "raw", "--nop"][..]] {
+        let nops = plugio(
+            &[
+                &["bench", "--filename", dev, "--rw", "randwrite"][..],
+                engine,
+                &["--number_ios", "64", "--quiet"][..],
+            ]
+            .concat(),
+        );
+        assert!(
+            nops.status.success(),
+            "{engine:?}: {}",
+            String::from_utf8_lossy(&nops.stderr)
+        );
+    }
 }

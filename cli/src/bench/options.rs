@@ -280,9 +280,11 @@ pub struct Job {
 impl Job {
     /// True when the job issues writes: a writing pattern with reads below
     /// 100 % (`--rw randrw --rwmixread 100` only reads, so it runs on a
-    /// target it may not write, as a read pattern does).
+    /// target it may not write, as a read pattern does), and not NOPs
+    /// (`--engine nop`, `raw --nop`: they touch no data, whatever `--rw`
+    /// says).
     pub fn writes(&self) -> bool {
-        self.rw.writes() && self.read_pct < 100
+        self.rw.writes() && self.read_pct < 100 && !self.nop
     }
 }
 
