@@ -189,13 +189,7 @@ fn every_op_on_a_loop_device() {
 #[test]
 fn the_engine_sees_a_loop_devices_size_and_its_cursor_reaches_the_end() {
     use futures::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt, SeekFrom};
-    let Some(lo) = LoopDevice::create() else {
-        return;
-    };
-    let path = lo.path.clone();
-    let ex = plugio::runtime::local(RingConfig::default()).expect("runtime");
-    ex.run(async move {
-        let dev = plugio::Device::open(&path, plugio::DeviceOptions::default()).expect("open");
+    on_engine_device(|_, dev| async move {
         assert_eq!(dev.metadata().await.expect("metadata").len_bytes, SIZE);
         let mut c = plugio::DeviceCursor::new(dev).await.expect("cursor");
         c.seek(SeekFrom::Start(SIZE - 4096)).await.expect("seek");
@@ -212,6 +206,25 @@ fn the_engine_sees_a_loop_devices_size_and_its_cursor_reaches_the_end() {
         c.seek(SeekFrom::End(0)).await.expect("seek");
         let e = c.write_all(&[1u8]).await.expect_err("past the end");
         assert_eq!(e.kind(), std::io::ErrorKind::WriteZero, "{e}");
+    });
+}
+
+/// Runs `f` on a fresh loop device of [`SIZE`] bytes (its path, and the
+/// engine's `Device` on it, opened writable) on a local runtime; skipped
+/// where no loop device can be made.
+fn on_engine_device<F, Fut>(f: F)
+where
+    F: FnOnce(PathBuf, plugio::Device) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let Some(lo) = LoopDevice::create() else {
+        return;
+    };
+    let path = lo.path.clone();
+    let ex = plugio::runtime::local(RingConfig::default()).expect("runtime");
+    ex.run(async move {
+        let dev = plugio::Device::open(&path, plugio::DeviceOptions::default()).expect("open");
+        f(path, dev).await;
     });
     drop(lo);
 }
@@ -308,13 +321,7 @@ fn a_read_only_block_device_is_refused_at_a_writable_open() {
 /// with no device named).
 #[test]
 fn an_io_error_at_completion_names_the_devices_path() {
-    let Some(lo) = LoopDevice::create() else {
-        return;
-    };
-    let path = lo.path.clone();
-    let ex = plugio::runtime::local(RingConfig::default()).expect("runtime");
-    ex.run(async move {
-        let dev = plugio::Device::open(&path, plugio::DeviceOptions::default()).expect("open");
+    on_engine_device(|path, dev| async move {
         let (w, _) = dev.write_at(dev.alloc_buf(4096), 0).await;
         assert_eq!(w.expect("a write before --setro"), 4096);
         let setro = Command::new("blockdev").arg("--setro").arg(&path).status();
