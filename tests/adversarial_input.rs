@@ -391,7 +391,10 @@ async fn fua_and_preflush_on_a_read_are_refused_before_submission() {
             );
             let text = err.to_string();
             assert!(
-                text.contains("writes only") && text.contains("sync_data"),
+                text.contains("are write flags")
+                    && text.contains("remove them")
+                    && text.contains("sync_data")
+                    && !text.contains('{'),
                 "{text}"
             );
             assert_eq!(buf.len(), 4096, "the buffer comes back whole");
@@ -405,6 +408,64 @@ async fn fua_and_preflush_on_a_read_are_refused_before_submission() {
             .await;
         assert_eq!(r.expect("NOMERGE is for any op"), 4096);
     }
+}
+
+/// Every error of an IO method on a device opened by path names that
+/// path, also the ones the methods make themselves before or after the
+/// IO (found by a break-it helper: short reads of `read_exact_at`, a zero
+/// `read_alloc_at`, long range ops, `set_len` on a read-only device).
+#[plugio::test(timeout_s = 10)]
+async fn the_errors_of_io_methods_name_the_devices_path() {
+    let dir = tmpdir();
+    let path = file(&dir, "named", 1 << 16);
+    let dev = Device::open(&path, DeviceOptions::default()).expect("open");
+    let named = |what: &str, e: plugio::Error| {
+        assert_eq!(e.path(), Some(path.as_path()), "{what}: {e}");
+        assert!(
+            e.to_string()
+                .ends_with(&format!("(path {})", path.display())),
+            "{what}: {e}"
+        );
+    };
+    let (r, _) = dev.read_exact_at(dev.alloc_buf(4096), 1 << 16).await;
+    named("read_exact_at at the end", r.expect_err("short"));
+    let (r, _) = dev.write_at(dev.alloc_buf(4096), 100).await;
+    named("write_at unaligned", r.expect_err("unaligned"));
+    named(
+        "read_alloc_at of 0 bytes",
+        dev.read_alloc_at(0, 0).await.expect_err("zero"),
+    );
+    let long = 2 << 30;
+    named(
+        "discard",
+        dev.discard(100, long).await.expect_err("unaligned"),
+    );
+    named(
+        "write_zeroes",
+        dev.write_zeroes(100, long).await.expect_err("unaligned"),
+    );
+    named(
+        "fallocate",
+        dev.fallocate(100, long, plugio::FallocateMode::Allocate)
+            .await
+            .expect_err("unaligned"),
+    );
+    // One file is one device state: its read-only handle comes after
+    // the writable one is gone.
+    drop(dev);
+    let ro = Device::open(
+        &path,
+        DeviceOptions {
+            read_only: true,
+            ..DeviceOptions::default()
+        },
+    )
+    .expect("read-only open");
+    named(
+        "discard read-only",
+        ro.discard(0, long).await.expect_err("ro"),
+    );
+    named("set_len read-only", ro.set_len(0).await.expect_err("ro"));
 }
 
 /// Runs the test `name` of this binary in a child process (for calls that

@@ -384,12 +384,23 @@ impl fmt::Display for InvalidInput {
             InvalidInput::OpenFlags { detail } => {
                 write!(f, "the descriptor's open flags allow no IO: {detail}")
             }
-            InvalidInput::WriteOnlyFlags { op, flags } => write!(
-                f,
-                "{op:?} with flags {flags:?}: FUA and PREFLUSH are taken by writes only \
-                 (as the kernel's REQ_FUA and REQ_PREFLUSH); to make earlier writes durable \
-                 before this op, await a flush (Device::sync_data) first"
-            ),
+            InvalidInput::WriteOnlyFlags { op, flags } => {
+                let names = match (
+                    flags.contains(crate::IoFlags::FUA),
+                    flags.contains(crate::IoFlags::PREFLUSH),
+                ) {
+                    (true, true) => "FUA|PREFLUSH",
+                    (true, false) => "FUA",
+                    _ => "PREFLUSH",
+                };
+                write!(
+                    f,
+                    "{op:?} with IoFlags::{names}: FUA and PREFLUSH are write flags (the \
+                     kernel's block layer refuses REQ_FUA and REQ_PREFLUSH on any other op): \
+                     remove them; to make earlier writes durable before this op, await a \
+                     flush (Device::sync_data) first"
+                )
+            }
         }
     }
 }

@@ -56,11 +56,19 @@ pub fn describe(path: impl AsRef<Path>) -> Result<String> {
 }
 
 /// Why this process could not open `path` for writing, or `None` when it
-/// could: a read-only block device (`BLKROGET`: `blockdev --setro`,
-/// `losetup -r`, or a read-only disk under a partition), a read-only
-/// file system (`EROFS`), or permission bits that refuse this user
-/// (`access(2)` with `W_OK`, as the kernel checks the effective user).
-/// Nothing is opened for writing.
+/// could, as far as can be told without opening it for writing (which
+/// has effects of its own: inotify's `IN_CLOSE_WRITE`, for one):
+/// - a read-only block device (`BLKROGET`: `blockdev --setro`,
+///   `losetup -r`, or a read-only disk under a partition);
+/// - an immutable or append-only file (`chattr +i`, `chattr +a`:
+///   plugio writes at offsets, which an append-only file refuses);
+/// - a read-only file system (`EROFS`), or permission bits that refuse
+///   this process's effective user (`faccessat` with `AT_EACCESS`);
+/// - a program running from the file, or a swap file (`ETXTBSY`).
+///
+/// A regular file or block device is opened read-only and non-blocking
+/// for its ioctls; anything else (a FIFO, a socket) is only `stat`ed, so
+/// the call never waits.
 ///
 /// ```
 /// let tmp = tempfile::NamedTempFile::new()?;
@@ -68,33 +76,131 @@ pub fn describe(path: impl AsRef<Path>) -> Result<String> {
 /// # Ok::<_, std::io::Error>(())
 /// ```
 pub fn write_refusal(path: &Path) -> Option<String> {
-    if let Ok(file) = std::fs::File::open(path) {
-        if crate::backend::file::is_read_only_block_device(&file) {
-            return Some(
-                "the block device is read-only (BLKROGET; `blockdev --setrw` undoes \
-                 `blockdev --setro`, a `losetup -r` device must be set up again, a partition \
-                 follows its disk)"
-                    .to_owned(),
-            );
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) => return Some(format!("cannot stat it ({e})")),
+    };
+    let kind = meta.file_type();
+    if kind.is_file() || kind.is_block_device() {
+        let opened = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+            .open(path);
+        if let Ok(file) = opened {
+            if let Some(why) = attribute_refusal(&file, kind.is_block_device()) {
+                return Some(why);
+            }
         }
     }
+    if let Some(why) = access_refusal(path) {
+        return Some(why);
+    }
+    if kind.is_file() && busy_text_or_swap(&meta) {
+        return Some(
+            "a running program's file or a swap file (ETXTBSY): the kernel refuses to open it \
+             for writing while it runs or is in use"
+                .to_owned(),
+        );
+    }
+    None
+}
+
+/// [`write_refusal`]'s checks that need the open file: `BLKROGET` for a
+/// block device, the inode's immutable and append-only flags for a file.
+fn attribute_refusal(file: &std::fs::File, block_device: bool) -> Option<String> {
+    use std::os::fd::AsRawFd;
+    if block_device {
+        return crate::backend::file::is_read_only_block_device(file).then(|| {
+            "the block device is read-only (BLKROGET; `blockdev --setrw` undoes \
+             `blockdev --setro`, a `losetup -r` device must be set up again, a partition \
+             follows its disk)"
+                .to_owned()
+        });
+    }
+    const FS_IMMUTABLE_FL: libc::c_long = 0x10;
+    const FS_APPEND_FL: libc::c_long = 0x20;
+    let mut flags: libc::c_long = 0;
+    // SAFETY: FS_IOC_GETFLAGS writes the inode's flags (an int) through
+    // the pointer, which points to a live, larger local.
+    let rc = unsafe { libc::ioctl(file.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut flags) };
+    if rc != 0 {
+        return None;
+    }
+    if flags & FS_IMMUTABLE_FL != 0 {
+        return Some("the file is immutable (chattr +i; `chattr -i` undoes it)".to_owned());
+    }
+    (flags & FS_APPEND_FL != 0).then(|| {
+        "the file is append-only (chattr +a; plugio writes at offsets, which it refuses; \
+         `chattr -a` undoes it)"
+            .to_owned()
+    })
+}
+
+/// [`write_refusal`]'s `faccessat(W_OK, AT_EACCESS)`: what the kernel's
+/// permission check says for this process's effective user.
+fn access_refusal(path: &Path) -> Option<String> {
     use std::os::unix::ffi::OsStrExt;
     let Ok(c_path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
         return Some("the path holds a NUL byte".to_owned());
     };
-    // SAFETY: access(2) only reads the NUL-terminated string, which lives
+    // SAFETY: faccessat only reads the NUL-terminated string, which lives
     // across the call.
-    if unsafe { libc::access(c_path.as_ptr(), libc::W_OK) } == 0 {
+    let rc = unsafe {
+        libc::faccessat(
+            libc::AT_FDCWD,
+            c_path.as_ptr(),
+            libc::W_OK,
+            libc::AT_EACCESS,
+        )
+    };
+    if rc == 0 {
         return None;
     }
     let e = std::io::Error::last_os_error();
     Some(match e.raw_os_error() {
         Some(libc::EROFS) => "the file system is mounted read-only".to_owned(),
-        Some(libc::EACCES | libc::EPERM) => {
-            "this user may not write it (its permission bits)".to_owned()
-        }
-        _ => format!("access(W_OK) says {e}"),
+        Some(libc::EACCES) => "this user may not write it (its permission bits)".to_owned(),
+        Some(libc::ETXTBSY) => "a running program's file (ETXTBSY)".to_owned(),
+        _ => format!("the kernel refuses write access ({e})"),
     })
+}
+
+/// Whether a program runs from the file whose metadata is `meta` (a
+/// `/proc/PID/exe` is it: exec denies writes to it) or it is an active
+/// swap file (`/proc/swaps`). Only executable files are looked up in
+/// `/proc`; processes this user may not see are skipped.
+fn busy_text_or_swap(meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let same = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.dev() == meta.dev() && m.ino() == meta.ino())
+    };
+    if let Ok(swaps) = std::fs::read_to_string("/proc/swaps") {
+        let mut lines = swaps.lines().skip(1);
+        if lines.any(|l| {
+            l.split_whitespace()
+                .next()
+                .is_some_and(|p| same(Path::new(p)))
+        }) {
+            return true;
+        }
+    }
+    if meta.permissions().mode() & 0o111 == 0 {
+        return false;
+    }
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    procs
+        .flatten()
+        .any(|entry| is_pid(&entry.file_name()) && same(&entry.path().join("exe")))
+}
+
+/// Whether a `/proc` entry's name is a process id (digits only).
+fn is_pid(name: &std::ffi::OsStr) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let b = name.as_bytes();
+    !b.is_empty() && b.iter().all(u8::is_ascii_digit)
 }
 
 #[cfg(test)]
@@ -121,5 +227,63 @@ mod tests {
                 crate::InvalidInput::PathKind { .. }
             ))
         ));
+    }
+
+    /// `write_refusal` finds what `access(2)` alone missed (found by a
+    /// break-it helper): a running program's file, an append-only and an
+    /// immutable file (where `chattr` works here), and it never waits on
+    /// a FIFO.
+    #[test]
+    fn write_refusal_sees_running_programs_and_attributes_and_never_waits() {
+        let dir = tempfile::tempdir_in(crate::testing::direct_io_dir()).expect("dir");
+        let prog = dir.path().join("busy");
+        std::fs::copy("/bin/sleep", &prog).expect("copy sleep");
+        assert_eq!(write_refusal(&prog), None, "not running yet");
+        // Another test's fork may hold the copy's write descriptor for a
+        // moment (the fork/exec race of a freshly written executable).
+        let mut running = loop {
+            match std::process::Command::new(&prog).arg("30").spawn() {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                other => break other.expect("run it"),
+            }
+        };
+        let busy = write_refusal(&prog);
+        let _ = running.kill();
+        let _ = running.wait();
+        assert!(
+            busy.as_deref().is_some_and(|w| w.contains("ETXTBSY")),
+            "{busy:?}"
+        );
+
+        let file = dir.path().join("attrs");
+        std::fs::write(&file, [0u8; 4096]).expect("write");
+        for (flag, word) in [("+a", "append-only"), ("+i", "immutable")] {
+            let set = std::process::Command::new("chattr")
+                .arg(flag)
+                .arg(&file)
+                .output();
+            if !set.is_ok_and(|o| o.status.success()) {
+                println!("SKIPPED: chattr {flag} does not work here");
+                continue;
+            }
+            let why = write_refusal(&file);
+            let undo = flag.replace('+', "-");
+            let _ = std::process::Command::new("chattr")
+                .arg(&undo)
+                .arg(&file)
+                .status();
+            assert!(why.as_deref().is_some_and(|w| w.contains(word)), "{why:?}");
+        }
+
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().expect("utf-8")).expect("no NUL");
+        // SAFETY: mkfifo reads the NUL-terminated path, alive across the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(write_refusal(&fifo)));
+        rx.recv_timeout(std::time::Duration::from_secs(20))
+            .expect("write_refusal returned on a FIFO");
     }
 }

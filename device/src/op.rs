@@ -74,7 +74,9 @@ impl IoFlags {
     /// Force unit access: the write is durable when it completes
     /// (`RWF_DSYNC` on files and block devices; `REQ_FUA` in the kernel).
     /// Writes only: any other op with it is refused before submission
-    /// ([`InvalidInput::WriteOnlyFlags`](crate::InvalidInput::WriteOnlyFlags)).
+    /// ([`InvalidInput::WriteOnlyFlags`](crate::InvalidInput::WriteOnlyFlags)),
+    /// as the Linux block layer refuses it (NVMe's Read command has a FUA
+    /// bit too, which plugio does not send).
     pub const FUA: IoFlags = IoFlags(1);
     /// Flush the device's volatile cache before this op (`REQ_PREFLUSH`); the
     /// file backend issues an `fdatasync` linked ahead of the op. Writes

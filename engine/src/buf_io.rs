@@ -601,7 +601,7 @@ impl Device {
     ) -> (Result<(), Error>, B) {
         let want = buf.bytes_total();
         let (r, buf) = self.read_at(buf, offset_bytes).await;
-        (exact(r, offset_bytes, want, Short::Eof), buf)
+        (exact(self, r, offset_bytes, want, Short::Eof), buf)
     }
 
     /// Writes all the initialised bytes of `buf` at `offset_bytes` (see
@@ -626,7 +626,7 @@ impl Device {
     ) -> (Result<(), Error>, B) {
         let want = buf.bytes_init();
         let (r, buf) = self.write_at(buf, offset_bytes).await;
-        (exact(r, offset_bytes, want, Short::WriteZero), buf)
+        (exact(self, r, offset_bytes, want, Short::WriteZero), buf)
     }
 
     /// [`read_exact_at`](Self::read_exact_at) into several buffers in order
@@ -651,7 +651,7 @@ impl Device {
     ) -> (Result<(), Error>, Vec<B>) {
         let want = bufs.iter().map(IoBuf::bytes_total).sum();
         let (r, bufs) = self.readv_at(bufs, offset_bytes).await;
-        (exact(r, offset_bytes, want, Short::Eof), bufs)
+        (exact(self, r, offset_bytes, want, Short::Eof), bufs)
     }
 
     /// [`write_all_at`](Self::write_all_at) of several buffers back to
@@ -673,7 +673,7 @@ impl Device {
     ) -> (Result<(), Error>, Vec<B>) {
         let want = bufs.iter().map(IoBuf::bytes_init).sum();
         let (r, bufs) = self.writev_at(bufs, offset_bytes).await;
-        (exact(r, offset_bytes, want, Short::WriteZero), bufs)
+        (exact(self, r, offset_bytes, want, Short::WriteZero), bufs)
     }
 }
 
@@ -684,8 +684,10 @@ enum Short {
     WriteZero,
 }
 
-/// `Ok` when `r` moved all `want` bytes; the typed short-count error else.
+/// `Ok` when `r` moved all `want` bytes; the typed short-count error else,
+/// naming `dev`'s path.
 fn exact(
+    dev: &Device,
     r: Result<usize, Error>,
     offset_bytes: u64,
     want: usize,
@@ -696,7 +698,7 @@ fn exact(
         return Ok(());
     }
     let (offset_bytes, len_bytes, done_bytes) = (offset_bytes, want as u64, done as u64);
-    Err(Error::new(match short {
+    Err(dev.name_err(Error::new(match short {
         Short::Eof => ErrorKind::UnexpectedEof {
             offset_bytes,
             len_bytes,
@@ -707,5 +709,5 @@ fn exact(
             len_bytes,
             done_bytes,
         },
-    }))
+    })))
 }

@@ -113,6 +113,15 @@ fn io_err(e: Error) -> io::Error {
 }
 
 impl DeviceCursor {
+    /// ` (path P)` for the cursor's own errors, as an IO error names its
+    /// device; empty for a device without a path.
+    fn path_note(&self) -> String {
+        match self.dev.path() {
+            Some(p) => format!(" (path {})", p.display()),
+            None => String::new(),
+        }
+    }
+
     /// A cursor at offset 0 of `dev` with a [`DEFAULT_WINDOW_BYTES`]
     /// window; reads the file's size (a block device's capacity).
     ///
@@ -355,8 +364,9 @@ impl AsyncWrite for DeviceCursor {
                 io::ErrorKind::WriteZero,
                 format!(
                     "write at {} is at or past the end of the device ({cap} bytes in whole \
-                     blocks)",
-                    this.pos
+                     blocks){}",
+                    this.pos,
+                    this.path_note()
                 ),
             )));
         }

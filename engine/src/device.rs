@@ -201,7 +201,11 @@ impl Device {
     }
 
     /// The path the device was opened from (`None` for a backend passed to
-    /// [`Device::with_backend`] without one).
+    /// [`Device::with_backend`] without one), which IO errors name. One
+    /// file is one device state in a process: a handle opened under
+    /// another name of an open file (after a rename, through a link, a
+    /// `/dev/disk/by-id` alias of a block device) shares it and reports
+    /// the path of the first open.
     pub fn path(&self) -> Option<&Path> {
         self.shared.path.as_deref()
     }
@@ -270,7 +274,7 @@ impl Device {
         len_bytes: usize,
     ) -> Result<DmaBuf, Error> {
         // Refuse absurd lengths before allocating the buffer for them.
-        check_len(len_bytes as u64, true)?;
+        check_len(len_bytes as u64, true).map_err(|e| self.name_err(e))?;
         let buf = self.alloc_buf(len_bytes);
         let (res, buf) = self.read_at(buf, offset_bytes).await;
         res.map(|_| buf)
@@ -442,6 +446,13 @@ impl Device {
             issued: None,
             done: false,
         }
+    }
+
+    /// `e` naming this device's path (see [`named`]): for the errors the
+    /// IO methods make themselves, outside the IO futures.
+    #[cold]
+    pub(crate) fn name_err(&self, e: Error) -> Error {
+        name_device(&self.shared, e)
     }
 
     /// What all handles of this device share.

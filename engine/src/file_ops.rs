@@ -73,11 +73,15 @@ impl Device {
     /// read-only) otherwise.
     pub async fn set_len(&self, len_bytes: u64) -> Result<(), Error> {
         if self.options().read_only {
-            return Err(Error::new(ErrorKind::PermissionDenied)
-                .with_context("the device was opened read-only (DeviceOptions::read_only)"));
+            return Err(self.name_err(
+                Error::new(ErrorKind::PermissionDenied)
+                    .with_context("the device was opened read-only (DeviceOptions::read_only)"),
+            ));
         }
-        let fd = self.fd()?;
-        fs_ops::ftruncate(fd.as_raw_fd(), fd, len_bytes).await
+        let fd = self.fd().map_err(|e| self.name_err(e))?;
+        fs_ops::ftruncate(fd.as_raw_fd(), fd, len_bytes)
+            .await
+            .map_err(|e| self.name_err(e))
     }
 
     /// The file's metadata (`statx` of the open descriptor): size, type,
@@ -95,8 +99,10 @@ impl Device {
     /// # Errors
     /// `Unsupported` for a device without a file; the kernel's error.
     pub async fn metadata(&self) -> Result<Metadata, Error> {
-        let fd = self.fd()?;
-        let mut meta = fs_ops::metadata_fd(fd.as_raw_fd(), fd).await?;
+        let fd = self.fd().map_err(|e| self.name_err(e))?;
+        let mut meta = fs_ops::metadata_fd(fd.as_raw_fd(), fd)
+            .await
+            .map_err(|e| self.name_err(e))?;
         if meta.file_type == fs_ops::FileType::BlockDevice {
             meta.len_bytes = self.geometry().capacity_bytes.unwrap_or(meta.len_bytes);
         }

@@ -79,7 +79,8 @@ impl Device {
                 .await
                 .map(drop);
         }
-        self.check_range_op(op, offset_bytes, len_bytes)?;
+        self.check_range_op(op, offset_bytes, len_bytes)
+            .map_err(|e| self.name_err(e))?;
         let parts = parts(offset_bytes, len_bytes)
             .map(|(offset, len)| self.io(op, IoFlags::NONE, offset, len));
         all_complete(parts).await

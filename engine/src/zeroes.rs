@@ -83,7 +83,8 @@ impl Device {
         if shared.backend.write_zeroes_support() == Some(false)
             || shared.zeroes_refused.load(Ordering::Relaxed)
         {
-            self.check_range_op(OpKind::WriteZeroes, offset_bytes, len_bytes)?;
+            self.check_range_op(OpKind::WriteZeroes, offset_bytes, len_bytes)
+                .map_err(|e| self.name_err(e))?;
             return self.write_zeroes_by_writing(offset_bytes, len_bytes).await;
         }
         match self.write_zeroes_no_fallback(offset_bytes, len_bytes).await {
