@@ -468,6 +468,40 @@ async fn the_errors_of_io_methods_name_the_devices_path() {
     named("set_len read-only", ro.set_len(0).await.expect_err("ro"));
 }
 
+/// A device's error names the IO that failed (op, offset, length), so a
+/// database can tell which blocks are bad (found by a fresh user: an EIO
+/// said only "Input/output error"); invalid input keeps its own text.
+#[plugio::test(timeout_s = 10)]
+async fn a_devices_error_names_the_failed_io() {
+    use plugio::device::backend::mem::{Fault, FaultOn};
+    use plugio::device::OpKind;
+    let (mem, dev) = mem_dev(1 << 20);
+    mem.inject(Fault::Eio {
+        lbas: 16..24,
+        on: FaultOn::Both,
+    });
+    let (r, _) = dev.read_at(dev.alloc_buf(4096), 8192).await;
+    let e = r.expect_err("EIO");
+    assert_eq!(e.io(), Some((OpKind::Read, 8192, 4096)), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("read of 4096 bytes at offset 8192: "),
+        "{e}"
+    );
+    let (r, _) = dev
+        .writev_at(vec![dev.alloc_buf(512), dev.alloc_buf(512)], 8192)
+        .await;
+    let e = r.expect_err("EIO");
+    assert_eq!(e.io(), Some((OpKind::Write, 8192, 1024)), "{e}");
+    let e = dev.discard(8192, 4096).await.expect_err("EIO");
+    assert_eq!(e.io(), Some((OpKind::Discard, 8192, 4096)), "{e}");
+    let (r, _) = dev.read_at(dev.alloc_buf(4096), 100).await;
+    let e = r.expect_err("unaligned");
+    assert_eq!(e.io(), None, "invalid input names its values itself: {e}");
+    let (r, _) = dev.read_at(dev.alloc_buf(4096), 0).await;
+    assert_eq!(r.expect("the other blocks read"), 4096);
+}
+
 /// Runs the test `name` of this binary in a child process (for calls that
 /// may abort the process) and returns whether it passed.
 fn child_passes(name: &str) -> (bool, String) {

@@ -191,6 +191,8 @@ struct ErrorInner {
     kind: ErrorKind,
     path: Option<PathBuf>,
     context: Option<&'static str>,
+    /// The IO that failed: op, offset and length in bytes.
+    io: Option<(crate::OpKind, u64, u64)>,
 }
 
 impl fmt::Debug for Error {
@@ -199,6 +201,7 @@ impl fmt::Debug for Error {
             .field("kind", &self.0.kind)
             .field("path", &self.0.path)
             .field("context", &self.0.context)
+            .field("io", &self.0.io)
             .finish()
     }
 }
@@ -210,6 +213,7 @@ impl Error {
             kind,
             path: None,
             context: None,
+            io: None,
         }))
     }
 
@@ -265,6 +269,28 @@ impl Error {
     pub fn with_context(mut self, context: &'static str) -> Self {
         self.0.context = Some(context);
         self
+    }
+
+    /// Attaches the IO that failed: `op` on `len_bytes` bytes at
+    /// `offset_bytes`. The engine attaches it to the device's errors of an
+    /// IO (not to invalid input, whose text already names the values), so
+    /// that a caller can tell which range failed.
+    ///
+    /// ```
+    /// use plugio_device::{Error, OpKind};
+    /// let e = Error::from_errno(libc::EIO).with_io(OpKind::Read, 8192, 4096);
+    /// assert_eq!(e.io(), Some((OpKind::Read, 8192, 4096)));
+    /// assert!(e.to_string().starts_with("read of 4096 bytes at offset 8192: "), "{e}");
+    /// ```
+    pub fn with_io(mut self, op: crate::OpKind, offset_bytes: u64, len_bytes: u64) -> Self {
+        self.0.io = Some((op, offset_bytes, len_bytes));
+        self
+    }
+
+    /// The IO that failed, when attached ([`Error::with_io`]): op, offset
+    /// and length in bytes.
+    pub fn io(&self) -> Option<(crate::OpKind, u64, u64)> {
+        self.0.io
     }
 
     /// The kind, for matching.
@@ -410,6 +436,9 @@ impl fmt::Display for Error {
         if let Some(context) = self.0.context {
             write!(f, "{context}: ")?;
         }
+        if let Some((op, offset_bytes, len_bytes)) = self.0.io {
+            write_io(f, op, offset_bytes, len_bytes)?;
+        }
         match &self.0.kind {
             ErrorKind::InvalidInput(input) => write!(f, "invalid input: {input}")?,
             ErrorKind::Unsupported => write!(f, "operation not supported")?,
@@ -485,6 +514,32 @@ impl fmt::Display for Error {
             write!(f, " (path {})", path.display())?;
         }
         Ok(())
+    }
+}
+
+/// The failed IO's part of an error's text: `read of 4096 bytes at offset
+/// 8192: `, `flush: `.
+fn write_io(
+    f: &mut fmt::Formatter<'_>,
+    op: crate::OpKind,
+    offset_bytes: u64,
+    len_bytes: u64,
+) -> fmt::Result {
+    use crate::OpKind;
+    let name = match op {
+        OpKind::Read => "read",
+        OpKind::Write => "write",
+        OpKind::Flush => "flush",
+        OpKind::Fsync => "fsync",
+        OpKind::WriteZeroes => "write zeroes",
+        OpKind::Discard => "discard",
+        OpKind::Fallocate { .. } => "fallocate",
+        OpKind::Nop => "no-op",
+    };
+    if op.has_range() {
+        write!(f, "{name} of {len_bytes} bytes at offset {offset_bytes}: ")
+    } else {
+        write!(f, "{name}: ")
     }
 }
 

@@ -334,6 +334,20 @@ fn an_io_error_at_completion_names_the_devices_path() {
         let e = w.expect_err("a write to a device made read-only");
         assert_eq!(*e.kind(), ErrorKind::PermissionDenied, "{e}");
         assert_eq!(e.path(), Some(path.as_path()), "{e}");
+        // Which IO failed, and why: the device became read-only (a
+        // fresh user's scan engine got a bare "permission denied").
+        assert_eq!(
+            e.io(),
+            Some((plugio_device::OpKind::Write, 4096, 4096)),
+            "{e}"
+        );
+        let text = e.to_string();
+        assert!(
+            text.contains("write of 4096 bytes at offset 4096")
+                && text.contains("became read-only after it was opened")
+                && text.contains("blockdev --setrw"),
+            "{text}"
+        );
         assert!(
             e.to_string()
                 .ends_with(&format!("(path {})", path.display())),

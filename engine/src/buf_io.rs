@@ -360,6 +360,14 @@ impl<'a, S: BufSet, D: Direction<S>> BufIo<'a, S, D> {
         }
     }
 
+    /// The error of this IO as it is handed out (see
+    /// [`crate::device::name_io`]).
+    #[cold]
+    fn name_error(&self, e: Error, bufs: &mut S) -> Error {
+        let len_bytes = total_len(&D::segs(bufs));
+        crate::device::name_io(self.shared, e, D::OP, self.offset_bytes, len_bytes)
+    }
+
     /// Hands the buffers back with the result.
     #[inline(always)]
     fn finish(&mut self, r: BioResult) -> (Result<usize, Error>, S::Out) {
@@ -372,7 +380,7 @@ impl<'a, S: BufSet, D: Direction<S>> BufIo<'a, S, D> {
                 D::finish(&mut bufs, self.bounce.as_ref(), n as usize);
                 Ok(n as usize)
             }
-            Err(e) => Err(crate::device::name_device(self.shared, e)),
+            Err(e) => Err(self.name_error(e, &mut bufs)),
         };
         self.bounce = None;
         (result, bufs.into_out())

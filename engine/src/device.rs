@@ -786,19 +786,83 @@ pub(crate) struct BioFuture<'a> {
     done: bool,
 }
 
-/// An IO's result as its future hands it out: an error names the
-/// device's path (when it was opened by path and the error names none
-/// yet), so that a caller with several devices sees which one failed.
-/// The success path is one test of the result.
-#[inline(always)]
-pub(crate) fn named(shared: &DeviceShared, r: BioResult) -> BioResult {
-    match r {
-        Ok(n) => Ok(n),
-        Err(e) => Err(name_device(shared, e)),
+impl BioFuture<'_> {
+    /// The IO's result as the future hands it out: an error names the IO
+    /// and the device (see [`name_io`]). The success path is one test of
+    /// the result.
+    #[inline(always)]
+    fn named(&self, r: BioResult) -> BioResult {
+        match r {
+            Ok(n) => Ok(n),
+            Err(e) => Err(name_io(
+                self.shared,
+                e,
+                self.op,
+                self.offset_bytes,
+                self.len_bytes,
+            )),
+        }
     }
 }
 
-/// [`named`]'s error path.
+/// The error of an IO as its future hands it out: it names the IO (`op`
+/// on `len_bytes` at `offset_bytes`) when the device reported it (not
+/// invalid input or a misuse, whose text says what is wrong), says so
+/// when a write failed with a permission error because the block device
+/// became read-only after it was opened (`blockdev --setro`), and names
+/// the device's path ([`name_device`]): so that a caller with several
+/// devices sees which one failed, and where.
+#[cold]
+#[inline(never)]
+pub(crate) fn name_io(
+    shared: &DeviceShared,
+    e: Error,
+    op: OpKind,
+    offset_bytes: u64,
+    len_bytes: u64,
+) -> Error {
+    use plugio_device::ErrorKind as K;
+    let device_said = matches!(
+        e.kind(),
+        K::Io { .. }
+            | K::Nvme { .. }
+            | K::PermissionDenied
+            | K::OutOfSpace
+            | K::Unsupported
+            | K::Cancelled
+    );
+    let e = if device_said && e.io().is_none() {
+        e.with_io(op, offset_bytes, len_bytes)
+    } else {
+        e
+    };
+    let e = if *e.kind() == K::PermissionDenied && op.is_write() && became_read_only(shared) {
+        e.with_context(BECAME_READ_ONLY)
+    } else {
+        e
+    };
+    name_device(shared, e)
+}
+
+/// What a write refused by a block device that became read-only after
+/// its open is told.
+const BECAME_READ_ONLY: &str = "the block device became read-only after it was opened \
+     (BLKROGET; `blockdev --setrw` undoes `blockdev --setro`; a loop device set up with \
+     `losetup -r` must be set up again; a partition follows its disk)";
+
+/// Whether a device opened for writing is a block device that is
+/// read-only now.
+fn became_read_only(shared: &DeviceShared) -> bool {
+    !shared.opts.read_only
+        && shared.geometry.kind == plugio_device::DeviceKind::BlockDevice
+        && shared
+            .backend
+            .file_fd()
+            .is_some_and(|fd| plugio_device::backend::file::is_read_only_block_device(&*fd))
+}
+
+/// An error of this device that names no path yet: it names the
+/// device's path (when it was opened by path).
 #[cold]
 #[inline(never)]
 pub(crate) fn name_device(shared: &DeviceShared, e: Error) -> Error {
@@ -893,7 +957,7 @@ impl Future for BioFuture<'_> {
                 }
                 Err(r) => {
                     this.done = true;
-                    Poll::Ready(named(this.shared, r))
+                    Poll::Ready(this.named(r))
                 }
             };
         };
@@ -902,7 +966,7 @@ impl Future for BioFuture<'_> {
         this.done = true;
         #[cfg(feature = "trace-io")]
         trace_done(this.shared, issued, &r);
-        Poll::Ready(named(this.shared, r))
+        Poll::Ready(this.named(r))
     }
 }
 

@@ -232,11 +232,12 @@ const BLKROGET: libc::c_ulong = 0x125e;
 /// assert!(!plugio::device::backend::file::is_read_only_block_device(&file));
 /// # Ok::<_, std::io::Error>(())
 /// ```
-pub fn is_read_only_block_device(file: &fs::File) -> bool {
+pub fn is_read_only_block_device(file: &impl std::os::fd::AsFd) -> bool {
+    use std::os::fd::AsRawFd as _;
     let mut ro: libc::c_int = 0;
     // SAFETY: BLKROGET writes one int through the pointer, which points to
     // a live local.
-    let rc = unsafe { libc::ioctl(file.as_raw_fd(), BLKROGET as _, &mut ro) };
+    let rc = unsafe { libc::ioctl(file.as_fd().as_raw_fd(), BLKROGET as _, &mut ro) };
     rc == 0 && ro != 0
 }
 
