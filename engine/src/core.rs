@@ -298,6 +298,12 @@ impl EngineCore {
             let mut devs = self.devs.borrow_mut();
             let mut plugged = Vec::new();
             let _ = plug.drain_into(&mut plugged);
+            for i in 0..devs.len() {
+                if let Some(d) = devs.get_mut(i) {
+                    d.plugged_bios = 0;
+                    d.plugged_bytes = 0;
+                }
+            }
             // `plugged`: the bio never became requests, so its one part
             // is this ending; else one of its requests ends.
             let mut end = |bios: &mut BioTable, id: crate::bio::BioId, plugged: bool| {

@@ -413,7 +413,10 @@ impl Device {
     /// dropped, the plug is not flushed early before it holds `nr_ios` bios
     /// (capped at the queue depth); dropping the guard flushes it
     /// (`blk_finish_plug`). The end of the tick still flushes, as a
-    /// sleeping task does in the kernel.
+    /// sleeping task does in the kernel. The guard is the calling core's
+    /// and not `Send` (a task holding it across an `.await` is spawned
+    /// with `spawn_local`); it covers the IOs whose futures are first
+    /// polled while it lives.
     ///
     /// # Errors
     /// [`ErrorKind::NoDriver`](plugio_device::ErrorKind::NoDriver) outside a plugio runtime.

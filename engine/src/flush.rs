@@ -66,10 +66,21 @@ impl EngineCore {
                 merge::mergeable(bio.op, bio.flags),
                 bio.op.is_write() || flush,
             );
+            // Each device's limits count its own bios (a device with
+            // the byte trigger off is not flushed by another's bytes);
+            // the flush that one triggers takes the whole plug, as the
+            // kernel's does.
+            d.plugged_bios += 1;
+            d.plugged_bytes += bio.len_bytes;
             // plug_max_count 1 is plugging off: each IO goes alone.
             let unplugged = d.plug_max_count == 1;
             (
-                plug.should_flush(d.plug_max_count, d.plug_flush_bytes),
+                plug.should_flush(
+                    d.plugged_bios,
+                    d.plugged_bytes,
+                    d.plug_max_count,
+                    d.plug_flush_bytes,
+                ),
                 unplugged,
             )
         };
@@ -145,6 +156,8 @@ impl EngineCore {
         let mut bios = self.bios.borrow_mut();
         let mut devs = self.devs.borrow_mut();
         let d = &mut devs[dev as usize];
+        d.plugged_bios = 0;
+        d.plugged_bytes = 0;
         d.shared.adopt_remote_orphans(self.uid, &mut bios);
         if d.nomerges == 0 && list.len() > 1 && drained.mergeable > 1 && drained.adjacent {
             merge::order_for_merge(&bios, list, drained.writes_or_flush);

@@ -44,14 +44,20 @@ pub struct DeviceOptions {
     /// Number of tags: how many requests may be in flight on the device at
     /// once, from all cores together. Default 256. Must be 1..=65536.
     pub queue_depth: u32,
-    /// Flush the plug early once it holds this many requests. Default 32
+    /// Flush the plug early once it holds this many bios of this device
+    /// (each device's options count its own bios in the core's plug; the
+    /// flush takes the whole plug, as the kernel's does). Default 32
     /// (`BLK_MAX_REQUEST_COUNT`). Must be at least 1. An early flush only
     /// prepares its SQEs; the core's park sends the tick's SQEs to the
     /// kernel in one `io_uring_enter`. 1 turns plugging off: every IO is
     /// flushed and sent to the kernel on its own, as without a plug.
     pub plug_max_count: usize,
-    /// Flush the plug early once it holds this many bytes. Default 128 KiB
-    /// (`BLK_PLUG_FLUSH_SIZE`). 0 disables the byte trigger.
+    /// Flush the plug early once it holds this many bytes of this device's
+    /// bios. Default 128 KiB (`BLK_PLUG_FLUSH_SIZE`, which the kernel
+    /// compares with one plugged request, merged at insert; plugio's bios
+    /// merge at the flush, so their total counts). 0 disables the byte
+    /// trigger: large sequential IO then merges up to `plug_max_count`
+    /// bios.
     pub plug_flush_bytes: u64,
     /// How tags are shared between cores. Default [`TagSharing::Shared`].
     pub tag_sharing: TagSharing,

@@ -124,8 +124,6 @@ fn slot_of(v: u64) -> usize {
 pub(crate) struct Plug {
     /// The bios in issue order.
     pub bios: Vec<Plugged>,
-    /// Bytes of data held.
-    pub bytes: u64,
     /// Bios held that may merge (reads and writes without FUA, PREFLUSH
     /// or NOMERGE): below two, a flush has nothing to sort.
     pub mergeable: usize,
@@ -162,7 +160,6 @@ impl Plug {
         writes_or_flush: bool,
     ) {
         self.bios.push(entry);
-        self.bytes += len_bytes;
         if mergeable {
             self.mergeable += 1;
             self.boundaries
@@ -171,19 +168,26 @@ impl Plug {
         self.writes_or_flush |= writes_or_flush;
     }
 
-    /// Whether the plug must be flushed now, before the tick ends: it holds
-    /// `max_count` bios (or the larger count an open guard declared), or
-    /// `flush_bytes` bytes (0 disables the byte trigger).
+    /// Whether the plug must be flushed now, before the tick ends: one
+    /// device holds `max_count` bios in it (or the larger count an open
+    /// guard declared), or `flush_bytes` bytes (0 disables the byte
+    /// trigger): `bios` and `bytes` are that device's, its options the
+    /// limits.
     #[inline]
-    pub fn should_flush(&self, max_count: usize, flush_bytes: u64) -> bool {
+    pub fn should_flush(
+        &self,
+        bios: usize,
+        bytes: u64,
+        max_count: usize,
+        flush_bytes: u64,
+    ) -> bool {
         let count_limit = max_count.max(self.nr_ios);
-        self.bios.len() >= count_limit || (flush_bytes != 0 && self.bytes >= flush_bytes)
+        bios >= count_limit || (flush_bytes != 0 && bytes >= flush_bytes)
     }
 
     /// Takes every bio out, leaving the plug empty (capacity kept).
     pub fn drain_into(&mut self, out: &mut Vec<Plugged>) -> Drained {
         out.append(&mut self.bios);
-        self.bytes = 0;
         let drained = Drained {
             mergeable: self.mergeable,
             writes_or_flush: self.writes_or_flush,

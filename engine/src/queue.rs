@@ -298,6 +298,11 @@ pub(crate) struct CoreDev {
     pub nomerges: u8,
     pub plug_max_count: usize,
     pub plug_flush_bytes: u64,
+    /// This device's bios and bytes in the core's plug now (reset when
+    /// the plug is drained): what its `plug_max_count` and
+    /// `plug_flush_bytes` are compared with.
+    pub plugged_bios: usize,
+    pub plugged_bytes: u64,
     /// Where a short transfer may resume (the device's offset alignment
     /// for direct IO, 1 otherwise).
     pub offset_align_bytes: u64,
@@ -351,6 +356,8 @@ impl CoreDev {
             nomerges: o.nomerges,
             plug_max_count: o.plug_max_count,
             plug_flush_bytes: o.plug_flush_bytes,
+            plugged_bios: 0,
+            plugged_bytes: 0,
             offset_align_bytes: u64::from(shared.geometry.offset_align_bytes().max(1)),
             short_read_is_eof: shared.geometry.capacity_bytes.is_none(),
             scratch_slots: Vec::new(),

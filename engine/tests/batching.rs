@@ -245,6 +245,55 @@ fn nomerges_switch_behaves_as_in_sysfs() {
     assert_eq!(none, 32, "nomerges=2 never merges");
 }
 
+/// Each device's plug limits count its own bios: a device whose byte
+/// trigger is off keeps merging while another device's bios sit in the
+/// same core's plug (found by a fresh user: the plug's total bytes were
+/// compared with the limit of whichever device issued last, so a device
+/// with `plug_flush_bytes: 0` was flushed by its neighbour's bytes).
+#[test]
+fn a_devices_plug_limits_count_only_its_own_bios() {
+    let a = Device::with_backend(
+        mem(20, Vec::new()),
+        None,
+        DeviceOptions {
+            plug_flush_bytes: 0,
+            plug_max_count: 256,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let b = Device::with_backend(
+        mem(20, Vec::new()),
+        None,
+        DeviceOptions {
+            plug_flush_bytes: 8192,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    local().run(async move {
+        // One tick: 8 adjacent reads on `a`, one read on `b` (its plug
+        // bytes: 4 KiB, under its 8 KiB), 8 more adjacent reads on `a`.
+        let mut reads: Vec<_> = (0..8u64).map(|i| a.read_alloc_at(i * 4096, 4096)).collect();
+        reads.push(b.read_alloc_at(0, 4096));
+        reads.extend((8..16u64).map(|i| a.read_alloc_at(i * 4096, 4096)));
+        for r in futures::future::join_all(reads).await {
+            r.expect("read");
+        }
+        let (sa, sb) = (a.iostats(), b.iostats());
+        assert_eq!((sa.bios, sa.requests), (16, 1), "one 64 KiB read: {sa:?}");
+        assert_eq!((sb.bios, sb.requests), (1, 1), "{sb:?}");
+        // `b`'s own bytes still trigger its flush: two reads of 4 KiB.
+        let before = b.iostats();
+        let reads = (0..4u64).map(|i| b.read_alloc_at(i * 8192, 4096));
+        for r in futures::future::join_all(reads).await {
+            r.expect("read");
+        }
+        let d = b.iostats().delta(&before);
+        assert_eq!((d.bios, d.plug_flushes), (4, 2), "{d:?}");
+    });
+}
+
 #[test]
 fn merges_stay_within_max_merge_bytes() {
     let m = mem(20, Vec::new());
