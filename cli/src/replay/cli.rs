@@ -35,8 +35,9 @@ use super::verify::Unwritten;
 #[derive(Debug, Clone, Args)]
 pub struct ReplayArgs {
     /// The trace: CSV (`time_ns,op,offset_bytes,len_bytes`), fio iolog
-    /// v2/v3, or blkparse text; zstd-compressed or plain; `-` reads it
-    /// from standard input. (A blktrace binary: convert it with blkparse.)
+    /// v2/v3, or blkparse text (or the blk tracer's ftrace text);
+    /// zstd-compressed or plain; `-` reads it from standard input. (A
+    /// blktrace binary: convert it with blkparse.)
     pub trace: PathBuf,
     /// File or block device to replay onto. Created (sparse, the trace's
     /// extent) when it does not exist. Its data is overwritten.

@@ -234,7 +234,11 @@ fn detect(text: &str, name: &str) -> Result<TraceFormat, ReplayError> {
         return Ok(TraceFormat::Csv);
     }
     let first = t.split_whitespace().next().unwrap_or("");
-    if parse_blkparse::is_dev(first) && t.split_whitespace().count() >= 7 {
+    let fields: Vec<&str> = t.split_whitespace().collect();
+    if (parse_blkparse::is_dev(first) && fields.len() >= 7)
+        || t == "# tracer: blk"
+        || parse_blkparse::from_ftrace(&fields).is_some()
+    {
         return Ok(TraceFormat::Blkparse);
     }
     if t.split(',').count() == 4 {
@@ -245,7 +249,8 @@ fn detect(text: &str, name: &str) -> Result<TraceFormat, ReplayError> {
         line: i + 1,
         message: format!(
             "cannot tell the trace format from '{}': expected a CSV header \
-             ({}), 'fio version 2|3 iolog', or a blkparse event line; pass --format",
+             ({}), 'fio version 2|3 iolog', or a blkparse or ftrace blk event line; pass \
+             --format",
             printable(t),
             parse_csv::HEADER
         ),
