@@ -118,5 +118,5 @@ pub use runtime::{
     ThreadStartHook, DEFAULT_COOP_BUDGET, DEFAULT_TASK_BUDGET,
 };
 pub use stats::TickStats;
-pub use task::{drop_contained, JoinError, JoinHandle};
+pub use task::{drop_contained, JoinError, JoinHandle, TaskPanic};
 pub use time::{interval, sleep, sleep_until, timeout, Elapsed, Interval, Sleep};

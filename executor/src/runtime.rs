@@ -541,7 +541,7 @@ impl Runtime {
         );
         match futures::executor::block_on(self.spawn_on(0, future)) {
             Ok(out) => out,
-            Err(JoinError::Panic(payload)) => std::panic::resume_unwind(payload),
+            Err(JoinError::Panic(p)) => std::panic::resume_unwind(p.into_payload()),
             Err(JoinError::Cancelled) => {
                 panic!("Runtime::block_on: core 0 stopped before the future completed")
             }

@@ -52,7 +52,12 @@ fn panicking_task_reports_through_join_handle_and_executor_survives() {
         let good = spawn_local(async { 7 });
         match bad.await {
             Err(JoinError::Panic(p)) => {
-                assert_eq!(p.downcast_ref::<&str>().copied(), Some("boom in task"));
+                assert_eq!(p.message(), Some("boom in task"));
+                let payload = p.into_payload();
+                assert_eq!(
+                    payload.downcast_ref::<&str>().copied(),
+                    Some("boom in task")
+                );
             }
             other => panic!("expected a panic, got {other:?}"),
         }

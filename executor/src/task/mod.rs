@@ -31,7 +31,7 @@ mod join;
 mod raw;
 mod state;
 
-pub use error::JoinError;
+pub use error::{JoinError, TaskPanic};
 pub use join::JoinHandle;
 pub use raw::drop_contained;
 pub(crate) use raw::{

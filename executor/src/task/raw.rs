@@ -353,7 +353,7 @@ unsafe fn poll<F: Future>(ptr: NonNull<Header>) -> bool {
     let result = match catch_unwind(AssertUnwindSafe(|| future.poll(&mut cx))) {
         Ok(Poll::Pending) => return false,
         Ok(Poll::Ready(out)) => Ok(out),
-        Err(payload) => Err(JoinError::Panic(payload)),
+        Err(payload) => Err(JoinError::panic(payload)),
     };
     let result = match catch_unwind(AssertUnwindSafe(|| *slot = None)) {
         Ok(()) => result,
@@ -361,7 +361,7 @@ unsafe fn poll<F: Future>(ptr: NonNull<Header>) -> bool {
             // The output (or first panic's payload) is replaced by the
             // drop's panic; its own drop may panic too.
             drop_contained(result, "a task's output");
-            Err(JoinError::Panic(payload))
+            Err(JoinError::panic(payload))
         }
     };
     // SAFETY: owner thread, future gone, output not written yet.
@@ -380,7 +380,7 @@ unsafe fn cancel<F: Future>(ptr: NonNull<Header>) -> bool {
     }
     let result = match catch_unwind(AssertUnwindSafe(|| *slot = None)) {
         Ok(()) => Err(JoinError::Cancelled),
-        Err(payload) => Err(JoinError::Panic(payload)),
+        Err(payload) => Err(JoinError::panic(payload)),
     };
     // SAFETY: as above; future gone, output not written yet.
     unsafe { complete::<F>(cell, result) };
