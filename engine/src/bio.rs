@@ -600,6 +600,15 @@ impl BioTable {
     pub fn in_use(&self) -> usize {
         self.in_use
     }
+
+    /// Takes the waker of every bio that has one into `out`. Cold: walks
+    /// the whole table (a forked child's wake of what was in flight at
+    /// the fork, [`EngineCore::wake_forked`](crate::core::EngineCore::wake_forked)).
+    #[cold]
+    pub fn take_wakers(&mut self, out: &mut Vec<Waker>) {
+        let bios = self.slots.iter_mut().filter_map(|s| s.bio.as_mut());
+        out.extend(bios.filter_map(|b| b.waker.take()));
+    }
 }
 
 #[cfg(test)]

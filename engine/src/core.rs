@@ -98,6 +98,9 @@ impl TickHook for CoreHooks {
     fn tick_end(&self) -> bool {
         if let Some(core) = self.core() {
             EngineCore::flush(&core);
+            if core.forked() {
+                core.wake_forked();
+            }
         }
         // The core may park now: the next time read must be fresh.
         clock::invalidate();
@@ -184,6 +187,21 @@ impl EngineCore {
     pub fn forked(&self) -> bool {
         self.fork_generation
             .is_some_and(|g| g != plugio_device::fork::generation())
+    }
+
+    /// In a forked child, wakes every task waiting on a bio of this core:
+    /// what was in flight at the fork completes in the parent only (the
+    /// ring is the parent's), so no completion would ever wake it. Polled
+    /// again, each such IO ends with `ErrorKind::Forked` (see
+    /// `Issued::poll`). Cold: once per tick of an inherited core in a
+    /// child, and a woken bio has no waker left to take.
+    #[cold]
+    pub(crate) fn wake_forked(&self) {
+        let mut wakers = Vec::new();
+        self.bios.borrow_mut().take_wakers(&mut wakers);
+        for w in wakers {
+            w.wake();
+        }
     }
 
     /// Builds and registers the engine state of executor core `uid`.

@@ -341,3 +341,50 @@ fn reads_in_flight_at_the_fork_end_with_forked_in_the_child() {
         status
     });
 }
+
+/// A task waiting on a read in flight at the fork (spawned, polled, its
+/// read sent on the parent's ring): in the child, awaiting the task
+/// through the inherited runtime ends with the read's `Forked` error
+/// instead of waiting forever (found by a break-it helper: only a future
+/// polled by the child itself was refused; a parked task was never woken,
+/// since only a completion wakes it and the child reaps none).
+#[test]
+fn a_task_parked_on_io_in_flight_at_the_fork_is_woken_in_the_child() {
+    with_a_forked_child(|dev, _path, write_fd| async move {
+        let task = {
+            let dev = dev.clone();
+            plugio_executor::spawn_local(async move {
+                dev.read_alloc_at(0, BLOCK)
+                    .await
+                    .map(|b| b.as_slice().to_vec())
+            })
+        };
+        // The task issues its read; the tick's end sends it.
+        plugio_executor::yield_now().await;
+        plugio_executor::yield_now().await;
+        // SAFETY: the child only awaits the task, reports and _exits.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            // SAFETY: a plain syscall (kills a hung child).
+            unsafe { libc::alarm(30) };
+            let msg = match plugio_executor::timeout(Duration::from_secs(10), task).await {
+                Ok(Ok(Err(e))) if *e.kind() == ErrorKind::Forked => "ok".to_string(),
+                Ok(other) => format!("child: {:?}", other.map(|r| r.map(|b| b.len()))),
+                Err(_) => "child: the task never ended".to_string(),
+            };
+            // SAFETY: writes the report, then ends the process at once.
+            unsafe {
+                libc::write(write_fd, msg.as_ptr().cast(), msg.len());
+                libc::_exit(0)
+            }
+        }
+        let got = task.await.expect("task").expect("the parent's read");
+        check_block(&got, 0, 0).expect("the parent's data");
+        let mut status = 0;
+        // SAFETY: waits for our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert_eq!(dev.tags_in_use(), 0);
+        status
+    });
+}
