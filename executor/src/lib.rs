@@ -96,6 +96,7 @@ pub mod channel;
 pub mod coop;
 mod core;
 pub mod driver;
+pub mod fork;
 mod local;
 mod owned;
 mod pools;

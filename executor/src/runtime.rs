@@ -393,6 +393,12 @@ impl CoreThread {
     }
 }
 
+/// The panic of [`Handle::spawn_on`] (and so [`Runtime::block_on`]) in a
+/// forked child on a runtime built before the fork.
+const FORKED: &str = "this runtime was built before fork(): a child process has none of its \
+                      core threads, so a task spawned on it would never run; build a new \
+                      runtime in the child";
+
 /// A cloneable, `Send` handle to a runtime's cores: spawn on any core from
 /// any thread.
 #[derive(Clone)]
@@ -419,7 +425,8 @@ impl Handle {
     /// runtime has shut down, the task is cancelled at once.
     ///
     /// # Panics
-    /// If `core >= self.cores()`.
+    /// If `core >= self.cores()`; in a forked child, if the runtime was
+    /// built before the fork (the child has none of its core threads).
     pub fn spawn_on<F>(&self, core: usize, future: F) -> JoinHandle<F::Output>
     where
         F: Future + Send + 'static,
@@ -431,6 +438,7 @@ impl Handle {
                 self.cores.len()
             );
         };
+        assert!(!shared.forked(), "{FORKED}");
         let (task, join) = new_task(future, shared.clone());
         shared.push_remote(task);
         JoinHandle::new(join)
@@ -484,7 +492,10 @@ impl fmt::Display for ShutdownError {
 impl std::error::Error for ShutdownError {}
 
 /// A started thread-per-core runtime. Dropping it shuts it down with
-/// [`ShutdownMode::Cancel`].
+/// [`ShutdownMode::Cancel`]. In a child made by `fork()` a runtime built
+/// before the fork is dead: the child has none of its core threads, so
+/// [`Runtime::spawn_on`] and [`Runtime::block_on`] panic saying so, and
+/// dropping or shutting it down only frees the child's copy of its memory.
 pub struct Runtime {
     handle: Handle,
     threads: Vec<thread::JoinHandle<()>>,
@@ -529,7 +540,8 @@ impl Runtime {
     ///
     /// # Panics
     /// Re-raises the future's panic. Panics when called on a plugio core
-    /// (it would block that core).
+    /// (it would block that core), and in a forked child on a runtime
+    /// built before the fork (see [`Handle::spawn_on`]).
     pub fn block_on<F>(&self, future: F) -> F::Output
     where
         F: Future + Send + 'static,
@@ -571,6 +583,10 @@ impl Runtime {
         if std::mem::replace(&mut self.stopped, true) {
             return Ok(());
         }
+        if self.handle.cores.iter().any(|c| c.forked()) {
+            self.stop_forked();
+            return Ok(());
+        }
         let (code, deadline) = match mode {
             ShutdownMode::Cancel => (SHUTDOWN_CANCEL, None),
             ShutdownMode::Wait => (SHUTDOWN_DRAIN, None),
@@ -596,6 +612,17 @@ impl Runtime {
         } else {
             Err(ShutdownError { panicked_cores })
         }
+    }
+
+    /// [`Runtime::stop`] in a forked child: the cores' threads and the
+    /// pools' workers are the parent's (the child has none of them), so
+    /// nothing is asked, joined or waited for; the threads' handles are
+    /// forgotten (joining or detaching a thread the child does not have
+    /// panics or is undefined).
+    #[cold]
+    fn stop_forked(&mut self) {
+        std::mem::forget(std::mem::take(&mut self.threads));
+        tracing::debug!("runtime dropped in a forked child: its threads are the parent's");
     }
 
     /// The end of [`Runtime::stop`] on one of the runtime's own cores (a

@@ -488,3 +488,53 @@ fn shutdown_wait_on_its_own_core_lets_every_task_finish() {
         }
     });
 }
+
+/// A runtime built before `fork()`, used in the child: `block_on` and
+/// `spawn_on` panic saying to build a new runtime (before, they waited
+/// forever for core threads the child does not have), and dropping it
+/// neither hangs nor panics (before, joining the parent's threads panicked
+/// in std); the parent's runtime is unaffected. Found by a break-it helper.
+#[test]
+fn a_runtime_built_before_fork_refuses_work_in_the_child_and_drops_quietly() {
+    with_watchdog(Duration::from_secs(60), || {
+        let rt = runtime(2);
+        assert_eq!(rt.block_on(async { 1 }), 1);
+        // SAFETY: the child only runs the checks below and ends in _exit.
+        let pid = unsafe { nix::libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            // SAFETY: a plain syscall (kills a hung child).
+            unsafe { nix::libc::alarm(30) };
+            let refused = |r: std::thread::Result<()>| {
+                r.err()
+                    .and_then(|p| p.downcast_ref::<String>().cloned())
+                    .is_some_and(|m| m.contains("built before fork()"))
+            };
+            let block_on = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                rt.block_on(async { 2 });
+            }));
+            let spawn_on = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                drop(rt.handle().spawn_on(1, async { 3 }));
+            }));
+            let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(rt)));
+            let code = match (refused(block_on), refused(spawn_on), dropped.is_ok()) {
+                (true, true, true) => 0,
+                (false, _, _) => 1,
+                (_, false, _) => 2,
+                (_, _, false) => 3,
+            };
+            // SAFETY: ends the child at once (no destructors, no atexit).
+            unsafe { nix::libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for our own child.
+        assert_eq!(unsafe { nix::libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(
+            nix::libc::WIFEXITED(status) && nix::libc::WEXITSTATUS(status) == 0,
+            "child: status {status:#x} (exit 1: block_on, 2: spawn_on not refused, \
+             3: drop panicked; signalled: hung)"
+        );
+        assert_eq!(rt.block_on(async { 4 }), 4);
+        rt.shutdown(ShutdownMode::Wait).expect("parent's shutdown");
+    });
+}

@@ -835,6 +835,9 @@ pub(crate) struct CoreShared {
     pub(crate) stats: AtomicTickStats,
     pub(crate) shutdown: AtomicU8,
     pub(crate) drain_deadline: Mutex<Option<Instant>>,
+    /// The fork generation the core was built in ([`crate::fork`]): in a
+    /// child (a newer generation) its thread does not exist.
+    pub(crate) fork_generation: u64,
 }
 
 /// The local run queue: a FIFO of local task references, touched only by
@@ -899,7 +902,18 @@ impl CoreShared {
             stats: AtomicTickStats::default(),
             shutdown: AtomicU8::new(SHUTDOWN_NONE),
             drain_deadline: Mutex::new(None),
+            fork_generation: {
+                crate::fork::install();
+                crate::fork::generation()
+            },
         }
+    }
+
+    /// The core was built before a fork of the process (we are in the
+    /// child, which has none of the parent's core threads but the one that
+    /// forked).
+    pub(crate) fn forked(&self) -> bool {
+        self.fork_generation != crate::fork::generation()
     }
 
     /// Queues `task` from any thread and unparks the core if it may block.
