@@ -145,7 +145,10 @@ pub enum ErrorKind {
         done_bytes: u64,
     },
     /// A full write (`write_all_at`) stopped after `done_bytes` of the
-    /// `len_bytes` at `offset_bytes`: the device took no more bytes.
+    /// `len_bytes` at `offset_bytes`: the device took no more bytes. The
+    /// engine resumes every other short write, so this is a device or
+    /// file system that ran out of space part way (a write at
+    /// `offset_bytes + done_bytes` fails with [`ErrorKind::OutOfSpace`]).
     WriteZero {
         /// Where the write started.
         offset_bytes: u64,
@@ -482,7 +485,7 @@ impl fmt::Display for Error {
                 done_bytes,
             } => write!(
                 f,
-                "write made no progress: {done_bytes} of {len_bytes} bytes written at offset {offset_bytes}"
+                "write stopped short: {done_bytes} of {len_bytes} bytes written at offset {offset_bytes} (the device took no more: out of space)"
             )?,
             ErrorKind::NoProgress {
                 offset_bytes,

@@ -279,7 +279,15 @@ impl Bio {
     /// parts transferred.
     #[cold]
     fn end_split(&mut self) {
-        self.done_bytes = transferred_prefix(&mut self.cold_mut().parts);
+        let cold = self.cold_mut();
+        let resumed = cold.resumed;
+        self.done_bytes = transferred_prefix(&mut cold.parts);
+        let full = |e: &Error| *e.kind() == plugio_device::ErrorKind::OutOfSpace;
+        if resumed && self.done_bytes > 0 && self.error.as_ref().is_some_and(full) {
+            // A short write resumed, then the rest found no space: the
+            // bytes done are the result (see `BioCold::resumed`).
+            self.error = None;
+        }
     }
 }
 
@@ -298,6 +306,15 @@ pub(crate) struct BioCold {
     pub parts: SmallVec<[(u64, u64, u64); 4]>,
     /// The memory of an orphaned bio, freed with the bio.
     pub keep: Option<Keep>,
+    /// The device transferred part of one of the bio's requests and the
+    /// rest was issued again (`complete::reissue`): if that rest fails
+    /// for want of space (`ENOSPC`, `EDQUOT`), the bio ends with the bytes
+    /// done before it, as `pwrite` returns a short count once the file
+    /// system is full, and the next write at that offset reports the
+    /// error. (Other errors fail the bio: where a device stops short of a
+    /// bad block depends on how bios were merged, and merging never
+    /// changes a result.)
+    pub resumed: bool,
 }
 
 impl Bio {
@@ -341,6 +358,7 @@ fn reset(bio: &mut Bio) -> bool {
     }
     if let Some(cold) = bio.cold.as_deref_mut() {
         cold.parts.clear();
+        cold.resumed = false;
         if cold.keep.is_some() {
             drop_kept(cold.keep.take());
         }

@@ -488,7 +488,11 @@ impl Device {
     /// Writes the initialised bytes of `buf` (any [`IoBuf`]: `Vec<u8>`,
     /// `Box<[u8]>`, `BytesMut`, `Bytes`, [`DmaBuf`], [`Page`](crate::Page),
     /// or your own) at `offset_bytes` and gives the buffer back with the
-    /// bytes written (all of them unless the device ran out of space). An
+    /// bytes written: all of them, unless the device ran out of space
+    /// after writing part of them (then that part, as `pwrite(2)` returns
+    /// a short count, and the next write at that offset fails with
+    /// `ErrorKind::OutOfSpace`; [`write_all_at`](Self::write_all_at) does
+    /// that next write). An
     /// address that does not meet `O_DIRECT` alignment is copied into an
     /// aligned buffer first, as in [`read_at`](Self::read_at); a [`DmaBuf`]
     /// from the registered arena goes out as `WRITE_FIXED`.

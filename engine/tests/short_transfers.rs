@@ -1,4 +1,5 @@
-//! Short transfers: `Ok(n < len)` only at end of file. A read or write
+//! Short transfers: `Ok(n < len)` only at end of file, and for a write
+//! that filled the device part way. A read or write
 //! that returns a partial count resumes at the last aligned byte it
 //! reached; one that moves no data (where that is no end of file) is
 //! issued once more, and a second time in a row it is an error naming the
@@ -219,6 +220,71 @@ fn a_file_read_across_its_end_is_short_without_a_retry() {
                 1,
                 "only the resumption of the first"
             );
+        });
+    });
+}
+
+/// A file system that fills up part way through a write (the kernel
+/// writes what fits and returns a short count; the resumed rest gets
+/// `ENOSPC`): `write_at` returns the bytes that landed, as `pwrite(2)`
+/// does, and the next write fails with `OutOfSpace`; merged (nomerges 0)
+/// the two writes get what one device write of both would give;
+/// `write_all_at` names the bytes written. Before, the write failed as a
+/// whole though 40 KiB of it had landed and grown the file (found by a
+/// break-it helper on a full tmpfs).
+#[test]
+fn a_write_that_fills_the_device_returns_the_bytes_that_landed() {
+    watchdog(30, || {
+        for nomerges in [0, 2] {
+            let m = mem(vec![Fault::FullAfter { bytes: 40960 }]);
+            let opts = DeviceOptions {
+                nomerges,
+                ..DeviceOptions::default()
+            };
+            let dev = Device::with_backend(m.clone(), None, opts).unwrap();
+            local().run(async move {
+                let data = pattern(65536);
+                // Two 32 KiB writes in one tick (one request when merged):
+                // the first fits, 8 KiB of the second does.
+                let mut a = dev.alloc_buf(32768);
+                a.as_mut_slice().copy_from_slice(&data[..32768]);
+                let mut b = dev.alloc_buf(32768);
+                b.as_mut_slice().copy_from_slice(&data[32768..]);
+                let (ra, rb) = futures::join!(dev.write_at(a, 0), dev.write_at(b, 32768));
+                let (na, nb) = (ra.0.expect("first write"), rb.0.expect("second write"));
+                if nomerges == 0 {
+                    // One request, written in order.
+                    assert_eq!((na, nb), (32768, 8192));
+                } else {
+                    // Two requests run in either order: one fits whole.
+                    assert_eq!(na + nb, 40960, "{na} + {nb}");
+                    assert!(na == 32768 || nb == 32768, "{na} + {nb}");
+                }
+                assert_eq!(m.written_bytes(), 40960);
+                for (at, n) in [(0, na), (32768, nb)] {
+                    let r = dev.read_alloc_at(at as u64, n).await.expect("read back");
+                    assert_eq!(r.as_slice(), &data[at..at + n], "what landed is the data");
+                }
+                let (e, _) = dev.write_at(dev.alloc_buf(4096), 65536).await;
+                let e = e.expect_err("the device is full");
+                assert_eq!(e.kind(), &ErrorKind::OutOfSpace, "{e}");
+                assert_eq!(dev.tags_in_use(), 0);
+            });
+        }
+        let m = mem(vec![Fault::FullAfter { bytes: 40960 }]);
+        let dev = Device::with_backend(m, None, DeviceOptions::default()).unwrap();
+        local().run(async move {
+            let (r, _) = dev.write_all_at(dev.alloc_buf(65536), 0).await;
+            let e = r.expect_err("only 40 KiB fit");
+            assert_eq!(
+                e.kind(),
+                &ErrorKind::WriteZero {
+                    offset_bytes: 0,
+                    len_bytes: 65536,
+                    done_bytes: 40960
+                }
+            );
+            assert!(e.to_string().contains("out of space"), "{e}");
         });
     });
 }

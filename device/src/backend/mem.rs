@@ -112,6 +112,14 @@ pub enum Fault {
         /// Total bytes the device accepts.
         bytes: u64,
     },
+    /// A file system that fills up: once `bytes` have been written in
+    /// total, a write that does not fit writes the whole blocks that do
+    /// and returns that short count, as `pwrite` does on a full file
+    /// system; a write when no block fits fails with `ENOSPC`.
+    FullAfter {
+        /// Total bytes the device accepts.
+        bytes: u64,
+    },
     /// The next `ops` ops (of any kind) fail with `EAGAIN` without touching
     /// the device, as io_uring reports a per-op `-EAGAIN` for a direct
     /// submission ([`Backend::submit_direct`]); each failed op uses one up.
@@ -468,6 +476,15 @@ impl MemInner {
         if limit.is_some_and(|limit| st.written_bytes + op.len_bytes > limit) {
             return -libc::ENOSPC;
         }
+        let room = st.faults.iter().find_map(|f| match f {
+            Fault::FullAfter { bytes } => Some(bytes.saturating_sub(st.written_bytes)),
+            _ => None,
+        });
+        let cap = match room.map(|r| r - r % self.block) {
+            Some(0) => return -libc::ENOSPC,
+            Some(room) => cap.min(room),
+            None => cap,
+        };
         // A partial write moves whole blocks.
         let len = if cap < op.len_bytes {
             cap - cap % self.block

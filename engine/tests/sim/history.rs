@@ -83,6 +83,16 @@ impl Rec {
         self.lba <= lba && lba < self.lba + self.blocks
     }
 
+    /// A successful write wrote block `lba`: it covers it, and it is
+    /// inside the bytes the write returned (a write that filled the
+    /// device part way returns fewer than it covers).
+    pub fn wrote(&self, lba: u64) -> bool {
+        match self.outcome {
+            Outcome::Ok(n) => self.covers(lba) && lba < self.lba + n as u64 / BLOCK_BYTES,
+            _ => false,
+        }
+    }
+
     /// Completed before logical time `t`.
     pub fn acked_before(&self, t: u64) -> bool {
         self.ack.is_some_and(|a| a < t)
