@@ -6,7 +6,7 @@
 //!
 //! Invariants: bad input exits with code 2 and a message that says what to
 //! change; a failed run exits with 1; no path panics on user input; a
-//! closed standard output, SIGINT or SIGTERM stops the work, removes what
+//! closed standard output, SIGINT, SIGTERM, SIGHUP or SIGQUIT stops the work, removes what
 //! the run created and ends the process by that signal (see [`signals`]).
 
 mod bench;
@@ -119,7 +119,7 @@ fn main() -> ExitCode {
                 plugio_cli::replay::cli::main(args).map_err(Failure::from)
             }
             Err(e) => Err(Failure::from(ReplayError::io(
-                "catching SIGINT and SIGTERM",
+                "catching SIGINT, SIGTERM, SIGHUP and SIGQUIT",
                 e,
             ))),
         },

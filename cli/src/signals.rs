@@ -1,7 +1,7 @@
 //! How the `plugio` command ends on a signal or a closed standard output.
 //!
-//! `plugio bench` and `plugio replay` catch SIGINT and SIGTERM
-//! ([`catch_interrupts`]): the handler only records the signal; the
+//! `plugio bench` and `plugio replay` catch SIGINT, SIGTERM, SIGHUP (a
+//! closed terminal or ssh session) and SIGQUIT ([`catch_interrupts`]): the handler only records the signal; the
 //! bench's clock, or the replay between IOs, sees it ([`interrupted`]),
 //! stops the IO, prints the summary so far and removes the file the run
 //! created, and the command then ends by the same signal
@@ -19,15 +19,25 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 use nix::sys::signal::{self, SaFlags, SigAction, SigHandler, SigSet, Signal};
 
-/// The first SIGINT or SIGTERM received (0: none).
+/// The first caught signal received (0: none).
 static PENDING: AtomicI32 = AtomicI32::new(0);
+
+/// The signals that stop a run cleanly (the file it created removed):
+/// each ends a command-line tool by default, so each would leave the file
+/// behind uncaught (SIGHUP: found by a break-it helper).
+const CAUGHT: [Signal; 4] = [
+    Signal::SIGINT,
+    Signal::SIGTERM,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+];
 
 extern "C" fn record(sig: libc::c_int) {
     // Relaxed: a flag polled by the clock; no data travels with it.
     let _ = PENDING.compare_exchange(0, sig, Ordering::Relaxed, Ordering::Relaxed);
 }
 
-/// Catches SIGINT and SIGTERM: they are recorded for [`interrupted`]
+/// Catches SIGINT, SIGTERM, SIGHUP and SIGQUIT: they are recorded for [`interrupted`]
 /// instead of killing the process (once; a second one kills it). A
 /// signal ignored when the process started (SIGINT in a background job
 /// of a script) stays ignored.
@@ -40,7 +50,7 @@ pub fn catch_interrupts() -> io::Result<()> {
         SaFlags::SA_RESTART | SaFlags::SA_RESETHAND,
         SigSet::empty(),
     );
-    for sig in [Signal::SIGINT, Signal::SIGTERM] {
+    for sig in CAUGHT {
         // SAFETY: `record` is async-signal-safe (one atomic
         // compare-exchange on a static) and touches nothing else.
         let old = unsafe { signal::sigaction(sig, &action) }.map_err(io::Error::from)?;
@@ -55,7 +65,7 @@ pub fn catch_interrupts() -> io::Result<()> {
     Ok(())
 }
 
-/// The SIGINT or SIGTERM caught since [`catch_interrupts`], if any.
+/// The signal caught since [`catch_interrupts`], if any.
 pub fn interrupted() -> Option<Signal> {
     // Relaxed: see `record`.
     match PENDING.load(Ordering::Relaxed) {
@@ -69,8 +79,9 @@ pub fn is_broken_pipe(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::BrokenPipe
 }
 
-/// Ends the process by `sig` with its default action (SIGINT, SIGTERM and
-/// SIGPIPE terminate), as a tool that did not catch it would have ended;
+/// Ends the process by `sig` with its default action (SIGINT, SIGTERM,
+/// SIGHUP and SIGPIPE terminate, SIGQUIT also dumps core where core dumps
+/// are on), as a tool that did not catch it would have ended;
 /// call it once the run's files are removed. Exits with `128 + sig` if the
 /// signal somehow does not end the process.
 pub fn die_of(sig: Signal) -> ! {

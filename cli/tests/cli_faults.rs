@@ -227,6 +227,23 @@ fn sigint_stops_a_bench_prints_the_summary_so_far_and_removes_the_file() {
     );
 }
 
+/// SIGHUP (a closed terminal or ssh session) stops a bench as SIGTERM
+/// does (before, it killed plugio and left the temporary file behind:
+/// found by a break-it helper).
+#[test]
+fn sighup_stops_a_json_bench_and_removes_the_file() {
+    let dir = tmpdir();
+    let (out, err, status) = interrupt_running_bench(dir.path(), Signal::SIGHUP, true);
+    assert_eq!(status.signal(), Some(libc::SIGHUP), "{status:?}: {err}");
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(v["interrupted_by"], "SIGHUP", "{v}");
+    assert_eq!(
+        left_in(dir.path()),
+        Vec::<String>::new(),
+        "temporary file left"
+    );
+}
+
 #[test]
 fn sigterm_stops_a_json_bench_with_its_result_and_removes_the_file() {
     let dir = tmpdir();

@@ -22,7 +22,7 @@ pub struct EngineOutput {
 /// Why a run stopped before its runtime or IO count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopReason {
-    /// SIGINT or SIGTERM.
+    /// SIGINT, SIGTERM, SIGHUP or SIGQUIT.
     Signal(nix::sys::signal::Signal),
     /// A write to standard output failed: it was closed.
     StdoutClosed,

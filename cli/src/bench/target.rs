@@ -342,7 +342,7 @@ fn check_free_space(path: &Path, size_bytes: u64) -> Result<(), BenchError> {
 /// reads find it on the disk.
 ///
 /// # Errors
-/// [`BenchError::Interrupted`] when SIGINT or SIGTERM came during the fill
+/// [`BenchError::Interrupted`] when SIGINT, SIGTERM, SIGHUP or SIGQUIT came during the fill
 /// (the file is removed), or the write error.
 fn fill_temp(
     mut file: tempfile::NamedTempFile,
