@@ -277,15 +277,19 @@ impl Bio {
 
     /// The last part of a split bio came: its result is the prefix its
     /// parts transferred.
+    ///
+    /// A bio whose later part found no space (`ENOSPC`, `EDQUOT`) after
+    /// its first bytes landed (a short count resumed, or the earlier
+    /// requests of a split) ends with those bytes, as `pwrite(2)` returns
+    /// a short count once the file system is full; the next write at that
+    /// offset reports the error. Other errors fail the bio: how far a
+    /// device got before a bad block depends on how bios were merged, and
+    /// merging never changes a result.
     #[cold]
     fn end_split(&mut self) {
-        let cold = self.cold_mut();
-        let resumed = cold.resumed;
-        self.done_bytes = transferred_prefix(&mut cold.parts);
+        self.done_bytes = transferred_prefix(&mut self.cold_mut().parts);
         let full = |e: &Error| *e.kind() == plugio_device::ErrorKind::OutOfSpace;
-        if resumed && self.done_bytes > 0 && self.error.as_ref().is_some_and(full) {
-            // A short write resumed, then the rest found no space: the
-            // bytes done are the result (see `BioCold::resumed`).
+        if self.done_bytes > 0 && self.error.as_ref().is_some_and(full) {
             self.error = None;
         }
     }
@@ -306,15 +310,6 @@ pub(crate) struct BioCold {
     pub parts: SmallVec<[(u64, u64, u64); 4]>,
     /// The memory of an orphaned bio, freed with the bio.
     pub keep: Option<Keep>,
-    /// The device transferred part of one of the bio's requests and the
-    /// rest was issued again (`complete::reissue`): if that rest fails
-    /// for want of space (`ENOSPC`, `EDQUOT`), the bio ends with the bytes
-    /// done before it, as `pwrite` returns a short count once the file
-    /// system is full, and the next write at that offset reports the
-    /// error. (Other errors fail the bio: where a device stops short of a
-    /// bad block depends on how bios were merged, and merging never
-    /// changes a result.)
-    pub resumed: bool,
 }
 
 impl Bio {
@@ -358,7 +353,6 @@ fn reset(bio: &mut Bio) -> bool {
     }
     if let Some(cold) = bio.cold.as_deref_mut() {
         cold.parts.clear();
-        cold.resumed = false;
         if cold.keep.is_some() {
             drop_kept(cold.keep.take());
         }

@@ -535,7 +535,6 @@ fn reissue(d: &mut CoreDev, slot: u32, covered: u64, ctx: &mut Ctx<'_>) {
             // The covered part ends as a part of its own; the rest follows.
             bio.split = true;
             bio.parts_left += 1;
-            bio.cold_mut().resumed = true;
             bio.complete_part(p.bio_offset, done, done as i64);
         }
         let nr_segs = bio.buf.nr_segs();

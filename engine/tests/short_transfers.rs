@@ -229,7 +229,8 @@ fn a_file_read_across_its_end_is_short_without_a_retry() {
 /// `ENOSPC`): `write_at` returns the bytes that landed, as `pwrite(2)`
 /// does, and the next write fails with `OutOfSpace`; merged (nomerges 0)
 /// the two writes get what one device write of both would give;
-/// `write_all_at` names the bytes written. Before, the write failed as a
+/// a write split into requests returns those that landed before the
+/// first refused one; `write_all_at` names the bytes written. Before, the write failed as a
 /// whole though 40 KiB of it had landed and grown the file (found by a
 /// break-it helper on a full tmpfs).
 #[test]
@@ -271,6 +272,20 @@ fn a_write_that_fills_the_device_returns_the_bytes_that_landed() {
                 assert_eq!(dev.tags_in_use(), 0);
             });
         }
+        // A write split into 8 KiB requests (sent one at a time) on a
+        // device that refuses a whole request once full: the first two
+        // land, and the write returns them.
+        let m = mem(vec![Fault::EnospcAfter { bytes: 16384 }]);
+        let opts = DeviceOptions {
+            max_request_bytes: Some(8192),
+            queue_depth: 1,
+            ..DeviceOptions::default()
+        };
+        let dev = Device::with_backend(m, None, opts).unwrap();
+        local().run(async move {
+            let (r, _) = dev.write_at(dev.alloc_buf(32768), 0).await;
+            assert_eq!(r.expect("two requests landed"), 16384);
+        });
         let m = mem(vec![Fault::FullAfter { bytes: 40960 }]);
         let dev = Device::with_backend(m, None, DeviceOptions::default()).unwrap();
         local().run(async move {

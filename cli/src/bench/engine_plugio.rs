@@ -476,8 +476,11 @@ impl IoTask {
                 Dir::Write => self.dev.write_at(buf, offset).await,
             };
             buf = b;
-            let n =
-                res.map_err(|e| format!("{dir:?} of {} bytes at {offset}: {e}", self.bs_bytes))?;
+            let n = res.map_err(|e| match e.io() {
+                // The error names its IO already.
+                Some(_) => e.to_string(),
+                None => format!("{dir:?} of {} bytes at {offset}: {e}", self.bs_bytes),
+            })?;
             worker.add_io(dir, n as u64);
             if let Some(t0) = t0 {
                 stats::record_latency(dir, t0.elapsed());

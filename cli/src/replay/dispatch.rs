@@ -628,13 +628,17 @@ impl<'a> Dispatcher<'a> {
         let n = match done.result {
             Ok(n) => n as u64,
             Err(e) => {
-                let context = format!(
-                    "trace line {}: {} of {} bytes at byte {}",
-                    io.line,
-                    io.op.name(),
-                    io.len_bytes,
-                    io.offset_bytes
-                );
+                let context = match e.io() {
+                    // The error names its IO already.
+                    Some(_) => format!("trace line {}", io.line),
+                    None => format!(
+                        "trace line {}: {} of {} bytes at byte {}",
+                        io.line,
+                        io.op.name(),
+                        io.len_bytes,
+                        io.offset_bytes
+                    ),
+                };
                 self.failed.get_or_insert(ReplayError::engine(context, e));
                 return;
             }
@@ -651,12 +655,22 @@ impl<'a> Dispatcher<'a> {
                     io.len_bytes,
                     io.offset_bytes
                 ),
-                std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    format!(
-                        "moved {n} bytes: the target ended early (truncated during the replay?)"
-                    ),
-                ),
+                if io.op == TraceOp::Write {
+                    // The engine resumes short writes: only a device that
+                    // filled up part way stops one short.
+                    std::io::Error::new(
+                        std::io::ErrorKind::StorageFull,
+                        format!("wrote {n} bytes: the target ran out of space"),
+                    )
+                } else {
+                    std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        format!(
+                            "moved {n} bytes: the target ended early (truncated during the \
+                             replay?)"
+                        ),
+                    )
+                },
             ));
             return;
         }

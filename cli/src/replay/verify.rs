@@ -244,8 +244,10 @@ pub async fn verify_all(
         let Some((off, len, res)) = reads.next().await else {
             break;
         };
-        let buf = res.map_err(|e| {
-            ReplayError::engine(format!("verify: read of {len} bytes at byte {off}"), e)
+        let buf = res.map_err(|e| match e.io() {
+            // The error names its IO already.
+            Some(_) => ReplayError::engine("verify".to_owned(), e),
+            None => ReplayError::engine(format!("verify: read of {len} bytes at byte {off}"), e),
         })?;
         if buf.len() as u64 != len {
             return Err(ReplayError::usage(format!(
