@@ -39,6 +39,27 @@ pub use crate::shared::MAX_IO_BYTES;
 /// (a new device state) has issued IO, and is not ordered against that
 /// IO. Await every write (or drop none in flight) before dropping the
 /// last handle of a file you reopen.
+///
+/// # IO futures
+/// - **They stay on their core.** An IO future (`read_at`, `write_at`,
+///   `sync_data`, ...) is `Send`, so it can be built on one thread and
+///   spawned on any core ([`Runtime::spawn_on`](plugio_executor::Runtime::spawn_on)),
+///   but its first poll issues the IO on the polling core, whose plug,
+///   tags and ring finish it. Polling it again on another core **panics**
+///   ("a plugio IO future was moved to another core after its first
+///   poll"); dropping it there is fine. Move results between cores, not
+///   futures.
+/// - **Nothing happens until the first poll**, and the IO goes to the
+///   device at the end of that tick (the plug). So `timeout(Duration::ZERO,
+///   io)` always elapses, even for an IO that would be fast.
+/// - **Dropping a future cancels the wait, not the IO.** An IO dropped
+///   after its first poll, even in the same tick, while still in the plug,
+///   is sent and completes: it still costs the device its bandwidth, and a
+///   dropped write may land (or not: its outcome is unknown, as after a
+///   crash). Its buffer is kept until the device is done with it. A
+///   dropped `sync_data`/`sync_all` still runs: whether the writes before
+///   it are durable is unknown until a later flush succeeds. The kernel's
+///   block layer does the same (a plugged bio is never taken back).
 #[derive(Debug)]
 pub struct Device {
     /// Dropped by hand in `drop`, before the cores are woken.
