@@ -1,7 +1,7 @@
 //! `plugio info PATH --json`: what `plugio info PATH` prints, as one JSON
 //! object in the vocabulary of [`plugio_cli::json`] (the [`RunMeta`]
 //! fields first, then `path`, `direct`, `writable`, `write_refusal`,
-//! `geometry` and `io_uring`).
+//! `size_bytes`, `geometry` and `io_uring`).
 //!
 //! Invariant: like the text form, it opens the target read-only and leaves
 //! no ring behind; the fields are the public fields of
@@ -46,6 +46,7 @@ pub fn info_json(path: &Path) -> plugio_device::Result<InfoDoc> {
         direct,
         writable: write_refusal.is_none(),
         write_refusal,
+        size_bytes: plugio_device::file_len_bytes(path),
         geometry: geometry_json(backend.geometry()),
         io_uring,
     })
@@ -64,6 +65,9 @@ pub struct InfoDoc {
     writable: bool,
     /// Why not (`plugio_device::write_refusal`); null when it could.
     write_refusal: Option<String>,
+    /// A regular file's length in bytes; null for a device (its capacity
+    /// is `geometry.capacity_bytes`).
+    size_bytes: Option<u64>,
     geometry: Value,
     io_uring: Value,
 }

@@ -175,6 +175,9 @@ fn info_json_describes_geometry_and_ring() {
     assert_eq!(v["geometry"]["kind"], "file");
     assert_eq!(v["writable"], true, "{v}");
     assert!(v["write_refusal"].is_null(), "{v}");
+    // A file's length (its capacity is "grows"): found missing by a
+    // fresh user.
+    assert_eq!(v["size_bytes"], 65536, "{v}");
     assert!(v["geometry"]["logical_block_bytes"]
         .as_u64()
         .is_some_and(|b| b >= 512));

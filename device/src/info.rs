@@ -42,6 +42,11 @@ pub fn describe(path: impl AsRef<Path>) -> Result<String> {
         Some(why) => format!("no: {why}"),
     };
     let _ = writeln!(out, "writable:            {writable}");
+    if let Some(len) = file_len_bytes(path) {
+        // A file's capacity is not fixed (it grows as written): its
+        // length now is what a read may reach.
+        let _ = writeln!(out, "size:                {len} bytes");
+    }
     let _ = writeln!(out, "{}", crate::Backend::geometry(&backend));
     let _ = writeln!(out, "io_uring:");
     match Ring::new(&RingConfig::default()) {
@@ -53,6 +58,15 @@ pub fn describe(path: impl AsRef<Path>) -> Result<String> {
         }
     }
     Ok(out)
+}
+
+/// The length of `path` when it is a regular file (`None` for a block
+/// or character device, whose capacity its geometry gives).
+pub fn file_len_bytes(path: impl AsRef<Path>) -> Option<u64> {
+    std::fs::metadata(path)
+        .ok()
+        .filter(std::fs::Metadata::is_file)
+        .map(|m| m.len())
 }
 
 /// Why this process could not open `path` for writing, or `None` when it
@@ -217,6 +231,7 @@ mod tests {
             "max_sectors_kb",
             "supported ops",
             "writable:            yes",
+            "size:                0 bytes",
         ] {
             assert!(text.contains(needle), "{needle} missing in:\n{text}");
         }

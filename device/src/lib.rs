@@ -94,7 +94,7 @@ pub use driver::DeviceDriver;
 pub use error::{Error, ErrorKind, InvalidInput, Result};
 pub use fs::{File, IoFuture};
 pub use geometry::{DeviceKind, Geometry};
-pub use info::{describe, write_refusal};
+pub use info::{describe, file_len_bytes, write_refusal};
 pub use op::{IoFlags, IoOp, OpKind, MAX_RW_BYTES};
 pub use path_kind::{check_path_kind, PathKind};
 pub use ring::{
