@@ -148,7 +148,8 @@ pub enum ErrorKind {
     /// `len_bytes` at `offset_bytes`: the device took no more bytes. The
     /// engine resumes every other short write, so this is a device or
     /// file system that ran out of space part way (a write at
-    /// `offset_bytes + done_bytes` fails with [`ErrorKind::OutOfSpace`]).
+    /// `offset_bytes + done_bytes` normally fails with
+    /// [`ErrorKind::OutOfSpace`]).
     WriteZero {
         /// Where the write started.
         offset_bytes: u64,

@@ -281,15 +281,23 @@ impl Bio {
     /// A bio whose later part found no space (`ENOSPC`, `EDQUOT`) after
     /// its first bytes landed (a short count resumed, or the earlier
     /// requests of a split) ends with those bytes, as `pwrite(2)` returns
-    /// a short count once the file system is full; the next write at that
-    /// offset reports the error. Other errors fail the bio: how far a
-    /// device got before a bad block depends on how bios were merged, and
-    /// merging never changes a result.
+    /// a short count once the file system is full; a later write there
+    /// normally reports the error. Only where nothing landed past those
+    /// bytes: a split's requests run side by side, and one after the
+    /// refused one may have landed (a file system allocating out of
+    /// order, or overwriting blocks it had), so the count would say less
+    /// than was written; the bio then fails as a whole, its outcome
+    /// unknown past the error (found by a break-it helper). Other errors
+    /// fail the bio too: how far a device got before a bad block depends
+    /// on how bios were merged, and merging never changes a result.
     #[cold]
     fn end_split(&mut self) {
-        self.done_bytes = transferred_prefix(&mut self.cold_mut().parts);
+        let parts = &mut self.cold_mut().parts;
+        let prefix = transferred_prefix(parts);
+        let landed: u64 = parts.iter().map(|p| p.1).sum();
+        self.done_bytes = prefix;
         let full = |e: &Error| *e.kind() == plugio_device::ErrorKind::OutOfSpace;
-        if self.done_bytes > 0 && self.error.as_ref().is_some_and(full) {
+        if prefix > 0 && landed == prefix && self.error.as_ref().is_some_and(full) {
             self.error = None;
         }
     }

@@ -489,10 +489,12 @@ impl Device {
     /// `Box<[u8]>`, `BytesMut`, `Bytes`, [`DmaBuf`], [`Page`](crate::Page),
     /// or your own) at `offset_bytes` and gives the buffer back with the
     /// bytes written: all of them, unless the device ran out of space
-    /// after writing part of them (then that part, as `pwrite(2)` returns
-    /// a short count, and the next write at that offset fails with
-    /// `ErrorKind::OutOfSpace`; [`write_all_at`](Self::write_all_at) does
-    /// that next write). An
+    /// after writing a first part of them and nothing past it (then that
+    /// part, as `pwrite(2)` returns a short count; a write of the rest
+    /// normally fails with `ErrorKind::OutOfSpace`, and
+    /// [`write_all_at`](Self::write_all_at) reports the short count as
+    /// `WriteZero`). Where a later part of a large write landed too, the
+    /// write fails with `OutOfSpace` and what it left is unknown. An
     /// address that does not meet `O_DIRECT` alignment is copied into an
     /// aligned buffer first, as in [`read_at`](Self::read_at); a [`DmaBuf`]
     /// from the registered arena goes out as `WRITE_FIXED`.

@@ -281,11 +281,23 @@ fn a_write_that_fills_the_device_returns_the_bytes_that_landed() {
             queue_depth: 1,
             ..DeviceOptions::default()
         };
-        let dev = Device::with_backend(m, None, opts).unwrap();
+        let dev = Device::with_backend(m, None, opts.clone()).unwrap();
         local().run(async move {
             let (r, _) = dev.write_at(dev.alloc_buf(32768), 0).await;
             assert_eq!(r.expect("two requests landed"), 16384);
         });
+        // Requests of 8, 8 and 4 KiB on a device that takes 12 KiB: the
+        // second is refused and the third lands after it, so no count is
+        // true: the write fails (found by a break-it helper: a count of
+        // 8 KiB while 4 KiB past it had landed).
+        let m = mem(vec![Fault::EnospcAfter { bytes: 12288 }]);
+        let dev = Device::with_backend(m.clone(), None, opts.clone()).unwrap();
+        local().run(async move {
+            let (r, _) = dev.write_at(dev.alloc_buf(20480), 0).await;
+            let e = r.expect_err("a part past the refused one landed");
+            assert_eq!(e.kind(), &ErrorKind::OutOfSpace, "{e}");
+        });
+        assert_eq!(m.written_bytes(), 12288);
         let m = mem(vec![Fault::FullAfter { bytes: 40960 }]);
         let dev = Device::with_backend(m, None, DeviceOptions::default()).unwrap();
         local().run(async move {
