@@ -21,7 +21,8 @@
 //! - `win_off` is a multiple of the device's offset alignment; the window
 //!   holds the file's bytes `[win_off, win_off + win_valid)` as this
 //!   cursor last saw or wrote them; `dirty` when some of them are not on
-//!   the device yet.
+//!   the device yet, including after a store that failed (it is tried
+//!   again by the next flush, close or move out of the window).
 //! - `size_bytes` is the file's size as this cursor knows it (from
 //!   `metadata` at creation, raised by its writes); the cursor assumes no
 //!   one else changes the file while it is in use.
@@ -199,12 +200,13 @@ impl DeviceCursor {
             Done::Store(r, mut buf) => {
                 buf.set_len(self.window_bytes);
                 self.buf = Some(buf);
-                if r.is_err() {
-                    // What the file holds there is unknown now.
-                    self.win_valid = 0;
-                    self.win_loaded = false;
-                }
-                self.dirty = false;
+                // A failed store keeps the window and leaves it dirty, as
+                // std's `BufWriter` keeps its buffer: the next flush,
+                // close or move out of the window writes it again, so the
+                // bytes `write` took are never dropped unwritten (found by
+                // a break-it helper: a second flush after an out-of-space
+                // one returned Ok with the rest lost).
+                self.dirty = r.is_err();
                 self.loaded_for = None;
                 r.map_err(io_err)
             }
