@@ -15,6 +15,9 @@
 //!   `idle` by it): a woken thread that finds `notified > 0` takes one
 //!   claim and goes back to the queue, so two submits that race with one
 //!   idle thread start a second thread instead of both waiting on it.
+//! - The counts are of this process's threads: in a child made by
+//!   `fork()` (a newer [`crate::fork`] generation) they restart from zero
+//!   at the first `execute`, which starts the child's own threads.
 //! - The owner (runtime or local executor) shuts its pools down only after
 //!   its cores (and their drivers, which wait for their in-flight IO) are
 //!   gone: no sync IO job is queued then.
@@ -101,6 +104,11 @@ struct State {
     shutdown: bool,
     /// Names the next thread (`{name}-{n}`).
     spawned: u64,
+    /// The fork generation the counts above belong to ([`crate::fork`]):
+    /// in a forked child none of the pool's threads exist, so `execute`
+    /// starts counting again there (before, a job waited forever for an
+    /// idle thread of the parent's: found by a break-it helper).
+    fork_generation: u64,
 }
 
 impl BlockingPool {
@@ -131,7 +139,13 @@ impl BlockingPool {
                 name: name.into(),
                 max_threads: max_threads.max(1),
                 keep_alive,
-                state: Mutex::new(State::default()),
+                state: Mutex::new(State {
+                    fork_generation: {
+                        crate::fork::install();
+                        crate::fork::generation()
+                    },
+                    ..State::default()
+                }),
                 condvar: Condvar::new(),
             }),
         }
@@ -166,6 +180,14 @@ impl BlockingPool {
         F: FnOnce() + Send + 'static,
     {
         let mut state = self.lock();
+        let generation = crate::fork::generation();
+        if state.fork_generation != generation {
+            // A forked child: the threads counted are the parent's.
+            state.fork_generation = generation;
+            state.threads = 0;
+            state.idle = 0;
+            state.notified = 0;
+        }
         if state.shutdown {
             return Err(io::Error::other(format!(
                 "blocking pool {} is shut down (its runtime stopped)",

@@ -396,8 +396,8 @@ impl CoreThread {
 /// The panic of [`Handle::spawn_on`] (and so [`Runtime::block_on`]) in a
 /// forked child on a runtime built before the fork.
 const FORKED: &str = "this runtime was built before fork(): a child process has none of its \
-                      core threads, so a task spawned on it would never run; build a new \
-                      runtime in the child";
+                      core threads (but the one that forked), so a task spawned on another \
+                      core would never run; build a new runtime in the child, on a new thread";
 
 /// A cloneable, `Send` handle to a runtime's cores: spawn on any core from
 /// any thread.
@@ -426,7 +426,9 @@ impl Handle {
     ///
     /// # Panics
     /// If `core >= self.cores()`; in a forked child, if the runtime was
-    /// built before the fork (the child has none of its core threads).
+    /// built before the fork (the child has none of its core threads),
+    /// unless `core` is the calling one (a fork from one of its tasks:
+    /// that core is the child's thread).
     pub fn spawn_on<F>(&self, core: usize, future: F) -> JoinHandle<F::Output>
     where
         F: Future + Send + 'static,
@@ -438,7 +440,12 @@ impl Handle {
                 self.cores.len()
             );
         };
-        assert!(!shared.forked(), "{FORKED}");
+        // In a child forked from one of this runtime's tasks, the forking
+        // core lives on (it is the calling thread): spawning on it works.
+        assert!(
+            !shared.forked() || crate::core::core_uid() == Some(shared.uid),
+            "{FORKED}"
+        );
         let (task, join) = new_task(future, shared.clone());
         shared.push_remote(task);
         JoinHandle::new(join)

@@ -538,3 +538,67 @@ fn a_runtime_built_before_fork_refuses_work_in_the_child_and_drops_quietly() {
         rt.shutdown(ShutdownMode::Wait).expect("parent's shutdown");
     });
 }
+
+/// A fork from inside a task of a 2-core runtime that used
+/// `spawn_blocking`: in the child the forking core lives on, so
+/// `spawn_blocking` starts the child's own pool thread (before, the job
+/// waited forever for the parent's idle thread), and spawning on that
+/// core works while spawning on the other core panics (before, the panic
+/// also refused the live core). Found by a break-it helper.
+#[test]
+fn a_child_forked_from_a_task_keeps_its_core_and_blocking_pool() {
+    with_watchdog(Duration::from_secs(60), || {
+        let rt = runtime(2);
+        let status = rt.block_on(async {
+            assert_eq!(
+                plugio_executor::spawn_blocking(|| 1).await.expect("join"),
+                1
+            );
+            // Time for the pool thread to go idle, the case that hung (on
+            // a slow machine it may not have yet: then the child starts a
+            // thread anyway, and the test passes without showing it).
+            plugio_executor::sleep(Duration::from_millis(100)).await;
+            // SAFETY: the child only runs the checks below and ends in _exit.
+            let pid = unsafe { nix::libc::fork() };
+            assert!(pid >= 0, "fork failed");
+            if pid == 0 {
+                // SAFETY: a plain syscall (kills a hung child).
+                unsafe { nix::libc::alarm(30) };
+                let blocking = plugio_executor::timeout(
+                    Duration::from_secs(10),
+                    plugio_executor::spawn_blocking(|| 9),
+                )
+                .await;
+                let handle = Handle::current().expect("on a core");
+                let me = core_id().expect("on a core");
+                let own = plugio_executor::timeout(
+                    Duration::from_secs(10),
+                    handle.spawn_on(me, async { 3 }),
+                )
+                .await;
+                let other = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    drop(handle.spawn_on(1 - me, async { 4 }));
+                }));
+                let code = match (blocking, own, other.is_err()) {
+                    (Ok(Ok(9)), Ok(Ok(3)), true) => 0,
+                    (b, _, _) if !matches!(b, Ok(Ok(9))) => 1,
+                    (_, o, _) if !matches!(o, Ok(Ok(3))) => 2,
+                    _ => 3,
+                };
+                // SAFETY: ends the child at once (no destructors, no atexit).
+                unsafe { nix::libc::_exit(code) };
+            }
+            let mut status = 0;
+            // SAFETY: waits for our own child (blocks this core briefly).
+            assert_eq!(unsafe { nix::libc::waitpid(pid, &mut status, 0) }, pid);
+            status
+        });
+        assert!(
+            nix::libc::WIFEXITED(status) && nix::libc::WEXITSTATUS(status) == 0,
+            "child: status {status:#x} (exit 1: spawn_blocking hung or failed, 2: spawn_on \
+             its own core failed, 3: spawn_on the other core was not refused; signalled: hung)"
+        );
+        assert_eq!(rt.block_on(async { 5 }), 5);
+        rt.shutdown(ShutdownMode::Wait).expect("parent's shutdown");
+    });
+}
