@@ -10,9 +10,11 @@
 //! bench | head -1`) fails with `EPIPE` (Rust ignores SIGPIPE); the command
 //! stops its work, cleans up and then ends by SIGPIPE the same way.
 //!
-//! Invariants: the handler does one atomic store (async-signal-safe) and
-//! nothing else; it is installed with `SA_RESETHAND`, so a second Ctrl-C
-//! while the run winds down kills the process at once.
+//! Invariants: the handler does one atomic compare-exchange
+//! (async-signal-safe) and, for a second caught signal, restores its
+//! default action and raises it: installed with `SA_RESETHAND` too, so a
+//! second Ctrl-C (or any second caught signal, of whichever kind) while
+//! the run winds down kills the process at once.
 
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -34,11 +36,24 @@ const CAUGHT: [Signal; 4] = [
 
 extern "C" fn record(sig: libc::c_int) {
     // Relaxed: a flag polled by the clock; no data travels with it.
-    let _ = PENDING.compare_exchange(0, sig, Ordering::Relaxed, Ordering::Relaxed);
+    if PENDING
+        .compare_exchange(0, sig, Ordering::Relaxed, Ordering::Relaxed)
+        .is_err()
+    {
+        // A second caught signal, of another kind than the first (a
+        // second one of the same kind finds the default action already,
+        // `SA_RESETHAND`): it too ends the process at once.
+        // SAFETY: `signal` and `raise` are async-signal-safe; the
+        // default action of every caught signal ends the process.
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+            libc::raise(sig);
+        }
+    }
 }
 
 /// Catches SIGINT, SIGTERM, SIGHUP and SIGQUIT: they are recorded for [`interrupted`]
-/// instead of killing the process (once; a second one kills it). A
+/// instead of killing the process (once; a second caught signal kills it). A
 /// signal ignored when the process started (SIGINT in a background job
 /// of a script) stays ignored.
 ///

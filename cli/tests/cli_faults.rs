@@ -279,6 +279,43 @@ fn sigint_at_any_moment_of_a_bench_leaves_no_temporary_file() {
     );
 }
 
+/// A signal as soon as the temporary file exists (during its fill, or
+/// just after): the command says it was interrupted, by which signal,
+/// before it ends by it (found by a break-it helper: interrupted during
+/// the fill, it ended with nothing printed).
+#[test]
+fn a_bench_interrupted_while_filling_says_so() {
+    let dir = tmpdir();
+    let mut child = bench_in(dir.path(), &["--runtime", "600", "--size", "512M"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while left_in(dir.path()).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGHUP).expect("kill");
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut err)
+        .expect("read");
+    let status = wait_guarded(&mut child, 120, "bench interrupted while filling");
+    assert_eq!(status.signal(), Some(libc::SIGHUP), "{status:?}: {err}");
+    assert!(
+        err.contains("interrupted by SIGHUP"),
+        "no word of the signal: {err}"
+    );
+    assert_eq!(
+        left_in(dir.path()),
+        Vec::<String>::new(),
+        "temporary file left"
+    );
+}
+
 #[test]
 fn a_sigint_ignored_at_start_stays_ignored() {
     // As in `plugio bench &` from a script: SIGINT is ignored when the

@@ -379,6 +379,14 @@ fn fill_temp(
     while left > 0 {
         if let Some(sig) = crate::signals::interrupted() {
             bar.finish_and_clear();
+            // Said here: the run's own message comes with its summary,
+            // and there is none (found by a break-it helper: the command
+            // ended silently). Ignored when stderr is gone (SIGHUP).
+            let _ = writeln!(
+                std::io::stderr(),
+                "plugio: interrupted by {sig} while filling the temporary file: nothing \
+                 measured; the file is removed"
+            );
             // Dropping `file` removes it.
             return Err(BenchError::Interrupted(sig));
         }
