@@ -632,7 +632,7 @@ impl<'a> Dispatcher<'a> {
                     // The error names its IO already.
                     Some(_) => format!("trace line {}", io.line),
                     None => format!(
-                        "trace line {}: {} of {} bytes at byte {}",
+                        "trace line {}: {} of {} bytes at offset {}",
                         io.line,
                         io.op.name(),
                         io.len_bytes,
@@ -649,7 +649,7 @@ impl<'a> Dispatcher<'a> {
             // not bad input.
             self.failed.get_or_insert(ReplayError::io(
                 format!(
-                    "trace line {}: {} of {} bytes at byte {}",
+                    "trace line {}: {} of {} bytes at offset {}",
                     io.line,
                     io.op.name(),
                     io.len_bytes,

@@ -247,11 +247,11 @@ pub async fn verify_all(
         let buf = res.map_err(|e| match e.io() {
             // The error names its IO already.
             Some(_) => ReplayError::engine("verify".to_owned(), e),
-            None => ReplayError::engine(format!("verify: read of {len} bytes at byte {off}"), e),
+            None => ReplayError::engine(format!("verify: read of {len} bytes at offset {off}"), e),
         })?;
         if buf.len() as u64 != len {
             return Err(ReplayError::usage(format!(
-                "verify: read of {len} bytes at byte {off} returned {} bytes: the target \
+                "verify: read of {len} bytes at offset {off} returned {} bytes: the target \
                  shrank during the replay",
                 buf.len()
             )));
