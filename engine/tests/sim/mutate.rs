@@ -25,11 +25,12 @@ pub fn apply(m: Mutation, h: &mut History, seed: u64) -> bool {
 }
 
 /// The contents block `lba` had before `w`: the last write acknowledged
-/// before `w` was issued (zeroes if none).
+/// before `w` was issued that wrote it (zeroes if none; a write that
+/// filled the device part way wrote only the blocks its count covers).
 fn before(h: &History, w: &Rec, lba: u64) -> [u8; BLOCK] {
     h.recs
         .iter()
-        .filter(|x| x.kind.is_write() && x.ok() && x.covers(lba) && x.acked_before(w.issue))
+        .filter(|x| x.kind.is_write() && x.wrote(lba) && x.acked_before(w.issue))
         .max_by_key(|x| x.ack)
         .map_or([0; BLOCK], |x| x.block_bytes(lba))
 }
@@ -62,9 +63,9 @@ fn lost_fua(h: &mut History) -> bool {
     true
 }
 
-/// One block of an acknowledged read whose last write was acknowledged
-/// before the read was issued is replaced by what the block held before
-/// that write.
+/// One block of an acknowledged read whose last write (one that wrote the
+/// block: see `Rec::wrote`) was acknowledged before the read was issued
+/// is replaced by what the block held before that write.
 fn stale_read(h: &mut History) -> bool {
     let mut victim = None;
     'reads: for (ri, r) in h.recs.iter().enumerate() {
@@ -77,8 +78,7 @@ fn stale_read(h: &mut History) -> bool {
         for lba in r.lba..r.lba + r.blocks {
             let last = h.recs.iter().find(|w| {
                 w.kind.is_write()
-                    && w.ok()
-                    && w.covers(lba)
+                    && w.wrote(lba)
                     && w.acked_before(r.issue)
                     && only_latest(h, w, lba, ack)
             });
