@@ -39,6 +39,23 @@ pub fn available_memory() -> Option<(u64, &'static str)> {
     Some(best)
 }
 
+/// The process's file size limit in bytes (`RLIMIT_FSIZE`'s soft limit,
+/// `ulimit -f`), if it has one: a write to a regular file at or past it
+/// fails with `EFBIG` and sends the writing thread `SIGXFSZ`, whose
+/// default action ends the process, as does extending a file past it
+/// (`ftruncate`). Block devices are not held to it.
+///
+/// ```
+/// if let Some(limit) = plugio_cli::machine::file_size_limit_bytes() {
+///     println!("files may grow to {limit} bytes");
+/// }
+/// ```
+pub fn file_size_limit_bytes() -> Option<u64> {
+    use nix::sys::resource::{getrlimit, Resource, RLIM_INFINITY};
+    let (soft, _) = getrlimit(Resource::RLIMIT_FSIZE).ok()?;
+    (soft != RLIM_INFINITY).then_some(soft)
+}
+
 /// The value of the `key` line (`MemAvailable:`) of a /proc file in kB.
 fn kib_field(text: &str, key: &str) -> Option<u64> {
     text.lines()

@@ -756,3 +756,116 @@ fn a_target_on_tmpfs_is_warned_about() {
         stderr(&o)
     );
 }
+
+/// `cmd` with a file size limit (`ulimit -f`) of `bytes`, set between fork
+/// and exec.
+fn with_file_size_limit(cmd: &mut Command, bytes: u64) -> &mut Command {
+    // SAFETY: the closure runs in the child between fork and exec and only
+    // calls setrlimit, a system call that allocates nothing and takes no
+    // lock.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(cmd, move || {
+            use nix::sys::resource::{setrlimit, Resource, RLIM_INFINITY};
+            setrlimit(Resource::RLIMIT_FSIZE, bytes, RLIM_INFINITY).map_err(std::io::Error::from)
+        });
+    }
+    cmd
+}
+
+/// Under a file size limit (`ulimit -f`) below what a job writes to a
+/// regular file, the kernel refuses the write and sends SIGXFSZ, which
+/// ended the process with no word of why: the bench's temporary file fill
+/// died so (the README's command under `ulimit -f`), as did a write job of
+/// any engine and a replay that creates its target. Each is now refused
+/// before anything is written (exit 2, naming the limit); what stays below
+/// the limit, and reads, run as before.
+#[test]
+fn a_file_size_limit_below_the_job_is_refused_before_anything_is_written() {
+    const LIMIT: u64 = 1 << 20;
+    let dir = tmpdir();
+    let limited = |c: &mut Command| {
+        with_file_size_limit(c, LIMIT)
+            .output()
+            .expect("the plugio binary runs")
+    };
+    // The temporary file: refused before it is filled, and removed.
+    let o = limited(&mut bench_in(
+        dir.path(),
+        &["--runtime", "1", "--size", "4m"],
+    ));
+    assert_bad_input(
+        &o,
+        &[
+            "a temporary file of 4.0 MiB (--size)",
+            "RLIMIT_FSIZE",
+            "ulimit -f unlimited",
+        ],
+    );
+    assert_eq!(left_in(dir.path()), Vec::<String>::new());
+    // A given file: a write job is refused whatever the engine (the raw
+    // loop's O_DIRECT writes run in the process's own thread).
+    let target = dir.path().join("target.bin");
+    std::fs::File::create(&target)
+        .and_then(|f| f.set_len(4 << 20))
+        .expect("a 4 MiB file");
+    let t = target.to_str().expect("utf-8");
+    for engine in ["plugio", "raw"] {
+        let o = limited(&mut bench_in(
+            dir.path(),
+            &[
+                "--engine",
+                engine,
+                "--filename",
+                t,
+                "--rw",
+                "randwrite",
+                "--runtime",
+                "1",
+            ],
+        ));
+        let err = assert_bad_input(&o, &["the job writes 4.0 MiB of", "RLIMIT_FSIZE"]);
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    // Reading it, and writing below the limit, are not held to it.
+    for (rw, size) in [("randread", "4m"), ("randwrite", "1m")] {
+        let o = limited(&mut bench_in(
+            dir.path(),
+            &[
+                "--filename",
+                t,
+                "--rw",
+                rw,
+                "--size",
+                size,
+                "--number_ios",
+                "200",
+                "--quiet",
+            ],
+        ));
+        assert!(o.status.success(), "{rw} {size}: {}", stderr(&o));
+    }
+    // Replay: a target it would create past the limit, and an existing
+    // file it would write past the limit.
+    let trace = dir.path().join("trace.csv");
+    std::fs::write(&trace, "0,W,0,4096\n1000,W,2097152,4096\n2000,R,0,4096\n").expect("trace");
+    let created = dir.path().join("created.bin");
+    let o = limited(bin().args([
+        "replay",
+        "--filename",
+        created.to_str().expect("utf-8"),
+        trace.to_str().expect("utf-8"),
+    ]));
+    assert_bad_input(
+        &o,
+        &["would be created with the trace's extent", "RLIMIT_FSIZE"],
+    );
+    assert!(!created.exists(), "nothing is created");
+    let o = limited(bin().args(["replay", "--filename", t, trace.to_str().expect("utf-8")]));
+    assert_bad_input(
+        &o,
+        &[
+            "would be written up to byte 2101248 (trace line 2)",
+            "RLIMIT_FSIZE",
+        ],
+    );
+}

@@ -87,6 +87,21 @@ pub enum InvalidInput {
         /// The flags given (all of them, priority included).
         flags: crate::IoFlags,
     },
+    /// A write to a regular file that would end past the process's file
+    /// size limit (`RLIMIT_FSIZE`'s soft limit, `ulimit -f`): the kernel
+    /// answers a write at or past the limit with `EFBIG` and sends the
+    /// writing thread `SIGXFSZ`, whose default action ends the process
+    /// (`generic_write_check_limits`), and cuts a write that crosses it
+    /// short, whose remainder would then start at the limit. So plugio
+    /// refuses the write before submission.
+    FileSizeLimit {
+        /// Where the write starts.
+        offset_bytes: u64,
+        /// Its length.
+        len_bytes: u64,
+        /// The limit, in bytes.
+        limit_bytes: u64,
+    },
 }
 
 /// The kinds of [`Error`] a caller can match on.
@@ -317,9 +332,11 @@ impl Error {
     }
 
     /// The errno this error corresponds to (for `io::Error` conversion and
-    /// for completion results): `EINVAL` for invalid input.
+    /// for completion results): `EINVAL` for invalid input, `EFBIG` for a
+    /// write past the file size limit (what `pwrite(2)` returns there).
     pub fn errno(&self) -> i32 {
         match &self.0.kind {
+            ErrorKind::InvalidInput(InvalidInput::FileSizeLimit { .. }) => libc::EFBIG,
             ErrorKind::InvalidInput(_) | ErrorKind::DirectIoRefused => libc::EINVAL,
             ErrorKind::Unsupported => libc::EOPNOTSUPP,
             ErrorKind::OutOfSpace => libc::ENOSPC,
@@ -414,6 +431,17 @@ impl fmt::Display for InvalidInput {
             InvalidInput::OpenFlags { detail } => {
                 write!(f, "the descriptor's open flags allow no IO: {detail}")
             }
+            InvalidInput::FileSizeLimit {
+                offset_bytes,
+                len_bytes,
+                limit_bytes,
+            } => write!(
+                f,
+                "write of {len_bytes} bytes at offset {offset_bytes} would end past this \
+                 process's file size limit of {limit_bytes} bytes (RLIMIT_FSIZE, `ulimit -f`), \
+                 where the kernel refuses it and sends SIGXFSZ, which ends the process: \
+                 raise the limit (`ulimit -f unlimited`, setrlimit) or write below it"
+            ),
             InvalidInput::WriteOnlyFlags { op, flags } => {
                 let names = match (
                     flags.contains(crate::IoFlags::FUA),
@@ -505,11 +533,14 @@ impl fmt::Display for Error {
                 write!(f, "{}", io::Error::from_raw_os_error(*errno))?;
                 if *errno == libc::EFBIG {
                     // The kernel's answer names neither the limit nor the
-                    // cause; plugio checks only i64::MAX up front.
+                    // cause; plugio checks i64::MAX and, for writes, the
+                    // file size limit up front (as read then).
                     write!(
                         f,
                         ": the file would end past the largest file this file system \
-                         holds (ext4 with 4 KiB blocks: 16 TiB); use a lower offset or length"
+                         holds (ext4 with 4 KiB blocks: 16 TiB) or past this process's \
+                         file size limit (RLIMIT_FSIZE, `ulimit -f`); use a lower offset \
+                         or length, or raise the limit"
                     )?;
                 }
             }
@@ -699,12 +730,42 @@ mod tests {
     }
 
     #[test]
-    fn efbig_says_the_io_ends_past_the_file_systems_largest_file() {
+    fn efbig_says_the_io_ends_past_the_file_systems_largest_file_or_the_limit() {
         let e = Error::from_errno(-libc::EFBIG).to_string();
         assert!(e.starts_with("File too large"), "{e}");
         assert!(e.contains("largest file this file system holds"), "{e}");
-        assert!(e.ends_with("use a lower offset or length"), "{e}");
+        assert!(e.contains("file size limit (RLIMIT_FSIZE"), "{e}");
+        assert!(e.ends_with("or raise the limit"), "{e}");
         let other = Error::from_errno(-libc::EIO).to_string();
         assert!(!other.contains("largest file"), "{other}");
+    }
+
+    #[test]
+    fn a_write_past_the_file_size_limit_says_which_limit_and_how_to_raise_it() {
+        let e = Error::invalid(InvalidInput::FileSizeLimit {
+            offset_bytes: 1 << 20,
+            len_bytes: 4096,
+            limit_bytes: 1 << 20,
+        });
+        assert_eq!(
+            *e.kind(),
+            ErrorKind::InvalidInput(InvalidInput::FileSizeLimit {
+                offset_bytes: 1 << 20,
+                len_bytes: 4096,
+                limit_bytes: 1 << 20,
+            })
+        );
+        let text = e.to_string();
+        assert!(
+            text.contains("write of 4096 bytes at offset 1048576"),
+            "{text}"
+        );
+        assert!(
+            text.contains("file size limit of 1048576 bytes (RLIMIT_FSIZE"),
+            "{text}"
+        );
+        assert!(text.contains("SIGXFSZ"), "{text}");
+        assert!(text.contains("ulimit -f unlimited"), "{text}");
+        assert_eq!(e.errno(), libc::EFBIG);
     }
 }

@@ -99,8 +99,16 @@ pub fn prepare(job: &Job) -> Result<Target, BenchError> {
             needed_bytes: needed,
         });
     }
-    let logical_block_bytes = check_direct(&path, job)?;
     let size_bytes = needed - needed % job.bs_bytes;
+    // What is written to a regular file: the whole temporary file (its
+    // fill), or the job's range of a given file.
+    let written_bytes = match (temp.is_some(), kind, job.rw.writes()) {
+        (true, ..) => len_bytes,
+        (false, "file", true) => size_bytes,
+        _ => 0,
+    };
+    check_file_size_limit(&path, temp.is_some(), written_bytes)?;
+    let logical_block_bytes = check_direct(&path, job)?;
     let temp = match temp {
         Some(file) => {
             check_free_space(file.path(), len_bytes)?;
@@ -334,6 +342,42 @@ fn check_free_space(path: &Path, size_bytes: u64) -> Result<(), BenchError> {
         super::units::human(TEMP_FREE_MARGIN_BYTES),
         super::units::human(free_bytes),
         plugio_cli::shown::path(dir)
+    )))
+}
+
+/// Refuses a job that writes a regular file up to `written_bytes` past
+/// the process's file size limit (`RLIMIT_FSIZE`, `ulimit -f`): the
+/// kernel refuses such a write and sends `SIGXFSZ`, which ended the
+/// process (the fill of the temporary file, or a peer engine's write),
+/// with no word of why.
+///
+/// # Errors
+/// [`BenchError::TooBig`] (exit code 2), naming the limit and what to
+/// change.
+fn check_file_size_limit(path: &Path, temp: bool, written_bytes: u64) -> Result<(), BenchError> {
+    let Some(limit_bytes) = plugio_cli::machine::file_size_limit_bytes() else {
+        return Ok(());
+    };
+    if written_bytes <= limit_bytes {
+        return Ok(());
+    }
+    let what = if temp {
+        format!(
+            "a temporary file of {} (--size)",
+            super::units::human(written_bytes)
+        )
+    } else {
+        format!(
+            "the job writes {} of {}",
+            super::units::human(written_bytes),
+            plugio_cli::shown::path(path)
+        )
+    };
+    Err(BenchError::TooBig(format!(
+        "{what} passes this process's file size limit (RLIMIT_FSIZE, `ulimit -f`) of {}, \
+         where the kernel ends the process (SIGXFSZ): raise the limit (`ulimit -f unlimited`), \
+         lower --size, or pass a block device with --filename",
+        super::units::human(limit_bytes)
     )))
 }
 

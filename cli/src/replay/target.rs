@@ -39,10 +39,13 @@ pub const MAX_LINK_HOPS: usize = 40;
 /// [`ReplayError::TargetTooSmall`] when the trace does not fit.
 pub fn prepare_target(path: &Path, trace: &Trace) -> Result<bool, ReplayError> {
     match std::fs::metadata(path) {
-        Ok(_) => {
+        Ok(meta) => {
             let size = target_size(path)?;
             // Extent first; alignment is checked once the device is open.
             trace.check_fits(path, size, 1)?;
+            if meta.is_file() {
+                check_file_size_limit(path, trace, false)?;
+            }
             return Ok(false);
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -60,7 +63,45 @@ pub fn prepare_target(path: &Path, trace: &Trace) -> Result<bool, ReplayError> {
              create a file of that name",
         ));
     }
+    check_file_size_limit(path, trace, true)?;
     create(path, trace)
+}
+
+/// Refuses a trace that would write a regular file past the process's
+/// file size limit (`RLIMIT_FSIZE`, `ulimit -f`), where the kernel refuses
+/// the write and sends `SIGXFSZ`, which ends the process: its first write
+/// that ends past the limit, or, for a file the replay `creates` (sized to
+/// the trace's extent with `ftruncate`, held to the same limit), an
+/// extent past it.
+///
+/// # Errors
+/// [`ReplayError::Usage`] naming the limit, the line and what to change.
+fn check_file_size_limit(path: &Path, trace: &Trace, creates: bool) -> Result<(), ReplayError> {
+    let Some(limit) = crate::machine::file_size_limit_bytes() else {
+        return Ok(());
+    };
+    let extent = trace.extent_bytes().max(SECTOR_BYTES);
+    let why = if creates && extent > limit {
+        format!("would be created with the trace's extent of {extent} bytes")
+    } else if let Some(io) = trace
+        .ios
+        .iter()
+        .find(|io| io.op == super::trace::TraceOp::Write && io.end_bytes() > limit)
+    {
+        format!(
+            "would be written up to byte {} (trace line {})",
+            io.end_bytes(),
+            io.line
+        )
+    } else {
+        return Ok(());
+    };
+    Err(ReplayError::usage(format!(
+        "the target {} {why}, past this process's file size limit (RLIMIT_FSIZE, \
+         `ulimit -f`) of {limit} bytes, where the kernel ends the process (SIGXFSZ): raise \
+         the limit (`ulimit -f unlimited`), replay onto a block device, or --limit the trace",
+        shown::path(path)
+    )))
 }
 
 /// True when `path` ends in '/' (which asks for a directory).

@@ -1,0 +1,121 @@
+//! A write to a regular file that would end past the process's file size
+//! limit (`RLIMIT_FSIZE`, `ulimit -f`) is refused before submission with
+//! `InvalidInput::FileSizeLimit` (errno `EFBIG`), where the kernel would
+//! have sent `SIGXFSZ` to the submitting thread and ended the process (an
+//! `O_DIRECT` write runs inline in `io_uring_enter`, in that thread).
+//! Writes below and up to the limit go, and a limit raised after the open
+//! is seen (the refusal reads it again).
+//!
+//! The limit is the whole process's, and the other tests of this binary
+//! write files, so the checks run in a child: this test binary started
+//! again with only this test selected, an environment variable set and the
+//! limit lowered between fork and exec. Before the fix the child died of
+//! SIGXFSZ at the first write past the limit.
+
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::Command;
+
+use plugio_device::{ErrorKind, InvalidInput};
+
+mod common;
+use common::{local, open_direct, tmpdir};
+
+/// Set in the child run of the test.
+const CHILD_ENV: &str = "PLUGIO_TEST_FILE_SIZE_LIMIT_CHILD";
+/// The child's soft limit, bytes.
+const LIMIT: u64 = 1 << 20;
+/// What the child prints when every check passed (a filter that selected
+/// no test would also exit 0).
+const PASSED: &str = "file size limit checks passed";
+const TEST: &str = "a_write_past_the_file_size_limit_is_refused_before_submission";
+
+#[test]
+fn a_write_past_the_file_size_limit_is_refused_before_submission() {
+    if std::env::var_os(CHILD_ENV).is_some() {
+        child_checks();
+        println!("{PASSED}");
+        return;
+    }
+    let mut cmd = Command::new(std::env::current_exe().expect("test binary"));
+    cmd.args(["--exact", TEST, "--nocapture", "--test-threads", "1"])
+        .env(CHILD_ENV, "1");
+    // SAFETY: the closure runs in the child between fork and exec and only
+    // calls setrlimit, a system call that allocates nothing and takes no
+    // lock.
+    unsafe {
+        // The hard limit stays: the child raises its soft limit later.
+        cmd.pre_exec(|| set_soft_limit(LIMIT));
+    }
+    let o = cmd.output().expect("the test binary runs again");
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success() && out.contains(PASSED),
+        "child: {:?} (signal {:?})\nstdout: {out}\nstderr: {err}",
+        o.status,
+        o.status.signal()
+    );
+}
+
+/// Sets the soft file size limit to `bytes`, the hard one to no limit
+/// (which it is, unless the test runs under a lowered hard limit: then the
+/// child fails and says so).
+fn set_soft_limit(bytes: u64) -> std::io::Result<()> {
+    let limit = libc::rlimit {
+        rlim_cur: bytes,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: `limit` is a valid `rlimit` for the call's duration.
+    if unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &limit) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The checks, in the child with the limit lowered.
+fn child_checks() {
+    let dir = tmpdir();
+    let path = dir.path().join("limited.bin");
+    std::fs::File::create(&path).expect("create an empty file");
+    local().run(async {
+        let dev = open_direct(&path, true);
+        let block = |fill: u8| {
+            let mut b = dev.alloc_buf(4096);
+            b.as_mut_slice().fill(fill);
+            b
+        };
+        // Below the limit, and up to it exactly: written.
+        let (r, _) = dev.write_at(block(1), 0).await;
+        assert_eq!(r.expect("a write below the limit"), 4096);
+        let (r, _) = dev.write_at(block(2), LIMIT - 4096).await;
+        assert_eq!(r.expect("a write that ends at the limit"), 4096);
+        // Across it, and at it: refused, naming the write and the limit.
+        for (offset_bytes, len_bytes) in [(LIMIT - 4096, 8192), (LIMIT, 4096)] {
+            let (r, _) = dev
+                .write_at(dev.alloc_buf(len_bytes as usize), offset_bytes)
+                .await;
+            let e = r.expect_err("a write past the limit is refused");
+            assert_eq!(
+                *e.kind(),
+                ErrorKind::InvalidInput(InvalidInput::FileSizeLimit {
+                    offset_bytes,
+                    len_bytes,
+                    limit_bytes: LIMIT,
+                }),
+                "{e}"
+            );
+            assert_eq!(e.errno(), libc::EFBIG);
+            assert!(e.to_string().contains("RLIMIT_FSIZE"), "{e}");
+        }
+        // Nothing was sent: the file ends at the limit.
+        assert_eq!(std::fs::metadata(&path).expect("stat").len(), LIMIT);
+        // A read past the limit is no write: it goes (and finds the end).
+        let (r, _) = dev.read_at(dev.alloc_buf(4096), LIMIT).await;
+        assert_eq!(r.expect("a read past the limit"), 0);
+        // The limit raised after the open: the same write goes.
+        set_soft_limit(libc::RLIM_INFINITY).expect("raise the soft limit");
+        let (r, _) = dev.write_at(block(3), LIMIT).await;
+        assert_eq!(r.expect("a write once the limit is raised"), 4096);
+    });
+    assert_eq!(std::fs::metadata(&path).expect("stat").len(), LIMIT + 4096);
+}
