@@ -51,9 +51,8 @@ pub fn available_memory() -> Option<(u64, &'static str)> {
 /// }
 /// ```
 pub fn file_size_limit_bytes() -> Option<u64> {
-    use nix::sys::resource::{getrlimit, Resource, RLIM_INFINITY};
-    let (soft, _) = getrlimit(Resource::RLIMIT_FSIZE).ok()?;
-    (soft != RLIM_INFINITY).then_some(soft)
+    let limit = plugio_device::file_size_limit::file_size_limit_bytes();
+    (limit != u64::MAX).then_some(limit)
 }
 
 /// The value of the `key` line (`MemAvailable:`) of a /proc file in kB.

@@ -231,8 +231,11 @@ impl IoResource for () {
 /// What the kernel takes of one op, checked before the backend's own
 /// rules, as the engine checks its IO: a read or write of at most
 /// [`MAX_RW_BYTES`] (a larger one came back short, which a caller reads as
-/// the end of the file), and a range that ends at or before `i64::MAX`
-/// (the kernel's `loff_t`; past it the kernel said only `EINVAL`).
+/// the end of the file), a range that ends at or before `i64::MAX`
+/// (the kernel's `loff_t`; past it the kernel said only `EINVAL`), and a
+/// write to a regular file that ends at or below the process's file size
+/// limit ([`crate::check_file_size_limit`]; past it the kernel ended the
+/// process with `SIGXFSZ`).
 fn check_limits(geometry: &Geometry, op: &IoOp<'_>) -> Result<()> {
     if op.kind.has_data() && op.len_bytes > MAX_RW_BYTES {
         return Err(Error::invalid(InvalidInput::Length {
@@ -248,7 +251,7 @@ fn check_limits(geometry: &Geometry, op: &IoOp<'_>) -> Result<()> {
             capacity_bytes: geometry.capacity_bytes.unwrap_or(i64::MAX as u64),
         }));
     }
-    Ok(())
+    crate::check_file_size_limit(geometry.kind, op.kind, op.offset_bytes, op.len_bytes)
 }
 
 /// The context of the `NoDriver` error of a [`File`] op polled where no

@@ -68,6 +68,7 @@ mod completion;
 pub mod core;
 pub mod driver;
 pub mod error;
+pub mod file_size_limit;
 pub mod fork;
 pub mod fs;
 pub mod fs_ops;
@@ -92,6 +93,7 @@ pub use core::{
 };
 pub use driver::DeviceDriver;
 pub use error::{Error, ErrorKind, InvalidInput, Result};
+pub use file_size_limit::check_file_size_limit;
 pub use fs::{File, IoFuture};
 pub use geometry::{DeviceKind, Geometry};
 pub use info::{describe, file_len_bytes, write_refusal};

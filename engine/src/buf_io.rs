@@ -508,7 +508,11 @@ impl Device {
     /// ```
     ///
     /// # Errors
-    /// As [`read_at`](Self::read_at).
+    /// As [`read_at`](Self::read_at); and, on a regular file, a write that
+    /// would end past the process's file size limit (`RLIMIT_FSIZE`,
+    /// `ulimit -f`) is refused before submission with
+    /// [`InvalidInput::FileSizeLimit`](plugio_device::InvalidInput::FileSizeLimit)
+    /// (the kernel would end the process with `SIGXFSZ`).
     pub fn write_at<B: IoBuf>(
         &self,
         buf: B,

@@ -504,12 +504,12 @@ impl Device {
                     capacity_bytes: shared.geometry.capacity_bytes.unwrap_or(i64::MAX as u64),
                 }));
             }
-            // Relaxed: a cached hint (see `DeviceShared::fsize_limit_bytes`).
-            if op == OpKind::Write
-                && end.is_some_and(|e| e > shared.fsize_limit_bytes.load(Ordering::Relaxed))
-            {
-                check_file_size_limit(shared, offset_bytes, len_bytes)?;
-            }
+            plugio_device::check_file_size_limit(
+                shared.geometry.kind,
+                op,
+                offset_bytes,
+                len_bytes,
+            )?;
         }
         if shared.opts.read_only && op.is_write() {
             return Err(Error::new(plugio_device::ErrorKind::PermissionDenied)
@@ -558,32 +558,6 @@ impl Device {
             shared.backend.check(&op)
         }
     }
-}
-
-/// A write to a regular file that ends past the file size limit as last
-/// read: the limit is read again (it may have been raised since), and the
-/// write is refused if it still ends past it
-/// ([`InvalidInput::FileSizeLimit`]).
-#[cold]
-#[inline(never)]
-fn check_file_size_limit(
-    shared: &DeviceShared,
-    offset_bytes: u64,
-    len_bytes: u64,
-) -> Result<(), Error> {
-    let limit_bytes = crate::shared::file_size_limit_bytes(shared.geometry.kind);
-    // Relaxed: see `DeviceShared::fsize_limit_bytes`.
-    shared
-        .fsize_limit_bytes
-        .store(limit_bytes, Ordering::Relaxed);
-    if offset_bytes + len_bytes > limit_bytes {
-        return Err(Error::invalid(InvalidInput::FileSizeLimit {
-            offset_bytes,
-            len_bytes,
-            limit_bytes,
-        }));
-    }
-    Ok(())
 }
 
 /// Refuses a zero length for a data op and a length above

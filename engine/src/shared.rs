@@ -107,16 +107,6 @@ pub(crate) struct DeviceShared {
     /// as is; `None` when any memory goes (buffered IO) or bouncing is off
     /// (`DeviceOptions::bounce_unaligned`: the check then refuses it).
     pub bounce_align: Option<(usize, usize)>,
-    /// For a regular file, the process's file size limit in bytes
-    /// (`RLIMIT_FSIZE`'s soft limit) as last read: at open, and again
-    /// whenever a write would end past it; `u64::MAX` for other targets
-    /// and no limit. A write ending past it is refused before submission
-    /// ([`InvalidInput::FileSizeLimit`](plugio_device::InvalidInput::FileSizeLimit)):
-    /// the kernel would send `SIGXFSZ` to the thread that submits it,
-    /// which ends the process. A limit lowered after the last read is not
-    /// seen (the write then fails or signals as `pwrite(2)` would).
-    /// Relaxed: a cached hint; the refusal re-reads the limit itself.
-    pub fsize_limit_bytes: AtomicU64,
     /// The device's `tracing` span (`plugio_device`, with `dev`, `path`,
     /// `backend`): the parent of the engine's events about this device.
     /// Disabled (a few words, nothing recorded) when no subscriber is
@@ -145,28 +135,6 @@ fn default_request_bytes(geometry: &Geometry, backend: plugio_device::BackendKin
         }
         _ => device,
     }
-}
-
-/// The process's file size limit (`RLIMIT_FSIZE`'s soft limit) in bytes
-/// for a regular file, which is all it applies to (a block device's
-/// writes are not checked against it); `u64::MAX` for other targets, no
-/// limit, or a `getrlimit` that failed.
-pub(crate) fn file_size_limit_bytes(kind: plugio_device::geometry::DeviceKind) -> u64 {
-    if kind != plugio_device::geometry::DeviceKind::File {
-        return u64::MAX;
-    }
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `limit` is a valid, writable `rlimit` for the call's
-    // duration.
-    if unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut limit) } != 0
-        || limit.rlim_cur == libc::RLIM_INFINITY
-    {
-        return u64::MAX;
-    }
-    limit.rlim_cur
 }
 
 impl DeviceShared {
@@ -218,7 +186,6 @@ impl DeviceShared {
             max_request_bytes
         };
         let bounce_align = bounce_align(&geometry, &opts);
-        let fsize_limit_bytes = AtomicU64::new(file_size_limit_bytes(geometry.kind));
         // Relaxed: a unique counter; no other memory depends on it.
         let id = NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed);
         let span = tracing::info_span!(
@@ -253,7 +220,6 @@ impl DeviceShared {
             remote_orphans: Mutex::new(Vec::new()),
             remote_orphans_pending: AtomicBool::new(false),
             bounce_align,
-            fsize_limit_bytes,
         })
     }
 

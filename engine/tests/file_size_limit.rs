@@ -4,7 +4,8 @@
 //! have sent `SIGXFSZ` to the submitting thread and ended the process (an
 //! `O_DIRECT` write runs inline in `io_uring_enter`, in that thread).
 //! Writes below and up to the limit go, and a limit raised after the open
-//! is seen (the refusal reads it again).
+//! is seen (the refusal reads it again). The device crate's `File` API is
+//! held to it the same way.
 //!
 //! The limit is the whole process's, and the other tests of this binary
 //! write files, so the checks run in a child: this test binary started
@@ -112,6 +113,19 @@ fn child_checks() {
         // A read past the limit is no write: it goes (and finds the end).
         let (r, _) = dev.read_at(dev.alloc_buf(4096), LIMIT).await;
         assert_eq!(r.expect("a read past the limit"), 0);
+        // The device crate's own file API is held to it the same way.
+        let file = plugio_device::File::open(&path).expect("open as a device::File");
+        let (r, _) = file.write_at(file.alloc_buf(4096), LIMIT).await;
+        let e = r.expect_err("a device::File write past the limit is refused");
+        assert!(
+            matches!(
+                e.kind(),
+                ErrorKind::InvalidInput(InvalidInput::FileSizeLimit { .. })
+            ),
+            "{e}"
+        );
+        let (r, _) = file.write_at(file.alloc_buf(4096), 0).await;
+        assert_eq!(r.expect("a device::File write below the limit"), 4096);
         // The limit raised after the open: the same write goes.
         set_soft_limit(libc::RLIM_INFINITY).expect("raise the soft limit");
         let (r, _) = dev.write_at(block(3), LIMIT).await;
