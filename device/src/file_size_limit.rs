@@ -13,7 +13,7 @@
 //! ([`InvalidInput::FileSizeLimit`]). Block devices are not held to the
 //! limit.
 //!
-//! Invariant: [`LIMIT_BYTES`] holds the soft limit as last read (`u64::MAX`
+//! Invariant: `LIMIT_BYTES` holds the soft limit as last read (`u64::MAX`
 //! for none), or 0 before the first read; every write that ends past the
 //! value held reads the limit again before it is refused, so a limit
 //! raised since is seen. A limit lowered since the last read is not (the
