@@ -87,15 +87,19 @@ pub enum InvalidInput {
         /// The flags given (all of them, priority included).
         flags: crate::IoFlags,
     },
-    /// A write to a regular file that would end past the process's file
-    /// size limit (`RLIMIT_FSIZE`'s soft limit, `ulimit -f`): the kernel
-    /// answers a write at or past the limit with `EFBIG` and sends the
-    /// writing thread `SIGXFSZ`, whose default action ends the process
-    /// (`generic_write_check_limits`), and cuts a write that crosses it
-    /// short, whose remainder would then start at the limit. So plugio
-    /// refuses the write before submission.
+    /// A write (or a write-zeroes or fallocate that may grow the file, or
+    /// a `set_len`) on a regular file that would end past the process's
+    /// file size limit (`RLIMIT_FSIZE`'s soft limit, `ulimit -f`) while
+    /// `SIGXFSZ` has its default action: the kernel answers such an op
+    /// with `EFBIG` and sends the thread `SIGXFSZ`, which ends the process
+    /// (`generic_write_check_limits`, `inode_newsize_ok`), and cuts a write
+    /// that crosses it short, whose remainder would then start at the
+    /// limit. So plugio refuses it before submission (see
+    /// [`check_file_size_limit`](crate::check_file_size_limit)).
     FileSizeLimit {
-        /// Where the write starts.
+        /// The op (`None`: `set_len`, whose `len_bytes` is the new size).
+        op: Option<crate::OpKind>,
+        /// Where it starts.
         offset_bytes: u64,
         /// Its length.
         len_bytes: u64,
@@ -432,16 +436,28 @@ impl fmt::Display for InvalidInput {
                 write!(f, "the descriptor's open flags allow no IO: {detail}")
             }
             InvalidInput::FileSizeLimit {
+                op,
                 offset_bytes,
                 len_bytes,
                 limit_bytes,
-            } => write!(
-                f,
-                "write of {len_bytes} bytes at offset {offset_bytes} would end past this \
-                 process's file size limit of {limit_bytes} bytes (RLIMIT_FSIZE, `ulimit -f`), \
-                 where the kernel refuses it and sends SIGXFSZ, which ends the process: \
-                 raise the limit (`ulimit -f unlimited`, setrlimit) or write below it"
-            ),
+            } => {
+                match op {
+                    Some(op) => write!(
+                        f,
+                        "{} of {len_bytes} bytes at offset {offset_bytes} would end",
+                        op_name(*op)
+                    )?,
+                    None => write!(f, "set_len to {len_bytes} bytes would grow the file")?,
+                }
+                write!(
+                    f,
+                    " past this process's file size limit of {limit_bytes} bytes \
+                     (RLIMIT_FSIZE, `ulimit -f`), where the kernel refuses it and sends \
+                     SIGXFSZ, which ends the process: raise the limit (`ulimit -f \
+                     unlimited`, setrlimit), stay below it, or ignore or handle SIGXFSZ \
+                     (then the kernel's EFBIG and short counts come back instead)"
+                )
+            }
             InvalidInput::WriteOnlyFlags { op, flags } => {
                 let names = match (
                     flags.contains(crate::IoFlags::FUA),
@@ -560,8 +576,18 @@ fn write_io(
     offset_bytes: u64,
     len_bytes: u64,
 ) -> fmt::Result {
+    let name = op_name(op);
+    if op.has_range() {
+        write!(f, "{name} of {len_bytes} bytes at offset {offset_bytes}: ")
+    } else {
+        write!(f, "{name}: ")
+    }
+}
+
+/// The name of `op` in messages.
+fn op_name(op: crate::OpKind) -> &'static str {
     use crate::OpKind;
-    let name = match op {
+    match op {
         OpKind::Read => "read",
         OpKind::Write => "write",
         OpKind::Flush => "flush",
@@ -570,11 +596,6 @@ fn write_io(
         OpKind::Discard => "discard",
         OpKind::Fallocate { .. } => "fallocate",
         OpKind::Nop => "no-op",
-    };
-    if op.has_range() {
-        write!(f, "{name} of {len_bytes} bytes at offset {offset_bytes}: ")
-    } else {
-        write!(f, "{name}: ")
     }
 }
 
@@ -742,22 +763,17 @@ mod tests {
 
     #[test]
     fn a_write_past_the_file_size_limit_says_which_limit_and_how_to_raise_it() {
-        let e = Error::invalid(InvalidInput::FileSizeLimit {
+        let input = InvalidInput::FileSizeLimit {
+            op: Some(crate::OpKind::Write),
             offset_bytes: 1 << 20,
             len_bytes: 4096,
             limit_bytes: 1 << 20,
-        });
-        assert_eq!(
-            *e.kind(),
-            ErrorKind::InvalidInput(InvalidInput::FileSizeLimit {
-                offset_bytes: 1 << 20,
-                len_bytes: 4096,
-                limit_bytes: 1 << 20,
-            })
-        );
+        };
+        let e = Error::invalid(input.clone());
+        assert_eq!(*e.kind(), ErrorKind::InvalidInput(input));
         let text = e.to_string();
         assert!(
-            text.contains("write of 4096 bytes at offset 1048576"),
+            text.contains("write of 4096 bytes at offset 1048576 would end past"),
             "{text}"
         );
         assert!(
@@ -767,5 +783,16 @@ mod tests {
         assert!(text.contains("SIGXFSZ"), "{text}");
         assert!(text.contains("ulimit -f unlimited"), "{text}");
         assert_eq!(e.errno(), libc::EFBIG);
+        let set_len = Error::invalid(InvalidInput::FileSizeLimit {
+            op: None,
+            offset_bytes: 0,
+            len_bytes: 2 << 20,
+            limit_bytes: 1 << 20,
+        })
+        .to_string();
+        assert!(
+            set_len.starts_with("invalid input: set_len to 2097152 bytes would grow the file past"),
+            "{set_len}"
+        );
     }
 }

@@ -1,23 +1,29 @@
 //! The process's file size limit (`RLIMIT_FSIZE`, `ulimit -f`) and the
-//! check of a write against it, before submission.
+//! check of an op against it, before submission.
 //!
 //! The kernel refuses a write to a regular file at or past the limit with
-//! `EFBIG` and sends the writing thread `SIGXFSZ`, whose default action
-//! ends the process (`generic_write_check_limits`); a write that crosses it
-//! comes back short, and its remainder would then start at the limit. An
-//! `O_DIRECT` write through io_uring runs inline in `io_uring_enter`, in
-//! the submitting thread, and a write through the blocking pool runs in a
-//! thread of the process: either way the process died with no word of
-//! why. So a write to a regular file that would end past the limit is
-//! refused before submission instead
-//! ([`InvalidInput::FileSizeLimit`]). Block devices are not held to the
-//! limit.
+//! `EFBIG` and sends the thread `SIGXFSZ`, whose default action ends the
+//! process (`generic_write_check_limits`); it cuts a write that crosses it
+//! short, whose remainder would then start at the limit; and a
+//! `fallocate` or `ftruncate` that grows the file past it is refused and
+//! signalled the same way (`inode_newsize_ok`). An `O_DIRECT` write
+//! through io_uring runs inline in `io_uring_enter`, in the submitting
+//! thread, and the blocking pool's calls run in threads of the process:
+//! either way the process died with no word of why. So while `SIGXFSZ`
+//! has its default action, an op on a regular file that would end past
+//! the limit is refused before submission instead
+//! ([`InvalidInput::FileSizeLimit`]). A program that ignores or handles
+//! `SIGXFSZ` (as databases often do) gets the kernel's answers, as from
+//! `pwrite(2)`: a short count up to the limit, then `EFBIG`. Block devices
+//! are not held to the limit.
 //!
 //! Invariant: `LIMIT_BYTES` holds the soft limit as last read (`u64::MAX`
-//! for none), or 0 before the first read; every write that ends past the
-//! value held reads the limit again before it is refused, so a limit
-//! raised since is seen. A limit lowered since the last read is not (the
-//! write then fails, or signals, as `pwrite(2)` would).
+//! for none), or 0 before the first read; every op that ends past the
+//! value held reads the limit and the signal's action again before it is
+//! refused, so a limit raised since is seen. A limit lowered since the
+//! last read is not (the op then fails, or signals, as `pwrite(2)` would;
+//! the threads plugio starts block `SIGXFSZ`, so there it fails with
+//! `EFBIG`: `plugio_executor::block_file_size_signal`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -25,14 +31,18 @@ use crate::error::{Error, InvalidInput, Result};
 use crate::geometry::DeviceKind;
 use crate::op::OpKind;
 
-/// The limit as last read; 0 before the first read (every write then
-/// reads it).
+/// The limit as last read; 0 before the first read (every op held to it
+/// then reads it).
 static LIMIT_BYTES: AtomicU64 = AtomicU64::new(0);
 
-/// Refuses a write (`op` [`OpKind::Write`]) to a regular file (`kind`
-/// [`DeviceKind::File`]) of `len_bytes` at `offset_bytes` that would end
-/// past the process's file size limit (`RLIMIT_FSIZE`'s soft limit); every
-/// other op and target passes. One load and compare on the common path.
+/// Refuses an op on a regular file (`kind` [`DeviceKind::File`]) of
+/// `len_bytes` at `offset_bytes` that would end past the process's file
+/// size limit (`RLIMIT_FSIZE`'s soft limit) while `SIGXFSZ` has its
+/// default action: a [`OpKind::Write`], or a [`OpKind::WriteZeroes`] or
+/// [`OpKind::Fallocate`] without `FALLOC_FL_KEEP_SIZE`, which may grow the
+/// file (one that stays inside a file already longer than the limit is
+/// refused too). Every other op and target passes. One load and compare
+/// on the common path.
 ///
 /// ```
 /// use plugio_device::{check_file_size_limit, DeviceKind, OpKind};
@@ -42,8 +52,8 @@ static LIMIT_BYTES: AtomicU64 = AtomicU64::new(0);
 /// ```
 ///
 /// # Errors
-/// [`InvalidInput::FileSizeLimit`] (errno `EFBIG`) naming the write and
-/// the limit.
+/// [`InvalidInput::FileSizeLimit`] (errno `EFBIG`) naming the op and the
+/// limit.
 #[inline]
 pub fn check_file_size_limit(
     kind: DeviceKind,
@@ -51,7 +61,12 @@ pub fn check_file_size_limit(
     offset_bytes: u64,
     len_bytes: u64,
 ) -> Result<()> {
-    if op != OpKind::Write || kind != DeviceKind::File {
+    let may_grow = match op {
+        OpKind::Write | OpKind::WriteZeroes => true,
+        OpKind::Fallocate { mode } => mode & libc::FALLOC_FL_KEEP_SIZE == 0,
+        _ => false,
+    };
+    if !may_grow || kind != DeviceKind::File {
         return Ok(());
     }
     // Relaxed: a cached copy of a value the kernel holds; the refusal
@@ -59,25 +74,52 @@ pub fn check_file_size_limit(
     if offset_bytes.saturating_add(len_bytes) <= LIMIT_BYTES.load(Ordering::Relaxed) {
         return Ok(());
     }
-    past_cached_limit(offset_bytes, len_bytes)
+    past_cached_limit(Some(op), offset_bytes, len_bytes)
 }
 
-/// [`check_file_size_limit`] of a write that ends past the limit as last
-/// read: reads it again, then refuses the write if it still ends past it.
+/// [`check_file_size_limit`] of a `set_len` (`ftruncate`) of a regular
+/// file to `len_bytes`, which grows it past the limit if the file is
+/// shorter (checked whether it is or not).
+///
+/// # Errors
+/// [`InvalidInput::FileSizeLimit`] with no op.
+pub fn check_set_len(kind: DeviceKind, len_bytes: u64) -> Result<()> {
+    if kind != DeviceKind::File {
+        return Ok(());
+    }
+    past_cached_limit(None, 0, len_bytes)
+}
+
+/// An op ending past the limit as last read: reads it again, and refuses
+/// the op if it still ends past it while `SIGXFSZ` has its default action.
 #[cold]
 #[inline(never)]
-fn past_cached_limit(offset_bytes: u64, len_bytes: u64) -> Result<()> {
+fn past_cached_limit(op: Option<OpKind>, offset_bytes: u64, len_bytes: u64) -> Result<()> {
     let limit_bytes = file_size_limit_bytes();
     // Relaxed: see `check_file_size_limit`.
     LIMIT_BYTES.store(limit_bytes, Ordering::Relaxed);
-    if offset_bytes.saturating_add(len_bytes) <= limit_bytes {
+    if offset_bytes.saturating_add(len_bytes) <= limit_bytes || !signal_ends_process() {
         return Ok(());
     }
     Err(Error::invalid(InvalidInput::FileSizeLimit {
+        op,
         offset_bytes,
         len_bytes,
         limit_bytes,
     }))
+}
+
+/// Whether `SIGXFSZ` has its default action (ending the process), read
+/// now; true when it cannot be read.
+fn signal_ends_process() -> bool {
+    // SAFETY: an all-zero `sigaction` is a valid value to be overwritten.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: a null new action only reads the current one into `old`,
+    // which is valid and writable for the call.
+    if unsafe { libc::sigaction(libc::SIGXFSZ, std::ptr::null(), &mut old) } != 0 {
+        return true;
+    }
+    old.sa_sigaction == libc::SIG_DFL
 }
 
 /// The process's file size limit (`RLIMIT_FSIZE`'s soft limit) in bytes,
@@ -104,7 +146,16 @@ mod tests {
     #[test]
     fn only_writes_to_regular_files_are_held_to_the_limit() {
         // Whatever the test process's limit, these never reach it.
-        for op in [OpKind::Read, OpKind::Discard, OpKind::Flush, OpKind::Nop] {
+        let keep_size = OpKind::Fallocate {
+            mode: libc::FALLOC_FL_KEEP_SIZE,
+        };
+        for op in [
+            OpKind::Read,
+            OpKind::Discard,
+            OpKind::Flush,
+            OpKind::Nop,
+            keep_size,
+        ] {
             assert!(check_file_size_limit(DeviceKind::File, op, u64::MAX - 1, 4096).is_ok());
         }
         for kind in [DeviceKind::BlockDevice, DeviceKind::Memory] {
@@ -124,6 +175,7 @@ mod tests {
             );
             return;
         }
+        // The test binary leaves SIGXFSZ at its default action.
         let e = check_file_size_limit(DeviceKind::File, OpKind::Write, limit, 4096)
             .expect_err("a write at the limit");
         assert_eq!(e.errno(), libc::EFBIG);

@@ -93,7 +93,7 @@ pub use core::{
 };
 pub use driver::DeviceDriver;
 pub use error::{Error, ErrorKind, InvalidInput, Result};
-pub use file_size_limit::check_file_size_limit;
+pub use file_size_limit::{check_file_size_limit, check_set_len};
 pub use fs::{File, IoFuture};
 pub use geometry::{DeviceKind, Geometry};
 pub use info::{describe, file_len_bytes, write_refusal};

@@ -510,9 +510,12 @@ impl Device {
     /// # Errors
     /// As [`read_at`](Self::read_at); and, on a regular file, a write that
     /// would end past the process's file size limit (`RLIMIT_FSIZE`,
-    /// `ulimit -f`) is refused before submission with
+    /// `ulimit -f`) while `SIGXFSZ` has its default action is refused
+    /// before submission with
     /// [`InvalidInput::FileSizeLimit`](plugio_device::InvalidInput::FileSizeLimit)
-    /// (the kernel would end the process with `SIGXFSZ`).
+    /// (the kernel would end the process with `SIGXFSZ`); a program that
+    /// ignores or handles the signal gets the kernel's short count and
+    /// `EFBIG`, as from `pwrite(2)`.
     pub fn write_at<B: IoBuf>(
         &self,
         buf: B,

@@ -68,8 +68,11 @@ impl Device {
     /// ```
     ///
     /// # Errors
-    /// `Unsupported` for a device without a file (simulated); the kernel's
-    /// error (`EINVAL` for a block device, `PermissionDenied` when opened
+    /// `Unsupported` for a device without a file (simulated);
+    /// [`InvalidInput::FileSizeLimit`]
+    /// for a length past the process's file size limit (`ulimit -f`)
+    /// while `SIGXFSZ` has its default action; the kernel's error
+    /// (`EINVAL` for a block device, `PermissionDenied` when opened
     /// read-only) otherwise.
     pub async fn set_len(&self, len_bytes: u64) -> Result<(), Error> {
         if self.options().read_only {
@@ -78,6 +81,10 @@ impl Device {
                     .with_context("the device was opened read-only (DeviceOptions::read_only)"),
             ));
         }
+        // Growing a file past the process's file size limit would end the
+        // process (SIGXFSZ), from the blocking pool's thread.
+        plugio_device::check_set_len(self.geometry().kind, len_bytes)
+            .map_err(|e| self.name_err(e))?;
         let fd = self.fd().map_err(|e| self.name_err(e))?;
         fs_ops::ftruncate(fd.as_raw_fd(), fd, len_bytes)
             .await

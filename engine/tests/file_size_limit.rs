@@ -4,8 +4,10 @@
 //! have sent `SIGXFSZ` to the submitting thread and ended the process (an
 //! `O_DIRECT` write runs inline in `io_uring_enter`, in that thread).
 //! Writes below and up to the limit go, and a limit raised after the open
-//! is seen (the refusal reads it again). The device crate's `File` API is
-//! held to it the same way.
+//! is seen (the refusal reads it again). Write zeroes, an allocating
+//! `fallocate` and `set_len` past the limit are refused the same way; a
+//! program that ignores SIGXFSZ gets the kernel's `EFBIG` instead. The
+//! device crate's `File` API is held to it the same way.
 //!
 //! The limit is the whole process's, and the other tests of this binary
 //! write files, so the checks run in a child: this test binary started
@@ -16,7 +18,8 @@
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::Command;
 
-use plugio_device::{ErrorKind, InvalidInput};
+use plugio_device::{ErrorKind, InvalidInput, OpKind};
+use plugio_engine::FallocateMode;
 
 mod common;
 use common::{local, open_direct, tmpdir};
@@ -99,6 +102,7 @@ fn child_checks() {
             assert_eq!(
                 *e.kind(),
                 ErrorKind::InvalidInput(InvalidInput::FileSizeLimit {
+                    op: Some(OpKind::Write),
                     offset_bytes,
                     len_bytes,
                     limit_bytes: LIMIT,
@@ -113,6 +117,65 @@ fn child_checks() {
         // A read past the limit is no write: it goes (and finds the end).
         let (r, _) = dev.read_at(dev.alloc_buf(4096), LIMIT).await;
         assert_eq!(r.expect("a read past the limit"), 0);
+        // Ops that grow the file are held to it too: write zeroes, an
+        // allocating fallocate, set_len. Keeping the size, they go.
+        let refused_op = |e: plugio_device::Error| match e.kind() {
+            ErrorKind::InvalidInput(InvalidInput::FileSizeLimit { op, .. }) => *op,
+            other => panic!("expected FileSizeLimit, got {other:?}: {e}"),
+        };
+        let e = dev
+            .write_zeroes(LIMIT, 4096)
+            .await
+            .expect_err("zeroes past it");
+        assert_eq!(refused_op(e), Some(OpKind::WriteZeroes));
+        let e = dev
+            .fallocate(LIMIT - 4096, 8192, FallocateMode::Allocate)
+            .await
+            .expect_err("an allocation past it");
+        assert_eq!(refused_op(e), Some(OpKind::Fallocate { mode: 0 }));
+        dev.fallocate(LIMIT, 4096, FallocateMode::AllocateKeepSize)
+            .await
+            .expect("an allocation that keeps the size");
+        let e = dev.set_len(LIMIT + 1).await.expect_err("set_len past it");
+        assert_eq!(refused_op(e), None);
+        dev.set_len(LIMIT).await.expect("set_len to the limit");
+        assert_eq!(std::fs::metadata(&path).expect("stat").len(), LIMIT);
+        // A program that ignores SIGXFSZ gets the kernel's answer, as from
+        // pwrite(2): no refusal before submission.
+        // SAFETY: setting a signal's action to SIG_IGN and back.
+        unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+        let (r, _) = dev.write_at(block(4), LIMIT).await;
+        match r {
+            Err(e) => assert_eq!(e.errno(), libc::EFBIG, "{e}"),
+            Ok(n) => panic!("a write past the limit wrote {n} bytes"),
+        }
+        // SAFETY: as above.
+        unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_DFL) };
+        // The blocking pool's backend, whose calls run in a thread of the
+        // process (its threads block SIGXFSZ now, but the check comes first).
+        let sync_path = path.with_extension("sync");
+        std::fs::File::create(&sync_path).expect("create a second file");
+        let sync = plugio_engine::Device::open(
+            &sync_path,
+            plugio_engine::DeviceOptions {
+                backend: plugio_device::BackendKind::Sync,
+                direct: false,
+                ..plugio_engine::DeviceOptions::default()
+            },
+        )
+        .expect("open on the blocking pool's backend");
+        let e = sync
+            .write_zeroes(LIMIT, 4096)
+            .await
+            .expect_err("zeroes past it");
+        assert_eq!(refused_op(e), Some(OpKind::WriteZeroes));
+        let (r, _) = sync.write_at(vec![5u8; 4096], LIMIT).await;
+        assert_eq!(
+            refused_op(r.expect_err("a write past it")),
+            Some(OpKind::Write)
+        );
+        let (r, _) = sync.write_at(vec![5u8; 4096], LIMIT - 4096).await;
+        assert_eq!(r.expect("a write below it"), 4096);
         // The device crate's own file API is held to it the same way.
         let file = plugio_device::File::open(&path).expect("open as a device::File");
         let (r, _) = file.write_at(file.alloc_buf(4096), LIMIT).await;

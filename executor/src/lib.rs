@@ -102,6 +102,7 @@ mod owned;
 mod pools;
 mod remote;
 mod runtime;
+mod signals;
 mod stats;
 mod sync;
 mod task;
@@ -118,6 +119,7 @@ pub use runtime::{
     allowed_cpus, Builder, DriverFactory, Handle, Placement, Runtime, ShutdownError, ShutdownMode,
     ThreadStartHook, DEFAULT_COOP_BUDGET, DEFAULT_TASK_BUDGET,
 };
+pub use signals::block_file_size_signal;
 pub use stats::TickStats;
 pub use task::{drop_contained, JoinError, JoinHandle, TaskPanic};
 pub use time::{interval, sleep, sleep_until, timeout, Elapsed, Interval, Sleep};

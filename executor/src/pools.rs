@@ -325,6 +325,7 @@ impl Inner {
     /// A pool thread: runs queued jobs, waits up to the keep-alive for
     /// more, exits when idle that long or at shutdown.
     fn worker(&self) {
+        crate::signals::block_file_size_signal();
         let mut state = self.lock();
         loop {
             while let Some(job) = state.queue.pop_front() {

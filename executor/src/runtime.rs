@@ -286,7 +286,10 @@ impl Builder {
         };
         let thread = thread::Builder::new()
             .name(format!("{}-{index}", self.thread_name))
-            .spawn(move || ctx.run())?;
+            .spawn(move || {
+                crate::signals::block_file_size_signal();
+                ctx.run()
+            })?;
         Ok((thread, (start_rx, handle_tx)))
     }
 }

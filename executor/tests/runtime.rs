@@ -602,3 +602,33 @@ fn a_child_forked_from_a_task_keeps_its_core_and_blocking_pool() {
         rt.shutdown(ShutdownMode::Wait).expect("parent's shutdown");
     });
 }
+
+/// Whether the calling thread blocks SIGXFSZ.
+fn blocks_sigxfsz() -> bool {
+    use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow, Signal};
+    let mut mask = SigSet::empty();
+    pthread_sigmask(SigmaskHow::SIG_BLOCK, None, Some(&mut mask)).expect("read the mask");
+    mask.contains(Signal::SIGXFSZ)
+}
+
+/// The threads plugio starts block SIGXFSZ (a write past a file size
+/// limit lowered after plugio read it fails with EFBIG there instead of
+/// ending the process); the caller's own thread keeps its mask.
+#[test]
+fn core_and_blocking_threads_block_the_file_size_signal() {
+    let rt = runtime(2);
+    for core in 0..2 {
+        let (on_core, in_pool) = futures::executor::block_on(rt.spawn_on(core, async {
+            let in_pool = plugio_executor::spawn_blocking(blocks_sigxfsz).await;
+            (blocks_sigxfsz(), in_pool)
+        }))
+        .expect("join");
+        assert!(on_core, "core {core} thread");
+        assert!(
+            in_pool.expect("pool job"),
+            "core {core}'s blocking pool thread"
+        );
+    }
+    rt.shutdown(ShutdownMode::Cancel).expect("clean shutdown");
+    assert!(!blocks_sigxfsz(), "the test's own thread keeps its mask");
+}

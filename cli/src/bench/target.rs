@@ -102,12 +102,12 @@ pub fn prepare(job: &Job) -> Result<Target, BenchError> {
     let size_bytes = needed - needed % job.bs_bytes;
     // What is written to a regular file: the whole temporary file (its
     // fill), or the job's range of a given file.
-    let written_bytes = match (temp.is_some(), kind, job.rw.writes()) {
+    let written_bytes = match (temp.is_some(), kind, job.writes()) {
         (true, ..) => len_bytes,
         (false, "file", true) => size_bytes,
         _ => 0,
     };
-    check_file_size_limit(&path, temp.is_some(), written_bytes)?;
+    check_file_size_limit(&path, temp.is_some().then_some(job.nop), written_bytes)?;
     let logical_block_bytes = check_direct(&path, job)?;
     let temp = match temp {
         Some(file) => {
@@ -349,35 +349,50 @@ fn check_free_space(path: &Path, size_bytes: u64) -> Result<(), BenchError> {
 /// the process's file size limit (`RLIMIT_FSIZE`, `ulimit -f`): the
 /// kernel refuses such a write and sends `SIGXFSZ`, which ended the
 /// process (the fill of the temporary file, or a peer engine's write),
-/// with no word of why.
+/// with no word of why. `temp_nop`: `None` for a given file, else whether
+/// the temporary file is a NOP job's (its size is fixed, not `--size`).
 ///
 /// # Errors
-/// [`BenchError::TooBig`] (exit code 2), naming the limit and what to
-/// change.
-fn check_file_size_limit(path: &Path, temp: bool, written_bytes: u64) -> Result<(), BenchError> {
+/// [`BenchError::TooBig`] (exit code 2), naming the sizes in bytes and
+/// what to change.
+fn check_file_size_limit(
+    path: &Path,
+    temp_nop: Option<bool>,
+    written_bytes: u64,
+) -> Result<(), BenchError> {
     let Some(limit_bytes) = plugio_cli::machine::file_size_limit_bytes() else {
         return Ok(());
     };
     if written_bytes <= limit_bytes {
         return Ok(());
     }
-    let what = if temp {
-        format!(
-            "a temporary file of {} (--size)",
-            super::units::human(written_bytes)
-        )
-    } else {
-        format!(
-            "the job writes {} of {}",
-            super::units::human(written_bytes),
-            plugio_cli::shown::path(path)
-        )
+    let bytes = |n: u64| format!("{n} bytes ({})", super::units::human(n));
+    let (what, change) = match temp_nop {
+        Some(true) => (
+            format!("the NOP job's temporary file of {}", bytes(written_bytes)),
+            "pass a file with --filename",
+        ),
+        Some(false) => (
+            format!(
+                "the temporary file of {written_bytes} bytes ({}, --size)",
+                super::units::human(written_bytes)
+            ),
+            "lower --size, or pass a file or block device with --filename",
+        ),
+        None => (
+            format!(
+                "the job's writes to the first {} of {}",
+                bytes(written_bytes),
+                plugio_cli::shown::path(path)
+            ),
+            "lower --size, or pass a block device with --filename",
+        ),
     };
     Err(BenchError::TooBig(format!(
-        "{what} passes this process's file size limit (RLIMIT_FSIZE, `ulimit -f`) of {}, \
+        "{what} would pass this process's file size limit (RLIMIT_FSIZE, `ulimit -f`) of {}, \
          where the kernel ends the process (SIGXFSZ): raise the limit (`ulimit -f unlimited`), \
-         lower --size, or pass a block device with --filename",
-        super::units::human(limit_bytes)
+         or {change}",
+        bytes(limit_bytes)
     )))
 }
 

@@ -205,8 +205,14 @@ fn probe_zero_range(file: &fs::File, path: &Path) -> Option<bool> {
     if probe.metadata().ok()?.dev() != file.metadata().ok()?.dev() {
         return None;
     }
+    // KEEP_SIZE: the probe never grows the file, so a file size limit
+    // (`ulimit -f`) below 4 KiB cannot refuse it with SIGXFSZ, which ended
+    // the process at every writable open; a file system that zeroes
+    // ranges takes the flag with it (ext4, XFS), one that does not
+    // refuses either way (tmpfs: EOPNOTSUPP).
+    let mode = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
     // SAFETY: fallocate on a descriptor `probe` keeps open; no memory passed.
-    let r = unsafe { libc::fallocate(probe.as_raw_fd(), libc::FALLOC_FL_ZERO_RANGE, 0, 4096) };
+    let r = unsafe { libc::fallocate(probe.as_raw_fd(), mode, 0, 4096) };
     if r == 0 {
         return Some(true);
     }
