@@ -405,7 +405,23 @@ impl<S: BufSet, D: Direction<S>> Future for BufIo<'_, S, D> {
 }
 
 impl<S: BufSet, D> Drop for BufIo<'_, S, D> {
+    /// A finished IO (the common case: its result was taken) has nothing
+    /// to release: one test, inline, so that dropping the future needs no
+    /// frame of its own.
+    #[inline]
     fn drop(&mut self) {
+        if self.issued.is_some() {
+            self.release_unfinished();
+        }
+    }
+}
+
+impl<S: BufSet, D> BufIo<'_, S, D> {
+    /// [`Drop`] of an IO whose bio has not given its result: orphans the
+    /// bio with the memory the kernel may still use.
+    #[cold]
+    #[inline(never)]
+    fn release_unfinished(&mut self) {
         let Some(issued) = self.issued.take() else {
             return;
         };

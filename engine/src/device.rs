@@ -778,6 +778,8 @@ impl Issued {
     /// one is orphaned and keeps `keep`, the memory the kernel may still
     /// use, until it completes (on another thread than the bio's core,
     /// through the device's remote orphan list).
+    #[cold]
+    #[inline(never)]
     pub(crate) fn release(self, shared: &DeviceShared, keep: Option<Keep>) {
         let Issued { uid, id, .. } = self;
         let Some(ec) = EngineCore::by_uid(uid) else {
@@ -1001,6 +1003,10 @@ impl Future for BioFuture<'_> {
 }
 
 impl Drop for BioFuture<'_> {
+    /// A finished IO has nothing to release: one test, inline (the
+    /// release of an unfinished one is out of line, see
+    /// [`Issued::release`]).
+    #[inline]
     fn drop(&mut self) {
         if let Some(issued) = self.issued {
             issued.release(self.shared, None);
