@@ -159,6 +159,9 @@ impl DeviceDriver {
     }
 
     fn park_inner(&self, timeout: Option<Duration>) -> Result<()> {
+        // The file size limit is read again in the next tick (a limit
+        // lowered meanwhile is seen there).
+        crate::file_size_limit::forget_cached_limit();
         let delivered = self.core.run_ready();
         let mut timeout = if delivered > 0 {
             Some(Duration::ZERO)

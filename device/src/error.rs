@@ -168,7 +168,9 @@ pub enum ErrorKind {
     /// engine resumes every other short write, so this is a device or
     /// file system that ran out of space part way (a write at
     /// `offset_bytes + done_bytes` normally fails with
-    /// [`ErrorKind::OutOfSpace`]).
+    /// [`ErrorKind::OutOfSpace`]), or a file that reached the process's
+    /// file size limit in a program that ignores `SIGXFSZ` (then it fails
+    /// with `EFBIG`).
     WriteZero {
         /// Where the write started.
         offset_bytes: u64,
@@ -530,7 +532,7 @@ impl fmt::Display for Error {
                 done_bytes,
             } => write!(
                 f,
-                "write stopped short: {done_bytes} of {len_bytes} bytes written at offset {offset_bytes} (the device took no more: out of space)"
+                "write stopped short: {done_bytes} of {len_bytes} bytes written at offset {offset_bytes} (the device took no more: out of space, or the process's file size limit)"
             )?,
             ErrorKind::NoProgress {
                 offset_bytes,

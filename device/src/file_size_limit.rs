@@ -6,7 +6,8 @@
 //! process (`generic_write_check_limits`); it cuts a write that crosses it
 //! short, whose remainder would then start at the limit; and a
 //! `fallocate` or `ftruncate` that grows the file past it is refused and
-//! signalled the same way (`inode_newsize_ok`). An `O_DIRECT` write
+//! signalled the same way (`inode_newsize_ok`; one that stays inside the
+//! file's length is not held to it). An `O_DIRECT` write
 //! through io_uring runs inline in `io_uring_enter`, in the submitting
 //! thread, and the blocking pool's calls run in threads of the process:
 //! either way the process died with no word of why. So while `SIGXFSZ`
@@ -18,12 +19,16 @@
 //! are not held to the limit.
 //!
 //! Invariant: `LIMIT_BYTES` holds the soft limit as last read (`u64::MAX`
-//! for none), or 0 before the first read; every op that ends past the
-//! value held reads the limit and the signal's action again before it is
-//! refused, so a limit raised since is seen. A limit lowered since the
-//! last read is not (the op then fails, or signals, as `pwrite(2)` would;
-//! the threads plugio starts block `SIGXFSZ`, so there it fails with
-//! `EFBIG`: `plugio_executor::block_file_size_signal`).
+//! for none), or 0 when it is to be read again: before the first read,
+//! and after each park of a device driver (once per executor tick,
+//! [`forget_cached_limit`]), so the first op of a tick held to the limit
+//! reads it. Every op that ends past the value held reads the limit and
+//! the signal's action again before it is refused, so a limit raised
+//! since is seen at once; one lowered since (`setrlimit`, `prlimit --pid`)
+//! is seen from the next tick on. An op of the same tick then goes to the
+//! kernel, which fails it (or signals) as it would `pwrite(2)`; the threads
+//! plugio starts block `SIGXFSZ`, so there it fails with `EFBIG`
+//! (`plugio_executor::block_file_size_signal`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -38,17 +43,19 @@ static LIMIT_BYTES: AtomicU64 = AtomicU64::new(0);
 /// Refuses an op on a regular file (`kind` [`DeviceKind::File`]) of
 /// `len_bytes` at `offset_bytes` that would end past the process's file
 /// size limit (`RLIMIT_FSIZE`'s soft limit) while `SIGXFSZ` has its
-/// default action: a [`OpKind::Write`], or a [`OpKind::WriteZeroes`] or
-/// [`OpKind::Fallocate`] without `FALLOC_FL_KEEP_SIZE`, which may grow the
-/// file (one that stays inside a file already longer than the limit is
-/// refused too). Every other op and target passes. One load and compare
-/// on the common path.
+/// default action, as the kernel holds each op to it: a [`OpKind::Write`]
+/// (whatever the file's length: `generic_write_check_limits`), or a
+/// [`OpKind::WriteZeroes`] or [`OpKind::Fallocate`] without
+/// `FALLOC_FL_KEEP_SIZE` that grows the file past it (`inode_newsize_ok`:
+/// one inside a file already longer goes; `file_len` gives the file's
+/// length, read only then, `None` when unknown, which refuses). Every
+/// other op and target passes. One load and compare on the common path.
 ///
 /// ```
 /// use plugio_device::{check_file_size_limit, DeviceKind, OpKind};
 /// // Reads are never held to it, nor block devices.
-/// assert!(check_file_size_limit(DeviceKind::File, OpKind::Read, u64::MAX / 2, 4096).is_ok());
-/// assert!(check_file_size_limit(DeviceKind::BlockDevice, OpKind::Write, 1 << 40, 4096).is_ok());
+/// assert!(check_file_size_limit(DeviceKind::File, OpKind::Read, u64::MAX / 2, 4096, || None).is_ok());
+/// assert!(check_file_size_limit(DeviceKind::BlockDevice, OpKind::Write, 1 << 40, 4096, || None).is_ok());
 /// ```
 ///
 /// # Errors
@@ -60,6 +67,7 @@ pub fn check_file_size_limit(
     op: OpKind,
     offset_bytes: u64,
     len_bytes: u64,
+    file_len: impl FnOnce() -> Option<u64>,
 ) -> Result<()> {
     let may_grow = match op {
         OpKind::Write | OpKind::WriteZeroes => true,
@@ -74,31 +82,51 @@ pub fn check_file_size_limit(
     if offset_bytes.saturating_add(len_bytes) <= LIMIT_BYTES.load(Ordering::Relaxed) {
         return Ok(());
     }
-    past_cached_limit(Some(op), offset_bytes, len_bytes)
+    let grows_only = op != OpKind::Write;
+    past_cached_limit(Some(op), offset_bytes, len_bytes, grows_only, file_len)
 }
 
 /// [`check_file_size_limit`] of a `set_len` (`ftruncate`) of a regular
-/// file to `len_bytes`, which grows it past the limit if the file is
-/// shorter (checked whether it is or not).
+/// file to `len_bytes`: refused only where it grows the file past the
+/// limit (`file_len`, read only then, gives the file's length; `None`
+/// refuses).
 ///
 /// # Errors
 /// [`InvalidInput::FileSizeLimit`] with no op.
-pub fn check_set_len(kind: DeviceKind, len_bytes: u64) -> Result<()> {
-    if kind != DeviceKind::File {
+pub fn check_set_len(
+    kind: DeviceKind,
+    len_bytes: u64,
+    file_len: impl FnOnce() -> Option<u64>,
+) -> Result<()> {
+    if kind != DeviceKind::File
+        // Relaxed: see `check_file_size_limit`.
+        || len_bytes <= LIMIT_BYTES.load(Ordering::Relaxed)
+    {
         return Ok(());
     }
-    past_cached_limit(None, 0, len_bytes)
+    past_cached_limit(None, 0, len_bytes, true, file_len)
 }
 
 /// An op ending past the limit as last read: reads it again, and refuses
-/// the op if it still ends past it while `SIGXFSZ` has its default action.
+/// the op if it still ends past it while `SIGXFSZ` has its default action,
+/// unless `grows_only` and it ends inside the file (`file_len`).
 #[cold]
 #[inline(never)]
-fn past_cached_limit(op: Option<OpKind>, offset_bytes: u64, len_bytes: u64) -> Result<()> {
+fn past_cached_limit(
+    op: Option<OpKind>,
+    offset_bytes: u64,
+    len_bytes: u64,
+    grows_only: bool,
+    file_len: impl FnOnce() -> Option<u64>,
+) -> Result<()> {
     let limit_bytes = file_size_limit_bytes();
     // Relaxed: see `check_file_size_limit`.
     LIMIT_BYTES.store(limit_bytes, Ordering::Relaxed);
-    if offset_bytes.saturating_add(len_bytes) <= limit_bytes || !signal_ends_process() {
+    let end = offset_bytes.saturating_add(len_bytes);
+    if end <= limit_bytes || !signal_ends_process() {
+        return Ok(());
+    }
+    if grows_only && file_len().is_some_and(|len| end <= len) {
         return Ok(());
     }
     Err(Error::invalid(InvalidInput::FileSizeLimit {
@@ -107,6 +135,29 @@ fn past_cached_limit(op: Option<OpKind>, offset_bytes: u64, len_bytes: u64) -> R
         len_bytes,
         limit_bytes,
     }))
+}
+
+/// Makes the next op held to the limit read it again (see the module's
+/// invariant): called at each park of a device driver. One load where
+/// nothing was cached since the last call.
+#[inline]
+pub(crate) fn forget_cached_limit() {
+    // Relaxed: see `check_file_size_limit`.
+    if LIMIT_BYTES.load(Ordering::Relaxed) != 0 {
+        LIMIT_BYTES.store(0, Ordering::Relaxed);
+    }
+}
+
+/// The length of the open file `fd` (`fstat`), for the `file_len` of
+/// [`check_file_size_limit`].
+pub fn fd_len_bytes(fd: std::os::fd::BorrowedFd<'_>) -> Option<u64> {
+    // SAFETY: an all-zero `stat` is a valid value to be overwritten.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `fd` is open for the call; `st` is valid and writable.
+    if unsafe { libc::fstat(std::os::fd::AsRawFd::as_raw_fd(&fd), &mut st) } != 0 {
+        return None;
+    }
+    u64::try_from(st.st_size).ok()
 }
 
 /// Whether `SIGXFSZ` has its default action (ending the process), read
@@ -156,27 +207,36 @@ mod tests {
             OpKind::Nop,
             keep_size,
         ] {
-            assert!(check_file_size_limit(DeviceKind::File, op, u64::MAX - 1, 4096).is_ok());
+            assert!(
+                check_file_size_limit(DeviceKind::File, op, u64::MAX - 1, 4096, || None).is_ok()
+            );
         }
         for kind in [DeviceKind::BlockDevice, DeviceKind::Memory] {
-            assert!(check_file_size_limit(kind, OpKind::Write, u64::MAX - 1, 4096).is_ok());
+            assert!(
+                check_file_size_limit(kind, OpKind::Write, u64::MAX - 1, 4096, || None).is_ok()
+            );
         }
     }
 
     #[test]
     fn a_write_below_the_limit_passes_and_one_past_it_names_it() {
         let limit = file_size_limit_bytes();
-        assert!(check_file_size_limit(DeviceKind::File, OpKind::Write, 0, 4096).is_ok());
+        assert!(check_file_size_limit(DeviceKind::File, OpKind::Write, 0, 4096, || None).is_ok());
         if limit == u64::MAX {
             // No limit in this process: even the largest end passes (the
             // i64::MAX bound is the range check's, not this one's).
-            assert!(
-                check_file_size_limit(DeviceKind::File, OpKind::Write, u64::MAX - 1, 1).is_ok()
-            );
+            assert!(check_file_size_limit(
+                DeviceKind::File,
+                OpKind::Write,
+                u64::MAX - 1,
+                1,
+                || None
+            )
+            .is_ok());
             return;
         }
         // The test binary leaves SIGXFSZ at its default action.
-        let e = check_file_size_limit(DeviceKind::File, OpKind::Write, limit, 4096)
+        let e = check_file_size_limit(DeviceKind::File, OpKind::Write, limit, 4096, || None)
             .expect_err("a write at the limit");
         assert_eq!(e.errno(), libc::EFBIG);
     }

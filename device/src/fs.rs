@@ -236,7 +236,12 @@ impl IoResource for () {
 /// write to a regular file that ends at or below the process's file size
 /// limit ([`crate::check_file_size_limit`]; past it the kernel ended the
 /// process with `SIGXFSZ`).
-fn check_limits(geometry: &Geometry, op: &IoOp<'_>) -> Result<()> {
+fn check_limits(
+    geometry: &Geometry,
+    op: &IoOp<'_>,
+    file_fd: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
+) -> Result<()> {
+    use std::os::fd::AsFd;
     if op.kind.has_data() && op.len_bytes > MAX_RW_BYTES {
         return Err(Error::invalid(InvalidInput::Length {
             len_bytes: op.len_bytes,
@@ -251,7 +256,13 @@ fn check_limits(geometry: &Geometry, op: &IoOp<'_>) -> Result<()> {
             capacity_bytes: geometry.capacity_bytes.unwrap_or(i64::MAX as u64),
         }));
     }
-    crate::check_file_size_limit(geometry.kind, op.kind, op.offset_bytes, op.len_bytes)
+    crate::check_file_size_limit(
+        geometry.kind,
+        op.kind,
+        op.offset_bytes,
+        op.len_bytes,
+        || file_fd.and_then(|fd| crate::file_size_limit::fd_len_bytes(fd.as_fd())),
+    )
 }
 
 /// The context of the `NoDriver` error of a [`File`] op polled where no
@@ -326,7 +337,7 @@ impl<T: IoResource> IoFuture<T> {
             fixed_buf: res.fixed_index(),
             flags: self.flags,
         };
-        check_limits(self.backend.geometry(), &op)?;
+        check_limits(self.backend.geometry(), &op, self.backend.file_fd())?;
         self.backend.check(&op)?;
         // Not into a ring (or a core's inbox) nothing reaps for this
         // caller: the future would wait forever; nor through a forked

@@ -278,11 +278,14 @@ impl Bio {
     /// The last part of a split bio came: its result is the prefix its
     /// parts transferred.
     ///
-    /// A bio whose later part found no space (`ENOSPC`, `EDQUOT`) after
-    /// its first bytes landed (a short count resumed, or the earlier
-    /// requests of a split) ends with those bytes, as `pwrite(2)` returns
-    /// a short count once the file system is full; a later write there
-    /// normally reports the error. Only where nothing landed past those
+    /// A bio whose later part found no space (`ENOSPC`, `EDQUOT`), or
+    /// the process's file size limit (`EFBIG`, where `SIGXFSZ` is ignored
+    /// or handled: the kernel cuts a write that crosses the limit short
+    /// there and fails the rest), after its first bytes landed (a short
+    /// count resumed, or the earlier requests of a split) ends with those
+    /// bytes, as `pwrite(2)` returns a short count once the file system is
+    /// full or the limit is reached; a later write there reports the
+    /// error. Only where nothing landed past those
     /// bytes: a split's requests run side by side, and one after the
     /// refused one may have landed (a file system allocating out of
     /// order, or overwriting blocks it had), so the count would say less
@@ -296,7 +299,13 @@ impl Bio {
         let prefix = transferred_prefix(parts);
         let landed: u64 = parts.iter().map(|p| p.1).sum();
         self.done_bytes = prefix;
-        let full = |e: &Error| *e.kind() == plugio_device::ErrorKind::OutOfSpace;
+        let full = |e: &Error| {
+            matches!(
+                e.kind(),
+                plugio_device::ErrorKind::OutOfSpace
+                    | plugio_device::ErrorKind::Io { errno: libc::EFBIG }
+            )
+        };
         if prefix > 0 && landed == prefix && self.error.as_ref().is_some_and(full) {
             self.error = None;
         }

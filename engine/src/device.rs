@@ -509,6 +509,7 @@ impl Device {
                 op,
                 offset_bytes,
                 len_bytes,
+                || file_len_bytes(shared),
             )?;
         }
         if shared.opts.read_only && op.is_write() {
@@ -558,6 +559,14 @@ impl Device {
             shared.backend.check(&op)
         }
     }
+}
+
+/// The length of the device's file, read now (`fstat`); `None` without
+/// a file or where it cannot be read.
+#[cold]
+pub(crate) fn file_len_bytes(shared: &DeviceShared) -> Option<u64> {
+    let fd = shared.backend.file_fd()?;
+    plugio_device::file_size_limit::fd_len_bytes(std::os::fd::AsFd::as_fd(&*fd))
 }
 
 /// Refuses a zero length for a data op and a length above

@@ -83,8 +83,10 @@ impl Device {
         }
         // Growing a file past the process's file size limit would end the
         // process (SIGXFSZ), from the blocking pool's thread.
-        plugio_device::check_set_len(self.geometry().kind, len_bytes)
-            .map_err(|e| self.name_err(e))?;
+        plugio_device::check_set_len(self.geometry().kind, len_bytes, || {
+            crate::device::file_len_bytes(self.shared())
+        })
+        .map_err(|e| self.name_err(e))?;
         let fd = self.fd().map_err(|e| self.name_err(e))?;
         fs_ops::ftruncate(fd.as_raw_fd(), fd, len_bytes)
             .await

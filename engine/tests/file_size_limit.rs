@@ -149,6 +149,25 @@ fn child_checks() {
             Err(e) => assert_eq!(e.errno(), libc::EFBIG, "{e}"),
             Ok(n) => panic!("a write past the limit wrote {n} bytes"),
         }
+        // One that crosses it comes back short, with the bytes that landed
+        // (the rest, issued again at the limit, got EFBIG), and a full
+        // write says where it stopped.
+        let mut two = dev.alloc_buf(8192);
+        two.as_mut_slice().fill(4);
+        let (r, _) = dev.write_at(two, LIMIT - 4096).await;
+        assert_eq!(r.expect("a write across the limit is short"), 4096);
+        let (r, _) = dev.write_all_at(vec![4u8; 8192], LIMIT - 4096).await;
+        let e = r.expect_err("a full write across the limit");
+        assert!(
+            matches!(
+                e.kind(),
+                ErrorKind::WriteZero {
+                    done_bytes: 4096,
+                    ..
+                }
+            ),
+            "{e}"
+        );
         // SAFETY: as above.
         unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_DFL) };
         // The blocking pool's backend, whose calls run in a thread of the
@@ -193,6 +212,40 @@ fn child_checks() {
         set_soft_limit(libc::RLIM_INFINITY).expect("raise the soft limit");
         let (r, _) = dev.write_at(block(3), LIMIT).await;
         assert_eq!(r.expect("a write once the limit is raised"), 4096);
+        assert_eq!(std::fs::metadata(&path).expect("stat").len(), LIMIT + 4096);
+        // A file already longer than the limit (grown while it was raised,
+        // then the limit lowered again): what does not grow it goes, as
+        // the kernel lets it (shrinking, allocating or zeroing inside);
+        // a write past the limit is refused wherever it lands.
+        dev.set_len(4 * LIMIT)
+            .await
+            .expect("grow while the limit is raised");
+        set_soft_limit(LIMIT).expect("lower the soft limit again");
+        dev.set_len(3 * LIMIT).await.expect("shrink past the limit");
+        dev.fallocate(2 * LIMIT, 8192, FallocateMode::Allocate)
+            .await
+            .expect("allocate inside the file");
+        dev.write_zeroes(2 * LIMIT, 8192)
+            .await
+            .expect("zeroes inside the file");
+        let (r, _) = dev.write_at(block(6), 2 * LIMIT).await;
+        assert_eq!(
+            refused_op(r.expect_err("a write inside, past the limit")),
+            Some(OpKind::Write)
+        );
+        let e = dev
+            .set_len(3 * LIMIT + 4096)
+            .await
+            .expect_err("grow past the limit");
+        assert_eq!(refused_op(e), None);
+        assert!(e_text_says_grow(&dev, 3 * LIMIT + 4096).await);
+        assert_eq!(std::fs::metadata(&path).expect("stat").len(), 3 * LIMIT);
     });
-    assert_eq!(std::fs::metadata(&path).expect("stat").len(), LIMIT + 4096);
+}
+
+/// Whether `set_len(len_bytes)` of `dev` is refused saying it grows the file.
+async fn e_text_says_grow(dev: &plugio_engine::Device, len_bytes: u64) -> bool {
+    dev.set_len(len_bytes)
+        .await
+        .is_err_and(|e| e.to_string().contains("would grow the file past"))
 }

@@ -9,9 +9,10 @@
 /// process's file size limit (`RLIMIT_FSIZE`, `ulimit -f`), and its
 /// default action ends the whole process. plugio refuses such IO before
 /// submission (`plugio_device::check_file_size_limit`), with the limit as
-/// it last read it; a limit lowered since (`prlimit --pid`) is not seen,
-/// and on the threads plugio starts the op then fails with `EFBIG` instead
-/// of ending the process, as it does where a program ignores the signal.
+/// it read it in the tick; an op of the tick in which the limit was
+/// lowered (`prlimit --pid`) goes to the kernel, and on the threads
+/// plugio starts it then fails with `EFBIG` instead of ending the
+/// process, as it does where a program ignores the signal.
 /// The signal stays pending on the thread and goes with it. Called at the
 /// start of each thread plugio starts; a caller's own threads keep their
 /// mask.
