@@ -21,7 +21,7 @@
 //! Invariant: `LIMIT_BYTES` holds the soft limit as last read (`u64::MAX`
 //! for none), or 0 when it is to be read again: before the first read,
 //! and after each park of a device driver (once per executor tick,
-//! [`forget_cached_limit`]), so the first op of a tick held to the limit
+//! `forget_cached_limit`), so the first op of a tick held to the limit
 //! reads it. Every op that ends past the value held reads the limit and
 //! the signal's action again before it is refused, so a limit raised
 //! since is seen at once; one lowered since (`setrlimit`, `prlimit --pid`)

@@ -119,10 +119,6 @@ fn child_checks() {
         assert_eq!(r.expect("a read past the limit"), 0);
         // Ops that grow the file are held to it too: write zeroes, an
         // allocating fallocate, set_len. Keeping the size, they go.
-        let refused_op = |e: plugio_device::Error| match e.kind() {
-            ErrorKind::InvalidInput(InvalidInput::FileSizeLimit { op, .. }) => *op,
-            other => panic!("expected FileSizeLimit, got {other:?}: {e}"),
-        };
         let e = dev
             .write_zeroes(LIMIT, 4096)
             .await
@@ -170,44 +166,7 @@ fn child_checks() {
         );
         // SAFETY: as above.
         unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_DFL) };
-        // The blocking pool's backend, whose calls run in a thread of the
-        // process (its threads block SIGXFSZ now, but the check comes first).
-        let sync_path = path.with_extension("sync");
-        std::fs::File::create(&sync_path).expect("create a second file");
-        let sync = plugio_engine::Device::open(
-            &sync_path,
-            plugio_engine::DeviceOptions {
-                backend: plugio_device::BackendKind::Sync,
-                direct: false,
-                ..plugio_engine::DeviceOptions::default()
-            },
-        )
-        .expect("open on the blocking pool's backend");
-        let e = sync
-            .write_zeroes(LIMIT, 4096)
-            .await
-            .expect_err("zeroes past it");
-        assert_eq!(refused_op(e), Some(OpKind::WriteZeroes));
-        let (r, _) = sync.write_at(vec![5u8; 4096], LIMIT).await;
-        assert_eq!(
-            refused_op(r.expect_err("a write past it")),
-            Some(OpKind::Write)
-        );
-        let (r, _) = sync.write_at(vec![5u8; 4096], LIMIT - 4096).await;
-        assert_eq!(r.expect("a write below it"), 4096);
-        // The device crate's own file API is held to it the same way.
-        let file = plugio_device::File::open(&path).expect("open as a device::File");
-        let (r, _) = file.write_at(file.alloc_buf(4096), LIMIT).await;
-        let e = r.expect_err("a device::File write past the limit is refused");
-        assert!(
-            matches!(
-                e.kind(),
-                ErrorKind::InvalidInput(InvalidInput::FileSizeLimit { .. })
-            ),
-            "{e}"
-        );
-        let (r, _) = file.write_at(file.alloc_buf(4096), 0).await;
-        assert_eq!(r.expect("a device::File write below the limit"), 4096);
+        other_file_apis(&path).await;
         // The limit raised after the open: the same write goes.
         set_soft_limit(libc::RLIM_INFINITY).expect("raise the soft limit");
         let (r, _) = dev.write_at(block(3), LIMIT).await;
@@ -241,6 +200,57 @@ fn child_checks() {
         assert!(e_text_says_grow(&dev, 3 * LIMIT + 4096).await);
         assert_eq!(std::fs::metadata(&path).expect("stat").len(), 3 * LIMIT);
     });
+}
+
+/// The op of a `FileSizeLimit` refusal (`None`: `set_len`).
+fn refused_op(e: plugio_device::Error) -> Option<OpKind> {
+    match e.kind() {
+        ErrorKind::InvalidInput(InvalidInput::FileSizeLimit { op, .. }) => *op,
+        other => panic!("expected FileSizeLimit, got {other:?}: {e}"),
+    }
+}
+
+/// The blocking pool's backend and the device crate's own `File` API on
+/// a second file beside `path`, under the lowered limit.
+async fn other_file_apis(path: &std::path::Path) {
+    // The blocking pool's backend, whose calls run in a thread of the
+    // process (its threads block SIGXFSZ now, but the check comes first).
+    let sync_path = path.with_extension("sync");
+    std::fs::File::create(&sync_path).expect("create a second file");
+    let sync = plugio_engine::Device::open(
+        &sync_path,
+        plugio_engine::DeviceOptions {
+            backend: plugio_device::BackendKind::Sync,
+            direct: false,
+            ..plugio_engine::DeviceOptions::default()
+        },
+    )
+    .expect("open on the blocking pool's backend");
+    let e = sync
+        .write_zeroes(LIMIT, 4096)
+        .await
+        .expect_err("zeroes past it");
+    assert_eq!(refused_op(e), Some(OpKind::WriteZeroes));
+    let (r, _) = sync.write_at(vec![5u8; 4096], LIMIT).await;
+    assert_eq!(
+        refused_op(r.expect_err("a write past it")),
+        Some(OpKind::Write)
+    );
+    let (r, _) = sync.write_at(vec![5u8; 4096], LIMIT - 4096).await;
+    assert_eq!(r.expect("a write below it"), 4096);
+    // The device crate's own file API is held to it the same way.
+    let file = plugio_device::File::open(path).expect("open as a device::File");
+    let (r, _) = file.write_at(file.alloc_buf(4096), LIMIT).await;
+    let e = r.expect_err("a device::File write past the limit is refused");
+    assert!(
+        matches!(
+            e.kind(),
+            ErrorKind::InvalidInput(InvalidInput::FileSizeLimit { .. })
+        ),
+        "{e}"
+    );
+    let (r, _) = file.write_at(file.alloc_buf(4096), 0).await;
+    assert_eq!(r.expect("a device::File write below the limit"), 4096);
 }
 
 /// Whether `set_len(len_bytes)` of `dev` is refused saying it grows the file.
