@@ -808,7 +808,13 @@ fn a_file_size_limit_below_the_job_is_refused_before_anything_is_written() {
     let o = with_file_size_limit(&mut nop, 512 << 10)
         .output()
         .expect("the plugio binary runs");
-    let err = assert_bad_input(&o, &["the NOP job's temporary file of 1048576 bytes"]);
+    let err = assert_bad_input(
+        &o,
+        &[
+            "the NOP job's temporary file of 1048576 bytes (1.0 MiB)",
+            "of 524288 bytes (512.0 KiB)",
+        ],
+    );
     assert!(!err.contains("lower --size"), "{err}");
     assert_eq!(left_in(dir.path()), Vec::<String>::new());
     // A given file: a write job is refused whatever the engine (the raw

@@ -625,6 +625,12 @@ impl std::error::Error for Error {}
 impl From<Error> for io::Error {
     fn from(err: Error) -> Self {
         let kind = match err.0.kind {
+            // What the kernel's EFBIG converts to, so that code written
+            // against `std::io` sees the same kind whether plugio refused
+            // the op or the kernel did.
+            ErrorKind::InvalidInput(InvalidInput::FileSizeLimit { .. }) => {
+                io::ErrorKind::FileTooLarge
+            }
             ErrorKind::InvalidInput(_) => io::ErrorKind::InvalidInput,
             ErrorKind::Unsupported => io::ErrorKind::Unsupported,
             ErrorKind::NotFound => io::ErrorKind::NotFound,
@@ -785,6 +791,12 @@ mod tests {
         assert!(text.contains("SIGXFSZ"), "{text}");
         assert!(text.contains("ulimit -f unlimited"), "{text}");
         assert_eq!(e.errno(), libc::EFBIG);
+        // As std::io sees the kernel's EFBIG.
+        assert_eq!(io::Error::from(e).kind(), io::ErrorKind::FileTooLarge);
+        assert_eq!(
+            io::Error::from(Error::from_errno(-libc::EFBIG)).kind(),
+            io::ErrorKind::FileTooLarge
+        );
         let set_len = Error::invalid(InvalidInput::FileSizeLimit {
             op: None,
             offset_bytes: 0,

@@ -366,7 +366,15 @@ fn check_file_size_limit(
     if written_bytes <= limit_bytes {
         return Ok(());
     }
-    let bytes = |n: u64| format!("{n} bytes ({})", super::units::human(n));
+    // KiB below a MiB: a limit of 64 KiB is not "0.1 MiB".
+    let short = |n: u64| {
+        if n < 1 << 20 {
+            format!("{:.1} KiB", n as f64 / 1024.0)
+        } else {
+            super::units::human(n)
+        }
+    };
+    let bytes = |n: u64| format!("{n} bytes ({})", short(n));
     let (what, change) = match temp_nop {
         Some(true) => (
             format!("the NOP job's temporary file of {}", bytes(written_bytes)),
@@ -375,7 +383,7 @@ fn check_file_size_limit(
         Some(false) => (
             format!(
                 "the temporary file of {written_bytes} bytes ({}, --size)",
-                super::units::human(written_bytes)
+                short(written_bytes)
             ),
             "lower --size, or pass a file or block device with --filename",
         ),
