@@ -149,3 +149,62 @@ pub fn park_until(
     }
     true
 }
+
+/// Forks this (test) process and runs `check` in the child, which reports
+/// through a pipe and leaves with `_exit` (no destructors, no unwinding
+/// into the parent's test harness); `alarm(seconds)` ends a child that
+/// hangs. Returns the child's report: `Ok` when `check` returned `Ok` and
+/// the child exited with 0.
+///
+/// # Errors
+/// The child's `Err`, a panic in the child, or the child's death (by the
+/// alarm when it hung) with its wait status.
+///
+/// # Panics
+/// When `pipe`, `fork` or `waitpid` fails.
+pub fn in_forked_child(
+    seconds: u32,
+    check: impl FnOnce() -> Result<(), String>,
+) -> Result<(), String> {
+    use std::io::Read;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe() writes.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0, "pipe");
+    // SAFETY: fresh descriptors, owned by nobody else.
+    let (read_end, write_end) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: the child only runs `check`, writes its report and _exits.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        // SAFETY: a plain syscall.
+        unsafe { libc::alarm(seconds) };
+        let msg = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(check)) {
+            Ok(Ok(())) => "ok".to_owned(),
+            Ok(Err(e)) => e,
+            Err(_) => "the child panicked".to_owned(),
+        };
+        // SAFETY: writes the report to the pipe, then ends the process at
+        // once (nothing of the parent's state is run).
+        unsafe {
+            libc::write(write_end.as_raw_fd(), msg.as_ptr().cast(), msg.len());
+            libc::_exit(0)
+        }
+    }
+    drop(write_end);
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    let waited = unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert_eq!(waited, pid, "waitpid");
+    let mut msg = String::new();
+    let _ = std::fs::File::from(read_end).read_to_string(&mut msg);
+    match (
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        msg,
+    ) {
+        (true, msg) if msg == "ok" => Ok(()),
+        (true, msg) => Err(msg),
+        (false, msg) => Err(format!("the child died (status {status:#x}): {msg}")),
+    }
+}

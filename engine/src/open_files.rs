@@ -18,9 +18,11 @@
 //!   state of the file has a handle is refused (`InvalidInput::AlreadyOpen`,
 //!   naming the options that differ), never given a second, unordered
 //!   state.
-//! - In a forked child the parent's entries are ignored (dropped): their
-//!   states hold the parent's IO in flight at the fork (see
-//!   `plugio_device::fork`).
+//! - A forked child starts with an empty registry of its own (a
+//!   [`ForkLocal`]): the parent's entries hold the parent's IO in flight
+//!   at the fork (see `plugio_device::fork`), and the parent's lock may
+//!   have been held by a thread the child does not have (an open in
+//!   progress at the fork left the child's opens waiting forever).
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
@@ -28,6 +30,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use plugio_device::{Error, InvalidInput};
+use plugio_executor::fork::ForkLocal;
 
 use crate::options::DeviceOptions;
 use crate::shared::DeviceShared;
@@ -63,10 +66,11 @@ impl FileKey {
     }
 }
 
-/// `(file, fork generation of the open, state)`.
-type Entries = Vec<(FileKey, u64, Weak<DeviceShared>)>;
+/// `(file, state)`.
+type Entries = Vec<(FileKey, Weak<DeviceShared>)>;
 
-static OPEN: Mutex<Entries> = Mutex::new(Vec::new());
+/// The registry of this fork generation.
+static OPEN: ForkLocal<Mutex<Entries>> = ForkLocal::new(|| Mutex::new(Vec::new()));
 
 /// The registry, locked: held across an open so two threads opening one
 /// file get one state.
@@ -74,7 +78,7 @@ pub(crate) struct Registry(MutexGuard<'static, Entries>);
 
 impl Registry {
     pub fn lock() -> Registry {
-        Registry(OPEN.lock().unwrap_or_else(PoisonError::into_inner))
+        Registry(OPEN.get().lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// A new handle's share of the open state of `key`, if there is one
@@ -87,14 +91,12 @@ impl Registry {
         key: FileKey,
         opts: &DeviceOptions,
     ) -> Result<Option<Arc<DeviceShared>>, Error> {
-        let generation = plugio_device::fork::generation();
-        self.0
-            .retain(|(_, g, w)| *g == generation && w.strong_count() > 0);
+        self.0.retain(|(_, w)| w.strong_count() > 0);
         for shared in self
             .0
             .iter()
-            .filter(|(k, _, _)| *k == key)
-            .filter_map(|(_, _, w)| w.upgrade())
+            .filter(|(k, _)| *k == key)
+            .filter_map(|(_, w)| w.upgrade())
         {
             if !raise_handles(&shared) {
                 // Closing: its cores are letting go of it.
@@ -113,11 +115,7 @@ impl Registry {
 
     /// Records the state of a file just opened.
     pub fn insert(&mut self, key: FileKey, shared: &Arc<DeviceShared>) {
-        self.0.push((
-            key,
-            plugio_device::fork::generation(),
-            Arc::downgrade(shared),
-        ));
+        self.0.push((key, Arc::downgrade(shared)));
     }
 }
 
@@ -140,5 +138,55 @@ fn raise_handles(shared: &DeviceShared) -> bool {
             Ok(_) => return true,
             Err(now) => n = now,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Registry;
+    use crate::{Device, DeviceOptions};
+    use plugio_device::{ErrorKind, InvalidInput};
+
+    /// An open in progress in another thread at a fork holds the
+    /// registry's lock: a child that opens a file does not wait for it
+    /// (before, it waited forever: the child inherits the lock but not its
+    /// holder; CI saw it as a fork test killed by its alarm).
+    #[test]
+    fn an_open_in_progress_at_the_fork_does_not_stop_the_childs_opens() {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        file.as_file().set_len(4096).unwrap();
+        let path = file.path().to_path_buf();
+        let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let holder = std::thread::spawn(move || {
+            let registry = Registry::lock();
+            locked_tx.send(()).unwrap();
+            release_rx.recv().unwrap();
+            drop(registry);
+        });
+        locked_rx.recv().unwrap();
+        let child = plugio_device::testing::in_forked_child(20, || {
+            let first = Device::open(&path, DeviceOptions::default()).map_err(|e| e.to_string())?;
+            // The child's registry works: a second open with other options
+            // finds the first and is refused.
+            let other = DeviceOptions {
+                queue_depth: first.options().queue_depth / 2,
+                ..DeviceOptions::default()
+            };
+            match Device::open(&path, other) {
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::InvalidInput(InvalidInput::AlreadyOpen { .. })
+                    ) =>
+                {
+                    Ok(())
+                }
+                got => Err(format!("a second open with other options: {:?}", got.err())),
+            }
+        });
+        release_tx.send(()).unwrap();
+        holder.join().unwrap();
+        child.unwrap();
     }
 }

@@ -4,9 +4,16 @@
 //! layer's drivers and rings (`plugio_device::fork`), to tell state built
 //! before a fork, whose threads and rings the child does not have.
 //!
-//! Invariant: the counter only grows, by one per fork, in the child.
+//! Also [`ForkLocal`]: a process-wide value (a registry and its lock)
+//! of which every fork generation makes its own instance, so that a lock
+//! another thread held at the fork cannot stop the child.
+//!
+//! Invariants: the counter only grows, by one per fork, in the child. A
+//! `ForkLocal`'s instance, once published, is never freed or moved, and
+//! it is only handed out in the generation it was made in.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::Once;
 
 /// Forks this process came through (0 in the original process).
@@ -49,4 +56,149 @@ pub fn install() {
 pub fn generation() -> u64 {
     // Relaxed: see `in_child`.
     GENERATION.load(Ordering::Relaxed)
+}
+
+/// A process-wide value made again in each forked child: every fork
+/// generation gets its own instance, made by `init` at its first use in
+/// that generation, so nothing a thread of the parent left behind
+/// (typically a `Mutex` it held at the moment of the fork, whose owner
+/// the child does not have) reaches the child.
+///
+/// A `static Mutex` shared by every thread is exactly what POSIX warns
+/// about in `fork()` from a threaded process: the child inherits the lock
+/// word but not the holder, and its first `lock()` waits forever. The
+/// usual cure, `pthread_atfork` handlers that take every lock before the
+/// fork, stalls each `fork()` behind whoever holds one; a fresh instance
+/// per generation needs no handler and no ordering between locks.
+///
+/// Shape: a pointer to a leaked `(generation, T)`. [`get`](Self::get) costs
+/// two loads and a compare once the instance exists. Instances of older
+/// generations are leaked, never dropped (one per value per fork in the
+/// child; the parent never makes a second): their lock may be held by a
+/// thread the child does not have, and their contents describe the
+/// parent's state.
+///
+/// ```
+/// use std::sync::Mutex;
+/// use plugio::executor::fork::ForkLocal;
+///
+/// static NAMES: ForkLocal<Mutex<Vec<String>>> = ForkLocal::new(|| Mutex::new(Vec::new()));
+/// NAMES.get().lock().unwrap().push("a".into());
+/// assert_eq!(NAMES.get().lock().unwrap().len(), 1);
+/// ```
+pub struct ForkLocal<T: 'static> {
+    init: fn() -> T,
+    current: AtomicPtr<Instance<T>>,
+    /// Send and Sync as `T` (every thread gets `&T`).
+    _value: PhantomData<T>,
+}
+
+struct Instance<T> {
+    generation: u64,
+    value: T,
+}
+
+impl<T: 'static> ForkLocal<T> {
+    /// A value whose instance in each fork generation is `init()`, made
+    /// at its first [`get`](Self::get) there (not before).
+    pub const fn new(init: fn() -> T) -> Self {
+        Self {
+            init,
+            current: AtomicPtr::new(std::ptr::null_mut()),
+            _value: PhantomData,
+        }
+    }
+
+    /// This fork generation's instance, made now if there is none yet
+    /// (two threads racing to make it keep the one published first and
+    /// drop the other before returning). Installs the fork counter
+    /// ([`install`]) first, so that a fork after this call is counted.
+    pub fn get(&'static self) -> &'static T {
+        install();
+        let generation = generation();
+        // Acquire: pairs with the AcqRel exchange below that published the
+        // instance, so its contents (made before) are seen.
+        let mut seen = self.current.load(Ordering::Acquire);
+        loop {
+            // SAFETY: a non-null pointer here came from `Box::into_raw`
+            // below and is never freed (see the type's docs).
+            if let Some(instance) = unsafe { seen.as_ref() } {
+                if instance.generation == generation {
+                    return &instance.value;
+                }
+            }
+            let fresh = Box::into_raw(Box::new(Instance {
+                generation,
+                value: (self.init)(),
+            }));
+            // AcqRel: Release publishes `fresh`'s contents to the Acquire
+            // loads (above and on failure here); Acquire on failure reads
+            // the contents of the instance another thread published.
+            match self
+                .current
+                .compare_exchange(seen, fresh, Ordering::AcqRel, Ordering::Acquire)
+            {
+                // SAFETY: just published; never freed from now on.
+                Ok(_) => return unsafe { &(*fresh).value },
+                Err(now) => {
+                    // SAFETY: `fresh` was never published: ours alone.
+                    drop(unsafe { Box::from_raw(fresh) });
+                    seen = now;
+                }
+            }
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for ForkLocal<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ForkLocal").finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{mpsc, Mutex};
+
+    static HELD: ForkLocal<Mutex<u32>> = ForkLocal::new(|| Mutex::new(7));
+
+    /// A lock another thread holds at the fork: the child gets its own
+    /// instance (made fresh by `init`) and locks it at once; the parent
+    /// keeps its instance, with the value written before the fork.
+    #[test]
+    fn a_lock_held_by_another_thread_at_the_fork_is_free_in_the_child() {
+        *HELD.get().lock().unwrap() = 8;
+        let (locked_tx, locked_rx) = mpsc::channel();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let holder = std::thread::spawn(move || {
+            let guard = HELD.get().lock().unwrap();
+            locked_tx.send(()).unwrap();
+            release_rx.recv().unwrap();
+            drop(guard);
+        });
+        locked_rx.recv().unwrap();
+        // SAFETY: the child only locks, compares and `_exit`s.
+        let pid = unsafe { nix::libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            // SAFETY: plain syscalls (alarm kills a hung child; _exit ends
+            // it without running the parent's destructors).
+            unsafe {
+                nix::libc::alarm(20);
+                let fresh = *HELD.get().lock().unwrap() == 7 && generation() == 1;
+                nix::libc::_exit(if fresh { 0 } else { 1 });
+            }
+        }
+        let mut status = 0;
+        // SAFETY: waits for our own child.
+        assert_eq!(unsafe { nix::libc::waitpid(pid, &mut status, 0) }, pid);
+        release_tx.send(()).unwrap();
+        holder.join().unwrap();
+        assert!(
+            nix::libc::WIFEXITED(status) && nix::libc::WEXITSTATUS(status) == 0,
+            "child status {status:#x}"
+        );
+        assert_eq!(*HELD.get().lock().unwrap(), 8);
+    }
 }

@@ -16,6 +16,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use plugio_executor::blocking::BlockingPool;
+use plugio_executor::fork::ForkLocal;
 
 use crate::core::{with_core, Completion, HandlerId, Inbox};
 use crate::error::{Error, Result};
@@ -68,22 +69,19 @@ unsafe impl Send for Job {}
 /// The pool a job runs on: the sync IO pool of the runtime whose core
 /// submits it, or, on a thread that drives IO without a plugio executor
 /// (a `DeviceDriver` parked by hand), one process-wide pool of
-/// [`POOL_THREADS`] threads, made again in a forked child (the parent's
-/// threads are not there; the pool remembers the fork generation it was
-/// made in).
+/// [`POOL_THREADS`] threads, made again in a forked child (a
+/// [`ForkLocal`]: the parent's threads are not there, and its lock may
+/// have been held by one of them at the fork).
 fn pool() -> BlockingPool {
-    static DRIVER_ONLY: Mutex<Option<(u64, BlockingPool)>> = Mutex::new(None);
+    static DRIVER_ONLY: ForkLocal<Mutex<Option<BlockingPool>>> =
+        ForkLocal::new(|| Mutex::new(None));
     BlockingPool::current_sync_io().unwrap_or_else(|| {
-        let generation = crate::fork::generation();
-        let mut slot = DRIVER_ONLY.lock().unwrap_or_else(PoisonError::into_inner);
-        match &*slot {
-            Some((g, pool)) if *g == generation => pool.clone(),
-            _ => {
-                let pool = BlockingPool::new("plugio-sync", POOL_THREADS);
-                *slot = Some((generation, pool.clone()));
-                pool
-            }
-        }
+        DRIVER_ONLY
+            .get()
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_or_insert_with(|| BlockingPool::new("plugio-sync", POOL_THREADS))
+            .clone()
     })
 }
 

@@ -177,6 +177,8 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+use plugio_executor::fork::ForkLocal;
 use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, squeue, types};
@@ -237,7 +239,11 @@ const LONG_WAIT: Duration = Duration::from_secs(3600);
 pub(crate) const CACHED_RINGS: usize = 64;
 
 /// Which [`FileCache`] slots are taken by live rings (bit i = slot i).
-static RING_SLOTS: Mutex<u64> = Mutex::new(0);
+/// Each fork generation has its own (a forked child's rings start with
+/// every slot free: the parent's rings are stale there and never use or
+/// release theirs, and the parent's lock may be held by a thread the
+/// child does not have).
+static RING_SLOTS: ForkLocal<Mutex<u64>> = ForkLocal::new(|| Mutex::new(0));
 /// Generation of the next ring (0 marks an empty cache entry).
 static RING_GEN: AtomicU32 = AtomicU32::new(1);
 
@@ -436,7 +442,10 @@ impl Ring {
         let (uring, info) = config::build(config)?;
         let unpark = Arc::new(RingUnpark::new()?);
         let cache_slot = {
-            let mut taken = RING_SLOTS.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut taken = RING_SLOTS
+                .get()
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             let free = (!*taken).trailing_zeros() as usize;
             if free < CACHED_RINGS {
                 *taken |= 1 << free;
@@ -1585,7 +1594,10 @@ impl Ring {
         if self.cache_slot < CACHED_RINGS {
             // After this the slot may go to a new ring, whose new
             // generation makes this ring's cache entries stale.
-            *RING_SLOTS.lock().unwrap_or_else(PoisonError::into_inner) &= !(1 << self.cache_slot);
+            *RING_SLOTS
+                .get()
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) &= !(1 << self.cache_slot);
         }
     }
 
