@@ -71,12 +71,13 @@ pub fn generation() -> u64 {
 /// fork, stalls each `fork()` behind whoever holds one; a fresh instance
 /// per generation needs no handler and no ordering between locks.
 ///
-/// Shape: a pointer to a leaked `(generation, T)`. [`get`](Self::get) costs
-/// two loads and a compare once the instance exists. Instances of older
-/// generations are leaked, never dropped (one per value per fork in the
-/// child; the parent never makes a second): their lock may be held by a
-/// thread the child does not have, and their contents describe the
-/// parent's state.
+/// Shape: a pointer to a boxed `(generation, T)`. [`get`](Self::get)
+/// costs two loads and a compare once the instance exists. Instances of
+/// older generations are leaked, never dropped (one per value per fork
+/// in the child; the parent never makes a second): their lock may be held
+/// by a thread the child does not have, and their contents describe the
+/// parent's state. Also usable in a struct (a pool's state): dropping the
+/// `ForkLocal` frees the current generation's instance.
 ///
 /// ```
 /// use std::sync::Mutex;
@@ -86,19 +87,25 @@ pub fn generation() -> u64 {
 /// NAMES.get().lock().unwrap().push("a".into());
 /// assert_eq!(NAMES.get().lock().unwrap().len(), 1);
 /// ```
-pub struct ForkLocal<T: 'static> {
+pub struct ForkLocal<T> {
     init: fn() -> T,
     current: AtomicPtr<Instance<T>>,
-    /// Send and Sync as `T` (every thread gets `&T`).
+    /// Owns `T`s (for the drop check).
     _value: PhantomData<T>,
 }
+
+// SAFETY: moving a `ForkLocal` moves its instances (owned `T`s) with it.
+unsafe impl<T: Send> Send for ForkLocal<T> {}
+// SAFETY: shared, it hands out `&T` to every thread (T: Sync), and any
+// thread may make an instance that another thread's drop frees (T: Send).
+unsafe impl<T: Send + Sync> Sync for ForkLocal<T> {}
 
 struct Instance<T> {
     generation: u64,
     value: T,
 }
 
-impl<T: 'static> ForkLocal<T> {
+impl<T> ForkLocal<T> {
     /// A value whose instance in each fork generation is `init()`, made
     /// at its first [`get`](Self::get) there (not before).
     pub const fn new(init: fn() -> T) -> Self {
@@ -113,7 +120,18 @@ impl<T: 'static> ForkLocal<T> {
     /// (two threads racing to make it keep the one published first and
     /// drop the other before returning). Installs the fork counter
     /// ([`install`]) first, so that a fork after this call is counted.
-    pub fn get(&'static self) -> &'static T {
+    pub fn get(&self) -> &T {
+        self.get_or_renew(|_| {})
+    }
+
+    /// [`get`](Self::get), and when this call is the one that replaces an
+    /// older generation's instance (a forked child's first use), calls
+    /// `stale` with that instance first (once per generation, on the
+    /// thread that made the new one): a chance to take what the parent
+    /// left there (a queue of jobs its threads would have run), with
+    /// `try_lock`, since a lock in it may be held by a thread the child
+    /// does not have.
+    pub fn get_or_renew(&self, stale: impl FnOnce(&T)) -> &T {
         install();
         let generation = generation();
         // Acquire: pairs with the AcqRel exchange below that published the
@@ -121,7 +139,8 @@ impl<T: 'static> ForkLocal<T> {
         let mut seen = self.current.load(Ordering::Acquire);
         loop {
             // SAFETY: a non-null pointer here came from `Box::into_raw`
-            // below and is never freed (see the type's docs).
+            // below and is freed only by `drop` (which has `&mut self`,
+            // so no reference handed out lives then).
             if let Some(instance) = unsafe { seen.as_ref() } {
                 if instance.generation == generation {
                     return &instance.value;
@@ -138,14 +157,34 @@ impl<T: 'static> ForkLocal<T> {
                 .current
                 .compare_exchange(seen, fresh, Ordering::AcqRel, Ordering::Acquire)
             {
-                // SAFETY: just published; never freed from now on.
-                Ok(_) => return unsafe { &(*fresh).value },
+                Ok(old) => {
+                    // SAFETY: an older generation's instance, never freed
+                    // (leaked from now on, see the type's docs).
+                    if let Some(old) = unsafe { old.as_ref() } {
+                        stale(&old.value);
+                    }
+                    // SAFETY: just published; freed only by `drop`.
+                    return unsafe { &(*fresh).value };
+                }
                 Err(now) => {
                     // SAFETY: `fresh` was never published: ours alone.
                     drop(unsafe { Box::from_raw(fresh) });
                     seen = now;
                 }
             }
+        }
+    }
+}
+
+impl<T> Drop for ForkLocal<T> {
+    /// Frees the instance of the generation that made the last one (older
+    /// ones stay leaked). A `static` is never dropped.
+    fn drop(&mut self) {
+        let current = *self.current.get_mut();
+        if !current.is_null() {
+            // SAFETY: from `Box::into_raw` in `get_or_renew`; `&mut self`
+            // means no reference to it is alive.
+            drop(unsafe { Box::from_raw(current) });
         }
     }
 }

@@ -15,9 +15,13 @@
 //!   `idle` by it): a woken thread that finds `notified > 0` takes one
 //!   claim and goes back to the queue, so two submits that race with one
 //!   idle thread start a second thread instead of both waiting on it.
-//! - The counts are of this process's threads: in a child made by
-//!   `fork()` (a newer [`crate::fork`] generation) they restart from zero
-//!   at the first `execute`, which starts the child's own threads.
+//! - The queue and counts are of this process's threads: a child made by
+//!   `fork()` (a newer [`crate::fork`] generation) gets its own, empty
+//!   ([`ForkLocal`]), at its first use of the pool, which starts the
+//!   child's own threads. Jobs the parent had queued at the fork are
+//!   dropped in the child without running (they are the parent's work;
+//!   run again there they would repeat its side effects), or left alone
+//!   when the parent's lock was held at the fork.
 //! - The owner (runtime or local executor) shuts its pools down only after
 //!   its cores (and their drivers, which wait for their in-flight IO) are
 //!   gone: no sync IO job is queued then.
@@ -26,9 +30,12 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::thread;
 use std::time::Duration;
+
+use crate::fork::ForkLocal;
 
 /// Default bound of a runtime's blocking pool (threads), as tokio's.
 ///
@@ -88,6 +95,16 @@ struct Inner {
     name: String,
     max_threads: usize,
     keep_alive: Duration,
+    /// This fork generation's queue and counts (see the module docs).
+    shared: ForkLocal<Shared>,
+    /// Set by `shutdown`, under the current generation's lock, and read
+    /// under it (Relaxed: the lock orders it); outside [`Shared`] so a
+    /// forked child's fresh state sees a pool shut down before the fork.
+    shutdown: AtomicBool,
+}
+
+#[derive(Default)]
+struct Shared {
     state: Mutex<State>,
     condvar: Condvar,
 }
@@ -101,14 +118,8 @@ struct State {
     idle: usize,
     /// Idle threads claimed by a submitter and not yet awake.
     notified: usize,
-    shutdown: bool,
     /// Names the next thread (`{name}-{n}`).
     spawned: u64,
-    /// The fork generation the counts above belong to ([`crate::fork`]):
-    /// in a forked child none of the pool's threads exist, so `execute`
-    /// starts counting again there (before, a job waited forever for an
-    /// idle thread of the parent's: found by a break-it helper).
-    fork_generation: u64,
 }
 
 impl BlockingPool {
@@ -139,14 +150,8 @@ impl BlockingPool {
                 name: name.into(),
                 max_threads: max_threads.max(1),
                 keep_alive,
-                state: Mutex::new(State {
-                    fork_generation: {
-                        crate::fork::install();
-                        crate::fork::generation()
-                    },
-                    ..State::default()
-                }),
-                condvar: Condvar::new(),
+                shared: ForkLocal::new(Shared::default),
+                shutdown: AtomicBool::new(false),
             }),
         }
     }
@@ -180,15 +185,7 @@ impl BlockingPool {
         F: FnOnce() + Send + 'static,
     {
         let mut state = self.lock();
-        let generation = crate::fork::generation();
-        if state.fork_generation != generation {
-            // A forked child: the threads counted are the parent's.
-            state.fork_generation = generation;
-            state.threads = 0;
-            state.idle = 0;
-            state.notified = 0;
-        }
-        if state.shutdown {
+        if self.inner.is_shut_down() {
             return Err(io::Error::other(format!(
                 "blocking pool {} is shut down (its runtime stopped)",
                 self.inner.name
@@ -198,7 +195,7 @@ impl BlockingPool {
         if state.idle > 0 {
             state.idle -= 1;
             state.notified += 1;
-            self.inner.condvar.notify_one();
+            self.inner.shared().condvar.notify_one();
             return Ok(());
         }
         if state.threads >= self.inner.max_threads {
@@ -302,10 +299,11 @@ impl BlockingPool {
     pub fn shutdown(&self) {
         let queued = {
             let mut state = self.lock();
-            state.shutdown = true;
+            // Relaxed: under the lock (see `Inner::shutdown`).
+            self.inner.shutdown.store(true, Ordering::Relaxed);
             std::mem::take(&mut state.queue)
         };
-        self.inner.condvar.notify_all();
+        self.inner.shared().condvar.notify_all();
         // Dropped outside the lock: a job's captures may do anything.
         drop(queued);
     }
@@ -316,10 +314,34 @@ impl BlockingPool {
 }
 
 impl Inner {
+    /// This fork generation's state; in a forked child's first call, the
+    /// jobs the parent had queued are dropped (see the module docs).
+    fn shared(&self) -> &Shared {
+        self.shared.get_or_renew(|parent| {
+            let queued = match parent.state.try_lock() {
+                Ok(mut state) => std::mem::take(&mut state.queue),
+                Err(TryLockError::Poisoned(p)) => std::mem::take(&mut p.into_inner().queue),
+                // Held by a thread the child does not have: left alone.
+                Err(TryLockError::WouldBlock) => VecDeque::new(),
+            };
+            // Dropped outside the lock: a job's captures may do anything.
+            drop(queued);
+        })
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // No job runs under the lock, so a poisoned lock means a panic in
         // this module's own short sections; the state is still consistent.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.shared()
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether `shutdown` ran; call with the lock held.
+    fn is_shut_down(&self) -> bool {
+        // Relaxed: written and read under the lock.
+        self.shutdown.load(Ordering::Relaxed)
     }
 
     /// A pool thread: runs queued jobs, waits up to the keep-alive for
@@ -335,12 +357,13 @@ impl Inner {
                 }
                 state = self.lock();
             }
-            if state.shutdown {
+            if self.is_shut_down() {
                 break;
             }
             state.idle += 1;
             let exit = loop {
                 let (guard, waited) = self
+                    .shared()
                     .condvar
                     .wait_timeout(state, self.keep_alive)
                     .unwrap_or_else(PoisonError::into_inner);
@@ -350,13 +373,13 @@ impl Inner {
                     state.notified -= 1;
                     break false;
                 }
-                if state.shutdown || waited.timed_out() {
+                if self.is_shut_down() || waited.timed_out() {
                     state.idle -= 1;
                     break true;
                 }
                 // Spurious wake-up: still idle.
             };
-            if exit && !state.shutdown && !state.queue.is_empty() {
+            if exit && !self.is_shut_down() && !state.queue.is_empty() {
                 // A job queued by a submit that found us busy just before
                 // we went idle: serve it rather than leave it waiting.
                 continue;

@@ -5,6 +5,7 @@ mod common;
 
 use common::{with_watchdog, DropCounter};
 use futures::task::AtomicWaker;
+use plugio_executor::blocking::BlockingPool;
 use plugio_executor::{
     allowed_cpus, channel, core_id, spawn, yield_now, Builder, Handle, JoinError, Placement,
     Runtime, ShutdownMode,
@@ -600,6 +601,73 @@ fn a_child_forked_from_a_task_keeps_its_core_and_blocking_pool() {
         );
         assert_eq!(rt.block_on(async { 5 }), 5);
         rt.shutdown(ShutdownMode::Wait).expect("parent's shutdown");
+    });
+}
+
+/// A pool whose one thread is busy at the fork, with a job queued behind
+/// it: in the child the queued job (the parent's work) is dropped, never
+/// run (before, the child's first thread ran it: its side effects twice),
+/// and the child's own job runs on the child's own thread.
+#[test]
+fn a_job_queued_at_the_fork_does_not_run_in_the_child() {
+    use std::sync::atomic::AtomicBool;
+    static RAN: AtomicBool = AtomicBool::new(false);
+    static DROPPED: AtomicBool = AtomicBool::new(false);
+    struct Dropped;
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            DROPPED.store(true, Ordering::SeqCst);
+        }
+    }
+    with_watchdog(Duration::from_secs(60), || {
+        let pool = BlockingPool::new("fork-queued", 1);
+        let (started_tx, started) = std::sync::mpsc::channel();
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        pool.execute(move || {
+            started_tx.send(()).unwrap();
+            wait.recv().unwrap();
+        })
+        .expect("busy job");
+        started.recv().unwrap();
+        let marker = Dropped;
+        pool.execute(move || {
+            let _marker = marker;
+            RAN.store(true, Ordering::SeqCst);
+        })
+        .expect("queued job");
+        assert_eq!(pool.queued(), 1);
+        // SAFETY: the child only runs the checks below and ends in _exit.
+        let pid = unsafe { nix::libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            // SAFETY: a plain syscall (kills a hung child).
+            unsafe { nix::libc::alarm(30) };
+            let (tx, rx) = std::sync::mpsc::channel();
+            let own = pool.execute(move || tx.send(7).unwrap());
+            let got = rx.recv_timeout(Duration::from_secs(10));
+            let code = match (own.is_ok() && got == Ok(7), RAN.load(Ordering::SeqCst)) {
+                (true, false) if DROPPED.load(Ordering::SeqCst) && pool.queued() == 0 => 0,
+                (false, _) => 1,
+                (_, true) => 2,
+                _ => 3,
+            };
+            // SAFETY: ends the child at once (no destructors, no atexit).
+            unsafe { nix::libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for our own child.
+        assert_eq!(unsafe { nix::libc::waitpid(pid, &mut status, 0) }, pid);
+        release.send(()).unwrap();
+        assert!(
+            nix::libc::WIFEXITED(status) && nix::libc::WEXITSTATUS(status) == 0,
+            "child: status {status:#x} (exit 1: its own job did not run, 2: the parent's \
+             queued job ran in the child, 3: it was not dropped; signalled: hung)"
+        );
+        // The parent runs its queued job once its thread frees.
+        while !RAN.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        pool.shutdown();
     });
 }
 
