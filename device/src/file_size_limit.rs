@@ -151,12 +151,7 @@ pub(crate) fn forget_cached_limit() {
 /// The length of the open file `fd` (`fstat`), for the `file_len` of
 /// [`check_file_size_limit`].
 pub fn fd_len_bytes(fd: std::os::fd::BorrowedFd<'_>) -> Option<u64> {
-    // SAFETY: an all-zero `stat` is a valid value to be overwritten.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: `fd` is open for the call; `st` is valid and writable.
-    if unsafe { libc::fstat(std::os::fd::AsRawFd::as_raw_fd(&fd), &mut st) } != 0 {
-        return None;
-    }
+    let st = nix::sys::stat::fstat(std::os::fd::AsRawFd::as_raw_fd(&fd)).ok()?;
     u64::try_from(st.st_size).ok()
 }
 
@@ -176,18 +171,11 @@ fn signal_ends_process() -> bool {
 /// The process's file size limit (`RLIMIT_FSIZE`'s soft limit) in bytes,
 /// read now; `u64::MAX` for no limit or a `getrlimit` that failed.
 pub fn file_size_limit_bytes() -> u64 {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `limit` is a valid, writable `rlimit` for the call's
-    // duration.
-    if unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut limit) } != 0
-        || limit.rlim_cur == libc::RLIM_INFINITY
-    {
-        return u64::MAX;
+    use nix::sys::resource::{getrlimit, Resource};
+    match getrlimit(Resource::RLIMIT_FSIZE) {
+        Ok((soft, _)) if soft != libc::RLIM_INFINITY => soft,
+        _ => u64::MAX,
     }
-    limit.rlim_cur
 }
 
 #[cfg(test)]
