@@ -3,11 +3,15 @@
 //! Invariants: a chunk is in exactly one place: the owner's local free list,
 //! the return stack, or a live `DmaBuf`. `fixed_index` is written only by
 //! the owner thread (when its driver registers or forgets the arena) and
-//! read only by the owner thread. The arena's pages are `MADV_WIPEONFORK`:
-//! a forked child gets zeroed pages, never the registered ones shared
-//! copy-on-write (see `crate::fork`).
+//! read only by the owner thread. The arena's pages are a mapping of its
+//! own (anonymous `mmap`, never the allocator's heap) and
+//! `MADV_WIPEONFORK`: a forked child gets zeroed pages, never the
+//! registered ones shared copy-on-write (see `crate::fork`), and since
+//! the pages are unmapped when the arena goes, the advice never lands on
+//! memory the allocator hands out again (it did when the arena came from
+//! `std::alloc`: a forked child's heap had zeroed pages, and malloc
+//! aborted there with "unaligned fastbin chunk detected").
 
-use std::alloc::Layout;
 use std::cell::{Cell, RefCell};
 use std::ptr::NonNull;
 use std::rc::Rc;
@@ -74,7 +78,8 @@ const NOT_FIXED: u32 = u32::MAX;
 #[derive(Debug)]
 pub(crate) struct ArenaShared {
     base: NonNull<u8>,
-    layout: Layout,
+    /// Bytes mapped at `base` (`chunk_bytes * nr_chunks`, whole pages).
+    len_bytes: usize,
     chunk_bytes: usize,
     nr_chunks: u32,
     owner: u64,
@@ -123,20 +128,44 @@ pub fn registered_index_of(addr: *const u8, len_bytes: usize) -> Option<u16> {
     (size > 0 && start.checked_add(len_bytes)? <= size).then_some(index)
 }
 
-/// `MADV_WIPEONFORK` on the arena's pages (whole pages: the allocation is
-/// page-aligned and a multiple of pages): a forked child gets zeroed
+/// `MADV_WIPEONFORK` on the arena's pages (whole pages: its own mapping,
+/// a multiple of pages): a forked child gets zeroed
 /// pages there instead of sharing the registered (pinned) ones
 /// copy-on-write with this process (see `fork`). Logged once where the
 /// kernel refuses (before 4.14).
 fn wipe_on_fork(base: NonNull<u8>, len: usize) {
-    // SAFETY: `[base, base + len)` is this arena's own page-aligned
-    // allocation; the advice changes only what a child inherits.
+    // SAFETY: `[base, base + len)` is this arena's own mapping; the
+    // advice changes only what a child inherits.
     let rc = unsafe { libc::madvise(base.as_ptr().cast(), len, libc::MADV_WIPEONFORK) };
     if rc != 0 {
         static LOGGED: std::sync::Once = std::sync::Once::new();
         LOGGED.call_once(|| {
             tracing::warn!(error = %std::io::Error::last_os_error(), "MADV_WIPEONFORK refused on the buffer arena");
         });
+    }
+}
+
+/// `len` bytes (a multiple of the page size, not zero) of zeroed,
+/// private anonymous memory of the arena's own (`None` when `mmap`
+/// fails: the arena is then disabled, as when it is configured off).
+fn map_pages(len: usize) -> Option<NonNull<u8>> {
+    use nix::sys::mman::{mmap_anonymous, MapFlags, ProtFlags};
+    // SAFETY: a new private anonymous mapping at an address of the
+    // kernel's choice: it aliases nothing.
+    let mapped = unsafe {
+        mmap_anonymous(
+            None,
+            std::num::NonZeroUsize::new(len)?,
+            ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+            MapFlags::MAP_PRIVATE,
+        )
+    };
+    match mapped {
+        Ok(base) => Some(base.cast()),
+        Err(e) => {
+            tracing::warn!(error = %e, len, "mmap of the buffer arena failed; buffers come from the heap");
+            None
+        }
     }
 }
 
@@ -197,14 +226,12 @@ impl Arena {
         }
         let chunk_bytes = config.chunk_bytes.next_multiple_of(4096);
         let total = chunk_bytes.checked_mul(config.nr_chunks as usize)?;
-        let layout = Layout::from_size_align(total, 4096).ok()?;
-        // SAFETY: non-zero size checked above.
-        let base = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })?;
+        let base = map_pages(total)?;
         wipe_on_fork(base, total);
         Some(Self {
             shared: Arc::new(ArenaShared {
                 base,
-                layout,
+                len_bytes: total,
                 chunk_bytes,
                 nr_chunks: config.nr_chunks,
                 owner: thread_token(),
@@ -242,7 +269,7 @@ impl Arena {
     pub fn iovec(&self) -> libc::iovec {
         libc::iovec {
             iov_base: self.shared.base.as_ptr().cast(),
-            iov_len: self.shared.layout.size(),
+            iov_len: self.shared.len_bytes,
         }
     }
 
@@ -254,11 +281,7 @@ impl Arena {
             .fixed_index
             .store(index.map_or(NOT_FIXED, u32::from), Ordering::Relaxed);
         let range = match index {
-            Some(i) => (
-                self.shared.base.as_ptr() as usize,
-                self.shared.layout.size(),
-                i,
-            ),
+            Some(i) => (self.shared.base.as_ptr() as usize, self.shared.len_bytes, i),
             None => (0, 0, 0),
         };
         let _ = REGISTERED.try_with(|r| r.set(range));
@@ -321,15 +344,76 @@ impl ArenaShared {
 
 impl Drop for ArenaShared {
     fn drop(&mut self) {
-        // SAFETY: allocated in Arena::new with this layout; every DmaBuf of
-        // the arena holds an Arc, so none is alive.
-        unsafe { std::alloc::dealloc(self.base.as_ptr(), self.layout) };
+        // SAFETY: mapped in Arena::new with this length; every DmaBuf of
+        // the arena holds an Arc, so none is alive. A ring that still has
+        // the pages registered keeps them pinned in the kernel; they are
+        // never mapped again for anything else in this process meanwhile
+        // (a mapping, unlike a heap block, is not reused while pinned).
+        if let Err(e) = unsafe { nix::sys::mman::munmap(self.base.cast(), self.len_bytes) } {
+            tracing::warn!(error = %e, "munmap of the buffer arena failed; its pages stay mapped");
+        }
     }
 }
 
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    /// The `VmFlags` of the mapping that holds `addr` (from
+    /// `/proc/self/smaps`), or `None` when no mapping holds it.
+    fn vm_flags_at(addr: usize) -> Option<String> {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps");
+        let mut inside = false;
+        for line in smaps.lines() {
+            let range = line
+                .split_whitespace()
+                .next()
+                .and_then(|r| r.split_once('-'));
+            if let Some((start, end)) = range.filter(|_| !line.starts_with("VmFlags")) {
+                if let (Ok(start), Ok(end)) = (
+                    usize::from_str_radix(start, 16),
+                    usize::from_str_radix(end, 16),
+                ) {
+                    inside = (start..end).contains(&addr);
+                    continue;
+                }
+            }
+            if inside {
+                if let Some(flags) = line.strip_prefix("VmFlags:") {
+                    return Some(flags.trim().to_owned());
+                }
+            }
+        }
+        None
+    }
+
+    /// The arena's pages are a mapping of their own, `MADV_WIPEONFORK`
+    /// (`wf`), and gone once the arena is: the advice never stays on
+    /// memory the allocator reuses (it did with an arena from
+    /// `std::alloc`; a forked child's heap then had zeroed pages and
+    /// malloc aborted: "unaligned fastbin chunk detected"). Checked in a
+    /// forked child, where no other thread maps memory meanwhile.
+    #[test]
+    fn the_arena_is_its_own_wipe_on_fork_mapping_and_unmapped_when_dropped() {
+        crate::testing::in_forked_child(20, || {
+            // Freeing a large block raises glibc's mmap threshold above
+            // the arena's size, so a heap allocation of it would come
+            // from the heap proper (as in a long-running process).
+            drop(std::hint::black_box(vec![1u8; 8 << 20]));
+            let arena = Arena::new(ArenaConfig::default()).ok_or("arena")?;
+            let base = arena.iovec().iov_base as usize;
+            let flags = vm_flags_at(base).ok_or("the arena is not mapped")?;
+            if !flags.split_whitespace().any(|f| f == "wf") {
+                return Err(format!("no wf in the arena's VmFlags: {flags}"));
+            }
+            drop(arena);
+            match vm_flags_at(base) {
+                None => Ok(()),
+                Some(flags) => Err(format!("still mapped after the drop: {flags}")),
+            }
+        })
+        .unwrap();
+    }
 
     #[test]
     fn chunks_come_back_from_other_threads() {
