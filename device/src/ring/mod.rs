@@ -1622,7 +1622,9 @@ impl Ring {
         // owned by the `IoUring` that is never dropped (ManuallyDrop);
         // closing it leaves the parent's ring open.
         unsafe { libc::close(fd) };
-        self.release_cache_slot();
+        // Its cache slot is not released: it is a slot of the parent's
+        // table, and the same bit of the child's table may belong to a
+        // live ring of the child (freeing it gave two rings one slot).
     }
 }
 

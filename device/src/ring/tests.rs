@@ -1184,3 +1184,31 @@ fn a_ring_slot_lock_held_at_the_fork_does_not_stop_the_childs_rings() {
     holder.join().unwrap();
     child.unwrap();
 }
+
+/// A parent's ring dropped in a forked child (as dropping the parent's
+/// runtime there does) leaves the child's slot table alone: before, its
+/// drop freed its slot number in the child's table, where a live ring of
+/// the child held it, and the next ring took the same slot (found by a
+/// break-it helper).
+#[test]
+fn a_parents_ring_dropped_in_the_child_frees_no_slot_of_the_childs() {
+    let parent_ring = super::Ring::new(&RingConfig::default()).unwrap();
+    let stale_slot = parent_ring.cache_slot;
+    let child = crate::testing::in_forked_child(20, move || {
+        let mut live: Vec<super::Ring> = Vec::new();
+        // Child rings until one holds the parent ring's slot number.
+        while live.last().is_none_or(|r| r.cache_slot != stale_slot) {
+            live.push(super::Ring::new(&RingConfig::default()).map_err(|e| e.to_string())?);
+        }
+        drop(parent_ring);
+        let next = super::Ring::new(&RingConfig::default()).map_err(|e| e.to_string())?;
+        match live.iter().find(|r| r.cache_slot == next.cache_slot) {
+            None => Ok(()),
+            Some(r) => Err(format!(
+                "two live rings of the child hold slot {}",
+                r.cache_slot
+            )),
+        }
+    });
+    child.unwrap();
+}
