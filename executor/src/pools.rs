@@ -15,6 +15,8 @@
 //!   `idle` by it): a woken thread that finds `notified > 0` takes one
 //!   claim and goes back to the queue, so two submits that race with one
 //!   idle thread start a second thread instead of both waiting on it.
+//! - A pool thread serves the generation it started in: one whose job
+//!   forked leaves the pool in the child once the job returns.
 //! - The queue and counts are of this process's threads: a child made by
 //!   `fork()` (a newer [`crate::fork`] generation) gets its own, empty
 //!   ([`ForkLocal`]), at its first use of the pool, which starts the
@@ -348,12 +350,21 @@ impl Inner {
     /// more, exits when idle that long or at shutdown.
     fn worker(&self) {
         crate::signals::block_file_size_signal();
+        let generation = crate::fork::generation();
         let mut state = self.lock();
         loop {
             while let Some(job) = state.queue.pop_front() {
                 drop(state);
                 if catch_unwind(AssertUnwindSafe(job)).is_err() {
                     tracing::error!(pool = %self.name, "a blocking job panicked");
+                }
+                if crate::fork::generation() != generation {
+                    // The job forked and this is the child: the thread is
+                    // not one of the child's pool (its state never counted
+                    // it), so it leaves without touching that state (it
+                    // once marked itself idle there and took one off a
+                    // count of 0; found by a break-it helper).
+                    return;
                 }
                 state = self.lock();
             }

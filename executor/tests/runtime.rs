@@ -671,6 +671,58 @@ fn a_job_queued_at_the_fork_does_not_run_in_the_child() {
     });
 }
 
+/// A pool job that forks: in the child, the thread that ran it (the
+/// child's only thread) leaves the pool when the job returns, and the
+/// child's pool starts its own thread for the next job (before, that
+/// thread counted itself idle in the child's empty state and, at its
+/// keep-alive, took one off a thread count of 0: in release builds the
+/// count wrapped and no job ever ran again; found by a break-it helper).
+#[test]
+fn a_pool_job_that_forks_leaves_the_childs_pool_working() {
+    with_watchdog(Duration::from_secs(60), || {
+        let pool = BlockingPool::with_keep_alive("fork-in-job", 2, Duration::from_millis(50));
+        let (pid_tx, pid_rx) = std::sync::mpsc::channel();
+        let in_child = pool.clone();
+        pool.execute(move || {
+            // SAFETY: the child starts one checker thread, returns from
+            // this job (back into the pool's loop) and ends in _exit.
+            let pid = unsafe { nix::libc::fork() };
+            if pid != 0 {
+                pid_tx.send(pid).unwrap();
+                return;
+            }
+            // SAFETY: a plain syscall (kills a hung child).
+            unsafe { nix::libc::alarm(30) };
+            std::thread::spawn(move || {
+                // Past the keep-alive of the thread that forked.
+                std::thread::sleep(Duration::from_millis(300));
+                let counted = in_child.threads();
+                let (tx, rx) = std::sync::mpsc::channel();
+                let sent = in_child.execute(move || tx.send(()).unwrap());
+                let ran = rx.recv_timeout(Duration::from_secs(10)).is_ok();
+                let code = match (counted, sent.is_ok() && ran) {
+                    (0, true) => 0,
+                    (_, true) => 1,
+                    _ => 2,
+                };
+                // SAFETY: ends the child at once (no destructors, no atexit).
+                unsafe { nix::libc::_exit(code) };
+            });
+        })
+        .expect("the forking job");
+        let pid = pid_rx.recv().unwrap();
+        let mut status = 0;
+        // SAFETY: waits for our own child.
+        assert_eq!(unsafe { nix::libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(
+            nix::libc::WIFEXITED(status) && nix::libc::WEXITSTATUS(status) == 0,
+            "child: status {status:#x} (exit 1: the child's pool counted a thread it does \
+             not have, 2: its job never ran; signalled: hung)"
+        );
+        pool.shutdown();
+    });
+}
+
 /// Whether the calling thread blocks SIGXFSZ.
 fn blocks_sigxfsz() -> bool {
     use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow, Signal};
