@@ -13,36 +13,88 @@
 //! it is only handed out in the generation it was made in.
 
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
-use std::sync::Once;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, Ordering};
 
 /// Forks this process came through (0 in the original process).
 static GENERATION: AtomicU64 = AtomicU64::new(0);
+/// Whether the child handler is registered in this process.
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+/// The pid of the process one of whose threads registers the handler (0:
+/// none yet). A child that inherits another pid here (its parent forked
+/// while a thread was registering, before the registration: the child has
+/// no handler) registers its own instead of waiting for a thread it does
+/// not have (a `std::sync::Once` there hung such a child forever: found
+/// by a break-it helper, 3 children in 2,500 tries).
+static REGISTERING: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn in_child() {
     // Relaxed: the child has one thread (the forking one) right now, and
     // every later reader is that thread or one it spawns (spawning
-    // synchronizes). An atomic add is async-signal-safe, as a
+    // synchronizes). Atomic stores and adds are async-signal-safe, as a
     // pthread_atfork child handler must be.
     GENERATION.fetch_add(1, Ordering::Relaxed);
+    // The handler runs, so it is registered here too (a registration
+    // finished just before the fork, by a thread that had not yet said
+    // so, counts for the child).
+    INSTALLED.store(true, Ordering::Relaxed);
 }
 
-/// Installs the child handler (once per process; later calls do nothing).
-/// Called when the first core, device driver or ring is built; forks
-/// before that are not counted (nothing of plugio's existed to go stale).
+/// Installs the child handler (once per process; later calls do nothing:
+/// one load). Called when the first core, device driver, ring or
+/// [`ForkLocal`] instance is built; forks before that are not counted
+/// (nothing of plugio's existed to go stale).
+///
+/// Never waits for a thread a forked child does not have: glibc runs a
+/// registration and a `fork()` one after the other (both hold its atfork
+/// lock), so a child has the handler exactly when the registration came
+/// first, and then the handler itself marks it installed.
+#[inline]
 pub fn install() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: registers a handler that only does an atomic add; it
-        // stays valid for the life of the process (a static function).
-        let rc = unsafe { nix::libc::pthread_atfork(None, None, Some(in_child)) };
-        if rc != 0 {
-            tracing::warn!(
-                rc,
-                "pthread_atfork failed: use of a runtime in a forked child is not refused"
-            );
+    // Acquire: pairs with the Release store of the registering thread.
+    if !INSTALLED.load(Ordering::Acquire) {
+        install_slow();
+    }
+}
+
+#[cold]
+fn install_slow() {
+    let me = nix::unistd::getpid().as_raw();
+    loop {
+        // Acquire: as in `install`.
+        if INSTALLED.load(Ordering::Acquire) {
+            return;
         }
-    });
+        // AcqRel/Acquire: the claim orders nothing else; it only picks
+        // one registering thread per process.
+        match REGISTERING.compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return register(),
+            Err(pid) if pid != me => {
+                // Claimed in an ancestor that forked before registering.
+                if REGISTERING
+                    .compare_exchange(pid, me, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    return register();
+                }
+            }
+            // Another thread of this process registers now (a few µs).
+            Err(_) => std::thread::yield_now(),
+        }
+    }
+}
+
+fn register() {
+    // SAFETY: registers a handler that only does atomic stores; it stays
+    // valid for the life of the process (a static function).
+    let rc = unsafe { nix::libc::pthread_atfork(None, None, Some(in_child)) };
+    if rc != 0 {
+        tracing::warn!(
+            rc,
+            "pthread_atfork failed: use of a runtime in a forked child is not refused"
+        );
+    }
+    // Release: pairs with the Acquire loads in `install`.
+    INSTALLED.store(true, Ordering::Release);
 }
 
 /// The number of forks this process came through since [`install`]
@@ -201,6 +253,38 @@ mod tests {
     use std::sync::{mpsc, Mutex};
 
     static HELD: ForkLocal<Mutex<u32>> = ForkLocal::new(|| Mutex::new(7));
+
+    /// A child whose parent forked while one of its threads had claimed
+    /// the registration but not yet registered (simulated: the child
+    /// finds the claim of another pid and no handler): its `install`
+    /// registers its own handler at once instead of waiting for that
+    /// thread, which the child does not have (a `Once` waited forever).
+    #[test]
+    fn a_registration_claimed_in_the_parent_does_not_stop_the_childs() {
+        install();
+        let parent = nix::unistd::getpid().as_raw();
+        // SAFETY: the child only runs the checks below and `_exit`s.
+        let pid = unsafe { nix::libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            // SAFETY: a plain syscall (kills a hung child).
+            unsafe { nix::libc::alarm(20) };
+            INSTALLED.store(false, Ordering::SeqCst);
+            REGISTERING.store(parent, Ordering::SeqCst);
+            install();
+            let me = nix::unistd::getpid().as_raw();
+            let ok = INSTALLED.load(Ordering::SeqCst) && REGISTERING.load(Ordering::SeqCst) == me;
+            // SAFETY: ends the child at once.
+            unsafe { nix::libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for our own child.
+        assert_eq!(unsafe { nix::libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(
+            nix::libc::WIFEXITED(status) && nix::libc::WEXITSTATUS(status) == 0,
+            "child status {status:#x} (exit 1: not installed; signalled: hung)"
+        );
+    }
 
     /// A lock another thread holds at the fork: the child gets its own
     /// instance (made fresh by `init`) and locks it at once; the parent
