@@ -15,21 +15,44 @@
 //! - Times are monotonic nanoseconds since a process-wide epoch.
 
 use std::cell::Cell;
-use std::sync::OnceLock;
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 thread_local! {
     static CACHED_NS: Cell<u64> = const { Cell::new(0) };
     static READS: Cell<u64> = const { Cell::new(0) };
 }
 
-static EPOCH: OnceLock<Instant> = OnceLock::new();
+/// `CLOCK_MONOTONIC` at the first read, in ns (0: not read yet). An atomic
+/// set once by compare-and-swap, not a `OnceLock`: a forked child never
+/// waits for an initialiser that was running in a thread of the parent.
+static EPOCH_NS: AtomicU64 = AtomicU64::new(0);
+
+/// `CLOCK_MONOTONIC` in ns (the clock `std::time::Instant` reads).
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call; the clock
+    // id is one every Linux has, so the call cannot fail.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
 
 /// Reads the monotonic clock (ns since the process-wide epoch, never 0).
 fn read_ns() -> u64 {
     READS.with(|r| r.set(r.get() + 1));
-    let epoch = *EPOCH.get_or_init(Instant::now);
-    epoch.elapsed().as_nanos() as u64 + 1
+    let now = monotonic_ns();
+    // Relaxed: the epoch is the only value shared; every thread agrees on
+    // it once one swap has won.
+    let epoch = match EPOCH_NS.load(Ordering::Relaxed) {
+        0 => EPOCH_NS
+            .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed)
+            .map_or_else(|won| won, |_| now),
+        epoch => epoch,
+    };
+    // Saturating: another thread's epoch may be a little after `now`.
+    now.saturating_sub(epoch) + 1
 }
 
 /// The current time in ns: the cached value of this batch when `cached`
