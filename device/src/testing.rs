@@ -150,6 +150,49 @@ pub fn park_until(
     true
 }
 
+/// Runs `body` while another thread holds what `hold` takes (a lock's
+/// guard, typically): the thread takes it, `body` runs, then the thread
+/// lets it go and is joined. For tests of a fork while another thread
+/// holds a process-wide lock: the child inherits the lock word but not
+/// its holder.
+///
+/// # Panics
+/// When `hold` panics (the holder thread's panic is passed on).
+///
+/// ```
+/// use std::sync::Mutex;
+/// static M: Mutex<u32> = Mutex::new(0);
+/// let busy = plugio_device::testing::while_another_thread_holds(
+///     || M.lock().unwrap(),
+///     || M.try_lock().is_err(),
+/// );
+/// assert!(busy);
+/// assert!(M.try_lock().is_ok());
+/// ```
+pub fn while_another_thread_holds<G, R>(
+    hold: impl FnOnce() -> G + Send + 'static,
+    body: impl FnOnce() -> R,
+) -> R {
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        let guard = hold();
+        let _ = held_tx.send(());
+        let _ = release_rx.recv();
+        drop(guard);
+    });
+    if held_rx.recv().is_err() {
+        // The holder panicked before it held anything.
+        std::panic::resume_unwind(holder.join().expect_err("the holder ended early"));
+    }
+    let out = body();
+    let _ = release_tx.send(());
+    if let Err(panic) = holder.join() {
+        std::panic::resume_unwind(panic);
+    }
+    out
+}
+
 /// Forks this (test) process and runs `check` in the child, which reports
 /// through a pipe and leaves with `_exit` (no destructors, no unwinding
 /// into the parent's test harness); `alarm(seconds)` ends a child that

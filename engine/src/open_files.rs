@@ -145,6 +145,7 @@ fn raise_handles(shared: &DeviceShared) -> bool {
 mod tests {
     use super::Registry;
     use crate::{Device, DeviceOptions};
+    use plugio_device::testing::{in_forked_child, while_another_thread_holds};
     use plugio_device::{ErrorKind, InvalidInput};
 
     /// An open in progress in another thread at a fork holds the
@@ -156,37 +157,29 @@ mod tests {
         let file = tempfile::NamedTempFile::new().unwrap();
         file.as_file().set_len(4096).unwrap();
         let path = file.path().to_path_buf();
-        let (locked_tx, locked_rx) = std::sync::mpsc::channel();
-        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
-        let holder = std::thread::spawn(move || {
-            let registry = Registry::lock();
-            locked_tx.send(()).unwrap();
-            release_rx.recv().unwrap();
-            drop(registry);
-        });
-        locked_rx.recv().unwrap();
-        let child = plugio_device::testing::in_forked_child(20, || {
-            let first = Device::open(&path, DeviceOptions::default()).map_err(|e| e.to_string())?;
-            // The child's registry works: a second open with other options
-            // finds the first and is refused.
-            let other = DeviceOptions {
-                queue_depth: first.options().queue_depth / 2,
-                ..DeviceOptions::default()
-            };
-            match Device::open(&path, other) {
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        ErrorKind::InvalidInput(InvalidInput::AlreadyOpen { .. })
-                    ) =>
-                {
-                    Ok(())
+        let child = while_another_thread_holds(Registry::lock, || {
+            in_forked_child(20, || {
+                let first =
+                    Device::open(&path, DeviceOptions::default()).map_err(|e| e.to_string())?;
+                // The child's registry works: a second open with other options
+                // finds the first and is refused.
+                let other = DeviceOptions {
+                    queue_depth: first.options().queue_depth / 2,
+                    ..DeviceOptions::default()
+                };
+                match Device::open(&path, other) {
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            ErrorKind::InvalidInput(InvalidInput::AlreadyOpen { .. })
+                        ) =>
+                    {
+                        Ok(())
+                    }
+                    got => Err(format!("a second open with other options: {:?}", got.err())),
                 }
-                got => Err(format!("a second open with other options: {:?}", got.err())),
-            }
+            })
         });
-        release_tx.send(()).unwrap();
-        holder.join().unwrap();
         child.unwrap();
     }
 }

@@ -9,13 +9,18 @@
 //! Invariants: immutable after open except for the tag sets (lock-free),
 //! the counters, the handle count and the remote orphans (a `Mutex` and a
 //! flag); `max_request_bytes` is a positive multiple of the device's
-//! logical block size and at most [`MAX_IO_BYTES`].
+//! logical block size and at most [`MAX_IO_BYTES`]. Each lock of a device
+//! (its cores' counters, the cores to wake at close, the remote orphans)
+//! is a [`ForkLocal`]: a forked child that reads an inherited device's
+//! iostats or drops it never waits for a lock a thread of the parent held
+//! at the fork.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, TryLockError};
 
 use plugio_device::{Backend, DmaBuf, Error, Geometry};
+use plugio_executor::fork::ForkLocal;
 
 use crate::bio::{drop_kept, BioId, BioTable, Keep};
 use crate::options::{DeviceOptions, TagSharing};
@@ -34,10 +39,15 @@ pub(crate) type RemoteOrphan = (u64, BioId, Option<Keep>);
 static NEXT_DEVICE_ID: AtomicU64 = AtomicU64::new(1);
 
 impl Drop for DeviceShared {
+    /// Frees the memory of this fork generation's remote orphans (a
+    /// forked child's drop leaves the parent's alone: the parent's IO may
+    /// still use it there).
     fn drop(&mut self) {
         let orphans = std::mem::take(
-            self.remote_orphans
-                .get_mut()
+            &mut *self
+                .remote_orphans
+                .get()
+                .lock()
                 .unwrap_or_else(PoisonError::into_inner),
         );
         for (_, _, keep) in orphans {
@@ -89,18 +99,22 @@ pub(crate) struct DeviceShared {
     pub zeroes_refused: AtomicBool,
     /// Handles ([`Device`](crate::Device) values) alive; 0 = closed.
     pub handles: AtomicUsize,
-    /// The iostats counters of every core that used the device.
-    pub counters: Mutex<Vec<Arc<CoreCounters>>>,
+    /// The iostats counters of every core that used the device. A forked
+    /// child's instance starts with the parent's (their counts as of the
+    /// fork), unless a thread of the parent held the lock then.
+    counters: ForkLocal<Mutex<Vec<Arc<CoreCounters>>>>,
     /// How to wake each core that used the device: the last handle's drop
     /// wakes them, so that an idle core lets go of the device (and closes
     /// its file) at the end of the tick the wake brings, not when it next
-    /// happens to run.
-    core_wakers: CoreWakers,
+    /// happens to run. Empty in a forked child (the parent's cores are not
+    /// there).
+    core_wakers: ForkLocal<CoreWakers>,
     /// Bios of this device whose futures were dropped on a thread other
     /// than their core's: `(core uid, bio, the memory it keeps)`. Their
     /// core takes its own at its next completion batch or plug flush on
-    /// this device.
-    remote_orphans: Mutex<Vec<RemoteOrphan>>,
+    /// this device. Empty in a forked child (the parent's cores, which
+    /// alone could finish those bios, are not there).
+    remote_orphans: ForkLocal<Mutex<Vec<RemoteOrphan>>>,
     /// `remote_orphans` is not empty (one load per batch to check).
     remote_orphans_pending: AtomicBool,
     /// `(memory, block)` alignments a caller's buffer must meet to be used
@@ -214,10 +228,10 @@ impl DeviceShared {
             max_merge_bytes,
             max_range_request_bytes,
             zeroes_refused: AtomicBool::new(false),
-            counters: Mutex::new(Vec::new()),
-            core_wakers: CoreWakers::default(),
+            counters: ForkLocal::new(|| Mutex::new(Vec::new())),
+            core_wakers: ForkLocal::new(CoreWakers::default),
             handles: AtomicUsize::new(1),
-            remote_orphans: Mutex::new(Vec::new()),
+            remote_orphans: ForkLocal::new(|| Mutex::new(Vec::new())),
             remote_orphans_pending: AtomicBool::new(false),
             bounce_align,
         })
@@ -239,6 +253,7 @@ impl DeviceShared {
     /// memory the bio must keep until it completes.
     pub fn orphan_remote(&self, uid: u64, id: BioId, keep: Option<Keep>) {
         self.remote_orphans
+            .get()
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push((uid, id, keep));
@@ -278,6 +293,7 @@ impl DeviceShared {
         }
         let mut q = self
             .remote_orphans
+            .get()
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let mut i = 0;
@@ -312,7 +328,7 @@ impl DeviceShared {
         if self.handles.fetch_sub(1, Ordering::Release) != 1 {
             return None;
         }
-        let wakers = self.core_wakers.0.lock();
+        let wakers = self.core_wakers.get().0.lock();
         Some(wakers.unwrap_or_else(PoisonError::into_inner).clone())
     }
 
@@ -321,12 +337,13 @@ impl DeviceShared {
     /// device closes).
     pub fn register_core(&self) -> Arc<CoreCounters> {
         self.core_wakers
+            .get()
             .0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(plugio_device::core_waker());
         let c = Arc::new(CoreCounters::default());
-        self.counters
+        self.counters()
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(c.clone());
@@ -337,7 +354,7 @@ impl DeviceShared {
     pub fn iostats(&self) -> IoStats {
         let mut s = IoStats::default();
         for c in self
-            .counters
+            .counters()
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
@@ -348,6 +365,28 @@ impl DeviceShared {
             add_tag_stats(&mut s.tags, &t.stats());
         }
         s
+    }
+
+    /// This fork generation's list of the cores' counters: in a forked
+    /// child's first use, the parent's list copied (their counts as of
+    /// the fork), or none when a thread of the parent held its lock then.
+    fn counters(&self) -> &Mutex<Vec<Arc<CoreCounters>>> {
+        let mut inherited = Vec::new();
+        let current = self.counters.get_or_renew(|parent| {
+            match parent.try_lock() {
+                Ok(list) => inherited.clone_from(&list),
+                Err(TryLockError::Poisoned(list)) => inherited.clone_from(&list.into_inner()),
+                // Held by a thread of the parent at the fork.
+                Err(TryLockError::WouldBlock) => {}
+            }
+        });
+        if !inherited.is_empty() {
+            current
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .extend(inherited);
+        }
+        current
     }
 
     /// The tag set core `core` allocates from.
@@ -378,8 +417,79 @@ fn add_tag_stats(a: &mut TagStats, b: &TagStats) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{Device, DeviceOptions};
     use plugio_device::geometry::DeviceKind;
-    use plugio_device::BackendKind;
+    use plugio_device::testing::{in_forked_child, while_another_thread_holds};
+    use plugio_device::{BackendKind, RingConfig};
+
+    /// A device with one 4 KiB read done through a runtime (so one core's
+    /// counters are registered), and the runtime gone.
+    fn device_with_a_read(file: &tempfile::NamedTempFile) -> Device {
+        file.as_file().set_len(8192).unwrap();
+        let dev = Device::open(file.path(), DeviceOptions::default()).unwrap();
+        let ex = crate::runtime::local(RingConfig::default()).expect("runtime");
+        let (r, _buf) = ex.run(dev.read_at(dev.alloc_buf(4096), 0));
+        assert_eq!(r.expect("read"), 4096);
+        drop(ex);
+        assert_eq!(dev.iostats().read.ios, 1);
+        dev
+    }
+
+    /// The device's own locks (its cores' counters, the cores to wake at
+    /// close, the remote orphans), each held by another thread at a fork,
+    /// as a core registering itself, a handle's drop or a future dropped
+    /// off its core holds them for a moment: a child that reads the
+    /// inherited device's iostats, looks for its remote orphans and drops
+    /// it waits for none of them (before, it waited for ever: the child
+    /// inherits a lock but not its holder).
+    #[test]
+    fn a_devices_locks_held_at_the_fork_do_not_stop_the_child() {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        let dev = device_with_a_read(&file);
+        let shared: &'static Arc<DeviceShared> = Box::leak(Box::new(dev.shared().clone()));
+        // Acquire/Release as `orphan_remote`: the child then takes the
+        // orphans' lock.
+        shared.remote_orphans_pending.store(true, Ordering::Release);
+        let hold = move || {
+            (
+                shared.counters.get().lock().unwrap(),
+                shared.core_wakers.get().0.lock().unwrap(),
+                shared.remote_orphans.get().lock().unwrap(),
+            )
+        };
+        // Taken by the child only: the parent drops it once the locks are
+        // free.
+        let dev = std::cell::Cell::new(Some(dev));
+        let child = while_another_thread_holds(hold, || {
+            in_forked_child(20, || {
+                let dev = dev.take().ok_or("no device")?;
+                // The parent's counters were locked: the child's start empty.
+                let reads = dev.iostats().read.ios;
+                shared.take_remote_orphans(1, &mut Vec::new());
+                drop(dev);
+                (reads == 0 && shared.is_closed())
+                    .then_some(())
+                    .ok_or(format!("{reads} reads in the child's iostats"))
+            })
+        });
+        child.unwrap();
+    }
+
+    /// A forked child's iostats of an inherited device start from the
+    /// parent's counts at the fork (when no thread held their lock).
+    #[test]
+    fn a_childs_iostats_of_an_inherited_device_start_from_the_parents() {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        let dev = device_with_a_read(&file);
+        let child = in_forked_child(20, || {
+            let stats = dev.iostats();
+            (stats.read.ios == 1 && stats.read.sectors == 8)
+                .then_some(())
+                .ok_or(format!("the child's iostats: {:?}", stats.read))
+        });
+        child.unwrap();
+        assert_eq!(dev.iostats().read.ios, 1);
+    }
 
     #[test]
     fn block_devices_through_the_kernel_are_not_cut_at_max_sectors() {

@@ -1162,26 +1162,18 @@ fn user_data_set_in_place_equals_the_builder() {
 /// lock but not its holder).
 #[test]
 fn a_ring_slot_lock_held_at_the_fork_does_not_stop_the_childs_rings() {
-    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
-    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
-    let holder = std::thread::spawn(move || {
-        let taken = super::RING_SLOTS.get().lock().unwrap();
-        locked_tx.send(()).unwrap();
-        release_rx.recv().unwrap();
-        drop(taken);
+    let hold = || super::RING_SLOTS.get().lock().unwrap();
+    let child = crate::testing::while_another_thread_holds(hold, || {
+        crate::testing::in_forked_child(20, || {
+            let ring = super::Ring::new(&RingConfig::default()).map_err(|e| e.to_string())?;
+            let slot = ring.cache_slot;
+            drop(ring);
+            // The child's own table: its first ring takes slot 0.
+            (slot == 0)
+                .then_some(())
+                .ok_or(format!("the child's first ring took slot {slot}"))
+        })
     });
-    locked_rx.recv().unwrap();
-    let child = crate::testing::in_forked_child(20, || {
-        let ring = super::Ring::new(&RingConfig::default()).map_err(|e| e.to_string())?;
-        let slot = ring.cache_slot;
-        drop(ring);
-        // The child's own table: its first ring takes slot 0.
-        (slot == 0)
-            .then_some(())
-            .ok_or(format!("the child's first ring took slot {slot}"))
-    });
-    release_tx.send(()).unwrap();
-    holder.join().unwrap();
     child.unwrap();
 }
 
