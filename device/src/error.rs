@@ -193,9 +193,11 @@ pub enum ErrorKind {
         len_bytes: u64,
     },
     /// IO through a runtime that was built before this process was
-    /// `fork()`ed: a child shares its parent's io_uring rings and
-    /// registered buffers, so it may not use them. Build a new runtime (and
-    /// open the devices again) in the child.
+    /// `fork()`ed, or on a device opened before it: a child shares its
+    /// parent's io_uring rings and registered buffers, and a device's tags
+    /// held at the fork by the parent's requests are never freed in the
+    /// child, so it may not use them. Build a new runtime (and open the
+    /// devices again) in the child.
     Forked,
     /// Any other errno from the kernel.
     Io {
@@ -541,6 +543,13 @@ impl fmt::Display for Error {
                 f,
                 "no progress: {len_bytes} bytes at offset {offset_bytes} moved no data twice \
                  in a row, inside the device (not an end of file)"
+            )?,
+            // A context (the engine's) says what was made before the fork
+            // and what to do: the runtime's advice is not given then.
+            ErrorKind::Forked if self.0.context.is_some() => write!(
+                f,
+                "a child process may not use the io_uring rings, runtimes and devices \
+                 of its parent"
             )?,
             ErrorKind::Forked => write!(
                 f,

@@ -189,6 +189,16 @@ impl EngineCore {
             .is_some_and(|g| g != plugio_device::fork::generation())
     }
 
+    /// Whether IO on a device opened in fork generation
+    /// `device_generation` may go through this core: neither the core nor
+    /// the device was made before a fork of this process (one load of the
+    /// fork counter for both tests, on every IO's issue).
+    #[inline]
+    pub fn serves_generation(&self, device_generation: u64) -> bool {
+        let now = plugio_device::fork::generation();
+        device_generation == now && self.fork_generation.is_none_or(|g| g == now)
+    }
+
     /// In a forked child, wakes every task waiting on a bio of this core:
     /// what was in flight at the fork completes in the parent only (the
     /// ring is the parent's), so no completion would ever wake it. Polled

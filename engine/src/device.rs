@@ -40,6 +40,11 @@ pub use crate::shared::MAX_IO_BYTES;
 /// IO. Await every write (or drop none in flight) before dropping the
 /// last handle of a file you reopen.
 ///
+/// A handle belongs to the process that opened it: in a `fork()`ed child,
+/// IO on a device the parent opened fails with
+/// [`ErrorKind::Forked`](plugio_device::ErrorKind::Forked) (open it again
+/// there); its `iostats` and `tags_in_use` still answer.
+///
 /// # IO futures
 /// - **They stay on their core.** An IO future (`read_at`, `write_at`,
 ///   `sync_data`, ...) is `Send`, so it can be built on one thread and
@@ -253,8 +258,14 @@ impl Device {
         self.shared.iostats()
     }
 
-    /// Tags held right now by requests in flight, from all cores.
+    /// Tags held right now by requests in flight, from all cores. 0 in a
+    /// forked child for a device its parent opened (the tags the parent's
+    /// requests held at the fork are the parent's; the child's IO on such
+    /// a device is refused).
     pub fn tags_in_use(&self) -> u32 {
+        if self.shared.inherited() {
+            return 0;
+        }
         self.shared.tag_sets.iter().map(|t| t.busy()).sum()
     }
 
@@ -653,9 +664,12 @@ pub(crate) fn issue_inline(
         forget_if_none(init.buf);
         return Err(Err(e));
     }
-    // A forked child may not use its parent's rings (the fork guard).
+    // A forked child may not use its parent's rings (the fork guard), nor
+    // its parent's devices: their tags may be held by requests that only
+    // the parent completes (a child's IO waited for them forever; found
+    // by a break-it helper).
     let core = match EngineCore::current() {
-        Ok(c) if c.forked() => Err(plugio_device::fork::forked_error()),
+        Ok(c) if !c.serves_generation(shared.fork_generation) => Err(fork_refusal(&c)),
         other => other,
     };
     let core = match core {
@@ -900,6 +914,20 @@ fn became_read_only(shared: &DeviceShared) -> bool {
             .backend
             .file_fd()
             .is_some_and(|fd| plugio_device::backend::file::is_read_only_block_device(&*fd))
+}
+
+/// The refusal of IO in a forked child through `core`, a core of its
+/// parent's runtime, or on a device its parent opened (see
+/// [`DeviceShared::inherited`]).
+#[cold]
+#[inline(never)]
+fn fork_refusal(core: &EngineCore) -> Error {
+    if core.forked() {
+        return plugio_device::fork::forked_error();
+    }
+    plugio_device::fork::forked_error().with_context(
+        "this device was opened before fork(): open it again in the child (Device::open)",
+    )
 }
 
 /// An error of this device that names no path yet: it names the

@@ -13,7 +13,10 @@
 //! (its cores' counters, the cores to wake at close, the remote orphans)
 //! is a [`ForkLocal`]: a forked child that reads an inherited device's
 //! iostats or drops it never waits for a lock a thread of the parent held
-//! at the fork.
+//! at the fork. A device is used only in the fork generation it was opened
+//! in ([`DeviceShared::inherited`]): a child's IO on its parent's device
+//! is refused (its tags may be held by the parent's requests, which only
+//! the parent completes).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -99,6 +102,10 @@ pub(crate) struct DeviceShared {
     pub zeroes_refused: AtomicBool,
     /// Handles ([`Device`](crate::Device) values) alive; 0 = closed.
     pub handles: AtomicUsize,
+    /// The fork generation the device was opened in
+    /// (`plugio_executor::fork::generation`); see
+    /// [`DeviceShared::inherited`].
+    pub fork_generation: u64,
     /// The iostats counters of every core that used the device. A forked
     /// child's instance starts with the parent's (their counts as of the
     /// fork), unless a thread of the parent held the lock then.
@@ -231,6 +238,11 @@ impl DeviceShared {
             counters: ForkLocal::new(|| Mutex::new(Vec::new())),
             core_wakers: ForkLocal::new(CoreWakers::default),
             handles: AtomicUsize::new(1),
+            fork_generation: {
+                // Counted from here on: a fork after the open is seen.
+                plugio_executor::fork::install();
+                plugio_executor::fork::generation()
+            },
             remote_orphans: ForkLocal::new(|| Mutex::new(Vec::new())),
             remote_orphans_pending: AtomicBool::new(false),
             bounce_align,
@@ -310,6 +322,16 @@ impl DeviceShared {
         }
     }
 
+    /// Whether this is a forked child's copy of a device its parent
+    /// opened (the process forked since the open): its IO is refused with
+    /// `ErrorKind::Forked`, its iostats show nothing in flight and its
+    /// tags none in use (the parent's requests, which held them at the
+    /// fork, complete in the parent only).
+    #[inline]
+    pub fn inherited(&self) -> bool {
+        self.fork_generation != plugio_executor::fork::generation()
+    }
+
     /// Whether every [`Device`](crate::Device) handle was dropped.
     pub fn is_closed(&self) -> bool {
         // Acquire pairs with the Release decrement in `drop_handle`.
@@ -360,6 +382,10 @@ impl DeviceShared {
             .iter()
         {
             s.add_core(c);
+        }
+        if self.inherited() {
+            // The parent's requests in flight at the fork: not the child's.
+            s.in_flight = 0;
         }
         for t in &self.tag_sets {
             add_tag_stats(&mut s.tags, &t.stats());

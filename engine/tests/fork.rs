@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use futures::FutureExt;
+use plugio_device::testing::in_forked_child;
 use plugio_device::{ErrorKind, RingConfig};
 use plugio_engine::{Device, DeviceOptions};
 
@@ -416,4 +417,84 @@ fn a_task_parked_on_io_in_flight_at_the_fork_is_woken_in_the_child() {
         assert_eq!(dev.tags_in_use(), 0);
         status
     });
+}
+
+/// A device opened before the fork, in the child, through a runtime built
+/// there: its IO is refused with `Forked`, saying to open it again (before,
+/// a read waited for ever when the parent's requests held the device's
+/// tags at the fork: only the parent completes them; found by a break-it
+/// helper); its iostats show nothing in flight and its tags none in use,
+/// and the device opened again in the child works. The parent's reads all
+/// complete with their data.
+#[test]
+fn a_device_opened_before_the_fork_is_refused_in_the_childs_new_runtime() {
+    watchdog(120, || {
+        let dir = tmpdir();
+        let path = file_with_blocks(dir.path());
+        local().run(async move {
+            let opts = DeviceOptions {
+                queue_depth: 2,
+                ..DeviceOptions::default()
+            };
+            let dev = Device::open(&path, opts).expect("open");
+            let mut reads = Vec::new();
+            for attempt in 0.. {
+                assert!(attempt < ATTEMPTS, "never every tag in use at once");
+                reads = (0..2u64)
+                    .map(|b| Box::pin(dev.read_alloc_at(2 * b * BLOCK as u64, BLOCK)))
+                    .collect();
+                for r in &mut reads {
+                    assert!(futures::poll!(r.as_mut()).is_pending());
+                }
+                // The tick's end flushes and sends them.
+                plugio_executor::yield_now().await;
+                if dev.tags_in_use() == 2 {
+                    break;
+                }
+                for r in reads.drain(..) {
+                    r.await.expect("a read before the fork");
+                }
+            }
+            let child = in_forked_child(30, || the_parents_device_in_the_child(&dev, &path));
+            for (b, r) in reads.into_iter().enumerate() {
+                let got = r.await.expect("the parent's read");
+                check_block(got.as_slice(), 2 * b as u64, 0).expect("the parent's data");
+            }
+            assert_eq!((dev.tags_in_use(), dev.iostats().in_flight), (0, 0));
+            child.expect("the child");
+        });
+    });
+}
+
+/// The child's side of
+/// [`a_device_opened_before_the_fork_is_refused_in_the_childs_new_runtime`].
+fn the_parents_device_in_the_child(dev: &Device, path: &Path) -> Result<(), String> {
+    let (in_flight, tags) = (dev.iostats().in_flight, dev.tags_in_use());
+    if (in_flight, tags) != (0, 0) {
+        return Err(format!(
+            "the inherited device: {in_flight} in flight, {tags} tags in use"
+        ));
+    }
+    let rt = plugio_engine::runtime::builder(RingConfig::default())
+        .cores(1)
+        .build()
+        .map_err(|e| format!("new runtime: {e}"))?;
+    let (dev, path) = (dev.clone(), path.to_path_buf());
+    let got = futures::executor::block_on(rt.spawn_on(0, async move {
+        let advice = "this device was opened before fork(): open it again in the child";
+        match dev.read_alloc_at(0, BLOCK).await {
+            Err(e) if *e.kind() == ErrorKind::Forked && e.to_string().starts_with(advice) => {}
+            other => return Err(format!("a read: {:?}", other.map(|b| b.len()))),
+        }
+        let again = Device::open(&path, DeviceOptions::default()).map_err(|e| e.to_string())?;
+        let b = again
+            .read_alloc_at(200 * BLOCK as u64, BLOCK)
+            .await
+            .map_err(|e| e.to_string())?;
+        check_block(b.as_slice(), 200, 0)
+    }))
+    .map_err(|e| format!("the new runtime's task: {e:?}"))?;
+    got?;
+    rt.shutdown(plugio_executor::ShutdownMode::Wait)
+        .map_err(|e| format!("shutdown: {e:?}"))
 }
