@@ -12,17 +12,22 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{signal, SigHandler, Signal};
 
-/// Sets the child's SIGINT to `handler` (`SigDfl` or `SigIgn`) between fork
-/// and exec. A test run started in the background of a non-interactive
-/// shell (a CI script's `cmd &`) ignores SIGINT and its children inherit
-/// that; `plugio` (as any Unix tool) keeps an ignored SIGINT ignored, so a
-/// test that sends SIGINT sets the default first.
+/// Sets the child's SIGINT to `handler` (`SigDfl` or `SigIgn`), and its
+/// SIGHUP and SIGTERM to their default actions, between fork and exec. A
+/// test run started in the background of a non-interactive shell (a CI
+/// script's `cmd &`) ignores SIGINT, one started under `nohup` ignores
+/// SIGHUP, and their children inherit that; `plugio` (as any Unix tool)
+/// keeps an ignored signal ignored, so a test that sends one sets the
+/// default first (under `nohup`, the SIGHUP tests waited for the whole
+/// run before: found by a new-user helper).
 pub fn set_sigint(c: &mut Command, handler: SigHandler) -> &mut Command {
     // SAFETY: between fork and exec the closure only calls `signal(2)`,
     // which is async-signal-safe, and allocates nothing.
     unsafe {
         c.pre_exec(move || {
             signal(Signal::SIGINT, handler)
+                .and_then(|_| signal(Signal::SIGHUP, SigHandler::SigDfl))
+                .and_then(|_| signal(Signal::SIGTERM, SigHandler::SigDfl))
                 .map(drop)
                 .map_err(std::io::Error::from)
         })
