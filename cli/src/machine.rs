@@ -21,6 +21,30 @@
 /// }
 /// ```
 pub fn available_memory() -> Option<(u64, &'static str)> {
+    let mut best = memory_for_files()?;
+    if let Some(left) = address_space_left() {
+        if left < best.0 {
+            best = (left, "its address-space limit (ulimit -v)");
+        }
+    }
+    Some(best)
+}
+
+/// Bytes of memory that files in memory (tmpfs, ramfs) may still take,
+/// and where the figure comes from: `MemAvailable` of /proc/meminfo,
+/// lowered to what the process's cgroup memory limit leaves (a tmpfs page
+/// is charged to the cgroup of the process that writes it). Unlike
+/// [`available_memory`], not held to the address-space limit: such a
+/// file's pages are not mapped into the process. `None` where
+/// /proc/meminfo cannot be read.
+///
+/// ```
+/// if let Some((bytes, source)) = plugio_cli::machine::memory_for_files() {
+///     assert!(["MemAvailable", "its cgroup's memory limit"].contains(&source));
+///     println!("{} MiB for files in memory ({source})", bytes >> 20);
+/// }
+/// ```
+pub fn memory_for_files() -> Option<(u64, &'static str)> {
     let kib = kib_field(
         &std::fs::read_to_string("/proc/meminfo").ok()?,
         "MemAvailable:",
@@ -29,11 +53,6 @@ pub fn available_memory() -> Option<(u64, &'static str)> {
     if let Some(left) = cgroup_memory_left() {
         if left < best.0 {
             best = (left, "its cgroup's memory limit");
-        }
-    }
-    if let Some(left) = address_space_left() {
-        if left < best.0 {
-            best = (left, "its address-space limit (ulimit -v)");
         }
     }
     Some(best)

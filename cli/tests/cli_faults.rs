@@ -757,6 +757,45 @@ fn a_target_on_tmpfs_is_warned_about() {
     );
 }
 
+/// A temporary file that lands on tmpfs (the temporary directory and the
+/// current one both on it) is warned about as a `--filename` there is
+/// (before, the header said only "temporary file": found by a new-user
+/// helper, whose tmpfs also took a 22 GiB file on a machine with 18 GiB
+/// available; that size check is `target::tests`').
+#[test]
+fn a_temporary_file_on_tmpfs_is_warned_about() {
+    let shm = Path::new("/dev/shm");
+    let is_tmpfs = nix::sys::statfs::statfs(shm)
+        .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC);
+    if !is_tmpfs {
+        eprintln!("/dev/shm is not tmpfs here: nothing to check");
+        return;
+    }
+    let dir = tempfile::tempdir_in(shm).expect("a directory on tmpfs");
+    let args = [
+        "--direct",
+        "0",
+        "--size",
+        "1M",
+        "--number_ios",
+        "100",
+        "--iodepth",
+        "4",
+        "--quiet",
+    ];
+    let o = bench_in(dir.path(), &args).output().expect("run plugio");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("is on tmpfs (the temporary directory and the current one both are): this measures memory, not a device"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        left_in(dir.path()).is_empty(),
+        "the temporary file is removed"
+    );
+}
+
 /// `cmd` with a file size limit (`ulimit -f`) of `bytes`, set between fork
 /// and exec.
 fn with_file_size_limit(cmd: &mut Command, bytes: u64) -> &mut Command {

@@ -76,6 +76,14 @@ pub fn prepare(job: &Job) -> Result<Target, BenchError> {
             };
             // Empty until every check below has passed.
             let temp = create_temp()?;
+            if let Some(fs) = memory_fs(temp.path()) {
+                eprintln!(
+                    "plugio: warning: the temporary file {} is on {fs} (the temporary \
+                     directory and the current one both are): this measures memory, not a \
+                     device; run from a directory on a disk, or pass --filename",
+                    plugio_cli::shown::path(temp.path())
+                );
+            }
             (
                 temp.path().to_path_buf(),
                 size,
@@ -268,7 +276,8 @@ fn check_direct(path: &Path, job: &Job) -> Result<u32, BenchError> {
     Ok(lbs)
 }
 
-/// True when `dir` is on tmpfs (which refuses O_DIRECT).
+/// True when `dir` is on tmpfs (whose pages are memory: a temporary file
+/// there would measure memory, not a device).
 fn is_tmpfs(dir: &Path) -> bool {
     nix::sys::statfs::statfs(dir)
         .map(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)
@@ -318,7 +327,10 @@ fn create_temp() -> Result<tempfile::NamedTempFile, BenchError> {
 
 /// Refuses a temporary file of `size_bytes` at `path` that would leave
 /// less than [`TEMP_FREE_MARGIN_BYTES`] free on its file system (the
-/// blocks an unprivileged process may use, `statvfs`'s `f_bavail`). A file
+/// blocks an unprivileged process may use, `statvfs`'s `f_bavail`), or,
+/// on a memory file system (tmpfs, ramfs: its pages are memory, and its
+/// own size may exceed what the machine has), of the memory files may
+/// still take there ([`plugio_cli::machine::memory_for_files`]). A file
 /// system that cannot say is not checked.
 ///
 /// # Errors
@@ -331,18 +343,42 @@ fn check_free_space(path: &Path, size_bytes: u64) -> Result<(), BenchError> {
     // The widths of fsblkcnt_t and c_ulong differ between platforms.
     #[allow(clippy::useless_conversion)]
     let free_bytes = u64::from(st.blocks_available()).saturating_mul(u64::from(st.fragment_size()));
-    if size_bytes.saturating_add(TEMP_FREE_MARGIN_BYTES) <= free_bytes {
+    let memory = memory_fs(path).and_then(|fs| {
+        let (bytes, source) = plugio_cli::machine::memory_for_files()?;
+        Some((bytes, fs, source))
+    });
+    let (room_bytes, memory) = room_bytes(free_bytes, memory);
+    if size_bytes.saturating_add(TEMP_FREE_MARGIN_BYTES) <= room_bytes {
         return Ok(());
     }
-    let dir = path.parent().unwrap_or(path);
+    let dir = plugio_cli::shown::path(path.parent().unwrap_or(path));
+    let free = match memory {
+        Some((fs, source)) => format!(
+            "the {} of memory left ({source}) where {dir} is on {fs}",
+            super::units::human(room_bytes)
+        ),
+        None => format!("the {} free in {dir}", super::units::human(room_bytes)),
+    };
     Err(BenchError::TooBig(format!(
-        "a temporary file of {} (--size) would leave less than {} of the {} free in {}: \
+        "a temporary file of {} (--size) would leave less than {} of {free}: \
          lower --size, or pass a file or block device that large with --filename",
         super::units::human(size_bytes),
         super::units::human(TEMP_FREE_MARGIN_BYTES),
-        super::units::human(free_bytes),
-        plugio_cli::shown::path(dir)
     )))
+}
+
+/// The room for a temporary file: the file system's free bytes, or the
+/// memory left where the file system is in memory (`memory`: the bytes,
+/// the file system's name and where the figure comes from) and that is
+/// less; with the name and source when memory is the limit.
+fn room_bytes(
+    free_bytes: u64,
+    memory: Option<(u64, &'static str, &'static str)>,
+) -> (u64, Option<(&'static str, &'static str)>) {
+    match memory {
+        Some((bytes, fs, source)) if bytes < free_bytes => (bytes, Some((fs, source))),
+        _ => (free_bytes, None),
+    }
 }
 
 /// Refuses a job that writes a regular file up to `written_bytes` past
@@ -471,4 +507,24 @@ fn fill_temp(
         .map_err(|e| BenchError::io(ctx("syncing"), e))?;
     bar.finish_and_clear();
     Ok(file.into_temp_path())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::room_bytes;
+
+    /// On a memory file system the memory left bounds the temporary file
+    /// where it is below the file system's own free space (a tmpfs may be
+    /// sized past the machine's memory); elsewhere the free space does.
+    #[test]
+    fn the_room_on_a_memory_file_system_is_the_smaller_of_its_space_and_the_memory() {
+        let gib = 1u64 << 30;
+        let memory = |bytes| Some((bytes, "tmpfs", "MemAvailable"));
+        assert_eq!(
+            room_bytes(23 * gib, memory(18 * gib)),
+            (18 * gib, Some(("tmpfs", "MemAvailable")))
+        );
+        assert_eq!(room_bytes(4 * gib, memory(18 * gib)), (4 * gib, None));
+        assert_eq!(room_bytes(23 * gib, None), (23 * gib, None));
+    }
 }
