@@ -399,7 +399,8 @@ fn under_valgrind() -> bool {
 }
 
 /// Parses a size with fio's suffixes: `4096`, `4k`, `4K`, `4KiB`, `16m`,
-/// `1g`, `2t` (powers of 1024).
+/// `1g`, `2t` (powers of 1024), with a decimal part where the size is a
+/// whole number of bytes (`1.5g`, `23.5G`; not `0.3k`).
 ///
 /// # Errors
 /// A message naming the bad text.
@@ -411,7 +412,11 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         return Err(format!("'{text}' is negative: give a size such as 4k"));
     }
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (digits, suffix) = t.split_at(split);
+    let (digits, rest) = t.split_at(split);
+    let (fraction, suffix) = match rest.strip_prefix('.') {
+        Some(r) => r.split_at(r.find(|c: char| !c.is_ascii_digit()).unwrap_or(r.len())),
+        None => ("", rest),
+    };
     let number: u64 = digits
         .parse()
         .map_err(|_| format!("'{text}' is not a size: use e.g. 4096, 4k, 16M, 1G"))?;
@@ -427,9 +432,25 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
             ))
         }
     };
-    number
-        .checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("'{text}' is too large"))
+    if fraction.is_empty() {
+        return number
+            .checked_mul(1u64 << shift)
+            .ok_or_else(|| format!("'{text}' is too large"));
+    }
+    // number.fraction × 2^shift in whole bytes, exactly (u128: no overflow
+    // below 2^64 × 10^19).
+    let scale = 10u128
+        .checked_pow(u32::try_from(fraction.len()).unwrap_or(u32::MAX))
+        .filter(|_| fraction.len() <= 19)
+        .ok_or_else(|| format!("'{text}': too many decimals"))?;
+    let tenths: u128 = fraction.parse().unwrap_or(0);
+    let scaled = (u128::from(number) * scale + tenths) << shift;
+    if scaled % scale != 0 {
+        return Err(format!(
+            "'{text}' is not a whole number of bytes: give it in a smaller unit (e.g. 1536k for 1.5m)"
+        ));
+    }
+    u64::try_from(scaled / scale).map_err(|_| format!("'{text}' is too large"))
 }
 
 /// Parses a time in seconds: a plain number (`10`, `2.5`), or one with
@@ -500,6 +521,22 @@ mod tests {
         assert!(parse_size("k").is_err());
         assert!(parse_size("99999999999t").is_err());
         assert!(parse_size("-4k").unwrap_err().contains("negative"));
+        // Decimals where the size is a whole number of bytes.
+        assert_eq!(parse_size("1.5g"), Ok(3 << 29));
+        assert_eq!(parse_size("23.5G"), Ok(47 << 29));
+        assert_eq!(parse_size("0.25k"), Ok(256));
+        assert!(parse_size("0.3k")
+            .unwrap_err()
+            .contains("whole number of bytes"));
+        assert!(parse_size("1.5")
+            .unwrap_err()
+            .contains("whole number of bytes"));
+        assert!(parse_size("1.x")
+            .unwrap_err()
+            .contains("unknown size suffix"));
+        assert!(parse_size("17179869184.5t")
+            .unwrap_err()
+            .contains("too large"));
         assert!(parse_size("--json").unwrap_err().contains("not a size"));
     }
 
