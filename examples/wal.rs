@@ -327,9 +327,10 @@ async fn run(path: &Path, durability: Durability) -> Result<(), Box<dyn StdError
     }
     let io = dev.iostats();
     println!(
-        "{durability:?}: {total} records from {WRITERS} writers in {} commits \
+        "{durability:?}: {total} records from {WRITERS} writer{} in {} commits \
          ({:.1} records/commit, largest {}), {} KiB in {:.0} ms; \
          device: {} write requests ({} FUA), {} flushes",
+        if WRITERS == 1 { "" } else { "s" },
         stats.commits,
         stats.records as f64 / stats.commits as f64,
         stats.largest_batch,
