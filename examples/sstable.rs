@@ -120,7 +120,7 @@ async fn scan(dev: &Device, mut visit: impl FnMut(u64, &[u8])) -> Result<u64, pl
 // ANCHOR_END: scan
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let tmp = tempfile::tempdir_in(".")?;
+    let tmp = tempfile::tempdir_in(std::env::current_dir()?)?;
     let dir = std::env::args()
         .nth(1)
         .map_or_else(|| tmp.path().to_path_buf(), PathBuf::from);

@@ -578,7 +578,7 @@ fn a_read_job_on_an_unreadable_file_is_bad_input() {
 }
 
 #[test]
-fn info_refuses_a_fifo_a_directory_and_dev_null_at_once() {
+fn info_bench_and_replay_refuse_a_fifo_and_a_directory_naming_them() {
     let dir = tmpdir();
     let fifo = dir.path().join("fifo");
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
@@ -601,6 +601,20 @@ fn info_refuses_a_fifo_a_directory_and_dev_null_at_once() {
         let p = path.display().to_string();
         assert_eq!(err.matches(&p).count(), 1, "the path once: {err}");
         assert!(o.stdout.is_empty(), "nothing described");
+    }
+    // bench and replay name what the path is too (they said only "neither
+    // a regular file nor a block device": found by a new-user helper).
+    for (path, what) in [
+        (fifo.as_path(), "is a FIFO"),
+        (dir.path(), "is a directory"),
+    ] {
+        let p = path.to_str().expect("utf-8");
+        let o = plugio(&["bench", "--filename", p, "--number_ios", "1"]);
+        assert_bad_input(&o, &[what, "NVMe generic character device"]);
+        let trace = dir.path().join("trace.csv");
+        std::fs::write(&trace, "time_ns,op,offset_bytes,len_bytes\n0,R,0,4096\n").expect("a trace");
+        let o = plugio(&["replay", trace.to_str().expect("utf-8"), "--filename", p]);
+        assert_bad_input(&o, &[what, "a regular file or a block device"]);
     }
     // The missing-path hint names no option `info` lacks.
     let o = plugio(&["info", "/nonexistent/plugio"]);

@@ -52,6 +52,22 @@ pub fn check_path_kind(path: impl AsRef<Path>) -> Result<PathKind> {
     .with_path(path))
 }
 
+/// What `path` is (symbolic links followed), in words with its article,
+/// as [`InvalidInput::PathKind`] names it: "a regular file", "a block
+/// device", "a directory", "a FIFO (named pipe)", "a socket", "a character
+/// device". `None` when it cannot be examined (missing, no permission).
+///
+/// ```
+/// let dir = tempfile::tempdir().unwrap();
+/// assert_eq!(plugio::device::path_kind::describe(dir.path()), Some("a directory"));
+/// assert_eq!(plugio::device::path_kind::describe(dir.path().join("none")), None);
+/// ```
+pub fn describe(path: impl AsRef<Path>) -> Option<&'static str> {
+    std::fs::metadata(path)
+        .ok()
+        .map(|m| kind_name(m.file_type()))
+}
+
 /// What a file type is, in words, for [`InvalidInput::PathKind`].
 pub(crate) fn kind_name(t: std::fs::FileType) -> &'static str {
     if t.is_file() {

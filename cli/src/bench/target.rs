@@ -174,8 +174,10 @@ fn existing_len(path: &Path) -> Result<(u64, &'static str), BenchError> {
         Ok((meta.len(), "file"))
     } else {
         Err(BenchError::usage(format!(
-            "{} is neither a regular file nor a block device: pass one to --filename",
-            plugio_cli::shown::path(path)
+            "{} is {}: pass a regular file, a block device or an NVMe generic character \
+             device (/dev/ngXnY) to --filename",
+            plugio_cli::shown::path(path),
+            plugio_device::path_kind::describe(path).unwrap_or("neither a file nor a device")
         )))
     }
 }

@@ -313,8 +313,9 @@ pub fn target_size(path: &Path) -> Result<u64, ReplayError> {
         Ok(meta.len())
     } else {
         Err(ReplayError::usage(format!(
-            "{} is neither a regular file nor a block device: pass one to --filename",
-            shown::path(path)
+            "{} is {}: pass a regular file or a block device to --filename",
+            shown::path(path),
+            plugio_device::path_kind::describe(path).unwrap_or("neither a file nor a device")
         )))
     }
 }
