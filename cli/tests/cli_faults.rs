@@ -739,16 +739,23 @@ fn replay_dash_reads_the_trace_from_stdin() {
     assert_eq!(v["verify"]["mismatched_sectors"], 0, "{v}");
 }
 
-#[test]
-fn a_target_on_tmpfs_is_warned_about() {
+/// /dev/shm where it is tmpfs; elsewhere there is no tmpfs to try (said
+/// on stderr).
+fn shm_on_tmpfs() -> Option<&'static Path> {
     let shm = Path::new("/dev/shm");
-    // Only where /dev/shm is tmpfs; elsewhere there is no tmpfs to try.
     let is_tmpfs = nix::sys::statfs::statfs(shm)
         .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC);
     if !is_tmpfs {
         eprintln!("/dev/shm is not tmpfs here: nothing to check");
-        return;
     }
+    is_tmpfs.then_some(shm)
+}
+
+#[test]
+fn a_target_on_tmpfs_is_warned_about() {
+    let Some(shm) = shm_on_tmpfs() else {
+        return;
+    };
     let f = tempfile::NamedTempFile::new_in(shm).expect("tmpfs file");
     std::fs::write(f.path(), vec![0u8; 1 << 20]).expect("write");
     let o = plugio(&[
@@ -778,13 +785,9 @@ fn a_target_on_tmpfs_is_warned_about() {
 /// available; that size check is `target::tests`').
 #[test]
 fn a_temporary_file_on_tmpfs_is_warned_about() {
-    let shm = Path::new("/dev/shm");
-    let is_tmpfs = nix::sys::statfs::statfs(shm)
-        .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC);
-    if !is_tmpfs {
-        eprintln!("/dev/shm is not tmpfs here: nothing to check");
+    let Some(shm) = shm_on_tmpfs() else {
         return;
-    }
+    };
     let dir = tempfile::tempdir_in(shm).expect("a directory on tmpfs");
     let args = [
         "--direct",

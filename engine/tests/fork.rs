@@ -211,6 +211,36 @@ async fn parent_io(dev: &Device, round: u64) -> Result<(), String> {
     Ok(())
 }
 
+/// A read future of the blocks 0, 2, 4, ... (`n` of them, polled once),
+/// boxed.
+type InFlightRead<'a> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<plugio_device::DmaBuf, plugio_device::Error>> + 'a>,
+>;
+
+/// `n` reads of `dev` sent and in flight together (`tags_in_use` says
+/// so), not yet awaited: the state to fork in. Tries again while some
+/// completed before the check (a page-cached read may), up to
+/// [`ATTEMPTS`] times.
+async fn reads_in_flight(dev: &Device, n: u64) -> Vec<InFlightRead<'_>> {
+    for _ in 0..ATTEMPTS {
+        let mut reads: Vec<InFlightRead<'_>> = (0..n)
+            .map(|b| Box::pin(dev.read_alloc_at(2 * b * BLOCK as u64, BLOCK)) as InFlightRead<'_>)
+            .collect();
+        for r in &mut reads {
+            assert!(futures::poll!(r.as_mut()).is_pending());
+        }
+        // The tick's end flushes and sends them.
+        plugio_executor::yield_now().await;
+        if u64::from(dev.tags_in_use()) == n {
+            return reads;
+        }
+        for r in reads {
+            r.await.expect("a read before the fork");
+        }
+    }
+    panic!("never {n} reads in flight at once in {ATTEMPTS} tries");
+}
+
 /// Runs `test(device, its path, the report pipe's write end)` on a
 /// fresh core and a file of [`file_with_blocks`]; the test forks a child
 /// that reports through the pipe and returns the child's wait status.
@@ -303,25 +333,7 @@ fn fork_with_a_live_runtime_leaves_the_parent_alone_and_refuses_the_childs_io() 
 #[test]
 fn reads_in_flight_at_the_fork_end_with_forked_in_the_child() {
     with_a_forked_child(|dev, _path, write_fd| async move {
-        let mut reads = Vec::new();
-        for attempt in 0.. {
-            assert!(attempt < ATTEMPTS, "never 8 reads in flight at once");
-            reads = (0..8u64)
-                .map(|b| Box::pin(dev.read_alloc_at(2 * b * BLOCK as u64, BLOCK)))
-                .collect();
-            for r in &mut reads {
-                assert!(futures::poll!(r.as_mut()).is_pending());
-            }
-            // The tick's end flushes and sends them.
-            plugio_executor::yield_now().await;
-            if dev.tags_in_use() == 8 {
-                break;
-            }
-            // Some completed already (page-cached reads may): again.
-            for r in reads.drain(..) {
-                r.await.expect("a read before the fork");
-            }
-        }
+        let mut reads = reads_in_flight(&dev, 8).await;
         // SAFETY: the child only awaits the reads, reports and _exits.
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0, "fork failed");
@@ -437,24 +449,8 @@ fn a_device_opened_before_the_fork_is_refused_in_the_childs_new_runtime() {
                 ..DeviceOptions::default()
             };
             let dev = Device::open(&path, opts).expect("open");
-            let mut reads = Vec::new();
-            for attempt in 0.. {
-                assert!(attempt < ATTEMPTS, "never every tag in use at once");
-                reads = (0..2u64)
-                    .map(|b| Box::pin(dev.read_alloc_at(2 * b * BLOCK as u64, BLOCK)))
-                    .collect();
-                for r in &mut reads {
-                    assert!(futures::poll!(r.as_mut()).is_pending());
-                }
-                // The tick's end flushes and sends them.
-                plugio_executor::yield_now().await;
-                if dev.tags_in_use() == 2 {
-                    break;
-                }
-                for r in reads.drain(..) {
-                    r.await.expect("a read before the fork");
-                }
-            }
+            // Every tag in use.
+            let reads = reads_in_flight(&dev, 2).await;
             let child = in_forked_child(30, || the_parents_device_in_the_child(&dev, &path));
             for (b, r) in reads.into_iter().enumerate() {
                 let got = r.await.expect("the parent's read");
