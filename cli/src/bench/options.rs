@@ -413,13 +413,16 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     }
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (digits, rest) = t.split_at(split);
+    let not_a_size = || format!("'{text}' is not a size: use e.g. 4096, 4k, 16M, 1.5G");
     let (fraction, suffix) = match rest.strip_prefix('.') {
         Some(r) => r.split_at(r.find(|c: char| !c.is_ascii_digit()).unwrap_or(r.len())),
         None => ("", rest),
     };
-    let number: u64 = digits
-        .parse()
-        .map_err(|_| format!("'{text}' is not a size: use e.g. 4096, 4k, 16M, 1G"))?;
+    if rest.starts_with('.') && fraction.is_empty() {
+        // "1." or "1.k": a point with no decimals.
+        return Err(not_a_size());
+    }
+    let number: u64 = digits.parse().map_err(|_| not_a_size())?;
     let shift = match suffix.to_ascii_lowercase().as_str() {
         "" | "b" => 0,
         "k" | "kb" | "kib" => 10,
@@ -432,25 +435,35 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
             ))
         }
     };
+    let too_large = || format!("'{text}' is too large");
+    // Trailing zeros change nothing ("1.000g" is 1 GiB).
+    let fraction = fraction.trim_end_matches('0');
     if fraction.is_empty() {
-        return number
-            .checked_mul(1u64 << shift)
-            .ok_or_else(|| format!("'{text}' is too large"));
+        return number.checked_mul(1u64 << shift).ok_or_else(too_large);
     }
-    // number.fraction × 2^shift in whole bytes, exactly (u128: no overflow
-    // below 2^64 × 10^19).
-    let scale = 10u128
-        .checked_pow(u32::try_from(fraction.len()).unwrap_or(u32::MAX))
-        .filter(|_| fraction.len() <= 19)
-        .ok_or_else(|| format!("'{text}': too many decimals"))?;
-    let tenths: u128 = fraction.parse().unwrap_or(0);
-    let scaled = (u128::from(number) * scale + tenths) << shift;
+    // number.fraction × 2^shift in whole bytes, exactly, every step
+    // checked (an unchecked shift dropped high bits: a size near 2^65
+    // read as 2 MiB; found by a break-it helper).
+    let scale = u32::try_from(fraction.len())
+        .ok()
+        .filter(|&n| n <= 19)
+        .map(|n| 10u128.pow(n))
+        .ok_or_else(|| format!("'{text}': too many decimals (19 at most)"))?;
+    let tenths: u128 = fraction.parse().map_err(|_| not_a_size())?;
+    let scaled = u128::from(number)
+        .checked_mul(scale)
+        .and_then(|n| n.checked_add(tenths))
+        .and_then(|n| n.checked_mul(1u128 << shift))
+        .ok_or_else(too_large)?;
     if scaled % scale != 0 {
-        return Err(format!(
-            "'{text}' is not a whole number of bytes: give it in a smaller unit (e.g. 1536k for 1.5m)"
-        ));
+        let hint = if shift == 0 {
+            ""
+        } else {
+            ": give it in a smaller unit (e.g. 1536k for 1.5m)"
+        };
+        return Err(format!("'{text}' is not a whole number of bytes{hint}"));
     }
-    u64::try_from(scaled / scale).map_err(|_| format!("'{text}' is too large"))
+    u64::try_from(scaled / scale).map_err(|_| too_large())
 }
 
 /// Parses a time in seconds: a plain number (`10`, `2.5`), or one with
@@ -531,12 +544,25 @@ mod tests {
         assert!(parse_size("1.5")
             .unwrap_err()
             .contains("whole number of bytes"));
-        assert!(parse_size("1.x")
+        assert!(parse_size("1.5x")
             .unwrap_err()
             .contains("unknown size suffix"));
+        assert!(parse_size("1.x").unwrap_err().contains("not a size"));
         assert!(parse_size("17179869184.5t")
             .unwrap_err()
             .contains("too large"));
+        // A product past 2^128 before the division (it read as 2 MiB).
+        assert!(parse_size("30948500.9821364142211109181t")
+            .unwrap_err()
+            .contains("too large"));
+        assert!(parse_size("1.").unwrap_err().contains("not a size"));
+        assert!(parse_size("1.k").unwrap_err().contains("not a size"));
+        assert_eq!(parse_size("1.00000000000000000000g"), Ok(1 << 30));
+        let half_byte = parse_size("0.5b").unwrap_err();
+        assert!(
+            half_byte.ends_with("not a whole number of bytes"),
+            "{half_byte}"
+        );
         assert!(parse_size("--json").unwrap_err().contains("not a size"));
     }
 
