@@ -78,9 +78,9 @@ pub fn prepare(job: &Job) -> Result<Target, BenchError> {
             let temp = create_temp()?;
             if let Some(fs) = memory_fs(temp.path()) {
                 eprintln!(
-                    "plugio: warning: the temporary file {} is on {fs} (the temporary \
-                     directory and the current one both are): this measures memory, not a \
-                     device; run from a directory on a disk, or pass --filename",
+                    "plugio: warning: the temporary file {} is on {fs}: this measures memory, \
+                     not a device; set TMPDIR to a directory on a disk (or run from one), or \
+                     pass --filename",
                     plugio_cli::shown::path(temp.path())
                 );
             }
@@ -278,14 +278,6 @@ fn check_direct(path: &Path, job: &Job) -> Result<u32, BenchError> {
     Ok(lbs)
 }
 
-/// True when `dir` is on tmpfs (whose pages are memory: a temporary file
-/// there would measure memory, not a device).
-fn is_tmpfs(dir: &Path) -> bool {
-    nix::sys::statfs::statfs(dir)
-        .map(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)
-        .unwrap_or(false)
-}
-
 /// The memory file system `path` is on (tmpfs, ramfs), if it is on one.
 fn memory_fs(path: &Path) -> Option<&'static str> {
     use nix::sys::statfs::{statfs, FsType, TMPFS_MAGIC};
@@ -300,10 +292,11 @@ fn memory_fs(path: &Path) -> Option<&'static str> {
 }
 
 /// The directory for the temporary file: the system temp directory unless
-/// it is tmpfs, else the current directory.
+/// it is in memory (tmpfs, ramfs: a file there would measure memory, not
+/// a device), else the current directory.
 fn temp_dir() -> PathBuf {
     let tmp = std::env::temp_dir();
-    if is_tmpfs(&tmp) {
+    if memory_fs(&tmp).is_some() {
         std::env::current_dir().unwrap_or(tmp)
     } else {
         tmp
@@ -378,7 +371,10 @@ fn room_bytes(
     memory: Option<(u64, &'static str, &'static str)>,
 ) -> (u64, Option<(&'static str, &'static str)>) {
     match memory {
-        Some((bytes, fs, source)) if bytes < free_bytes => (bytes, Some((fs, source))),
+        // ramfs has no size: it says 0 free, and only memory bounds it.
+        Some((bytes, fs, source)) if bytes < free_bytes || fs == "ramfs" => {
+            (bytes, Some((fs, source)))
+        }
         _ => (free_bytes, None),
     }
 }
@@ -528,5 +524,11 @@ mod tests {
         );
         assert_eq!(room_bytes(4 * gib, memory(18 * gib)), (4 * gib, None));
         assert_eq!(room_bytes(23 * gib, None), (23 * gib, None));
+        // ramfs says 0 free (found by a break-it helper: every size was
+        // refused there).
+        assert_eq!(
+            room_bytes(0, Some((18 * gib, "ramfs", "MemAvailable"))),
+            (18 * gib, Some(("ramfs", "MemAvailable")))
+        );
     }
 }
