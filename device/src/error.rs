@@ -544,12 +544,11 @@ impl fmt::Display for Error {
                 "no progress: {len_bytes} bytes at offset {offset_bytes} moved no data twice \
                  in a row, inside the device (not an end of file)"
             )?,
-            // A context (the engine's) says what was made before the fork
-            // and what to do: the runtime's advice is not given then.
+            // A context (the engine's) says what was made before the fork.
             ErrorKind::Forked if self.0.context.is_some() => write!(
                 f,
-                "a child process may not use the io_uring rings, runtimes and devices \
-                 of its parent"
+                "a child process may not use its parent's io_uring rings, runtimes or \
+                 devices: build a new runtime and open the devices again in the child"
             )?,
             ErrorKind::Forked => write!(
                 f,

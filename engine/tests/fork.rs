@@ -479,7 +479,11 @@ fn the_parents_device_in_the_child(dev: &Device, path: &Path) -> Result<(), Stri
     let got = futures::executor::block_on(rt.spawn_on(0, async move {
         let advice = "this device was opened before fork(): open it again in the child";
         match dev.read_alloc_at(0, BLOCK).await {
-            Err(e) if *e.kind() == ErrorKind::Forked && e.to_string().starts_with(advice) => {}
+            Err(e)
+                if *e.kind() == ErrorKind::Forked
+                    && e.to_string().starts_with(advice)
+                    && e.to_string()
+                        .contains("open the devices again in the child") => {}
             other => return Err(format!("a read: {:?}", other.map(|b| b.len()))),
         }
         let again = Device::open(&path, DeviceOptions::default()).map_err(|e| e.to_string())?;
