@@ -170,27 +170,33 @@ pub fn park_until(
 /// assert!(M.try_lock().is_ok());
 /// ```
 pub fn while_another_thread_holds<G, R>(
-    hold: impl FnOnce() -> G + Send + 'static,
+    hold: impl FnOnce() -> G + Send,
     body: impl FnOnce() -> R,
 ) -> R {
     let (held_tx, held_rx) = std::sync::mpsc::channel();
     let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
-    let holder = std::thread::spawn(move || {
-        let guard = hold();
-        let _ = held_tx.send(());
-        let _ = release_rx.recv();
-        drop(guard);
-    });
-    if held_rx.recv().is_err() {
-        // The holder panicked before it held anything.
-        std::panic::resume_unwind(holder.join().expect_err("the holder ended early"));
-    }
-    let out = body();
-    let _ = release_tx.send(());
-    if let Err(panic) = holder.join() {
-        std::panic::resume_unwind(panic);
-    }
-    out
+    // A scoped thread: `hold` may borrow what it locks. `release_tx` moves
+    // into the scope's closure, so a panic in `body` drops it (letting the
+    // holder go) before the scope joins the holder.
+    std::thread::scope(move |scope| {
+        let release_tx = release_tx;
+        let holder = scope.spawn(move || {
+            let guard = hold();
+            let _ = held_tx.send(());
+            let _ = release_rx.recv();
+            drop(guard);
+        });
+        if held_rx.recv().is_err() {
+            // The holder panicked before it held anything.
+            std::panic::resume_unwind(holder.join().expect_err("the holder ended early"));
+        }
+        let out = body();
+        drop(release_tx);
+        if let Err(panic) = holder.join() {
+            std::panic::resume_unwind(panic);
+        }
+        out
+    })
 }
 
 /// Forks this (test) process and runs `check` in the child, which reports

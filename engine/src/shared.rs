@@ -472,7 +472,7 @@ mod tests {
     fn a_devices_locks_held_at_the_fork_do_not_stop_the_child() {
         let file = tempfile::NamedTempFile::new().unwrap();
         let dev = device_with_a_read(&file);
-        let shared: &'static Arc<DeviceShared> = Box::leak(Box::new(dev.shared().clone()));
+        let shared = &dev.shared().clone();
         // Acquire/Release as `orphan_remote`: the child then takes the
         // orphans' lock.
         shared.remote_orphans_pending.store(true, Ordering::Release);
