@@ -197,7 +197,7 @@ fn the_passthrough_snippet_reports_a_missing_namespace() {
 #[test]
 fn a_power_cut_keeps_what_was_made_durable_and_nothing_else() {
     use plugio::device::{MemConfig, MemDevice, PowerCutMode};
-    use plugio::IoFlags;
+    use plugio::{Device, DeviceOptions, IoFlags, RingConfig};
     use std::sync::Arc;
 
     let ex = plugio::runtime::local(RingConfig::default()).expect("runtime");
