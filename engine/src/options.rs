@@ -168,11 +168,16 @@ impl Default for DeviceOptions {
 
 impl DeviceOptions {
     /// The options that differ between `self` (an open device's) and
-    /// `asked`, as `name: self vs asked`.
+    /// `asked`, as `name: self vs asked`. Every field is compared: the
+    /// pattern below lists them all without `..`, so a new field that is
+    /// not added here does not compile (`bounce_unaligned` was missing,
+    /// and the refusal named no option; found by a new-user helper).
     pub(crate) fn differences(&self, asked: &DeviceOptions) -> Vec<String> {
         let mut out = Vec::new();
         macro_rules! cmp {
-            ($($field:ident),*) => {$(
+            ($($field:ident),*) => {
+                let DeviceOptions { $($field: _),* } = self;
+                $(
                 if self.$field != asked.$field {
                     out.push(format!(
                         "{}: {:?} vs {:?}",
@@ -195,6 +200,7 @@ impl DeviceOptions {
             max_merge_bytes,
             bio_cache,
             buffer_cache,
+            bounce_unaligned,
             iostats,
             cached_clock,
             direct,
@@ -240,4 +246,63 @@ impl DeviceOptions {
 /// An [`InvalidInput::Config`] error with `detail`.
 pub(crate) fn invalid(detail: String) -> Error {
     Error::invalid(InvalidInput::Config { detail })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DeviceOptions;
+
+    /// Each option that is not a default shows in the differences by its
+    /// name: one case per field, so a field left out of the comparison
+    /// (as `bounce_unaligned` once was) gives an empty list here.
+    #[test]
+    fn every_option_that_differs_is_named() {
+        let base = DeviceOptions::default();
+        let cases: Vec<(&str, DeviceOptions)> = vec![
+            (
+                "queue_depth",
+                DeviceOptions {
+                    queue_depth: 8,
+                    ..base.clone()
+                },
+            ),
+            (
+                "bounce_unaligned",
+                DeviceOptions {
+                    bounce_unaligned: !base.bounce_unaligned,
+                    ..base.clone()
+                },
+            ),
+            (
+                "fast_lane",
+                DeviceOptions {
+                    fast_lane: !base.fast_lane,
+                    ..base.clone()
+                },
+            ),
+            (
+                "overlap_order",
+                DeviceOptions {
+                    overlap_order: !base.overlap_order,
+                    ..base.clone()
+                },
+            ),
+            (
+                "read_only",
+                DeviceOptions {
+                    read_only: !base.read_only,
+                    ..base.clone()
+                },
+            ),
+        ];
+        for (name, asked) in cases {
+            let diff = base.differences(&asked);
+            assert_eq!(diff.len(), 1, "{name}: {diff:?}");
+            assert!(
+                diff[0].starts_with(&format!("{name}: ")),
+                "{name}: {diff:?}"
+            );
+        }
+        assert!(base.differences(&base.clone()).is_empty());
+    }
 }
