@@ -137,7 +137,7 @@ impl fmt::Display for BenchError {
             ),
             BenchError::DirectRefused { path } => write!(
                 f,
-                "the file system of {} refuses O_DIRECT (tmpfs does): \
+                "the file system of {} refuses O_DIRECT (tmpfs before Linux 6.6, ramfs, some FUSE file systems): \
                  use --direct 0 or a file on a disk-backed file system",
                 plugio_cli::shown::path(path)
             ),

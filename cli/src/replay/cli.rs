@@ -428,7 +428,7 @@ fn open_device(args: &ReplayArgs, writes: bool) -> Result<Device, ReplayError> {
     Device::open(&args.filename, opts).map_err(|e| {
         if matches!(e.kind(), ErrorKind::DirectIoRefused) {
             ReplayError::usage(format!(
-                "the file system of {} refuses O_DIRECT (tmpfs does): use --direct 0",
+                "the file system of {} refuses O_DIRECT (tmpfs before Linux 6.6, ramfs, some FUSE file systems): use --direct 0",
                 crate::shown::path(&args.filename)
             ))
         } else if !writes && matches!(e.kind(), ErrorKind::PermissionDenied) {

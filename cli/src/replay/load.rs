@@ -174,9 +174,10 @@ fn is_blktrace(bytes: &[u8]) -> bool {
 fn binary_kind(bytes: &[u8]) -> Option<&'static str> {
     if is_blktrace(bytes) {
         return Some(
-            "this is a blktrace binary file, not text: convert it with \
-             `blkparse -i <device>.blktrace.* -o trace.txt` and replay trace.txt \
-             (or use the CSV trace beside it)",
+            "this is a blktrace binary file, not text: convert it with blkparse \
+             (per-CPU files: `blkparse -i <device> -o trace.txt`, the base name; \
+             a combined dump: `blkparse -i - -o trace.txt < dump.bin`, after `zstd -d` \
+             if it is compressed) and replay trace.txt, or use the CSV trace beside it",
         );
     }
     bytes[..bytes.len().min(4096)].contains(&0).then_some(
