@@ -43,7 +43,7 @@ RS
 cp "$root/Cargo.lock" "$dir/Cargo.lock"
 # Its own target dir: the workspace's would rebuild with other features.
 # Warnings denied: the runtime crates build clean without `test-util`.
-(cd "$dir" && RUSTFLAGS="-D warnings" cargo build --release --quiet)
+(cd "$dir" && CARGO_TARGET_DIR="$dir/target" RUSTFLAGS="-D warnings" cargo build --release --quiet)
 data="$(mktemp -p "$root/target" consumer.XXXXXX)"
 "$dir/target/release/consumer" "$data"
 rm -f "$data"

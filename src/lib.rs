@@ -71,7 +71,7 @@
 //!
 //! The book, *plugio for database developers* (`book/` in the repository:
 //! `mdbook serve book`), has the tutorials (a write-ahead log, a buffer
-//! pool, a sharded key-value store), the concepts, tuning and
+//! pool, a sharded key-value store, an sstable), the concepts, tuning and
 //! troubleshooting.
 //!
 //! The crates behind the facade, in dependency order: [`executor`]
