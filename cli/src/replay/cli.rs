@@ -240,6 +240,9 @@ pub fn run(args: &ReplayArgs) -> Result<CliReport, ReplayError> {
     if let Some(note) = long_span_note(args.timing, &trace) {
         notes.push(note);
     }
+    if let Some(note) = out_of_order_note(args.timing, &trace) {
+        notes.push(note);
+    }
     if let Some(line) = trace.unterminated_io_line {
         notes.push(format!(
             "the trace's last line ({line}) has no newline: if the trace was cut short, the IO \
@@ -360,6 +363,34 @@ fn long_span_note(timing: Timing, trace: &Trace) -> Option<String> {
              --timing none replays it as fast as it can; Ctrl-C stops it with the report so far",
             span_ns as f64 / LONG_SPAN_NS as f64,
             last.line
+        )
+    })
+}
+
+/// A note when `--timing original` meets recorded times out of order: the
+/// IOs still go in trace order, each no earlier than its time, so a line
+/// whose time is earlier than a line above it is issued late (its lag
+/// shows it). Names the first such line and counts them.
+fn out_of_order_note(timing: Timing, trace: &Trace) -> Option<String> {
+    if timing != Timing::Original {
+        return None;
+    }
+    let mut latest = 0u64;
+    let mut first_line = None;
+    let mut count = 0u64;
+    for io in &trace.ios {
+        if io.time_ns < latest {
+            count += 1;
+            first_line.get_or_insert(io.line);
+        }
+        latest = latest.max(io.time_ns);
+    }
+    first_line.map(|line| {
+        format!(
+            "{count} IO(s) of the trace have a recorded time earlier than a line above them \
+             (the first on line {line}): IOs go in trace order, each no earlier than its time, \
+             so these are issued late and their lag shows it; sort the trace by time to replay \
+             it at its recorded times"
         )
     })
 }
@@ -587,7 +618,7 @@ fn replay_on_runtime(
 
 #[cfg(test)]
 mod tests {
-    use super::{long_span_note, parse_whole, Timing};
+    use super::{long_span_note, out_of_order_note, parse_whole, Timing};
     use crate::replay::load::parse;
     use crate::replay::trace::ParseOptions;
 
@@ -603,6 +634,25 @@ mod tests {
         assert_eq!(long_span_note(Timing::None, &huge), None);
         let hour = parse("0,R,0,4096\n3600000000000,R,0,4096\n", "t", &opts).unwrap();
         assert_eq!(long_span_note(Timing::Original, &hour), None);
+    }
+
+    #[test]
+    fn times_out_of_order_get_a_note_naming_the_first_line() {
+        let opts = ParseOptions::default();
+        let rev = parse(
+            "5000000000,R,0,4096\n0,R,4096,4096\n6,R,0,4096\n",
+            "t",
+            &opts,
+        )
+        .unwrap();
+        let note = out_of_order_note(Timing::Original, &rev).expect("a note");
+        assert!(
+            note.starts_with("2 IO(s)") && note.contains("line 2"),
+            "{note}"
+        );
+        assert_eq!(out_of_order_note(Timing::None, &rev), None);
+        let sorted = parse("0,R,0,4096\n0,R,0,4096\n7,R,0,4096\n", "t", &opts).unwrap();
+        assert_eq!(out_of_order_note(Timing::Original, &sorted), None);
     }
 
     #[test]

@@ -2,8 +2,10 @@
 //! ([`Schedule`]).
 //!
 //! Invariants: an IO is never issued before its recorded time under
-//! [`Timing::Original`]; the schedule is relative to the first replayed IO
-//! (so a trace that starts late, or a `--limit` window, starts at once);
+//! [`Timing::Original`]; the schedule is relative to the earliest recorded
+//! time of the replayed IOs (so a trace that starts late, or a `--limit`
+//! window, starts at once, and a trace whose times are out of order still
+//! waits for its later times: the first line's time is not the origin);
 //! lag is only recorded under [`Timing::Original`].
 
 use std::time::{Duration, Instant};
@@ -47,17 +49,21 @@ pub struct Schedule {
 }
 
 impl Schedule {
-    /// When the schedule started: the trace's first IO is due then.
+    /// When the schedule started: the trace's earliest recorded time is
+    /// due then.
     pub fn start(&self) -> Instant {
         self.start
     }
 
-    /// A schedule that starts now, with the trace's first IO at `start`.
+    /// A schedule that starts now, with the earliest recorded time of
+    /// `ios` at `start`. (The first line's time was the origin, and an
+    /// out-of-order trace whose first line was its latest time replayed
+    /// at once; found by a break-it helper.)
     pub fn new(timing: Timing, ios: &[TraceIo]) -> Self {
         Schedule {
             timing,
             start: Instant::now(),
-            origin_ns: ios.first().map_or(0, |io| io.time_ns),
+            origin_ns: ios.iter().map(|io| io.time_ns).min().unwrap_or(0),
             lag: latency::new_histogram(),
         }
     }
@@ -121,5 +127,18 @@ mod tests {
         assert!((2_990_000..=3_010_000).contains(&lag.p99_ns), "{lag:?}");
         let none = Schedule::new(Timing::None, &ios);
         assert!(none.due(&ios[1]).is_none() && none.lag().is_none());
+    }
+
+    #[test]
+    fn out_of_order_times_are_relative_to_the_earliest() {
+        let ios = [at(5_000_000_000), at(1_000_000_000), at(3_000_000_000)];
+        let s = Schedule::new(Timing::Original, &ios);
+        assert_eq!(
+            s.due(&ios[1]).unwrap(),
+            s.start(),
+            "the earliest is due at the start"
+        );
+        assert_eq!(s.due(&ios[0]).unwrap() - s.start(), Duration::from_secs(4));
+        assert_eq!(s.due(&ios[2]).unwrap() - s.start(), Duration::from_secs(2));
     }
 }
