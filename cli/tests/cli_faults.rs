@@ -783,6 +783,50 @@ fn a_target_on_tmpfs_is_warned_about() {
 /// (before, the header said only "temporary file": found by a new-user
 /// helper, whose tmpfs also took a 22 GiB file on a machine with 18 GiB
 /// available; that size check is `target::tests`').
+/// A given file never written (sparse, or fallocated: unwritten extents)
+/// reads as zeros without touching the disk: a read job on it is warned
+/// about, with the command that fills it; the same file once written, and
+/// a write job, are not. (Where the file system cannot say, `SEEK_DATA`
+/// reports everything as data and nothing is warned.)
+#[test]
+fn a_given_file_that_was_never_written_is_warned_about_for_reads() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
+    let path = dir.path().join("sparse.img");
+    let f = std::fs::File::create(&path).expect("create");
+    f.set_len(4 << 20).expect("set_len");
+    let probe = nix::unistd::lseek(
+        std::os::fd::AsRawFd::as_raw_fd(&f),
+        0,
+        nix::unistd::Whence::SeekData,
+    );
+    if probe != Err(nix::errno::Errno::ENXIO) {
+        eprintln!("skipped: this file system reports holes as data ({probe:?})");
+        return;
+    }
+    let run = |rw: &str| {
+        let args = ["--filename", "sparse.img", "--rw", rw, "--direct", "0"];
+        let mut args = args.to_vec();
+        args.extend(["--number_ios", "64", "--iodepth", "4", "--quiet"]);
+        let o = bench_in(dir.path(), &args).output().expect("run plugio");
+        assert!(o.status.success(), "{}", stderr(&o));
+        stderr(&o)
+    };
+    let warned = run("randread");
+    assert!(
+        warned.contains(
+            "plugio: warning: only 0% of the first 4194304 bytes of sparse.img hold data"
+        ) && warned.contains("dd if=/dev/urandom of=sparse.img bs=1M count=4 conv=notrunc"),
+        "{warned}"
+    );
+    assert!(
+        !run("randwrite").contains("hold data"),
+        "a write job is not warned"
+    );
+    std::fs::write(&path, vec![7u8; 4 << 20]).expect("fill");
+    let filled = run("randread");
+    assert!(!filled.contains("hold data"), "{filled}");
+}
+
 #[test]
 fn a_temporary_file_on_tmpfs_is_warned_about() {
     let Some(shm) = shm_on_tmpfs() else {

@@ -286,6 +286,17 @@ impl Job {
     pub fn writes(&self) -> bool {
         self.rw.writes() && self.read_pct < 100 && !self.nop
     }
+
+    /// True when the job issues reads: a reading pattern, or `randrw`
+    /// with reads above 0 %, and not NOPs.
+    pub fn reads(&self) -> bool {
+        let pattern = match self.rw {
+            RwMode::Read | RwMode::Randread => true,
+            RwMode::Write | RwMode::Randwrite => false,
+            RwMode::Randrw => self.read_pct > 0,
+        };
+        pattern && !self.nop
+    }
 }
 
 impl BenchArgs {
