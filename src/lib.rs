@@ -123,6 +123,8 @@ pub use plugio_executor as executor;
 /// # Ok::<_, std::io::Error>(())
 /// ```
 pub use plugio_device::BatchWaitTimer;
+/// An aligned buffer for `O_DIRECT` IO, from the heap, the registered arena or the per-core buffer cache. For example:
+///
 /// ```
 /// # plugio::engine::doc_example(|dev| async move {
 /// let mut buf = plugio::DmaBuf::new(4096); // zeroed, 4096-aligned
@@ -133,6 +135,8 @@ pub use plugio_device::BatchWaitTimer;
 /// # Ok(()) });
 /// ```
 pub use plugio_device::DmaBuf;
+/// The error of every plugio operation: a typed [`ErrorKind`], the operation and the path; converts into `std::io::Error`. For example:
+///
 /// ```
 /// # plugio::engine::doc_example(|dev| async move {
 /// let (r, _) = dev.read_at(Vec::<u8>::new(), 0).await; // zero length
@@ -143,6 +147,8 @@ pub use plugio_device::DmaBuf;
 /// # Ok(()) });
 /// ```
 pub use plugio_device::Error;
+/// What went wrong, as a match-able kind (not found, invalid input, out of space, forked, an errno, ...). For example:
+///
 /// ```
 /// # plugio::engine::doc_example(|dev| async move {
 /// let missing = plugio::OpenOptions::new().open("/no/such/file.db").await;
@@ -150,6 +156,8 @@ pub use plugio_device::Error;
 /// # Ok(()) });
 /// ```
 pub use plugio_device::ErrorKind;
+/// Why input was refused before submission (alignment, range, length, options), with the value and what to change. For example:
+///
 /// ```
 /// # plugio::engine::doc_example(|dev| async move {
 /// use plugio::{ErrorKind, InvalidInput};
@@ -166,6 +174,8 @@ pub use plugio_device::ErrorKind;
 /// # Ok(()) });
 /// ```
 pub use plugio_device::InvalidInput;
+/// Per-IO flags: `FUA`, `PREFLUSH`, `NOMERGE` and the like. For example:
+///
 /// ```
 /// use plugio::IoFlags;
 /// let flags = IoFlags::FUA | IoFlags::NOMERGE;
@@ -173,6 +183,9 @@ pub use plugio_device::InvalidInput;
 /// assert!(!flags.contains(IoFlags::PREFLUSH));
 /// ```
 pub use plugio_device::IoFlags;
+/// A core's io_uring settings: queue sizes, task-run flags, SQPOLL and
+/// IOPOLL, registered files, the park's batched wait. For example:
+///
 /// ```
 /// let ring = plugio::RingConfig { sq_entries: 512, ..plugio::RingConfig::default() };
 /// let ex = plugio::runtime::local(ring)?;
@@ -191,6 +204,8 @@ pub use plugio_device::RingConfig;
 /// # Ok(()) });
 /// ```
 pub use plugio_engine::fs;
+/// An open file, block device or NVMe namespace: the async IO handle (read, write, sync, discard) and its iostats. For example:
+///
 /// ```
 /// # plugio::engine::doc_example(|dev| async move {
 /// let (n, _) = dev.write_at(vec![1u8; 4096], 0).await;
@@ -202,6 +217,8 @@ pub use plugio_engine::fs;
 /// # Ok(()) });
 /// ```
 pub use plugio_engine::Device;
+/// A [`Device`] with a position, for the `futures-io` stream traits (`AsyncRead`, `AsyncWrite`, `AsyncSeek`). For example:
+///
 /// ```
 /// # plugio::engine::doc_example(|dev| async move {
 /// use futures::io::{AsyncReadExt, AsyncWriteExt};
@@ -211,6 +228,8 @@ pub use plugio_engine::Device;
 /// # Ok(()) });
 /// ```
 pub use plugio_engine::DeviceCursor;
+/// A device's settings: queue depth, plug limits, tags, merging, caches, `O_DIRECT`, ordering. For example:
+///
 /// ```
 /// # plugio::engine::doc_dir(|dir| async move {
 /// use plugio::{DeviceOptions, OpenOptions};
@@ -220,6 +239,9 @@ pub use plugio_engine::DeviceCursor;
 /// # Ok(()) });
 /// ```
 pub use plugio_engine::DeviceOptions;
+/// What [`Device::fallocate`] does to a range: allocate it (keeping the
+/// size or not), zero it, or punch a hole. For example:
+///
 /// ```
 /// # plugio::engine::doc_example(|dev| async move {
 /// dev.fallocate(0, 1 << 20, plugio::FallocateMode::Allocate).await?;
@@ -244,6 +266,8 @@ pub use plugio_engine::FallocateMode;
 /// # Ok(()) });
 /// ```
 pub use plugio_engine::IoBuf;
+/// A buffer IO may write into (reads): [`IoBuf`] plus a stable mutable pointer and `set_init`. For example:
+///
 /// ```
 /// # plugio::engine::doc_example(|dev| async move {
 /// let (n, _) = dev.write_at(vec![4u8; 8192], 0).await;
@@ -254,6 +278,8 @@ pub use plugio_engine::IoBuf;
 /// # Ok(()) });
 /// ```
 pub use plugio_engine::IoBufMut;
+/// A device's counters, shaped as `/proc/diskstats` plus the plug's, tags' and caches' figures. For example:
+///
 /// ```
 /// # plugio::engine::doc_example(|dev| async move {
 /// let (n, _) = dev.write_at(vec![0u8; 4096], 0).await;
@@ -263,6 +289,8 @@ pub use plugio_engine::IoBufMut;
 /// # Ok(()) });
 /// ```
 pub use plugio_engine::IoStats;
+/// Opens a file as a [`Device`] through io_uring, with `std::fs::OpenOptions` names (create, truncate, read-only). For example:
+///
 /// ```
 /// # plugio::engine::doc_dir(|dir| async move {
 /// use plugio::OpenOptions;
@@ -275,6 +303,8 @@ pub use plugio_engine::IoStats;
 /// # Ok(()) });
 /// ```
 pub use plugio_engine::OpenOptions;
+/// A page of a [`Region`]: a disjoint, aligned slice of one registered allocation, usable as an IO buffer. For example:
+///
 /// ```
 /// # plugio::engine::doc_example(|dev| async move {
 /// use plugio::Region;
@@ -286,12 +316,16 @@ pub use plugio_engine::OpenOptions;
 /// # Ok(()) });
 /// ```
 pub use plugio_engine::Page;
+/// One aligned allocation cut into pages (a buffer pool's frames). For example:
+///
 /// ```
 /// let pages = plugio::Region::new(8 * 4096, 4096).into_pages(4096);
 /// assert_eq!(pages.len(), 8);
 /// assert_eq!(pages[1].as_ptr() as usize, pages[0].as_ptr() as usize + 4096);
 /// ```
 pub use plugio_engine::Region;
+/// How cores share a device's request tags. For example:
+///
 /// ```
 /// use plugio::{DeviceOptions, TagSharing};
 /// let opts = DeviceOptions { tag_sharing: TagSharing::PerCore { cores: 4 }, ..DeviceOptions::default() };
@@ -299,11 +333,15 @@ pub use plugio_engine::Region;
 /// ```
 pub use plugio_engine::TagSharing;
 
+/// Waits for a duration on the current core's timer wheel. For example:
+///
 /// ```
 /// let ex = plugio::executor::LocalExecutor::new();
 /// ex.run(async { plugio::sleep(std::time::Duration::from_millis(1)).await });
 /// ```
 pub use plugio_executor::sleep;
+/// Spawns a `Send` task on the current core. For example:
+///
 /// ```
 /// let ex = plugio::executor::LocalExecutor::new();
 /// let v = ex.run(async { plugio::spawn(async { 40 + 2 }).await })?;
@@ -311,6 +349,8 @@ pub use plugio_executor::sleep;
 /// # Ok::<_, plugio::executor::JoinError>(())
 /// ```
 pub use plugio_executor::spawn;
+/// Runs a blocking closure on the blocking pool and awaits its result. For example:
+///
 /// ```
 /// let ex = plugio::executor::LocalExecutor::new();
 /// let n = ex.run(async { plugio::spawn_blocking(|| std::thread::current().id()).await })?;
@@ -318,6 +358,8 @@ pub use plugio_executor::spawn;
 /// # Ok::<_, plugio::executor::JoinError>(())
 /// ```
 pub use plugio_executor::spawn_blocking;
+/// Spawns a task that is not `Send` on the current core. For example:
+///
 /// ```
 /// let ex = plugio::executor::LocalExecutor::new();
 /// let rc = std::rc::Rc::new(5); // not Send: fine on this core
@@ -326,6 +368,8 @@ pub use plugio_executor::spawn_blocking;
 /// # Ok::<_, plugio::executor::JoinError>(())
 /// ```
 pub use plugio_executor::spawn_local;
+/// Runs a future with a deadline; `Err(Elapsed)` when it passes first. For example:
+///
 /// ```
 /// use std::time::Duration;
 /// let ex = plugio::executor::LocalExecutor::new();
@@ -333,11 +377,15 @@ pub use plugio_executor::spawn_local;
 /// assert!(r.is_err(), "elapsed");
 /// ```
 pub use plugio_executor::timeout;
+/// Lets the core run its other tasks (and flush its plug) before this one goes on. For example:
+///
 /// ```
 /// let ex = plugio::executor::LocalExecutor::new();
 /// ex.run(async { plugio::yield_now().await });
 /// ```
 pub use plugio_executor::yield_now;
+/// A spawned task's handle: await it for the output, or abort it. For example:
+///
 /// ```
 /// let ex = plugio::executor::LocalExecutor::new();
 /// ex.run(async {
@@ -346,6 +394,8 @@ pub use plugio_executor::yield_now;
 /// });
 /// ```
 pub use plugio_executor::JoinHandle;
+/// A single-thread executor: one core, driven by `run` on the calling thread. For example:
+///
 /// ```
 /// let ex = plugio::LocalExecutor::new(); // on this thread, no IO driver
 /// assert_eq!(ex.run(async { 1 + 1 }), 2);
@@ -354,6 +404,8 @@ pub use plugio_executor::JoinHandle;
 /// # Ok::<_, std::io::Error>(())
 /// ```
 pub use plugio_executor::LocalExecutor;
+/// A thread-per-core runtime: one executor thread per core, spawn onto any, shut down. For example:
+///
 /// ```
 /// let rt: plugio::Runtime = plugio::runtime::builder(plugio::RingConfig::default())
 ///     .cores(2)
@@ -364,6 +416,8 @@ pub use plugio_executor::LocalExecutor;
 /// # Ok::<_, std::io::Error>(())
 /// ```
 pub use plugio_executor::Runtime;
+/// How [`Runtime::shutdown`] treats tasks still running: wait, wait with a bound, or cancel. For example:
+///
 /// ```
 /// use std::time::Duration;
 /// let rt = plugio::runtime::builder(plugio::RingConfig::default()).cores(1).build()?;
