@@ -285,7 +285,16 @@ fn bad_input_exits_2_with_a_hint() {
         "does not exist",
     );
     assert_bad_input(&["bench", "--iodepth", "0"], "--iodepth 0 is out of range");
-    assert_bad_input(&["bench", "--numjobs", "0"], "--numjobs 0");
+    assert_bad_input(&["bench", "--numjobs", "0"], "--numjobs (or --cpus) 0");
+    assert_bad_input(
+        &["bench", "--numjobs", "3", "--cpus", "0"],
+        "--numjobs (or --cpus) 0",
+    );
+    // Refused by the target's checks: no warning about the job's --size
+    // (a run that never happens) comes before the refusal.
+    let args = ["bench", "--bs", "1000", "--size", "16M"];
+    assert_bad_input(&args, "not a multiple of the target's logical block size");
+    assert!(!stderr(&plugio(&args)).contains("warning"));
     assert_bad_input(&["bench", "--bs", "4q"], "unknown size suffix");
     assert_bad_input(&["bench", "--nop"], "--engine raw");
     assert_bad_input(

@@ -54,7 +54,8 @@ pub fn raise_memlock() -> Result<u64, BenchError> {
         NAME,
         format!(
             "RLIMIT_MEMLOCK is {} KiB (hard {} KiB) and cannot be raised: glommio needs at \
-             least {} KiB; run as root or raise it (`ulimit -l {}`)",
+             least {} KiB; raise the hard limit (`ulimit -l {}` in a shell with \
+             CAP_SYS_RESOURCE, or `memlock` in /etc/security/limits.conf) or use another engine",
             soft >> 10,
             hard >> 10,
             MIN_MEMLOCK_BYTES >> 10,

@@ -67,8 +67,12 @@ use target::Target;
 /// or the run failed (1).
 pub fn main(args: BenchArgs) -> Result<BenchResult, BenchError> {
     let job = args.into_job()?;
-    for warning in limits::check(&job)? {
-        eprintln!("plugio: warning: {warning}");
+    let warnings = limits::check(&job)?;
+    if job.engine == EngineKind::Glommio {
+        // Before the temporary file's fill: a limit it cannot raise is
+        // refused at once (it came after a 2 GiB fill; found by a
+        // new-user helper). The engine raises it again; that is a no-op.
+        engine_glommio::raise_memlock()?;
     }
     crate::signals::catch_interrupts()
         .map_err(|e| BenchError::io("catching SIGINT and SIGTERM", e))?;
@@ -77,6 +81,12 @@ pub fn main(args: BenchArgs) -> Result<BenchResult, BenchError> {
     } else {
         Some(target::prepare(&job)?)
     };
+    // After the target's checks: a job the target refuses (a --bs below
+    // its logical block size) gets no warnings about a run that never
+    // happens (found by a break-it helper).
+    for warning in warnings {
+        eprintln!("plugio: warning: {warning}");
+    }
     let result = run(&job, target.as_ref())?;
     if result.stopped_by == Some(StopReason::StdoutClosed) {
         return Err(BenchError::StdoutClosed);

@@ -312,7 +312,7 @@ impl BenchArgs {
             )));
         }
         if self.numjobs == 0 {
-            return Err(BenchError::usage("--numjobs 0: use at least 1"));
+            return Err(BenchError::usage("--numjobs (or --cpus) 0: use at least 1"));
         }
         if self.bs == 0 || self.bs > plugio_engine::MAX_IO_BYTES {
             return Err(BenchError::usage(format!(
