@@ -131,7 +131,9 @@ fn per_core_rc_state_goes_through_spawn_local_inside_spawn_on() {
 fn the_defaults_on_the_tuning_page_are_the_defaults() {
     // ANCHOR: defaults
     // The defaults, spelled out (DeviceOptions also has bio_cache,
-    // buffer_cache, iostats, max_merge_bytes, read_only and backend).
+    // buffer_cache, bounce_unaligned, iostats, max_merge_bytes, read_only,
+    // overlap_order, fast_lane and backend; RingConfig also has
+    // defer_taskrun, batch_wait and batch_wait_timer).
     let options = DeviceOptions {
         queue_depth: 256,             // tags: requests in flight, all cores together
         plug_max_count: 32,           // BLK_MAX_REQUEST_COUNT
@@ -139,7 +141,7 @@ fn the_defaults_on_the_tuning_page_are_the_defaults() {
         tag_sharing: TagSharing::Shared,
         tag_batch: true,
         tag_batch_retry: true,
-        max_request_bytes: None, // the device's max_sectors_kb
+        max_request_bytes: None, // the device's max_sectors (files: 1 MiB)
         nomerges: 0,
         cached_clock: true,
         direct: true, // O_DIRECT
