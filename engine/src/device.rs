@@ -98,9 +98,16 @@ impl Drop for Device {
 }
 
 impl Device {
-    /// Opens a file or a block device at `path` through io_uring (or the
-    /// sync fallback where io_uring is refused), with `O_DIRECT` unless
-    /// `options.direct` is false. An NVMe namespace's character device
+    /// Opens a file or a block device at `path` for IO through io_uring
+    /// (or the sync fallback where io_uring is refused), with `O_DIRECT`
+    /// unless `options.direct` is false. The open itself is a blocking
+    /// call on the calling thread (`open`, `statx`, sysfs reads: tens of
+    /// microseconds on a local file system, longer on a slow or network
+    /// one); inside a task that must not stall its core, use
+    /// [`OpenOptions::open`](crate::OpenOptions::open), which awaits the
+    /// `open` and the file's metadata through io_uring (a block device's
+    /// geometry is still read from sysfs on the calling thread). An NVMe
+    /// namespace's character device
     /// (`/dev/ngXnY`) is opened for passthrough (`IORING_OP_URING_CMD`);
     /// use `NvmeBackend::open` with [`Device::with_backend`] to reach
     /// `/dev/nvmeXnY` through passthrough too.
