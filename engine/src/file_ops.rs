@@ -71,15 +71,26 @@ impl Device {
     /// `Unsupported` for a device without a file (simulated);
     /// [`InvalidInput::FileSizeLimit`]
     /// for a length past the process's file size limit (`ulimit -f`)
-    /// while `SIGXFSZ` has its default action; the kernel's error
-    /// (`EINVAL` for a block device, `PermissionDenied` when opened
-    /// read-only) otherwise.
+    /// while `SIGXFSZ` has its default action; `PermissionDenied` when
+    /// opened read-only; `Unsupported`, before any call, for a block
+    /// device or NVMe namespace (its size is its capacity: the kernel
+    /// said only `EINVAL`; found by a break-it helper); the kernel's error
+    /// otherwise.
     pub async fn set_len(&self, len_bytes: u64) -> Result<(), Error> {
         if self.options().read_only {
             return Err(self.name_err(
                 Error::new(ErrorKind::PermissionDenied)
                     .with_context("the device was opened read-only (DeviceOptions::read_only)"),
             ));
+        }
+        if self.geometry().kind == plugio_device::DeviceKind::BlockDevice {
+            return Err(
+                self.name_err(Error::new(ErrorKind::Unsupported).with_context(
+                    "set_len resizes regular files only: a block device's size is its capacity \
+                 (metadata().len_bytes); resize the device with its own tools (lvresize, \
+                 losetup -c) and open it again",
+                )),
+            );
         }
         // Growing a file past the process's file size limit would end the
         // process (SIGXFSZ), from the blocking pool's thread.
