@@ -298,6 +298,19 @@ impl Error {
         self
     }
 
+    /// The description [`with_context`](Self::with_context) attached, if
+    /// any (shown after the kind in the message).
+    ///
+    /// ```
+    /// use plugio_device::{Error, ErrorKind};
+    /// let e = Error::new(ErrorKind::OutOfSpace).with_context("growing the log");
+    /// assert_eq!(e.context(), Some("growing the log"));
+    /// assert_eq!(Error::new(ErrorKind::OutOfSpace).context(), None);
+    /// ```
+    pub fn context(&self) -> Option<&'static str> {
+        self.0.context
+    }
+
     /// Attaches the IO that failed: `op` on `len_bytes` bytes at
     /// `offset_bytes`. The engine attaches it to the device's errors of an
     /// IO (not to invalid input, whose text already names the values), so

@@ -150,7 +150,7 @@ impl Geometry {
             let rdev = meta.rdev();
             let mut geometry = Self::of_block_device(libc::major(rdev), libc::minor(rdev))?;
             geometry.direct = direct;
-            geometry.capacity_bytes = Some(block_device_size_bytes(file)?);
+            geometry.capacity_bytes = Some(block_device_len_bytes(file)?);
             Ok(geometry)
         } else {
             Self::of_regular_file(file, direct)
@@ -260,11 +260,27 @@ fn read_sysfs(dir: &Path, name: &str) -> Result<u64> {
 /// `BLKGETSIZE64`: `_IOR(0x12, 114, size_t)`.
 const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
 
-fn block_device_size_bytes(file: &fs::File) -> Result<u64> {
+/// A block device's size in bytes now (`BLKGETSIZE64`), which may differ
+/// from the capacity its [`Geometry`] read at open (`losetup -c`,
+/// `lvresize`, `blockdev --rereadpt`).
+///
+/// Public for the engine's errors: a device that shrank after its open is
+/// told apart from one that ran out of space (found by a break-it helper).
+///
+/// # Errors
+/// The ioctl's error (`ENOTTY` for a regular file), with the context
+/// `BLKGETSIZE64`.
+///
+/// ```
+/// let file = tempfile::tempfile()?;
+/// assert!(plugio_device::geometry::block_device_len_bytes(&file).is_err());
+/// # Ok::<_, std::io::Error>(())
+/// ```
+pub fn block_device_len_bytes(file: &impl std::os::fd::AsFd) -> Result<u64> {
     let mut size: u64 = 0;
     // SAFETY: BLKGETSIZE64 writes one u64 through the pointer, which points
     // to a live local.
-    let rc = unsafe { libc::ioctl(file.as_raw_fd(), BLKGETSIZE64 as _, &mut size) };
+    let rc = unsafe { libc::ioctl(file.as_fd().as_raw_fd(), BLKGETSIZE64 as _, &mut size) };
     if rc != 0 {
         return Err(Error::from_io(&std::io::Error::last_os_error()).with_context("BLKGETSIZE64"));
     }

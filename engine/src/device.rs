@@ -900,10 +900,53 @@ pub(crate) fn name_io(
     };
     let e = if *e.kind() == K::PermissionDenied && op.is_write() && became_read_only(shared) {
         e.with_context(BECAME_READ_ONLY)
+    } else if past_end_of_shrunk_device(shared, &e, offset_bytes, len_bytes) {
+        e.with_context(SHRANK)
     } else {
         e
     };
     name_device(shared, e)
+}
+
+/// What an IO past the new end of a block device that shrank after its
+/// open is told (the kernel says "out of space" for a write there, and a
+/// read moves no data; plugio checks ranges against the capacity it read
+/// at open).
+const SHRANK: &str = "the block device is now smaller than when it was opened, and this IO \
+     ends past its new end (losetup -c, lvresize): open it again to check IO against its new size";
+
+/// Whether `e`, the error of an IO on `offset_bytes..+len_bytes`, came
+/// from a block device that shrank below the IO's end since its open: an
+/// error that a shrink gives (out of space, no progress, a short or
+/// failed transfer) without a context of its own. One ioctl, on this cold
+/// path only.
+fn past_end_of_shrunk_device(
+    shared: &DeviceShared,
+    e: &Error,
+    offset_bytes: u64,
+    len_bytes: u64,
+) -> bool {
+    use plugio_device::ErrorKind as K;
+    let shrink_says = matches!(
+        e.kind(),
+        K::OutOfSpace
+            | K::NoProgress { .. }
+            | K::UnexpectedEof { .. }
+            | K::WriteZero { .. }
+            | K::Io { errno: libc::EIO }
+    );
+    if !shrink_says || e.context().is_some() {
+        return false;
+    }
+    if shared.geometry.kind != plugio_device::DeviceKind::BlockDevice {
+        return false;
+    }
+    let Some(fd) = shared.backend.file_fd() else {
+        return false;
+    };
+    let end = offset_bytes.saturating_add(len_bytes);
+    plugio_device::geometry::block_device_len_bytes(&*fd)
+        .is_ok_and(|now| now < shared.geometry.capacity_bytes.unwrap_or(0) && end > now)
 }
 
 /// What a write refused by a block device that became read-only after

@@ -367,12 +367,10 @@ fn a_device_closed_elsewhere_closes_its_file_while_its_core_is_idle() {
     }
 }
 
-/// `set_len` on a block device is refused before any call, typed and with
-/// what to do instead (the kernel said only `EINVAL`; found by a break-it
-/// helper); the device is unchanged and IO on it goes on. Needs root for
-/// a loop device (skipped otherwise).
-#[test]
-fn set_len_on_a_block_device_is_refused_before_any_call() {
+/// Runs `body` with a loop device over a temporary file of `size_bytes`
+/// (its path and the backing file's), and detaches it afterwards, also
+/// when `body` panics. Skipped (with a message) without root or losetup.
+fn with_loop_device(size_bytes: u64, body: impl FnOnce(&Path, &Path)) {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         println!("SKIPPED: a loop device needs root");
@@ -381,7 +379,7 @@ fn set_len_on_a_block_device_is_refused_before_any_call() {
     let dir = common::tmpdir();
     let backing = dir.path().join("loop.img");
     std::fs::File::create(&backing)
-        .and_then(|f| f.set_len(4 << 20))
+        .and_then(|f| f.set_len(size_bytes))
         .expect("backing file");
     let out = std::process::Command::new("losetup")
         .args(["--find", "--show"])
@@ -394,9 +392,24 @@ fn set_len_on_a_block_device_is_refused_before_any_call() {
             return;
         }
     };
-    let result = std::panic::catch_unwind(|| {
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&path, &backing)));
+    let _ = std::process::Command::new("losetup")
+        .arg("-d")
+        .arg(&path)
+        .status();
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// `set_len` on a block device is refused before any call, typed and with
+/// what to do instead (the kernel said only `EINVAL`; found by a break-it
+/// helper); the device is unchanged and IO on it goes on.
+#[test]
+fn set_len_on_a_block_device_is_refused_before_any_call() {
+    with_loop_device(4 << 20, |path, _| {
         common::local().run(async {
-            let dev = plugio_engine::Device::open(&path, Default::default()).expect("open loop");
+            let dev = plugio_engine::Device::open(path, Default::default()).expect("open loop");
             let err = dev
                 .set_len(1 << 20)
                 .await
@@ -413,11 +426,59 @@ fn set_len_on_a_block_device_is_refused_before_any_call() {
             dev.read_alloc_at(0, 4096).await.expect("IO goes on");
         })
     });
-    let _ = std::process::Command::new("losetup")
-        .arg("-d")
-        .arg(&path)
-        .status();
-    if let Err(panic) = result {
-        std::panic::resume_unwind(panic);
-    }
+}
+
+/// A block device that shrinks while open (`losetup -c` after its file
+/// was cut) fails IO past its new end with the kernel's error (out of
+/// space for a write, no data for a read) and says the device shrank and
+/// to open it again, where it had said only "out of space" or "inside
+/// the device" (found by a break-it helper). IO below the new end works;
+/// a device opened again refuses the range before submission.
+#[test]
+fn io_past_the_end_of_a_shrunk_block_device_says_it_shrank() {
+    with_loop_device(8 << 20, |path, backing| {
+        common::local().run(async {
+            let dev = plugio_engine::Device::open(path, Default::default()).expect("open loop");
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(backing)
+                .and_then(|f| f.set_len(1 << 20))
+                .expect("cut the backing file");
+            let c = std::process::Command::new("losetup")
+                .arg("-c")
+                .arg(path)
+                .status();
+            if !c.as_ref().is_ok_and(|s| s.success()) {
+                println!("SKIPPED: losetup -c failed: {c:?}");
+                return;
+            }
+            let (r, _) = dev.write_at(dev.alloc_buf(4096), 4 << 20).await;
+            let w = r.expect_err("a write past the new end");
+            assert!(
+                w.to_string()
+                    .contains("is now smaller than when it was opened"),
+                "{w}"
+            );
+            let rd = dev
+                .read_alloc_at(4 << 20, 4096)
+                .await
+                .expect_err("a read past the new end");
+            assert!(
+                rd.to_string()
+                    .contains("is now smaller than when it was opened"),
+                "{rd}"
+            );
+            dev.read_alloc_at(0, 4096)
+                .await
+                .expect("IO below the new end");
+            drop(dev);
+            let again = plugio_engine::Device::open(path, Default::default()).expect("open again");
+            let (r, _) = again.read_at(again.alloc_buf(4096), 4 << 20).await;
+            let refused = r.expect_err("refused before submission");
+            assert!(
+                matches!(refused.kind(), ErrorKind::InvalidInput(_)),
+                "{refused}"
+            );
+        })
+    });
 }
