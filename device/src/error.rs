@@ -507,7 +507,11 @@ impl fmt::Display for Error {
         match &self.0.kind {
             ErrorKind::InvalidInput(input) => write!(f, "invalid input: {input}")?,
             ErrorKind::Unsupported => write!(f, "operation not supported")?,
-            ErrorKind::OutOfSpace => write!(f, "out of space")?,
+            ErrorKind::OutOfSpace => write!(
+                f,
+                "out of space (ENOSPC): free space on the file system or device, or raise \
+                 the quota, before writing again"
+            )?,
             ErrorKind::Cancelled => write!(f, "IO cancelled")?,
             ErrorKind::PermissionDenied => write!(f, "permission denied")?,
             ErrorKind::NotFound => write!(f, "not found")?,
