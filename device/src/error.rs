@@ -647,6 +647,20 @@ fn nvme_status_name(sct: u8, sc: u8) -> &'static str {
 
 impl std::error::Error for Error {}
 
+/// An `io::Error` of the matching [`io::ErrorKind`] that carries the
+/// plugio error (its message, path and context) as its inner error. Its
+/// `raw_os_error()` is therefore `None` (std keeps either an errno or a
+/// custom error, not both): get the errno from the inner error, as below
+/// (found by a break-it helper that matched on `raw_os_error`).
+///
+/// ```
+/// use plugio_device::{Error, ErrorKind};
+/// let io: std::io::Error = Error::new(ErrorKind::OutOfSpace).into();
+/// assert_eq!(io.kind(), std::io::ErrorKind::StorageFull);
+/// assert_eq!(io.raw_os_error(), None);
+/// let errno = io.get_ref().and_then(|e| e.downcast_ref::<Error>()).map(Error::errno);
+/// assert_eq!(errno, Some(libc::ENOSPC));
+/// ```
 impl From<Error> for io::Error {
     fn from(err: Error) -> Self {
         let kind = match err.0.kind {
