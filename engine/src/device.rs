@@ -293,6 +293,13 @@ impl Device {
     /// assert_eq!(written?, 4096);
     /// # Ok(()) });
     /// ```
+    ///
+    /// # Panics
+    /// When the allocation fails, or `len_bytes` rounded up to the
+    /// alignment is more than `isize::MAX` (see
+    /// [`DmaBuf::heap`](plugio_device::DmaBuf::heap)). A length that may
+    /// be absurd (read from disk or the network) is better checked first;
+    /// [`Device::read_alloc_at`] does, and refuses it as invalid input.
     pub fn alloc_buf(&self, len_bytes: usize) -> DmaBuf {
         self.shared.alloc_buf(len_bytes)
     }

@@ -66,9 +66,10 @@ impl DmaBuf {
     /// of two).
     ///
     /// # Panics
-    /// When the allocation fails.
+    /// When the allocation fails, or the length rounded up to the
+    /// alignment is more than `isize::MAX` bytes (see [`DmaBuf::heap`]).
     pub fn with_align(len_bytes: usize, align_bytes: usize) -> Self {
-        let align = align_bytes.max(1).next_power_of_two();
+        let align = heap_layout(1, align_bytes).align();
         let mut buf =
             match current_arena().and_then(|a| a.take(len_bytes, align).map(Self::from_arena)) {
                 Some(buf) => buf,
@@ -107,8 +108,8 @@ impl DmaBuf {
     pub fn registered(len_bytes: usize, align_bytes: usize) -> Option<Self> {
         let arena = current_arena()?;
         arena.shared_fixed_index()?;
-        let mut buf =
-            Self::from_arena(arena.take(len_bytes, align_bytes.max(1).next_power_of_two())?);
+        let align = align_bytes.max(1).checked_next_power_of_two()?;
+        let mut buf = Self::from_arena(arena.take(len_bytes, align)?);
         buf.len = len_bytes;
         Some(buf)
     }
@@ -116,16 +117,20 @@ impl DmaBuf {
     /// A plain zeroed aligned allocation (never from the arena).
     ///
     /// # Panics
-    /// When the allocation fails.
+    /// When `len_bytes` rounded up to the alignment is more than
+    /// `isize::MAX` bytes (the rounding wrapped to 0 in release builds and
+    /// gave a zero-size allocation with `len() == usize::MAX`: safe code
+    /// could write anywhere; found by a break-it helper), and when the
+    /// allocation fails (a panic, not the allocator's abort, so a caller
+    /// asking for an absurd size can catch it).
     pub fn heap(len_bytes: usize, align_bytes: usize) -> Self {
-        let align = align_bytes.max(1).next_power_of_two();
-        let cap = len_bytes.max(1).next_multiple_of(align);
-        let layout = std::alloc::Layout::from_size_align(cap, align)
-            .unwrap_or_else(|_| panic!("bad DmaBuf layout: {cap} bytes aligned {align}"));
-        // SAFETY: the layout has non-zero size.
+        let layout = heap_layout(len_bytes, align_bytes);
+        let (cap, align) = (layout.size(), layout.align());
+        // SAFETY: the layout has non-zero size (`heap_layout`: at least one
+        // byte, rounded up to the alignment without overflow).
         let raw = unsafe { std::alloc::alloc_zeroed(layout) };
         let Some(ptr) = NonNull::new(raw) else {
-            std::alloc::handle_alloc_error(layout)
+            panic!("allocating a DmaBuf of {cap} bytes aligned to {align} failed: out of memory");
         };
         Self {
             ptr,
@@ -284,6 +289,26 @@ impl Drop for DmaBuf {
     }
 }
 
+/// The layout of a heap [`DmaBuf`] of `len_bytes` (at least 1) aligned to
+/// `align_bytes` rounded up to a power of two.
+///
+/// # Panics
+/// When the alignment or the rounded size does not fit `isize::MAX`.
+fn heap_layout(len_bytes: usize, align_bytes: usize) -> std::alloc::Layout {
+    let align = align_bytes
+        .max(1)
+        .checked_next_power_of_two()
+        .unwrap_or_else(|| panic!("DmaBuf alignment {align_bytes} is too large"));
+    let cap = len_bytes.max(1).checked_next_multiple_of(align);
+    cap.and_then(|cap| std::alloc::Layout::from_size_align(cap, align).ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "a DmaBuf of {len_bytes} bytes aligned to {align} is larger than memory can \
+                 be (at most isize::MAX bytes): ask for a length that fits the machine"
+            )
+        })
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -308,5 +333,31 @@ mod tests {
         let bytes = b.into_bytes();
         assert_eq!(bytes.as_ptr(), addr, "no copy");
         assert!(bytes.iter().all(|&x| x == 0xab));
+    }
+
+    /// A length whose rounding to the alignment overflows is refused with
+    /// a panic before any allocation (it wrapped to a zero-size buffer of
+    /// `len() == usize::MAX` in release builds); so is an alignment with no
+    /// power of two above it.
+    #[test]
+    fn a_length_that_overflows_the_rounding_panics_before_allocating() {
+        for (len, align) in [
+            (usize::MAX, 4096),
+            (usize::MAX - 100, 4096),
+            (isize::MAX as usize, 4096),
+            (4096, usize::MAX),
+        ] {
+            let err = std::panic::catch_unwind(|| DmaBuf::heap(len, align))
+                .expect_err("an impossible DmaBuf");
+            let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+            assert!(msg.contains("DmaBuf"), "{len} aligned {align}: {msg}");
+            let err = std::panic::catch_unwind(|| DmaBuf::with_align(len, align))
+                .expect_err("an impossible DmaBuf");
+            assert!(err
+                .downcast_ref::<String>()
+                .is_some_and(|m| m.contains("DmaBuf")));
+        }
+        let ok = DmaBuf::heap(5000, 4096);
+        assert_eq!((ok.len(), ok.capacity()), (5000, 8192));
     }
 }
