@@ -32,6 +32,11 @@
 //!   window IO reaches past it, rounded down to whole blocks (`end_bytes`): a load reads only up to the capacity, and
 //!   a write at or past it is refused at the `write` call
 //!   (`io::ErrorKind::WriteZero`), never buffered to fail at `flush`.
+//! - No window reaches past the largest file offset (`i64::MAX`, the
+//!   kernel's `loff_t`): a write whose end, rounded up to the alignment,
+//!   would is refused at the `write` call (`InvalidInput`); the window's
+//!   end then fits `u64` (a write near `u64::MAX` wrapped it and spun the
+//!   core; found by a break-it helper).
 
 use std::future::Future;
 use std::io;
@@ -48,6 +53,9 @@ use crate::device::Device;
 /// Default window size in bytes.
 pub const DEFAULT_WINDOW_BYTES: usize = 128 * 1024;
 
+/// Largest window size in bytes ([`DeviceCursor::with_window`]): 1 GiB.
+pub const MAX_WINDOW_BYTES: usize = 1 << 30;
+
 /// What an IO of the cursor gives back.
 enum Done {
     /// A window load: bytes read, the buffer.
@@ -60,6 +68,13 @@ type Op = Pin<Box<dyn Future<Output = Done> + Send>>;
 
 /// A sequential reader and writer over a [`Device`], with a position
 /// (see the [module docs](self)).
+///
+/// Writes wait in the window until `flush`, `close` or a move out of the
+/// window. Dropping a cursor with writes still in its window loses them
+/// (a drop cannot wait for IO, unlike std's `BufWriter`, which flushes
+/// on drop): flush or close it first. After a flush that failed, the
+/// window stays dirty and every later flush tries it again;
+/// [`discard_buffered`](Self::discard_buffered) drops it instead.
 ///
 /// ```
 /// # plugio::engine::doc_example(|dev| async move {
@@ -133,11 +148,19 @@ impl DeviceCursor {
     }
 
     /// [`new`](Self::new) with a window of `window_bytes` (rounded up to
-    /// the device's offset alignment, at least one block).
+    /// the device's offset alignment, at least one block; at most
+    /// [`MAX_WINDOW_BYTES`]).
     ///
     /// # Errors
-    /// The `statx` error.
+    /// [`InvalidInput::Config`](plugio_device::InvalidInput::Config) for
+    /// a window over [`MAX_WINDOW_BYTES`] (a huge one wrapped to 0 when
+    /// rounded); the `statx` error.
     pub async fn with_window(dev: Device, window_bytes: usize) -> Result<Self, Error> {
+        if window_bytes > MAX_WINDOW_BYTES {
+            return Err(dev.name_err(crate::options::invalid(format!(
+                "window_bytes {window_bytes} is out of range: use 1..={MAX_WINDOW_BYTES}"
+            ))));
+        }
         let align = u64::from(dev.geometry().offset_align_bytes().max(1));
         // A device's end in whole blocks: a capacity off its block (a loop
         // device over a file of odd size) has a tail no aligned IO reaches.
@@ -179,6 +202,41 @@ impl DeviceCursor {
     /// flushed or not).
     pub fn len_bytes(&self) -> u64 {
         self.size_bytes.max(self.win_off + self.win_valid as u64)
+    }
+
+    /// Drops the bytes the window holds that are not on the device yet
+    /// (after a flush that failed: a write past the file system's largest
+    /// file, out of space), and reads the file's size again, since the
+    /// cursor's own writes had raised it. Returns whether anything was
+    /// dropped. Waits for a window IO still in flight first (its error is
+    /// the one being dropped, if any). The position stays.
+    ///
+    /// ```
+    /// # plugio::engine::doc_example(|dev| async move {
+    /// use futures::io::AsyncWriteExt;
+    /// let mut cur = plugio::DeviceCursor::new(dev).await?;
+    /// cur.write_all(b"not wanted").await?;
+    /// assert!(cur.discard_buffered().await?);
+    /// assert_eq!(cur.len_bytes(), 0);
+    /// cur.close().await?; // nothing to write
+    /// # Ok(()) });
+    /// ```
+    ///
+    /// # Errors
+    /// The `statx` error of reading the size again.
+    pub async fn discard_buffered(&mut self) -> Result<bool, Error> {
+        // The op's result is the window's fate, which is dropped anyway.
+        let _ = std::future::poll_fn(|cx| self.poll_op(cx)).await;
+        let dropped = self.dirty;
+        self.dirty = false;
+        self.win_loaded = false;
+        self.win_valid = 0;
+        self.loaded_for = None;
+        self.size_bytes = match self.end_bytes {
+            Some(c) => c,
+            None => self.dev.metadata().await?.len_bytes,
+        };
+        Ok(dropped)
     }
 
     /// Drives the IO in flight, if any, to its end and takes its result.
@@ -368,6 +426,21 @@ impl AsyncWrite for DeviceCursor {
                     "write at {} is at or past the end of the device ({cap} bytes in whole \
                      blocks){}",
                     this.pos,
+                    this.path_note()
+                ),
+            )));
+        }
+        let end = (this.pos.checked_add(data.len() as u64))
+            .and_then(|e| e.checked_next_multiple_of(this.align));
+        if end.is_none_or(|e| e > i64::MAX as u64) {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "a write of {} bytes at {} would end past the largest file offset \
+                     (i64::MAX bytes, in whole blocks of {}): seek lower{}",
+                    data.len(),
+                    this.pos,
+                    this.align,
                     this.path_note()
                 ),
             )));

@@ -253,3 +253,72 @@ fn a_failed_flush_keeps_the_unwritten_bytes_for_the_next_one() {
         assert_eq!(got.as_slice(), &want[..]);
     });
 }
+
+/// After a flush that failed, `discard_buffered` drops the window's
+/// unwritten bytes: flush and close then succeed with nothing to write,
+/// where every later flush, read, write and close had failed with the
+/// first error (found by a break-it helper on a write past ext4's largest
+/// file).
+#[test]
+fn discard_buffered_drops_a_window_that_cannot_be_written() {
+    use plugio_device::backend::mem::{Fault, MemConfig, MemDevice};
+    use std::sync::Arc;
+    let m = Arc::new(MemDevice::new(MemConfig {
+        capacity_bytes: 1 << 20,
+        faults: vec![Fault::FullAfter { bytes: 0 }],
+        ..MemConfig::default()
+    }));
+    let dev = Device::with_backend(m.clone(), None, DeviceOptions::default()).expect("device");
+    let ex = plugio_engine::runtime::local(RingConfig::default()).expect("runtime");
+    ex.run(async move {
+        let mut c = DeviceCursor::new(dev.clone()).await.expect("cursor");
+        c.write_all(b"cannot land")
+            .await
+            .expect("the window takes it");
+        c.flush().await.expect_err("the device is full");
+        c.flush().await.expect_err("still dirty");
+        assert!(c.discard_buffered().await.expect("discard"));
+        assert!(!c.discard_buffered().await.expect("nothing left"));
+        c.flush().await.expect("nothing to write");
+        c.seek(SeekFrom::Start(0)).await.expect("seek");
+        let mut first = [9u8; 4];
+        c.read_exact(&mut first).await.expect("the device's bytes");
+        assert_eq!(first, [0; 4], "the dropped bytes never reached the device");
+        c.close().await.expect("close");
+    });
+}
+
+/// A write whose end would pass the largest file offset (`i64::MAX`) is
+/// refused at the `write` call, typed, and the cursor goes on working
+/// (a write near `u64::MAX` wrapped the window's end and spun the core
+/// forever; found by a break-it helper). A window larger than
+/// `MAX_WINDOW_BYTES` is refused (`usize::MAX` wrapped to 0).
+#[test]
+fn writes_past_the_largest_offset_and_huge_windows_are_refused() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("disk dir");
+    let path = dir.path().join("far");
+    std::fs::write(&path, b"").expect("fixture");
+    let ex = plugio_engine::runtime::local(RingConfig::default()).expect("runtime");
+    ex.run(async {
+        let dev = open(&path, true);
+        let err = DeviceCursor::with_window(dev.clone(), usize::MAX)
+            .await
+            .expect_err("a window larger than memory");
+        assert!(
+            matches!(err.kind(), plugio_device::ErrorKind::InvalidInput(_)),
+            "{err}"
+        );
+        let mut c = DeviceCursor::new(dev.clone()).await.expect("cursor");
+        for at in [u64::MAX - 10, i64::MAX as u64 - 1, i64::MAX as u64 + 1] {
+            c.seek(SeekFrom::Start(at)).await.expect("seek");
+            let e = c.write(b"x").await.expect_err("past the largest offset");
+            assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
+            assert!(e.to_string().contains("largest file offset"), "{e}");
+        }
+        c.seek(SeekFrom::Start(0)).await.expect("seek");
+        c.write_all(b"still works").await.expect("write");
+        c.close().await.expect("close");
+        let back = dev.read_alloc_at(0, 512).await.expect("read");
+        assert_eq!(&back.as_slice()[..11], b"still works");
+    });
+}
