@@ -783,6 +783,35 @@ fn a_target_on_tmpfs_is_warned_about() {
 /// (before, the header said only "temporary file": found by a new-user
 /// helper, whose tmpfs also took a 22 GiB file on a machine with 18 GiB
 /// available; that size check is `target::tests`').
+/// Standard output on a full device (`/dev/full`): the header's write
+/// fails, and the run stops there with the error and exit status 1 and
+/// its temporary file removed, instead of running the whole job and
+/// failing at the result (found by a break-it helper).
+#[test]
+fn a_full_standard_output_stops_the_run_at_the_header() {
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        eprintln!("skipped: no /dev/full");
+        return;
+    };
+    let dir = tmpdir();
+    // A run that got past the header would fail later, at the result,
+    // with "writing the result".
+    let o = bench_in(dir.path(), &["--runtime", "5", "--size", "16M"])
+        .stdout(full)
+        .output()
+        .expect("run plugio");
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("writing the output: No space left on device"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        left_in(dir.path()).is_empty(),
+        "the temporary file is removed"
+    );
+}
+
 /// A given file never written (sparse, or fallocated: unwritten extents)
 /// reads as zeros without touching the disk: a read job on it is warned
 /// about, with the command that fills it; the same file once written, and

@@ -120,6 +120,9 @@ pub fn run(job: &Job, target: Option<&Target>) -> Result<BenchResult, BenchError
     if printer.stdout_closed() {
         return Err(BenchError::StdoutClosed);
     }
+    if let Some(e) = printer.take_write_error() {
+        return Err(BenchError::io("writing the output", e));
+    }
     let (output, timeline) = std::thread::scope(|s| {
         let engine_counters = counters.clone();
         let engine = std::thread::Builder::new()

@@ -401,11 +401,14 @@ impl BenchResult {
 /// Prints the header and the per-second lines (to stdout, or stderr with
 /// `--json`; nothing with `--quiet`). A write that fails because standard
 /// output was closed is remembered ([`Printer::stdout_closed`]), not a
-/// panic.
+/// panic; another failed write (a full disk, `/dev/full`) is kept for
+/// [`Printer::take_write_error`], so the run can stop at the header instead
+/// of failing only when it writes the result (found by a break-it helper).
 pub struct Printer {
     quiet: bool,
     to_stderr: bool,
     closed: std::cell::Cell<bool>,
+    write_error: std::cell::RefCell<Option<std::io::Error>>,
 }
 
 impl Printer {
@@ -415,7 +418,14 @@ impl Printer {
             quiet: job.quiet,
             to_stderr: job.json,
             closed: std::cell::Cell::new(false),
+            write_error: std::cell::RefCell::new(None),
         }
+    }
+
+    /// The first write error other than a closed output, if one happened
+    /// since the last call.
+    pub fn take_write_error(&self) -> Option<std::io::Error> {
+        self.write_error.borrow_mut().take()
     }
 
     /// True once a line could not be written because standard output (or
@@ -433,8 +443,12 @@ impl Printer {
         } else {
             writeln!(std::io::stdout(), "{text}")
         };
-        if written.is_err_and(|e| crate::signals::is_broken_pipe(&e)) {
-            self.closed.set(true);
+        match written {
+            Err(e) if crate::signals::is_broken_pipe(&e) => self.closed.set(true),
+            Err(e) => {
+                self.write_error.borrow_mut().get_or_insert(e);
+            }
+            Ok(()) => {}
         }
     }
 
