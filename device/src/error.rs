@@ -507,6 +507,9 @@ impl fmt::Display for Error {
         match &self.0.kind {
             ErrorKind::InvalidInput(input) => write!(f, "invalid input: {input}")?,
             ErrorKind::Unsupported => write!(f, "operation not supported")?,
+            // A context (the engine's: a block device that shrank) says
+            // what to do instead; the advice would contradict it.
+            ErrorKind::OutOfSpace if self.0.context.is_some() => write!(f, "out of space (ENOSPC)")?,
             ErrorKind::OutOfSpace => write!(
                 f,
                 "out of space (ENOSPC): free space on the file system or device, or raise \

@@ -230,6 +230,10 @@ impl DeviceCursor {
         let dropped = self.dirty;
         self.dirty = false;
         self.win_loaded = false;
+        // `len_bytes` counts the window's end: an empty window at 0 adds
+        // nothing (one left at the dropped window's start made appends
+        // land there; found by a break-it helper).
+        self.win_off = 0;
         self.win_valid = 0;
         self.loaded_for = None;
         self.size_bytes = match self.end_bytes {
@@ -295,12 +299,14 @@ impl DeviceCursor {
     }
 
     /// The bytes a window at `win_off` may hold: the window's size, less
-    /// what lies past the device's capacity.
+    /// what lies past the device's capacity or past the largest file
+    /// offset (`i64::MAX`), both in whole blocks (a load near `i64::MAX`
+    /// asked for a whole window past it and failed; found by a break-it
+    /// helper). A multiple of the alignment; 0 where no block fits.
     fn window_room(&self, win_off: u64) -> usize {
-        match self.end_bytes {
-            Some(cap) => cap.saturating_sub(win_off).min(self.window_bytes as u64) as usize,
-            None => self.window_bytes,
-        }
+        let largest = i64::MAX as u64 / self.align * self.align;
+        let end = self.end_bytes.map_or(largest, |cap| cap.min(largest));
+        end.saturating_sub(win_off).min(self.window_bytes as u64) as usize
     }
 
     /// Starts loading the window that holds `pos`.
@@ -332,7 +338,10 @@ impl DeviceCursor {
             if self.window_has(self.pos) {
                 return Poll::Ready(Ok(true));
             }
-            if self.pos >= self.len_bytes() || self.loaded_for == Some(self.pos) {
+            if self.pos >= self.len_bytes()
+                || self.loaded_for == Some(self.pos)
+                || self.window_room(self.pos / self.align * self.align) == 0
+            {
                 return Poll::Ready(Ok(false));
             }
             if self.dirty {

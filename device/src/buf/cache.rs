@@ -48,7 +48,9 @@ const MAX_CLASS_BYTES_CACHED: usize = 8 << 20;
 /// The size class holding `len` bytes, if one does.
 pub fn class_of(len: usize) -> Option<usize> {
     let len = len.max(MIN_CLASS_BYTES);
-    let class = (len.next_power_of_two() / MIN_CLASS_BYTES).trailing_zeros() as usize;
+    // No class above the largest power of two (a debug build overflowed
+    // on `usize::MAX`; found by a break-it helper).
+    let class = (len.checked_next_power_of_two()? / MIN_CLASS_BYTES).trailing_zeros() as usize;
     (class < NR_CLASSES).then_some(class)
 }
 
@@ -288,6 +290,20 @@ pub fn buf_cache_stats() -> BufCacheStats {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    /// Lengths past the largest class have none, up to `usize::MAX`
+    /// (whose rounding to a power of two overflowed in debug builds).
+    #[test]
+    fn lengths_past_the_largest_class_have_none() {
+        assert_eq!(class_of(1), Some(0));
+        assert_eq!(
+            class_of(MIN_CLASS_BYTES << (NR_CLASSES - 1)),
+            Some(NR_CLASSES - 1)
+        );
+        assert_eq!(class_of((MIN_CLASS_BYTES << (NR_CLASSES - 1)) + 1), None);
+        assert_eq!(class_of(usize::MAX), None);
+        assert_eq!(class_of(usize::MAX / 2 + 2), None);
+    }
 
     #[test]
     fn a_buffer_freed_on_another_thread_comes_back_to_its_owner() {
