@@ -76,17 +76,21 @@ pub fn main(args: BenchArgs) -> Result<BenchResult, BenchError> {
     }
     crate::signals::catch_interrupts()
         .map_err(|e| BenchError::io("catching SIGINT and SIGTERM", e))?;
+    // After the target's checks, before the temporary file's fill: a job
+    // the target refuses (a --bs below its logical block size) gets no
+    // warnings about a run that never happens (found by a break-it
+    // helper).
+    let print_warnings = || {
+        for warning in warnings {
+            eprintln!("plugio: warning: {warning}");
+        }
+    };
     let target = if job.engine == EngineKind::Raw && job.nop && job.filename.is_none() {
+        print_warnings();
         None
     } else {
-        Some(target::prepare(&job)?)
+        Some(target::prepare(&job, print_warnings)?)
     };
-    // After the target's checks: a job the target refuses (a --bs below
-    // its logical block size) gets no warnings about a run that never
-    // happens (found by a break-it helper).
-    for warning in warnings {
-        eprintln!("plugio: warning: {warning}");
-    }
     let result = run(&job, target.as_ref())?;
     if result.stopped_by == Some(StopReason::StdoutClosed) {
         return Err(BenchError::StdoutClosed);
@@ -300,7 +304,7 @@ mod tests {
                 "0",
                 "--quiet",
             ]);
-            let t = target::prepare(&job).expect("target");
+            let t = target::prepare(&job, || {}).expect("target");
             let counters = Counters::new(workers(&job));
             match run_engine(&job, Some(&t), &counters) {
                 Ok(_) => {}
