@@ -222,6 +222,24 @@ fn a_cursor_on_a_device_works_up_to_its_capacity() {
     });
 }
 
+/// A simulated 1 MiB device that is full once `bytes` were written, and a
+/// `Device` on it.
+fn full_after(
+    bytes: u64,
+) -> (
+    std::sync::Arc<plugio_device::backend::mem::MemDevice>,
+    Device,
+) {
+    use plugio_device::backend::mem::{Fault, MemConfig, MemDevice};
+    let m = std::sync::Arc::new(MemDevice::new(MemConfig {
+        capacity_bytes: 1 << 20,
+        faults: vec![Fault::FullAfter { bytes }],
+        ..MemConfig::default()
+    }));
+    let dev = Device::with_backend(m.clone(), None, DeviceOptions::default()).expect("device");
+    (m, dev)
+}
+
 /// A flush that fails (the device is full) keeps the window dirty: a
 /// second flush fails again instead of returning Ok with the bytes
 /// `write_all` took thrown away, and once there is room a flush writes
@@ -229,14 +247,7 @@ fn a_cursor_on_a_device_works_up_to_its_capacity() {
 /// flush 2 and close returned Ok, 36 KiB lost).
 #[test]
 fn a_failed_flush_keeps_the_unwritten_bytes_for_the_next_one() {
-    use plugio_device::backend::mem::{Fault, MemConfig, MemDevice};
-    use std::sync::Arc;
-    let m = Arc::new(MemDevice::new(MemConfig {
-        capacity_bytes: 1 << 20,
-        faults: vec![Fault::FullAfter { bytes: 65536 }],
-        ..MemConfig::default()
-    }));
-    let dev = Device::with_backend(m.clone(), None, DeviceOptions::default()).expect("device");
+    let (m, dev) = full_after(65536);
     let ex = plugio_engine::runtime::local(RingConfig::default()).expect("runtime");
     ex.run(async move {
         let want = data(102_400, 7);
@@ -261,14 +272,7 @@ fn a_failed_flush_keeps_the_unwritten_bytes_for_the_next_one() {
 /// file).
 #[test]
 fn discard_buffered_drops_a_window_that_cannot_be_written() {
-    use plugio_device::backend::mem::{Fault, MemConfig, MemDevice};
-    use std::sync::Arc;
-    let m = Arc::new(MemDevice::new(MemConfig {
-        capacity_bytes: 1 << 20,
-        faults: vec![Fault::FullAfter { bytes: 0 }],
-        ..MemConfig::default()
-    }));
-    let dev = Device::with_backend(m.clone(), None, DeviceOptions::default()).expect("device");
+    let (_m, dev) = full_after(0);
     let ex = plugio_engine::runtime::local(RingConfig::default()).expect("runtime");
     ex.run(async move {
         let mut c = DeviceCursor::new(dev.clone()).await.expect("cursor");
