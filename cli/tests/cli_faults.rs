@@ -851,6 +851,17 @@ fn a_given_file_that_was_never_written_is_warned_about_for_reads() {
         !run("randwrite").contains("hold data"),
         "a write job is not warned"
     );
+    // A job the target refuses gets no warning about a run that never
+    // happens.
+    let refused = bench_in(dir.path(), &["--filename", "sparse.img", "--bs", "1000"])
+        .output()
+        .expect("run plugio");
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(
+        !stderr(&refused).contains("hold data"),
+        "{}",
+        stderr(&refused)
+    );
     std::fs::write(&path, vec![7u8; 4 << 20]).expect("fill");
     let filled = run("randread");
     assert!(!filled.contains("hold data"), "{filled}");

@@ -112,9 +112,6 @@ pub fn prepare(job: &Job, checked: impl FnOnce()) -> Result<Target, BenchError> 
         });
     }
     let size_bytes = needed - needed % job.bs_bytes;
-    if kind == "file" && job.reads() {
-        warn_if_unwritten(&path, size_bytes);
-    }
     // What is written to a regular file: the whole temporary file (its
     // fill), or the job's range of a given file.
     let written_bytes = match (temp.is_some(), kind, job.writes()) {
@@ -124,6 +121,10 @@ pub fn prepare(job: &Job, checked: impl FnOnce()) -> Result<Target, BenchError> 
     };
     check_file_size_limit(&path, temp.is_some().then_some(job.nop), written_bytes)?;
     let logical_block_bytes = check_direct(&path, job)?;
+    // Warnings only once every check passed: a refused job gets none.
+    if kind == "file" && job.reads() {
+        warn_if_unwritten(&path, size_bytes);
+    }
     checked();
     let temp = match temp {
         Some(file) => {
