@@ -51,10 +51,18 @@ pub fn describe(path: impl AsRef<Path>) -> Result<String> {
     let _ = writeln!(out, "io_uring:");
     match Ring::new(&RingConfig::default()) {
         Ok(ring) => {
-            let _ = write!(out, "{}", ring.info());
+            // The ring's fields sit under their heading, their values in
+            // the column of the fields above.
+            let ring_info = ring.info().to_string();
+            for (i, line) in ring_info.lines().enumerate() {
+                let (field, value) = line.split_once(':').unwrap_or((line, ""));
+                let field = format!("{field}:");
+                let newline = if i == 0 { "" } else { "\n" };
+                let _ = write!(out, "{newline}  {field:<19}{}", value.trim_start());
+            }
         }
         Err(e) => {
-            let _ = write!(out, "unavailable ({e}); the sync thread pool is used");
+            let _ = write!(out, "  unavailable ({e}); the sync thread pool is used");
         }
     }
     Ok(out)
@@ -234,6 +242,17 @@ mod tests {
             "size:                0 bytes",
         ] {
             assert!(text.contains(needle), "{needle} missing in:\n{text}");
+        }
+        // The ring's fields are indented under their heading, values in
+        // the same column as the fields above.
+        let after = text.split("io_uring:\n").nth(1).expect("io_uring heading");
+        for line in after.lines() {
+            assert!(line.starts_with("  "), "not indented: {line:?} in:\n{text}");
+            if !line.contains("unavailable") {
+                let field_end = line.find(": ").expect("a field") + 1;
+                let value_at = field_end + line[field_end..].find(|c| c != ' ').unwrap_or(0);
+                assert_eq!(value_at, "path:                ".len(), "{line:?}");
+            }
         }
         assert!(describe("/nonexistent/plugio").is_err());
         assert!(matches!(
