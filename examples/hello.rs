@@ -2,14 +2,15 @@
 //! the whole path (bio, plug, tags, io_uring, completion), then prints the
 //! device's iostats.
 //!
-//! Run: `cargo run --release --example hello [PATH]` (default: a temporary
-//! file in the current directory).
+//! Run: `cargo run --release --example hello [PATH]` (default: a file in
+//! a temporary directory made in the current directory, where `O_DIRECT`
+//! is likelier to work than on a tmpfs `/tmp`; removed at exit).
 
 // ANCHOR: main
 use plugio::{OpenOptions, RingConfig};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let dir = tempfile::tempdir_in(".")?;
+    let dir = tempfile::tempdir_in(std::env::current_dir()?)?;
     let path = std::env::args()
         .nth(1)
         .map(std::path::PathBuf::from)
@@ -40,8 +41,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         let s = dev.iostats();
         println!(
-            "wrote and read back {} bytes: {} bios became {} requests ({} merged writes)",
+            "wrote and read back {} bytes of {}: {} bios became {} requests ({} merged writes)",
             back.len(),
+            path.display(),
             s.bios,
             s.requests,
             s.write.merges
