@@ -70,8 +70,11 @@ impl DeviceDriver {
     /// ring: file backends then use the sync pool on this thread.
     ///
     /// # Errors
-    /// A driver is already installed on this thread.
+    /// A driver is already installed on this thread; `config` is out of
+    /// range ([`RingConfig::validate`]: checked first, so a bad size is
+    /// not taken for a kernel without io_uring).
     pub fn new(config: &RingConfig) -> Result<Self> {
+        config.validate()?;
         match Ring::new(config) {
             Ok(ring) => Self::install(Some(Rc::new(ring))),
             Err(e) => {

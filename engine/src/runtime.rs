@@ -12,7 +12,8 @@ use plugio_executor::{Builder, Driver, LocalExecutor};
 
 /// A multi-core runtime builder whose cores drive IO through io_uring with
 /// `ring` (default [`RingConfig::default`]). Set cores, placement and the
-/// rest on the returned executor builder.
+/// rest on the returned executor builder. Its `build` fails when `ring` is
+/// out of range ([`RingConfig::validate`]), as [`local`] does.
 pub fn builder(ring: RingConfig) -> Builder {
     Builder::new().driver(move |_core| driver(&ring))
 }
@@ -21,8 +22,12 @@ pub fn builder(ring: RingConfig) -> Builder {
 /// through io_uring with `ring`.
 ///
 /// # Errors
-/// The driver could not be installed (one is already installed on this
-/// thread).
+/// The driver could not be installed: one is already installed on this
+/// thread, or `ring` is out of range (see [`RingConfig::validate`]; the
+/// error's kind is `InvalidInput`). Where the kernel refuses io_uring
+/// (`io_uring_disabled`, seccomp, an old kernel) it is not an error: the
+/// executor runs and file IO goes through the sync thread pool
+/// ([`plugio_device::driver::uring_active`] tells which).
 pub fn local(ring: RingConfig) -> io::Result<LocalExecutor> {
     LocalExecutor::builder()
         .driver(move |_core| driver(&ring))

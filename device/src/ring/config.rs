@@ -15,9 +15,12 @@ use crate::error::{Error, Result};
 /// How to build a core's ring.
 #[derive(Debug, Clone)]
 pub struct RingConfig {
-    /// SQ entries (rounded up to a power of two by the kernel). Default 256.
+    /// SQ entries (rounded up to a power of two by the kernel): 1 to
+    /// [`MAX_SQ_ENTRIES`]. Default 256.
     pub sq_entries: u32,
-    /// CQ entries; `None` = twice the SQ (the kernel default).
+    /// CQ entries; `None` = twice the SQ (the kernel default). Given, at
+    /// least the SQ's size (both rounded up to powers of two) and at most
+    /// [`MAX_CQ_ENTRIES`] (see [`RingConfig::validate`]).
     pub cq_entries: Option<u32>,
     /// Try `IORING_SETUP_SINGLE_ISSUER` + `DEFER_TASKRUN` (6.1+), falling
     /// back to `COOP_TASKRUN` (5.19+), then to none. Default true.
@@ -148,6 +151,56 @@ pub const BATCH_WAITS_BOUNDED: u32 = 64;
 /// ([`BatchWaitTimer::WhenLate`] while batches fill on time): 10 ms.
 pub const BATCH_WAIT_UNTIMED: Duration = Duration::from_millis(10);
 
+/// The most SQ entries a ring may have (the kernel's
+/// `IORING_MAX_ENTRIES`).
+pub const MAX_SQ_ENTRIES: u32 = 32_768;
+
+/// The most CQ entries a ring may have (the kernel's
+/// `IORING_MAX_CQ_ENTRIES`, twice [`MAX_SQ_ENTRIES`]).
+pub const MAX_CQ_ENTRIES: u32 = 2 * MAX_SQ_ENTRIES;
+
+impl RingConfig {
+    /// Checks the sizes the kernel would refuse with a bare `EINVAL`
+    /// (`io_uring_setup`'s checks in `io_uring/io_uring.c`): `sq_entries`
+    /// in 1..=[`MAX_SQ_ENTRIES`]; `cq_entries`, when given, at least the
+    /// SQ's size once both are rounded up to powers of two, and at most
+    /// [`MAX_CQ_ENTRIES`]. The runtimes call it before building a ring, so
+    /// a bad size is an error that names the option rather than a ring
+    /// refused and IO moved to the sync thread pool.
+    ///
+    /// # Errors
+    /// [`InvalidInput::Config`](crate::InvalidInput::Config) naming the
+    /// option, its value and the allowed range.
+    ///
+    /// ```
+    /// use plugio::RingConfig;
+    /// assert!(RingConfig::default().validate().is_ok());
+    /// let e = RingConfig { sq_entries: 0, ..RingConfig::default() }.validate().unwrap_err();
+    /// assert!(e.to_string().contains("sq_entries"), "{e}");
+    /// let small_cq = RingConfig { sq_entries: 256, cq_entries: Some(64), ..RingConfig::default() };
+    /// assert!(small_cq.validate().is_err());
+    /// ```
+    pub fn validate(&self) -> Result<()> {
+        let refuse = |detail: String| Err(Error::invalid(crate::InvalidInput::Config { detail }));
+        if self.sq_entries == 0 || self.sq_entries > MAX_SQ_ENTRIES {
+            return refuse(format!(
+                "RingConfig::sq_entries is {}: use 1 to {MAX_SQ_ENTRIES} (the kernel rounds it up to a power of two)",
+                self.sq_entries
+            ));
+        }
+        if let Some(cq) = self.cq_entries {
+            let sq = self.sq_entries.next_power_of_two();
+            if cq > MAX_CQ_ENTRIES || cq.next_power_of_two() < sq {
+                return refuse(format!(
+                    "RingConfig::cq_entries is {cq}: use {sq} (the SQ's {} entries rounded up to a power of two) to {MAX_CQ_ENTRIES}, or None for twice the SQ",
+                    self.sq_entries
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Default for RingConfig {
     fn default() -> Self {
         Self {
@@ -228,6 +281,7 @@ impl RingInfo {
 
 /// Builds the ring, dropping optional flags the kernel refuses.
 pub(super) fn build(config: &RingConfig) -> Result<(IoUring, RingInfo)> {
+    config.validate()?;
     let mut attempts: Vec<u8> = Vec::new();
     if config.taskrun_flags {
         if config.defer_taskrun {

@@ -185,7 +185,10 @@ use io_uring::{cqueue, opcode, squeue, types};
 
 pub use cmd::CmdRing;
 pub(crate) use cmd::CmdSlot;
-pub use config::{BatchWaitTimer, RingConfig, RingInfo, BATCH_WAITS_BOUNDED, BATCH_WAIT_UNTIMED};
+pub use config::{
+    BatchWaitTimer, RingConfig, RingInfo, BATCH_WAITS_BOUNDED, BATCH_WAIT_UNTIMED, MAX_CQ_ENTRIES,
+    MAX_SQ_ENTRIES,
+};
 pub(crate) use unpark::RingUnpark;
 pub use uring::RingStats;
 use uring::{is_retry, is_transient, RingCore, PREFLUSH_BIT};
@@ -435,8 +438,9 @@ impl Ring {
     /// back when the kernel refuses them.
     ///
     /// # Errors
-    /// io_uring is unavailable (`ENOSYS`, `EPERM` from `io_uring_disabled`
-    /// or seccomp) or the eventfd cannot be created.
+    /// `config` is out of range ([`RingConfig::validate`]), io_uring is
+    /// unavailable (`ENOSYS`, `EPERM` from `io_uring_disabled` or seccomp)
+    /// or the eventfd cannot be created.
     pub fn new(config: &RingConfig) -> Result<Self> {
         crate::fork::install();
         let (uring, info) = config::build(config)?;

@@ -1204,3 +1204,89 @@ fn a_parents_ring_dropped_in_the_child_frees_no_slot_of_the_childs() {
     });
     child.unwrap();
 }
+
+/// Sizes the kernel refuses with a bare `EINVAL` are refused first, with
+/// the option named, and the driver is not installed: a bad size is not
+/// taken for a kernel without io_uring, which falls back to the sync
+/// thread pool (found by an API audit helper: `sq_entries: 0` ran every
+/// IO on the pool, logging only a warning).
+#[test]
+fn ring_sizes_out_of_range_are_refused_not_taken_for_no_io_uring() {
+    for (config, field) in [
+        (
+            RingConfig {
+                sq_entries: 0,
+                ..RingConfig::default()
+            },
+            "sq_entries",
+        ),
+        (
+            RingConfig {
+                sq_entries: crate::MAX_SQ_ENTRIES + 1,
+                ..RingConfig::default()
+            },
+            "sq_entries",
+        ),
+        (
+            RingConfig {
+                sq_entries: 256,
+                cq_entries: Some(128),
+                ..RingConfig::default()
+            },
+            "cq_entries",
+        ),
+        (
+            RingConfig {
+                cq_entries: Some(crate::MAX_CQ_ENTRIES + 1),
+                ..RingConfig::default()
+            },
+            "cq_entries",
+        ),
+    ] {
+        for e in [
+            DeviceDriver::new(&config).err().expect("refused"),
+            super::Ring::new(&config).err().expect("refused"),
+        ] {
+            assert!(
+                matches!(
+                    e.kind(),
+                    crate::ErrorKind::InvalidInput(crate::InvalidInput::Config { .. })
+                ),
+                "{e}"
+            );
+            assert!(e.to_string().contains(field), "{e}");
+        }
+        assert!(!crate::driver::uring_active(), "no driver was installed");
+    }
+    // The limits themselves are accepted (a CQ rounded up to the SQ's
+    // power of two too), and the driver installs after the refusals.
+    for config in [
+        RingConfig {
+            sq_entries: 1,
+            ..RingConfig::default()
+        },
+        RingConfig {
+            sq_entries: 200,
+            cq_entries: Some(129),
+            ..RingConfig::default()
+        },
+    ] {
+        config.validate().expect("in range");
+    }
+    RingConfig {
+        sq_entries: crate::MAX_SQ_ENTRIES,
+        cq_entries: Some(crate::MAX_CQ_ENTRIES),
+        ..RingConfig::default()
+    }
+    .validate()
+    .expect("the largest sizes");
+    let driver = DeviceDriver::new(&RingConfig {
+        sq_entries: 200,
+        cq_entries: Some(129),
+        ..RingConfig::default()
+    })
+    .expect("driver");
+    if let Some(ring) = driver.ring() {
+        assert_eq!((ring.info().sq_entries, ring.info().cq_entries), (256, 256));
+    }
+}
