@@ -17,7 +17,10 @@ pub enum InvalidInput {
     /// `what` (for example `"offset"`, `"length"`, `"buffer address"`) is
     /// `value`, which is not a multiple of `required_bytes`.
     Alignment {
-        /// Which quantity is misaligned.
+        /// Which quantity is misaligned, worded for the message: a short
+        /// name, or a phrase that says where a length came from (`"the
+        /// read's length (what its buffers take: ...)"`). Meant for people,
+        /// not for matching: match on the variant and `required_bytes`.
         what: &'static str,
         /// The misaligned value (bytes, or an address).
         value: u64,
@@ -273,12 +276,36 @@ impl Error {
         Self::new(kind)
     }
 
-    /// Maps an `io::Error` (its raw OS error when it has one).
+    /// Maps an `io::Error`: a plugio `Error` wrapped in it (by the
+    /// `From<Error> for io::Error` conversion, as `DeviceCursor`'s
+    /// `std::io` traits return) comes back as it was; else its raw OS
+    /// error when it has one; else its `io::ErrorKind` where one of
+    /// [`ErrorKind`]'s kinds says the same (`NotFound`,
+    /// `PermissionDenied`, `Unsupported`, and `StorageFull` as
+    /// [`ErrorKind::OutOfSpace`]); else `EIO`.
+    ///
+    /// ```
+    /// use plugio::{Error, ErrorKind};
+    /// let e = Error::new(ErrorKind::NotFound).with_path("/missing");
+    /// let back = Error::from_io(&std::io::Error::from(e.clone()));
+    /// assert_eq!(back, e);
+    /// let kind_only = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "no");
+    /// assert_eq!(*Error::from_io(&kind_only).kind(), ErrorKind::PermissionDenied);
+    /// ```
     pub fn from_io(err: &io::Error) -> Self {
-        match err.raw_os_error() {
-            Some(errno) => Self::from_errno(errno),
-            None => Self::new(ErrorKind::Io { errno: libc::EIO }),
+        if let Some(inner) = err.get_ref().and_then(|e| e.downcast_ref::<Self>()) {
+            return inner.clone();
         }
+        if let Some(errno) = err.raw_os_error() {
+            return Self::from_errno(errno);
+        }
+        Self::new(match err.kind() {
+            io::ErrorKind::NotFound => ErrorKind::NotFound,
+            io::ErrorKind::PermissionDenied => ErrorKind::PermissionDenied,
+            io::ErrorKind::Unsupported => ErrorKind::Unsupported,
+            io::ErrorKind::StorageFull => ErrorKind::OutOfSpace,
+            _ => ErrorKind::Io { errno: libc::EIO },
+        })
     }
 
     /// Shorthand for an [`ErrorKind::InvalidInput`] error.
@@ -685,6 +712,7 @@ impl From<Error> for io::Error {
     }
 }
 
+/// See [`Error::from_io`]: a plugio `Error` inside comes back unchanged.
 impl From<io::Error> for Error {
     fn from(err: io::Error) -> Self {
         Self::from_io(&err)
@@ -697,6 +725,48 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An `Error` taken through `io::Error` (as `DeviceCursor`'s `std::io`
+    /// traits return it, and `?` converts it back) is the same error after:
+    /// kind, path and context; an `io::Error` without an errno keeps what
+    /// its kind says (an API audit helper found both turned into `EIO`).
+    #[test]
+    fn errors_come_back_unchanged_from_io_errors() {
+        let errors = [
+            Error::new(ErrorKind::NotFound).with_path("/missing"),
+            Error::invalid(InvalidInput::Alignment {
+                what: "offset",
+                value: 3,
+                required_bytes: 512,
+            })
+            .with_context("a test"),
+            Error::new(ErrorKind::UnexpectedEof {
+                offset_bytes: 0,
+                len_bytes: 8192,
+                done_bytes: 4096,
+            }),
+            Error::from_errno(libc::EBADF),
+        ];
+        for e in errors {
+            assert_eq!(Error::from(io::Error::from(e.clone())), e);
+            assert_eq!(Error::from_io(&io::Error::from(e.clone())), e);
+        }
+        for (kind, want) in [
+            (io::ErrorKind::NotFound, ErrorKind::NotFound),
+            (io::ErrorKind::PermissionDenied, ErrorKind::PermissionDenied),
+            (io::ErrorKind::Unsupported, ErrorKind::Unsupported),
+            (io::ErrorKind::StorageFull, ErrorKind::OutOfSpace),
+            (io::ErrorKind::Other, ErrorKind::Io { errno: libc::EIO }),
+        ] {
+            assert_eq!(
+                *Error::from(io::Error::new(kind, "x")).kind(),
+                want,
+                "{kind:?}"
+            );
+        }
+        let os = io::Error::from_raw_os_error(libc::ENOSPC);
+        assert_eq!(*Error::from(os).kind(), ErrorKind::OutOfSpace);
+    }
 
     /// The advice is given once: by the context where one says what to
     /// do (the engine's), else by the kind (a fresh user found it twice).
