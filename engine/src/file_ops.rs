@@ -11,6 +11,9 @@
 //! names in a directory durable (a file's `fsync` does not cover its
 //! name).
 //!
+//! Like all of plugio's IO, these are awaited on a plugio core: off one
+//! they fail with [`ErrorKind::NoDriver`] before anything is done.
+//!
 //! Invariant: these operations are not ordered against the device's IO in
 //! flight (as the kernel does not order `ftruncate` against `pwrite`s in
 //! flight): await the IO first.
@@ -68,6 +71,8 @@ impl Device {
     /// ```
     ///
     /// # Errors
+    /// [`ErrorKind::NoDriver`] when awaited off a plugio core (before
+    /// anything is done). Otherwise:
     /// `Unsupported` for a device without a file (simulated);
     /// [`InvalidInput::FileSizeLimit`]
     /// for a length past the process's file size limit (`ulimit -f`)
@@ -117,6 +122,8 @@ impl Device {
     /// ```
     ///
     /// # Errors
+    /// [`ErrorKind::NoDriver`] when awaited off a plugio core (before
+    /// anything is done). Otherwise:
     /// `Unsupported` for a device without a file; the kernel's error.
     pub async fn metadata(&self) -> Result<Metadata, Error> {
         let fd = self.fd().map_err(|e| self.name_err(e))?;
@@ -149,6 +156,8 @@ impl Device {
     /// ```
     ///
     /// # Errors
+    /// [`ErrorKind::NoDriver`] when awaited off a plugio core (before
+    /// anything is done). Otherwise:
     /// Invalid input (a range off the direct-IO alignment, zero length)
     /// before submission; `Unsupported` where the file system lacks the
     /// mode (except `ZeroRange`); `OutOfSpace`.
@@ -196,6 +205,10 @@ impl Device {
 #[derive(Debug, Clone, PartialEq)]
 pub struct OpenOptions {
     options: DeviceOptions,
+    /// What [`OpenOptions::read_only`] and [`OpenOptions::direct`] set:
+    /// they win over [`OpenOptions::device_options`] in either order.
+    read_only: Option<bool>,
+    direct: Option<bool>,
     create: bool,
     truncate: bool,
 }
@@ -212,6 +225,8 @@ impl OpenOptions {
     pub fn new() -> Self {
         Self {
             options: DeviceOptions::default(),
+            read_only: None,
+            direct: None,
             create: false,
             truncate: false,
         }
@@ -243,7 +258,7 @@ impl OpenOptions {
     /// submission, and so is [`truncate`](Self::truncate)). Default
     /// false: read-write.
     pub fn read_only(&mut self, yes: bool) -> &mut Self {
-        self.options.read_only = yes;
+        self.read_only = Some(yes);
         self
     }
 
@@ -251,32 +266,58 @@ impl OpenOptions {
     /// that refuses it (tmpfs before Linux 6.6) needs false: the open then
     /// fails with [`ErrorKind::DirectIoRefused`].
     pub fn direct(&mut self, yes: bool) -> &mut Self {
-        self.options.direct = yes;
+        self.direct = Some(yes);
         self
     }
 
-    /// All the device's options (queue depth, plugging, merging...);
-    /// `read_only` and `direct` are the ones of [`read_only`](Self::read_only)
-    /// and [`direct`](Self::direct).
+    /// All the device's options (queue depth, plugging, merging...).
+    /// Their `read_only` and `direct` apply unless
+    /// [`read_only`](Self::read_only) or [`direct`](Self::direct) was
+    /// called, before or after: those win, so a later `device_options`
+    /// does not undo a `read_only(true)`.
+    ///
+    /// ```
+    /// use plugio::{DeviceOptions, OpenOptions};
+    /// let mut o = OpenOptions::new();
+    /// o.read_only(true).device_options(DeviceOptions { direct: false, ..DeviceOptions::default() });
+    /// assert!(o.options().read_only && !o.options().direct);
+    /// ```
     pub fn device_options(&mut self, options: DeviceOptions) -> &mut Self {
         self.options = options;
         self
+    }
+
+    /// The device options an [`open`](Self::open) uses: those of
+    /// [`device_options`](Self::device_options) (default
+    /// [`DeviceOptions::default`]) with `read_only` and `direct` as
+    /// [`read_only`](Self::read_only) and [`direct`](Self::direct) set
+    /// them, where they were called.
+    pub fn options(&self) -> DeviceOptions {
+        DeviceOptions {
+            read_only: self.read_only.unwrap_or(self.options.read_only),
+            direct: self.direct.unwrap_or(self.options.direct),
+            ..self.options.clone()
+        }
     }
 
     /// Opens `path`. A file this process already has open with equal
     /// device options shares its state, as with [`Device::open`].
     ///
     /// # Errors
+    /// [`ErrorKind::NoDriver`] when awaited off a plugio core (before
+    /// anything is done). Otherwise:
     /// Invalid options ([`InvalidInput::Config`] for `truncate` with
     /// `read_only`); `NotFound` without `create`;
     /// [`InvalidInput::PathKind`] for a directory, FIFO, socket or other
     /// character device (checked before opening);
+    /// [`InvalidInput::AlreadyOpen`] when this process has the file open
+    /// through a handle with other device options (it names them);
     /// [`ErrorKind::DirectIoRefused`] when the file system refuses
     /// `O_DIRECT` (open with `direct(false)`); the kernel's other errors,
     /// with the path.
     pub async fn open(&self, path: impl AsRef<Path>) -> Result<Device, Error> {
         let path = path.as_ref();
-        let opts = &self.options;
+        let opts = &self.options();
         opts.validate()?;
         if self.truncate && opts.read_only {
             // The kernel would cut the file with O_RDONLY | O_TRUNC.
@@ -373,6 +414,8 @@ pub mod fs {
     /// ```
     ///
     /// # Errors
+    /// [`ErrorKind::NoDriver`] when awaited off a plugio core (before
+    /// anything is done). Otherwise:
     /// The kernel's error, typed, with the source path.
     pub async fn rename(from: impl AsRef<Path>, to: impl AsRef<Path>) -> Result<(), Error> {
         fs_ops::rename(from.as_ref(), to.as_ref()).await
@@ -393,6 +436,8 @@ pub mod fs {
     /// ```
     ///
     /// # Errors
+    /// [`ErrorKind::NoDriver`] when awaited off a plugio core (before
+    /// anything is done). Otherwise:
     /// `NotFound`; the kernel's other errors, with the path.
     pub async fn remove_file(path: impl AsRef<Path>) -> Result<(), Error> {
         fs_ops::unlink(path.as_ref(), false).await
@@ -411,6 +456,8 @@ pub mod fs {
     /// ```
     ///
     /// # Errors
+    /// [`ErrorKind::NoDriver`] when awaited off a plugio core (before
+    /// anything is done). Otherwise:
     /// The kernel's error (`ENOTEMPTY`...), with the path.
     pub async fn remove_dir(path: impl AsRef<Path>) -> Result<(), Error> {
         fs_ops::unlink(path.as_ref(), true).await
@@ -431,6 +478,8 @@ pub mod fs {
     /// ```
     ///
     /// # Errors
+    /// [`ErrorKind::NoDriver`] when awaited off a plugio core (before
+    /// anything is done). Otherwise:
     /// A parent that is not a directory; the kernel's error, with the path.
     pub async fn create_dir_all(path: impl AsRef<Path>) -> Result<(), Error> {
         fs_ops::create_dir_all(path.as_ref()).await
@@ -447,6 +496,8 @@ pub mod fs {
     /// ```
     ///
     /// # Errors
+    /// [`ErrorKind::NoDriver`] when awaited off a plugio core (before
+    /// anything is done). Otherwise:
     /// The kernel's error, with the path.
     pub async fn sync_dir(path: impl AsRef<Path>) -> Result<(), Error> {
         fs_ops::sync_dir(path.as_ref()).await
@@ -462,6 +513,8 @@ pub mod fs {
     /// ```
     ///
     /// # Errors
+    /// [`ErrorKind::NoDriver`] when awaited off a plugio core (before
+    /// anything is done). Otherwise:
     /// `NotFound`; the kernel's other errors, with the path.
     pub async fn metadata(path: impl AsRef<Path>) -> Result<Metadata, Error> {
         fs_ops::metadata(path.as_ref()).await

@@ -264,6 +264,47 @@ fn truncate_cuts_only_an_accepted_writable_open() {
     });
 }
 
+/// `read_only(true)` and `direct(false)` hold whether `device_options`
+/// comes before or after them (a later `device_options` opened the file
+/// read-write: found by an API audit helper), and the truncate refusal
+/// sees them.
+#[test]
+fn read_only_and_direct_win_over_device_options_in_either_order() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
+    let file = dir.path().join("ro.db");
+    std::fs::write(&file, vec![7u8; 8192]).expect("fixture");
+    let queue_depth_8 = plugio_engine::DeviceOptions {
+        queue_depth: 8,
+        ..Default::default()
+    };
+    with_ring().run(async {
+        let mut after = OpenOptions::new();
+        after
+            .read_only(true)
+            .direct(false)
+            .device_options(queue_depth_8.clone());
+        let mut before = OpenOptions::new();
+        before
+            .device_options(queue_depth_8.clone())
+            .read_only(true)
+            .direct(false);
+        for opts in [after, before] {
+            let o = opts.options();
+            assert!(o.read_only && !o.direct && o.queue_depth == 8, "{o:?}");
+            let dev = opts.open(&file).await.expect("open");
+            assert!(dev.options().read_only);
+            let (r, _) = dev.write_all_at(vec![1u8; 4096], 0).await;
+            let e = r.expect_err("a read-only device refuses writes");
+            assert_eq!(*e.kind(), ErrorKind::PermissionDenied, "{e}");
+            drop(dev);
+            let mut cut = opts.clone();
+            cut.truncate(true).device_options(queue_depth_8.clone());
+            refused_and_uncut(&cut, &file, "drop one of them").await;
+        }
+    });
+    assert!(std::fs::read(&file).expect("read").iter().all(|&b| b == 7));
+}
+
 /// File-level operations awaited off a core, on a thread whose idle
 /// runtime owns the ring (a plain block_on in `main` beside it), fail with
 /// `NoDriver` at once: their SQE would wait for a reap that never comes
