@@ -48,16 +48,22 @@ impl Region {
     /// up to a power of two; use the device's `mem_align_bytes`, or 4096).
     ///
     /// # Panics
-    /// When `len_bytes` is 0 or the allocation fails.
+    /// When `len_bytes` is 0; when `align_bytes` has no power of two at or
+    /// above it in a `usize`, or `len_bytes` rounded up to the alignment
+    /// passes `isize::MAX` (checked before allocating); when the
+    /// allocation fails (a panic, not the allocator's abort).
     pub fn new(len_bytes: usize, align_bytes: usize) -> Region {
         assert!(len_bytes > 0, "Region::new: a region needs at least 1 byte");
-        let align = align_bytes.max(1).next_power_of_two();
-        let layout = Layout::from_size_align(len_bytes, align)
-            .unwrap_or_else(|_| panic!("Region::new: bad layout {len_bytes} aligned {align}"));
+        let Some(align) = align_bytes.max(1).checked_next_power_of_two() else {
+            panic!("Region::new: alignment {align_bytes} has no power of two above it in a usize");
+        };
+        let layout = Layout::from_size_align(len_bytes, align).unwrap_or_else(|_| {
+            panic!("Region::new: {len_bytes} bytes aligned to {align} pass isize::MAX")
+        });
         // SAFETY: the layout has a non-zero size.
         let raw = unsafe { std::alloc::alloc_zeroed(layout) };
         let Some(ptr) = NonNull::new(raw) else {
-            std::alloc::handle_alloc_error(layout)
+            panic!("Region::new: could not allocate {len_bytes} bytes aligned to {align}");
         };
         Region {
             alloc: Arc::new(RegionAlloc { ptr, layout }),
@@ -140,5 +146,25 @@ mod tests {
         assert!(pages[2].as_slice().iter().all(|&b| b == 0));
         drop(pages.remove(0));
         assert!(pages[0].as_slice().iter().all(|&b| b == 7));
+    }
+
+    /// Sizes no allocation can have panic with a message that says so,
+    /// before allocating (an alignment of `usize::MAX` overflowed in a
+    /// debug build: found by an API audit helper).
+    #[test]
+    fn impossible_sizes_panic_before_allocating() {
+        for (len, align, says) in [
+            (4096, usize::MAX, "no power of two"),
+            (usize::MAX, 4096, "pass isize::MAX"),
+            (0, 4096, "at least 1 byte"),
+        ] {
+            let e = std::panic::catch_unwind(|| Region::new(len, align)).expect_err("panics");
+            let msg = e
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_default();
+            assert!(msg.contains(says), "{len} {align}: {msg}");
+        }
     }
 }
