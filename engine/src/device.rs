@@ -449,17 +449,23 @@ impl Device {
     /// runtime's own cost per IO.
     ///
     /// # Errors
-    /// Only a broken ring.
+    /// [`ErrorKind::NoDriver`](plugio_device::ErrorKind::NoDriver) off a
+    /// plugio core or on a core without a device driver (an executor
+    /// built without one), `Forked` in a forked child for a device its
+    /// parent opened, and a broken ring's error.
     pub fn nop(&self) -> impl Future<Output = Result<(), Error>> + '_ {
         UnitIo(self.io(OpKind::Nop, IoFlags::NONE, 0, 0))
     }
 
     /// Starts an explicit plug for `nr_ios` IOs that the caller is about to
     /// issue (the kernel's `blk_start_plug_nr_ios`): until the guard is
-    /// dropped, the plug is not flushed early before it holds `nr_ios` bios
-    /// (capped at the queue depth); dropping the guard flushes it
-    /// (`blk_finish_plug`). The end of the tick still flushes, as a
-    /// sleeping task does in the kernel. The guard is the calling core's
+    /// dropped, the plug's count trigger is `nr_ios` bios (capped at the
+    /// queue depth) instead of `plug_max_count`; dropping the guard
+    /// flushes it (`blk_finish_plug`). Only the count is raised: the byte
+    /// trigger (`DeviceOptions::plug_flush_bytes`, default 128 KiB) still
+    /// flushes early, as the kernel's `BLK_PLUG_FLUSH_SIZE` does under any
+    /// plug (set it to 0 for a plug bounded by count alone). The end of the tick still flushes, as a sleeping task does
+    /// in the kernel. The guard is the calling core's
     /// and not `Send` (a task holding it across an `.await` is spawned
     /// with `spawn_local`); it covers the IOs whose futures are first
     /// polled while it lives.

@@ -73,14 +73,23 @@ pub struct DeviceOptions {
     /// the device itself (NVMe passthrough: its MDTS) or to a regular file
     /// (1 MiB); for a block device read and written through the kernel,
     /// at least 1 MiB, since the kernel splits an op at the device's
-    /// `max_sectors_kb` itself without another SQE or CQE.
+    /// `max_sectors_kb` itself without another SQE or CQE. A given value
+    /// is capped at [`MAX_IO_BYTES`](crate::MAX_IO_BYTES) and rounded down
+    /// to a multiple of the device's IO block (the largest of its logical
+    /// block and direct-IO alignments, rounded up to a power of two), at
+    /// least one block: `Some(1000)` on a 512-byte device is 512;
+    /// [`Device::max_request_bytes`](crate::Device::max_request_bytes)
+    /// tells the limit in force. 0 is refused.
     pub max_request_bytes: Option<u64>,
     /// Merging, as `/sys/block/*/queue/nomerges`: 0 (default) all merges
     /// (sort the plug, back and front merges), 1 only the simple one-hit
     /// merge with the newest request, 2 none. Values above 2 act as 2.
     pub nomerges: u8,
     /// Largest request merging may build, in bytes. Default `None`: the
-    /// request limit (`max_request_bytes`, or its default above).
+    /// request limit (`max_request_bytes`, or its default above); a larger
+    /// value is capped at that limit. A bio longer than this is not
+    /// merged at all, so `Some(0)` turns merging off as `nomerges: 2`
+    /// does.
     pub max_merge_bytes: Option<u64>,
     /// Keep freed bios on a per-core free list for the next IO (the
     /// kernel's per-cpu bio cache). Default true.

@@ -182,8 +182,12 @@ impl<F: Future> Future for Timeout<F> {
 }
 
 /// Ticks every `period`, starting at once. A tick that is late (the task
-/// was busy) completes at once and the next one is scheduled `period` after
-/// *now*, so missed ticks are delayed, never bursted.
+/// was busy) completes at once; the next one keeps the schedule
+/// (`period` after the late tick's scheduled instant) while that is still
+/// ahead, and is `period` after *now* when a whole period was missed: so
+/// missed ticks are delayed, never bursted. For example, with a 100 ms
+/// period, a tick completed 40 ms late is followed by one 60 ms later; a
+/// tick 250 ms late, by one 100 ms later.
 ///
 /// A `period` too large to add to the clock (`Duration::MAX`) saturates:
 /// the first tick completes at once and the next never does.
