@@ -646,6 +646,51 @@ fn cli_refuses_a_target_too_small_naming_the_line() {
     );
 }
 
+/// A target that is the trace's own file, by its name, a hard link or a
+/// redirect to standard input, is refused before anything is written
+/// (the replay overwrote the trace: found by a break-it helper); a trace
+/// of reads only may replay on it.
+#[test]
+fn cli_the_traces_own_file_as_target_is_refused_when_the_trace_writes() {
+    let dir = tmpdir();
+    let trace = dir.path().join("self.csv");
+    let mut text = std::fs::read_to_string(data("small.csv")).unwrap();
+    // Large enough to hold the trace's extent, so that only the new check
+    // can refuse it.
+    text.push_str(&"\n".repeat(80_000));
+    std::fs::write(&trace, &text).unwrap();
+    let link = dir.path().join("link.csv");
+    std::fs::hard_link(&trace, &link).unwrap();
+    let (tr, ln) = (trace.display().to_string(), link.display().to_string());
+    for o in [
+        plugio(&["replay", &tr, "--filename", &tr, "--quiet"]),
+        plugio(&["replay", &tr, "--filename", &ln, "--quiet"]),
+        Command::new(env!("CARGO_BIN_EXE_plugio"))
+            .args(["replay", "-", "--filename", &ln, "--quiet"])
+            .stdin(std::fs::File::open(&trace).unwrap())
+            .output()
+            .unwrap(),
+    ] {
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("is the trace's own file"),
+            "{}",
+            stderr(&o)
+        );
+        assert_eq!(std::fs::read_to_string(&trace).unwrap(), text, "untouched");
+    }
+    let reads: String = text
+        .lines()
+        .filter(|l| l.contains(",R,") || l.starts_with("time_ns"))
+        .map(|l| format!("{l}\n"))
+        .collect::<String>()
+        + &"\n".repeat(80_000);
+    std::fs::write(&trace, &reads).unwrap();
+    let o = plugio(&["replay", &tr, "--filename", &tr, "--quiet", "--direct", "0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(&trace).unwrap(), reads);
+}
+
 #[test]
 fn cli_a_dangling_symlink_as_target_is_named_as_such() {
     let dir = tmpdir();

@@ -249,6 +249,7 @@ pub fn run(args: &ReplayArgs) -> Result<CliReport, ReplayError> {
              of that line may be cut too (replayed as read)"
         ));
     }
+    target::refuse_the_trace_itself(&args.filename, &args.trace, &trace)?;
     let created = target::prepare_target(&args.filename, &trace)?;
     let dev = match open_checked(args, &trace) {
         Ok(dev) => dev,

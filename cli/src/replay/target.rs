@@ -67,6 +67,41 @@ pub fn prepare_target(path: &Path, trace: &Trace) -> Result<bool, ReplayError> {
     create(path, trace)
 }
 
+/// Refuses a target that is the trace's own file (the same device and
+/// inode, through any name or link; `-` is checked through standard
+/// input, which a shell redirect may make that file) when the trace
+/// changes data: its writes would overwrite the trace (found by a
+/// break-it helper: the replay succeeded and the trace was gone). A trace
+/// of reads and flushes only may replay on it.
+///
+/// # Errors
+/// [`ReplayError::Usage`] saying to give another `--filename`.
+pub fn refuse_the_trace_itself(
+    path: &Path,
+    trace_path: &Path,
+    trace: &Trace,
+) -> Result<(), ReplayError> {
+    if !trace.ios.iter().any(|io| io.op.modifies()) {
+        return Ok(());
+    }
+    let trace_file = if trace_path.as_os_str() == "-" {
+        Path::new("/dev/stdin")
+    } else {
+        trace_path
+    };
+    let (Ok(t), Ok(f)) = (std::fs::metadata(trace_file), std::fs::metadata(path)) else {
+        return Ok(());
+    };
+    if t.dev() == f.dev() && t.ino() == f.ino() {
+        return Err(usage(
+            path,
+            "is the trace's own file, which the trace's writes would overwrite: replay onto \
+             a copy of it",
+        ));
+    }
+    Ok(())
+}
+
 /// Refuses a trace that would write a regular file past the process's
 /// file size limit (`RLIMIT_FSIZE`, `ulimit -f`), where the kernel refuses
 /// the write and sends `SIGXFSZ`, which ends the process: its first write
