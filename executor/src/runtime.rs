@@ -41,7 +41,8 @@ pub enum Placement {
     /// process's allowed set at build time, wrapping around when there are
     /// more cores than CPUs.
     Pinned,
-    /// Core `i` is pinned to CPU `cpus[i]`. Must name one CPU per core.
+    /// Core `i` is pinned to CPU `cpus[i]`. Must name one CPU per core,
+    /// each one the process may run on ([`allowed_cpus`]).
     Cpus(Vec<usize>),
 }
 
@@ -193,7 +194,8 @@ impl Builder {
     ///
     /// # Errors
     /// `InvalidInput` for zero cores or a [`Placement::Cpus`] list of the
-    /// wrong length; the OS error of `sched_getaffinity`/`sched_setaffinity`
+    /// wrong length or naming a CPU the process may not run on (outside
+    /// its `sched_getaffinity` set, or past the machine's); the OS error of `sched_getaffinity`/`sched_setaffinity`
     /// or of thread creation; the driver factory's error; `Other` if a
     /// core's start hook panicked.
     pub fn build(self) -> io::Result<Runtime> {
@@ -309,7 +311,22 @@ impl fmt::Debug for Builder {
 fn cpus_for(placement: &Placement, cores: usize) -> io::Result<Option<Vec<usize>>> {
     match placement {
         Placement::Unpinned => Ok(None),
-        Placement::Cpus(cpus) if cpus.len() == cores => Ok(Some(cpus.clone())),
+        Placement::Cpus(cpus) if cpus.len() == cores => {
+            // Checked here, so that the error names the CPU and the core
+            // (`sched_setaffinity` says only EINVAL; found by a break-it
+            // helper).
+            let allowed = allowed_cpus()?;
+            if let Some((core, cpu)) = cpus.iter().enumerate().find(|(_, c)| !allowed.contains(c)) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "Placement::Cpus pins core {core} to CPU {cpu}, which this process may \
+                         not run on (it may run on CPUs {allowed:?}: sched_getaffinity)"
+                    ),
+                ));
+            }
+            Ok(Some(cpus.clone()))
+        }
         Placement::Cpus(cpus) => Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!(

@@ -125,15 +125,22 @@ fn bad_placement_and_zero_cores_are_errors() {
         .build()
         .expect_err("wrong cpu count");
     assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
-    let e = Builder::new()
-        .cores(1)
-        .placement(Placement::Cpus(vec![100_000]))
-        .build()
-        .expect_err("no such cpu");
-    assert!(
-        e.raw_os_error().is_some() || e.kind() == std::io::ErrorKind::InvalidInput,
-        "{e}"
-    );
+    // A CPU past the machine's, or the second core's: the message names
+    // the core and the CPU (it was a bare EINVAL).
+    let allowed = allowed_cpus().expect("affinity");
+    for (cpus, core, cpu) in [
+        (vec![100_000], 0, 100_000),
+        (vec![allowed[0], 99_999], 1, 99_999),
+    ] {
+        let e = Builder::new()
+            .cores(cpus.len())
+            .placement(Placement::Cpus(cpus))
+            .build()
+            .expect_err("no such cpu");
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
+        let says = format!("pins core {core} to CPU {cpu}, which this process may not run on");
+        assert!(e.to_string().contains(&says), "{e}");
+    }
 }
 
 #[test]
