@@ -67,7 +67,10 @@ fn note(path: OpPath) {
 
 /// Whether the op goes on the calling core's ring: its ring takes opcode
 /// `code` and reaps for the caller (else the blocking pool, or `NoDriver`
-/// where there is none: off a core, nothing would reap a ring op).
+/// where there is none: off a core, nothing would reap a ring op). A ring
+/// that busy-polls (`RingConfig::iopoll`) takes none of these ops (the
+/// kernel refused an open on it with a bare `EINVAL`: found by a break-it
+/// helper): they go to the blocking pool.
 ///
 /// # Errors
 /// [`ErrorKind::Forked`] in a forked child of a process whose runtime was
@@ -75,7 +78,9 @@ fn note(path: OpPath) {
 /// written to it would fault), and its blocking pool is the parent's.
 fn on_ring(code: u8) -> Result<bool> {
     crate::fork::check()?;
-    let yes = crate::core::ring_serves_caller() && ring::current_supports(code);
+    let yes = crate::core::ring_serves_caller()
+        && ring::current_supports(code)
+        && !ring::current_is_iopoll();
     note(if yes { OpPath::Ring } else { OpPath::Blocking });
     Ok(yes)
 }

@@ -264,6 +264,37 @@ fn truncate_cuts_only_an_accepted_writable_open() {
     });
 }
 
+/// On a core whose ring busy-polls (`RingConfig::iopoll`), file-level
+/// operations go to the blocking pool: the kernel refuses them on such a
+/// ring (an open failed with a bare EINVAL: found by a break-it helper).
+#[test]
+fn file_operations_on_an_iopoll_core_go_to_the_blocking_pool() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
+    let file = dir.path().join("iopoll.db");
+    std::fs::write(&file, vec![3u8; 8192]).expect("fixture");
+    let ex = plugio_engine::runtime::local(RingConfig {
+        iopoll: true,
+        ..RingConfig::default()
+    })
+    .expect("runtime");
+    ex.run(async {
+        if !plugio_device::driver::uring_active() {
+            println!("no io_uring here: nothing to check");
+            return;
+        }
+        let m = fs::metadata(&file).await.expect("metadata");
+        assert_eq!(m.len_bytes, 8192);
+        went(OpPath::Blocking, "metadata");
+        let dev = OpenOptions::new().open(&file).await.expect("open");
+        went(OpPath::Blocking, "open");
+        drop(dev);
+        fs::rename(&file, dir.path().join("renamed.db"))
+            .await
+            .expect("rename");
+        went(OpPath::Blocking, "rename");
+    });
+}
+
 /// `read_only(true)` and `direct(false)` hold whether `device_options`
 /// comes before or after them (a later `device_options` opened the file
 /// read-write: found by an API audit helper), and the truncate refusal

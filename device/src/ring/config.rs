@@ -41,7 +41,9 @@ pub struct RingConfig {
     /// virtio disk, NVMe without `nvme.poll_queues=N`) completes at once
     /// with `ErrorKind::Unsupported` (the kernel's `EOPNOTSUPP`), and the
     /// kernel refuses other ops it cannot poll (buffered IO, fsync) too:
-    /// build the core's ring without `iopoll` for those devices. The ring arms no eventfd read for cross-thread wakes
+    /// build the core's ring without `iopoll` for those devices. File-level
+    /// operations (`OpenOptions::open`, `fs::metadata`, `rename`...) run on
+    /// the runtime's blocking pool on such a core. The ring arms no eventfd read for cross-thread wakes
     /// (not pollable either); its park never sleeps, so the core busy-polls
     /// and sees a wake in its next tick.
     pub iopoll: bool,

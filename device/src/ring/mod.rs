@@ -1767,6 +1767,14 @@ pub fn current_supports(code: u8) -> bool {
     with_current(|r| r.info().supports(code)).unwrap_or(false)
 }
 
+/// Whether the current thread's ring busy-polls its completions
+/// (`IORING_SETUP_IOPOLL`): it takes only pollable ops (direct reads and
+/// writes), and the kernel refuses file-level ops (open, stat, fsync,
+/// rename...) on it with `EINVAL`. False without a ring.
+pub fn current_is_iopoll() -> bool {
+    with_current(|r| r.info().iopoll).unwrap_or(false)
+}
+
 /// The current thread's ring with a strong count of its own, if a driver
 /// with a ring is installed: for a caller that runs code it does not
 /// control while it holds the ring (`Backend::with_sq_writer`'s
