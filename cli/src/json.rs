@@ -127,8 +127,10 @@ pub struct ErrorDoc {
 /// The `error` object of an [`ErrorDoc`].
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ErrorBody {
-    /// `usage` (bad input, exit status 2) or `run` (the run failed, exit
-    /// status 1).
+    /// `usage` (bad input, exit status 2), `run` (the run failed, exit
+    /// status 1) or `interrupted` (a signal came before the run had
+    /// figures, as during the temporary file's fill: exit status 128 + the
+    /// signal's number, as the process then dies of it).
     pub kind: String,
     /// The message printed on standard error.
     pub message: String,

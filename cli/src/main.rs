@@ -65,15 +65,37 @@ enum Command {
 /// How a failed command ends: an exit code and its message, or the signal
 /// that stopped it (raised again once the run has cleaned up).
 enum Failure {
-    Exit { code: u8, message: String },
-    Signal(Signal),
+    Exit {
+        code: u8,
+        message: String,
+    },
+    /// The process ends by the signal; `unreported` is the message of a
+    /// run stopped before it printed anything (the `--json` error
+    /// document carries it), `None` when its report was printed.
+    Signal {
+        sig: Signal,
+        unreported: Option<String>,
+    },
+}
+
+impl Failure {
+    fn signal(sig: Signal) -> Self {
+        Failure::Signal {
+            sig,
+            unreported: None,
+        }
+    }
 }
 
 impl From<bench::BenchError> for Failure {
     fn from(e: bench::BenchError) -> Self {
         match e {
-            bench::BenchError::Interrupted(sig) => Failure::Signal(sig),
-            bench::BenchError::StdoutClosed => Failure::Signal(Signal::SIGPIPE),
+            bench::BenchError::Interrupted(sig) => Failure::signal(sig),
+            bench::BenchError::InterruptedBeforeRun(sig) => Failure::Signal {
+                sig,
+                unreported: Some(e.to_string()),
+            },
+            bench::BenchError::StdoutClosed => Failure::signal(Signal::SIGPIPE),
             e => Failure::Exit {
                 code: e.exit_code() as u8,
                 message: e.to_string(),
@@ -85,9 +107,9 @@ impl From<bench::BenchError> for Failure {
 impl From<ReplayError> for Failure {
     fn from(e: ReplayError) -> Self {
         match e {
-            ReplayError::StdoutClosed => Failure::Signal(Signal::SIGPIPE),
+            ReplayError::StdoutClosed => Failure::signal(Signal::SIGPIPE),
             ReplayError::Interrupted => {
-                Failure::Signal(signals::interrupted().unwrap_or(Signal::SIGINT))
+                Failure::signal(signals::interrupted().unwrap_or(Signal::SIGINT))
             }
             e => Failure::Exit {
                 code: e.exit_code(),
@@ -135,7 +157,15 @@ fn main() -> ExitCode {
             }
             ExitCode::from(code)
         }
-        Err(Failure::Signal(sig)) => signals::die_of(sig),
+        Err(Failure::Signal { sig, unreported }) => {
+            // A signal before the run had figures (during the temporary
+            // file's fill): a script reading standard output still gets
+            // one object (it got none; found by a break-it helper).
+            if let (true, Some(message)) = (json, unreported) {
+                print_error_doc_of(name, "interrupted", 128 + sig as u8, &message);
+            }
+            signals::die_of(sig)
+        }
     }
 }
 
@@ -180,10 +210,20 @@ fn usage_error(e: &clap::Error) -> ExitCode {
 /// Prints the JSON document of a failed `--json` run on stdout (a closed
 /// stdout is ignored: the exit status still tells).
 fn print_error_doc(command: &str, code: u8, message: &str) {
+    print_error_doc_of(
+        command,
+        if code == 2 { "usage" } else { "run" },
+        code,
+        message,
+    );
+}
+
+/// [`print_error_doc`] with the error's `kind` given.
+fn print_error_doc_of(command: &str, kind: &str, code: u8, message: &str) {
     let doc = ErrorDoc {
         meta: RunMeta::now(command),
         error: ErrorBody {
-            kind: if code == 2 { "usage" } else { "run" }.to_owned(),
+            kind: kind.to_owned(),
             message: message.to_owned(),
             exit_code: code,
         },
@@ -231,7 +271,7 @@ fn info(path: &Path, json: bool) -> Result<(), Failure> {
     });
     match written.and_then(|()| out.flush()) {
         Ok(()) => Ok(()),
-        Err(e) if signals::is_broken_pipe(&e) => Err(Failure::Signal(Signal::SIGPIPE)),
+        Err(e) if signals::is_broken_pipe(&e) => Err(Failure::signal(Signal::SIGPIPE)),
         Err(e) => Err(Failure::Exit {
             code: 1,
             message: format!("writing to standard output: {e}"),

@@ -282,15 +282,20 @@ fn sigint_at_any_moment_of_a_bench_leaves_no_temporary_file() {
 /// A signal as soon as the temporary file exists (during its fill, or
 /// just after): the command says it was interrupted, by which signal,
 /// before it ends by it (found by a break-it helper: interrupted during
-/// the fill, it ended with nothing printed).
+/// the fill, it ended with nothing printed), and with `--json` prints one
+/// object: an `interrupted` error, or the report of the run so far when
+/// the signal came after the fill (a later helper found no JSON at all).
 #[test]
 fn a_bench_interrupted_while_filling_says_so() {
     let dir = tmpdir();
-    let mut child = bench_in(dir.path(), &["--runtime", "600", "--size", "512M"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+    let mut child = bench_in(
+        dir.path(),
+        &["--runtime", "600", "--size", "512M", "--json"],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("spawn");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while left_in(dir.path()).is_empty() && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(5));
@@ -303,11 +308,25 @@ fn a_bench_interrupted_while_filling_says_so() {
         .expect("stderr")
         .read_to_string(&mut err)
         .expect("read");
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut out)
+        .expect("read");
     let status = wait_guarded(&mut child, 120, "bench interrupted while filling");
     assert_eq!(status.signal(), Some(libc::SIGHUP), "{status:?}: {err}");
     assert!(
         err.contains("interrupted by SIGHUP"),
         "no word of the signal: {err}"
+    );
+    let doc: serde_json::Value = serde_json::from_str(out.trim()).expect(&out);
+    let error_doc =
+        doc["error"]["kind"] == "interrupted" && doc["error"]["exit_code"] == 128 + libc::SIGHUP;
+    assert!(
+        error_doc || doc["interrupted_by"] == "SIGHUP",
+        "neither an interrupted error nor a report: {out}"
     );
     assert_eq!(
         left_in(dir.path()),

@@ -54,6 +54,11 @@ pub enum BenchError {
     /// SIGINT or SIGTERM stopped the run (the summary so far was printed,
     /// the temporary file removed); the command ends by the same signal.
     Interrupted(nix::sys::signal::Signal),
+    /// SIGINT, SIGTERM, SIGHUP or SIGQUIT came before the run started
+    /// (during the temporary file's fill): nothing was measured or printed
+    /// but the message, the file is removed; the command ends by the same
+    /// signal.
+    InterruptedBeforeRun(nix::sys::signal::Signal),
     /// Standard output was closed (`plugio bench | head -1`): the run was
     /// stopped and its temporary file removed; the command ends by SIGPIPE.
     StdoutClosed,
@@ -109,7 +114,9 @@ impl BenchError {
             BenchError::Io { .. } | BenchError::Engine { .. } => 1,
             // Exit statuses a shell gives a process killed by the signal
             // (the command raises the signal itself; see `signals::die_of`).
-            BenchError::Interrupted(sig) => 128 + *sig as i32,
+            BenchError::Interrupted(sig) | BenchError::InterruptedBeforeRun(sig) => {
+                128 + *sig as i32
+            }
             BenchError::StdoutClosed => 128 + libc::SIGPIPE,
         }
     }
@@ -165,6 +172,11 @@ impl fmt::Display for BenchError {
                     "interrupted by {sig}: IO stopped, temporary file removed"
                 )
             }
+            BenchError::InterruptedBeforeRun(sig) => write!(
+                f,
+                "interrupted by {sig} while filling the temporary file: nothing measured; \
+                 the file is removed"
+            ),
             BenchError::StdoutClosed => write!(
                 f,
                 "standard output was closed: IO stopped, temporary file removed"

@@ -533,7 +533,7 @@ fn check_file_size_limit(
 /// reads find it on the disk.
 ///
 /// # Errors
-/// [`BenchError::Interrupted`] when SIGINT, SIGTERM, SIGHUP or SIGQUIT came during the fill
+/// [`BenchError::InterruptedBeforeRun`] when SIGINT, SIGTERM, SIGHUP or SIGQUIT came during the fill
 /// (the file is removed), or the write error.
 fn fill_temp(
     mut file: tempfile::NamedTempFile,
@@ -573,13 +573,10 @@ fn fill_temp(
             // Said here: the run's own message comes with its summary,
             // and there is none (found by a break-it helper: the command
             // ended silently). Ignored when stderr is gone (SIGHUP).
-            let _ = writeln!(
-                std::io::stderr(),
-                "plugio: interrupted by {sig} while filling the temporary file: nothing \
-                 measured; the file is removed"
-            );
+            let e = BenchError::InterruptedBeforeRun(sig);
+            let _ = writeln!(std::io::stderr(), "plugio: {e}");
             // Dropping `file` removes it.
-            return Err(BenchError::Interrupted(sig));
+            return Err(e);
         }
         let n = left.min(FILL_CHUNK_BYTES as u64) as usize;
         if !zeros {
