@@ -509,6 +509,17 @@ impl Printer {
     }
 }
 
+/// The elapsed time as printed: two decimals, more below a tenth of a
+/// second, so that the IOPS printed beside it can be checked against it
+/// (a 1 ms run said "in 0.00 s": found by a break-it helper).
+fn elapsed_s(secs: f64) -> String {
+    if secs < 0.1 {
+        format!("{secs:.5}")
+    } else {
+        format!("{secs:.2}")
+    }
+}
+
 fn opt_f(v: Option<f64>, decimals: usize) -> String {
     match v {
         Some(v) => format!("{v:.decimals$}"),
@@ -615,13 +626,13 @@ pub fn print_result(job: &Job, r: &BenchResult) -> Result<(), BenchError> {
     let p = &r.plug;
     writeln!(
         out,
-        "{}: IOPS={:.0}, BW={:.1}MiB/s ({} IOs, {} bytes in {:.2} s), CPU {} ns/IO, {} allocations/IO",
+        "{}: IOPS={:.0}, BW={:.1}MiB/s ({} IOs, {} bytes in {} s), CPU {} ns/IO, {} allocations/IO",
         r.engine,
         r.iops,
         r.bw_mib_s,
         r.ios,
         r.bytes,
-        r.runtime_s,
+        elapsed_s(r.runtime_s),
         opt_f(r.cpu_ns_per_io, 0),
         opt_f(r.allocs_per_io, 3)
     )
@@ -698,4 +709,17 @@ pub struct Timeline {
     pub seconds: Vec<Second>,
     /// Set when a signal or a closed standard output stopped the run.
     pub stopped_by: Option<StopReason>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::elapsed_s;
+
+    /// A short run's elapsed time keeps enough digits to check its IOPS.
+    #[test]
+    fn short_elapsed_times_keep_their_digits() {
+        assert_eq!(elapsed_s(0.001_15), "0.00115");
+        assert_eq!(elapsed_s(0.099), "0.09900");
+        assert_eq!(elapsed_s(3.456), "3.46");
+    }
 }
