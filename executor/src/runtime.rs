@@ -96,16 +96,21 @@ impl Builder {
         self
     }
 
-    /// Most task polls per tick (at least 1): after that many, the core
-    /// calls its tick-end hooks and polls its driver even if more tasks are
-    /// ready.
+    /// Most task polls per tick: after that many, the core calls its
+    /// tick-end hooks and polls its driver even if more tasks are ready.
+    /// Default [`DEFAULT_TASK_BUDGET`]; 0 is taken as 1 (a tick polls at
+    /// least one task).
     pub fn task_budget(mut self, polls_per_tick: usize) -> Self {
         self.config.task_budget = polls_per_tick.max(1);
         self
     }
 
     /// Ready resource polls a task may make per poll before it is made to
-    /// yield (see [`crate::coop`]).
+    /// yield (see [`crate::coop`]): `units` counts one per poll of a
+    /// resource that returned `Ready` (a channel's send or receive, an
+    /// elapsed sleep, a finished `JoinHandle`; not an IO, whose first poll
+    /// is always `Pending`). Default [`DEFAULT_COOP_BUDGET`]; 0 is taken as
+    /// 1.
     pub fn coop_budget(mut self, units: u32) -> Self {
         self.config.coop_budget = units.max(1);
         self
