@@ -189,7 +189,19 @@ pub use plugio_device::IoFlags;
 /// ```
 /// let ring = plugio::RingConfig { sq_entries: 512, ..plugio::RingConfig::default() };
 /// let ex = plugio::runtime::local(ring)?;
-/// ex.run(async {});
+/// ex.run(async {
+///     // The core's ring as built (`None` where the kernel refused io_uring
+///     // and file IO runs on the sync thread pool).
+///     if let Some(info) = plugio::device::ring::current_info() {
+///         assert_eq!(info.sq_entries, 512);
+///         assert_eq!(info.cq_entries, 1024); // twice the SQ by default
+///     }
+/// });
+/// drop(ex);
+/// // Sizes the kernel would refuse are refused before a ring is built.
+/// let bad = plugio::RingConfig { sq_entries: 0, ..plugio::RingConfig::default() };
+/// let e = plugio::runtime::local(bad).unwrap_err();
+/// assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
 /// # Ok::<_, std::io::Error>(())
 /// ```
 pub use plugio_device::RingConfig;
@@ -221,10 +233,14 @@ pub use plugio_engine::Device;
 ///
 /// ```
 /// # plugio::engine::doc_example(|dev| async move {
-/// use futures::io::{AsyncReadExt, AsyncWriteExt};
+/// use futures::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 /// let mut cur = plugio::DeviceCursor::new(dev).await?;
 /// cur.write_all(b"streams of any length").await?;
 /// cur.flush().await?;
+/// cur.seek(std::io::SeekFrom::Start(11)).await?;
+/// let mut word = [0u8; 3];
+/// cur.read_exact(&mut word).await?;
+/// assert_eq!(&word, b"any");
 /// # Ok(()) });
 /// ```
 pub use plugio_engine::DeviceCursor;
@@ -336,8 +352,11 @@ pub use plugio_engine::TagSharing;
 /// Waits for a duration on the current core's timer wheel. For example:
 ///
 /// ```
+/// use std::time::{Duration, Instant};
 /// let ex = plugio::executor::LocalExecutor::new();
-/// ex.run(async { plugio::sleep(std::time::Duration::from_millis(1)).await });
+/// let t0 = Instant::now();
+/// ex.run(async { plugio::sleep(Duration::from_millis(1)).await });
+/// assert!(t0.elapsed() >= Duration::from_millis(1), "never early");
 /// ```
 pub use plugio_executor::sleep;
 /// Spawns a `Send` task on the current core. For example:
@@ -380,8 +399,20 @@ pub use plugio_executor::timeout;
 /// Lets the core run its other tasks (and flush its plug) before this one goes on. For example:
 ///
 /// ```
+/// use std::{cell::RefCell, rc::Rc};
 /// let ex = plugio::executor::LocalExecutor::new();
-/// ex.run(async { plugio::yield_now().await });
+/// let order = Rc::new(RefCell::new(Vec::new()));
+/// let o = order.clone();
+/// ex.run(async move {
+///     let other = {
+///         let o = o.clone();
+///         plugio::spawn_local(async move { o.borrow_mut().push("other task") })
+///     };
+///     plugio::yield_now().await; // the other ready task runs first
+///     o.borrow_mut().push("after the yield");
+///     other.await.unwrap();
+/// });
+/// assert_eq!(*order.borrow(), ["other task", "after the yield"]);
 /// ```
 pub use plugio_executor::yield_now;
 /// A spawned task's handle: await it for the output, or abort it. For example:
