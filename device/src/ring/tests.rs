@@ -1244,8 +1244,8 @@ fn ring_sizes_out_of_range_are_refused_not_taken_for_no_io_uring() {
         ),
     ] {
         for e in [
-            DeviceDriver::new(&config).err().expect("refused"),
-            super::Ring::new(&config).err().expect("refused"),
+            DeviceDriver::new(&config).expect_err("refused"),
+            super::Ring::new(&config).expect_err("refused"),
         ] {
             assert!(
                 matches!(
