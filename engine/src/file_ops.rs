@@ -414,7 +414,7 @@ pub mod fs {
     /// ```
     ///
     /// # Errors
-    /// [`ErrorKind::NoDriver`] when awaited off a plugio core (before
+    /// [`ErrorKind::NoDriver`](plugio_device::ErrorKind::NoDriver) off a plugio core (before
     /// anything is done). Otherwise:
     /// The kernel's error, typed, with the source path.
     pub async fn rename(from: impl AsRef<Path>, to: impl AsRef<Path>) -> Result<(), Error> {
@@ -436,7 +436,7 @@ pub mod fs {
     /// ```
     ///
     /// # Errors
-    /// [`ErrorKind::NoDriver`] when awaited off a plugio core (before
+    /// [`ErrorKind::NoDriver`](plugio_device::ErrorKind::NoDriver) off a plugio core (before
     /// anything is done). Otherwise:
     /// `NotFound`; the kernel's other errors, with the path.
     pub async fn remove_file(path: impl AsRef<Path>) -> Result<(), Error> {
@@ -456,7 +456,7 @@ pub mod fs {
     /// ```
     ///
     /// # Errors
-    /// [`ErrorKind::NoDriver`] when awaited off a plugio core (before
+    /// [`ErrorKind::NoDriver`](plugio_device::ErrorKind::NoDriver) off a plugio core (before
     /// anything is done). Otherwise:
     /// The kernel's error (`ENOTEMPTY`...), with the path.
     pub async fn remove_dir(path: impl AsRef<Path>) -> Result<(), Error> {
@@ -478,7 +478,7 @@ pub mod fs {
     /// ```
     ///
     /// # Errors
-    /// [`ErrorKind::NoDriver`] when awaited off a plugio core (before
+    /// [`ErrorKind::NoDriver`](plugio_device::ErrorKind::NoDriver) off a plugio core (before
     /// anything is done). Otherwise:
     /// A parent that is not a directory; the kernel's error, with the path.
     pub async fn create_dir_all(path: impl AsRef<Path>) -> Result<(), Error> {
@@ -496,7 +496,7 @@ pub mod fs {
     /// ```
     ///
     /// # Errors
-    /// [`ErrorKind::NoDriver`] when awaited off a plugio core (before
+    /// [`ErrorKind::NoDriver`](plugio_device::ErrorKind::NoDriver) off a plugio core (before
     /// anything is done). Otherwise:
     /// The kernel's error, with the path.
     pub async fn sync_dir(path: impl AsRef<Path>) -> Result<(), Error> {
@@ -513,7 +513,7 @@ pub mod fs {
     /// ```
     ///
     /// # Errors
-    /// [`ErrorKind::NoDriver`] when awaited off a plugio core (before
+    /// [`ErrorKind::NoDriver`](plugio_device::ErrorKind::NoDriver) off a plugio core (before
     /// anything is done). Otherwise:
     /// `NotFound`; the kernel's other errors, with the path.
     pub async fn metadata(path: impl AsRef<Path>) -> Result<Metadata, Error> {
