@@ -913,12 +913,35 @@ pub(crate) fn name_io(
     };
     let e = if *e.kind() == K::PermissionDenied && op.is_write() && became_read_only(shared) {
         e.with_context(BECAME_READ_ONLY)
+    } else if refused_by_iopoll_ring(&e, op) {
+        // The kernel's bare EINVAL, said as what it means (found by a
+        // break-it helper).
+        Error::new(K::Unsupported)
+            .with_io(op, offset_bytes, len_bytes)
+            .with_context(IOPOLL_REFUSES)
     } else if past_end_of_shrunk_device(shared, &e, offset_bytes, len_bytes) {
         e.with_context(SHRANK)
     } else {
         e
     };
     name_device(shared, e)
+}
+
+/// What an op the kernel refused on a ring that busy-polls is told.
+const IOPOLL_REFUSES: &str = "this core's io_uring busy-polls its completions \
+     (RingConfig::iopoll), and the kernel takes only reads and writes on such a ring, never an \
+     fsync or fallocate: do this from a core whose ring is built without iopoll";
+
+/// Whether `e` is the kernel's `EINVAL` for an op other than a read or
+/// write on this core's ring, which busy-polls (`IORING_SETUP_IOPOLL`):
+/// the kernel refuses every op it cannot poll there.
+fn refused_by_iopoll_ring(e: &Error, op: OpKind) -> bool {
+    *e.kind()
+        == (plugio_device::ErrorKind::Io {
+            errno: libc::EINVAL,
+        })
+        && !matches!(op, OpKind::Read | OpKind::Write)
+        && plugio_device::ring::current_is_iopoll()
 }
 
 /// What an IO past the new end of a block device that shrank after its

@@ -266,7 +266,9 @@ fn truncate_cuts_only_an_accepted_writable_open() {
 
 /// On a core whose ring busy-polls (`RingConfig::iopoll`), file-level
 /// operations go to the blocking pool: the kernel refuses them on such a
-/// ring (an open failed with a bare EINVAL: found by a break-it helper).
+/// ring (an open failed with a bare EINVAL: found by a break-it helper);
+/// an fsync or fallocate, which the engine orders with the device's IO
+/// on the ring, fails with `Unsupported` saying why.
 #[test]
 fn file_operations_on_an_iopoll_core_go_to_the_blocking_pool() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
@@ -287,6 +289,18 @@ fn file_operations_on_an_iopoll_core_go_to_the_blocking_pool() {
         went(OpPath::Blocking, "metadata");
         let dev = OpenOptions::new().open(&file).await.expect("open");
         went(OpPath::Blocking, "open");
+        // The kernel takes no fsync or fallocate on such a ring: said so,
+        // not as a bare EINVAL.
+        let refusals = [
+            dev.sync_all().await.expect_err("fsync on an iopoll ring"),
+            dev.fallocate(0, 4096, FallocateMode::AllocateKeepSize)
+                .await
+                .expect_err("fallocate on an iopoll ring"),
+        ];
+        for e in refusals {
+            assert_eq!(*e.kind(), ErrorKind::Unsupported, "{e}");
+            assert!(e.to_string().contains("busy-polls"), "{e}");
+        }
         drop(dev);
         fs::rename(&file, dir.path().join("renamed.db"))
             .await

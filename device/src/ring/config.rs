@@ -36,16 +36,20 @@ pub struct RingConfig {
     /// Busy-poll completions (`IORING_SETUP_IOPOLL`; O_DIRECT on devices
     /// with poll queues only). Default false.
     ///
-    /// Such a ring takes only pollable ops: IO on a file or block device
+    /// Such a ring takes only pollable ops. IO on a file or block device
     /// whose queue has no poll queues (`queue/io_poll` 0: a loop device, a
-    /// virtio disk, NVMe without `nvme.poll_queues=N`) completes at once
-    /// with `ErrorKind::Unsupported` (the kernel's `EOPNOTSUPP`), and the
-    /// kernel refuses other ops it cannot poll (buffered IO, fsync) too:
-    /// build the core's ring without `iopoll` for those devices. File-level
-    /// operations (`OpenOptions::open`, `fs::metadata`, `rename`...) run on
-    /// the runtime's blocking pool on such a core. The ring arms no eventfd read for cross-thread wakes
-    /// (not pollable either); its park never sleeps, so the core busy-polls
-    /// and sees a wake in its next tick.
+    /// virtio disk, NVMe without `nvme.poll_queues=N`) may complete at once
+    /// with `ErrorKind::Unsupported` (the kernel's `EOPNOTSUPP`; reads did
+    /// on a virtio disk, where O_DIRECT writes went through): build the
+    /// core's ring without `iopoll` for those devices. Whatever the
+    /// device, the kernel takes no fsync or fallocate on such a ring
+    /// (`Device::sync_all`, `sync_data`, `fallocate` fail with
+    /// `Unsupported`, said so) and no buffered IO: make files durable from
+    /// a core without `iopoll`. File-level operations
+    /// (`OpenOptions::open`, `fs::metadata`, `rename`...) run on the
+    /// runtime's blocking pool on such a core. The ring arms no eventfd
+    /// read for cross-thread wakes (not pollable either); its park never
+    /// sleeps, so the core busy-polls and sees a wake in its next tick.
     pub iopoll: bool,
     /// Size of the sparse registered-file table (0 disables registered
     /// files). Default 64.
@@ -164,7 +168,7 @@ pub const MAX_CQ_ENTRIES: u32 = 2 * MAX_SQ_ENTRIES;
 impl RingConfig {
     /// Checks the sizes the kernel would refuse with a bare `EINVAL`
     /// (`io_uring_setup`'s checks in `io_uring/io_uring.c`): `sq_entries`
-    /// in 1..=[`MAX_SQ_ENTRIES`]; `cq_entries`, when given, at least the
+    /// in 1..=[`MAX_SQ_ENTRIES`]; `cq_entries`, when given, not 0, at least the
     /// SQ's size once both are rounded up to powers of two, and at most
     /// [`MAX_CQ_ENTRIES`]. The runtimes call it before building a ring, so
     /// a bad size is an error that names the option rather than a ring
@@ -192,7 +196,7 @@ impl RingConfig {
         }
         if let Some(cq) = self.cq_entries {
             let sq = self.sq_entries.next_power_of_two();
-            if cq > MAX_CQ_ENTRIES || cq.next_power_of_two() < sq {
+            if cq == 0 || cq > MAX_CQ_ENTRIES || cq.next_power_of_two() < sq {
                 return refuse(format!(
                     "RingConfig::cq_entries is {cq}: use {sq} (the SQ's {} entries rounded up to a power of two) to {MAX_CQ_ENTRIES}, or None for twice the SQ",
                     self.sq_entries

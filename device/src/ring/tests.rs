@@ -1242,6 +1242,16 @@ fn ring_sizes_out_of_range_are_refused_not_taken_for_no_io_uring() {
             },
             "cq_entries",
         ),
+        // 0 rounds up to 1, which an SQ of 1 let through (found by a
+        // break-it helper).
+        (
+            RingConfig {
+                sq_entries: 1,
+                cq_entries: Some(0),
+                ..RingConfig::default()
+            },
+            "cq_entries",
+        ),
     ] {
         for e in [
             DeviceDriver::new(&config).expect_err("refused"),
