@@ -202,7 +202,7 @@ impl Device {
 /// assert_eq!(&buf, b"hello");
 /// # Ok(()) });
 /// ```
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct OpenOptions {
     options: DeviceOptions,
     /// What [`OpenOptions::read_only`] and [`OpenOptions::direct`] set:
@@ -211,6 +211,16 @@ pub struct OpenOptions {
     direct: Option<bool>,
     create: bool,
     truncate: bool,
+}
+
+/// Equal when they open alike: the same [`OpenOptions::options`],
+/// `create` and `truncate`, however they were set.
+impl PartialEq for OpenOptions {
+    fn eq(&self, other: &Self) -> bool {
+        self.options() == other.options()
+            && self.create == other.create
+            && self.truncate == other.truncate
+    }
 }
 
 impl Default for OpenOptions {
@@ -322,8 +332,9 @@ impl OpenOptions {
         if self.truncate && opts.read_only {
             // The kernel would cut the file with O_RDONLY | O_TRUNC.
             return Err(Error::invalid(InvalidInput::Config {
-                detail: "truncate(true) with read_only(true): a read-only open may not cut \
-                         the file; drop one of them"
+                detail: "truncate(true) with a read-only open (read_only(true) or \
+                         DeviceOptions::read_only): a read-only open may not cut the file; drop \
+                         one of them"
                     .into(),
             })
             .with_path(path));

@@ -333,6 +333,9 @@ fn read_only_and_direct_win_over_device_options_in_either_order() {
             .device_options(queue_depth_8.clone())
             .read_only(true)
             .direct(false);
+        // Equal as they open alike, however they were set.
+        assert_eq!(after, before);
+        assert_eq!(OpenOptions::new(), *OpenOptions::new().read_only(false));
         for opts in [after, before] {
             let o = opts.options();
             assert!(o.read_only && !o.direct && o.queue_depth == 8, "{o:?}");
