@@ -278,11 +278,15 @@ impl Error {
 
     /// Maps an `io::Error`: a plugio `Error` wrapped in it (by the
     /// `From<Error> for io::Error` conversion, as `DeviceCursor`'s
-    /// `std::io` traits return) comes back as it was; else its raw OS
-    /// error when it has one; else its `io::ErrorKind` where one of
-    /// [`ErrorKind`]'s kinds says the same (`NotFound`,
-    /// `PermissionDenied`, `Unsupported`, and `StorageFull` as
-    /// [`ErrorKind::OutOfSpace`]); else `EIO`.
+    /// `std::io` traits return; however many `io::Error`s wrap it) comes
+    /// back as it was; else the raw OS error, its own or a wrapped
+    /// `io::Error`'s; else its `io::ErrorKind`: as the [`ErrorKind`] that
+    /// says the same (`NotFound`, `PermissionDenied`, `Unsupported`, and
+    /// `StorageFull` as [`ErrorKind::OutOfSpace`]), or as the errno of that
+    /// kind (`InvalidInput` as `EINVAL`, `AlreadyExists` as `EEXIST`,
+    /// `UnexpectedEof` as `ENODATA` with a context saying it was an end of
+    /// file, and so on); `EIO` for the rest. The `io::Error`'s own message
+    /// is not kept (an `Error` carries static contexts only).
     ///
     /// ```
     /// use plugio::{Error, ErrorKind};
@@ -291,21 +295,61 @@ impl Error {
     /// assert_eq!(back, e);
     /// let kind_only = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "no");
     /// assert_eq!(*Error::from_io(&kind_only).kind(), ErrorKind::PermissionDenied);
+    /// let eof = std::io::Error::from(std::io::ErrorKind::UnexpectedEof);
+    /// assert!(Error::from_io(&eof).to_string().contains("end of file"));
     /// ```
     pub fn from_io(err: &io::Error) -> Self {
-        if let Some(inner) = err.get_ref().and_then(|e| e.downcast_ref::<Self>()) {
-            return inner.clone();
+        let mut at = err;
+        while let Some(inner) = at.get_ref() {
+            if let Some(e) = inner.downcast_ref::<Self>() {
+                return e.clone();
+            }
+            match inner.downcast_ref::<io::Error>() {
+                Some(next) => at = next,
+                None => break,
+            }
         }
-        if let Some(errno) = err.raw_os_error() {
+        if let Some(errno) = err.raw_os_error().or(at.raw_os_error()) {
             return Self::from_errno(errno);
         }
-        Self::new(match err.kind() {
-            io::ErrorKind::NotFound => ErrorKind::NotFound,
-            io::ErrorKind::PermissionDenied => ErrorKind::PermissionDenied,
-            io::ErrorKind::Unsupported => ErrorKind::Unsupported,
-            io::ErrorKind::StorageFull => ErrorKind::OutOfSpace,
-            _ => ErrorKind::Io { errno: libc::EIO },
-        })
+        Self::from_io_kind(err.kind())
+    }
+
+    /// [`Error::from_io`] of an `io::Error` with no errno and no plugio
+    /// `Error` inside: by its kind.
+    fn from_io_kind(kind: io::ErrorKind) -> Self {
+        use io::ErrorKind as K;
+        let (errno, context) = match kind {
+            K::NotFound => return Self::new(ErrorKind::NotFound),
+            K::PermissionDenied => return Self::new(ErrorKind::PermissionDenied),
+            K::Unsupported => return Self::new(ErrorKind::Unsupported),
+            K::StorageFull => return Self::new(ErrorKind::OutOfSpace),
+            K::UnexpectedEof => (
+                libc::ENODATA,
+                Some("an end of file before all the bytes asked for (std's UnexpectedEof)"),
+            ),
+            K::WriteZero => (libc::EIO, Some("a write moved no bytes (std's WriteZero)")),
+            K::InvalidData => (libc::EIO, Some("invalid data (std's InvalidData)")),
+            K::InvalidInput => (libc::EINVAL, None),
+            K::AlreadyExists => (libc::EEXIST, None),
+            K::Interrupted => (libc::EINTR, None),
+            K::TimedOut => (libc::ETIMEDOUT, None),
+            K::WouldBlock => (libc::EAGAIN, None),
+            K::FileTooLarge => (libc::EFBIG, None),
+            K::IsADirectory => (libc::EISDIR, None),
+            K::NotADirectory => (libc::ENOTDIR, None),
+            K::DirectoryNotEmpty => (libc::ENOTEMPTY, None),
+            K::ReadOnlyFilesystem => (libc::EROFS, None),
+            K::BrokenPipe => (libc::EPIPE, None),
+            K::OutOfMemory => (libc::ENOMEM, None),
+            K::ResourceBusy => (libc::EBUSY, None),
+            _ => (libc::EIO, None),
+        };
+        let e = Self::from_errno(errno);
+        match context {
+            Some(c) => e.with_context(c),
+            None => e,
+        }
     }
 
     /// Shorthand for an [`ErrorKind::InvalidInput`] error.
@@ -382,6 +426,11 @@ impl Error {
     /// The errno this error corresponds to (for `io::Error` conversion and
     /// for completion results): `EINVAL` for invalid input, `EFBIG` for a
     /// write past the file size limit (what `pwrite(2)` returns there).
+    /// Kinds that several errnos map to give one of them: `EPERM` for
+    /// [`ErrorKind::PermissionDenied`] whether the kernel said `EPERM` or
+    /// `EACCES`, `ENOSPC` for [`ErrorKind::OutOfSpace`] (also `EDQUOT`),
+    /// `EOPNOTSUPP` for [`ErrorKind::Unsupported`] (also `ENOTTY`,
+    /// `ENOSYS`).
     pub fn errno(&self) -> i32 {
         match &self.0.kind {
             ErrorKind::InvalidInput(InvalidInput::FileSizeLimit { .. }) => libc::EFBIG,
@@ -756,14 +805,46 @@ mod tests {
             (io::ErrorKind::PermissionDenied, ErrorKind::PermissionDenied),
             (io::ErrorKind::Unsupported, ErrorKind::Unsupported),
             (io::ErrorKind::StorageFull, ErrorKind::OutOfSpace),
+            (
+                io::ErrorKind::InvalidInput,
+                ErrorKind::Io {
+                    errno: libc::EINVAL,
+                },
+            ),
+            (
+                io::ErrorKind::UnexpectedEof,
+                ErrorKind::Io {
+                    errno: libc::ENODATA,
+                },
+            ),
             (io::ErrorKind::Other, ErrorKind::Io { errno: libc::EIO }),
         ] {
-            assert_eq!(
-                *Error::from(io::Error::new(kind, "x")).kind(),
-                want,
-                "{kind:?}"
-            );
+            let back = Error::from(io::Error::new(kind, "x"));
+            assert_eq!(*back.kind(), want, "{kind:?}");
+            // Its kind survives the way back to std (as far as the errno
+            // tells it).
+            if kind != io::ErrorKind::Other && kind != io::ErrorKind::UnexpectedEof {
+                assert_eq!(io::Error::from(back).kind(), kind);
+            }
         }
+        // Wrapped twice (`io::Error::other` of an io::Error of an Error),
+        // or re-wrapped under its own kind: the Error comes back whole; a
+        // wrapped io::Error's errno counts.
+        let e = Error::from_errno(libc::ENOSPC)
+            .with_path("/x/y")
+            .with_context("ctx");
+        let twice = io::Error::other(io::Error::from(e.clone()));
+        assert_eq!(Error::from(twice), e);
+        let once = io::Error::from(e.clone());
+        let rewrapped = io::Error::new(once.kind(), once);
+        assert_eq!(Error::from(rewrapped), e);
+        let errno_inside = io::Error::other(io::Error::from_raw_os_error(libc::EEXIST));
+        assert_eq!(
+            *Error::from(errno_inside).kind(),
+            ErrorKind::Io {
+                errno: libc::EEXIST
+            }
+        );
         let os = io::Error::from_raw_os_error(libc::ENOSPC);
         assert_eq!(*Error::from(os).kind(), ErrorKind::OutOfSpace);
     }
