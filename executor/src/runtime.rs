@@ -38,11 +38,12 @@ pub enum Placement {
     #[default]
     Unpinned,
     /// Core `i` is pinned (`sched_setaffinity`) to the `i`-th CPU of the
-    /// process's allowed set at build time, wrapping around when there are
-    /// more cores than CPUs.
+    /// building thread's allowed set at build time ([`allowed_cpus`]:
+    /// `sched_getaffinity`, which a `taskset` narrows), wrapping around
+    /// when there are more cores than CPUs.
     Pinned,
     /// Core `i` is pinned to CPU `cpus[i]`. Must name one CPU per core,
-    /// each one the process may run on ([`allowed_cpus`]).
+    /// each one the process may run on (its cgroup's cpuset).
     Cpus(Vec<usize>),
 }
 
@@ -199,8 +200,8 @@ impl Builder {
     ///
     /// # Errors
     /// `InvalidInput` for zero cores or a [`Placement::Cpus`] list of the
-    /// wrong length or naming a CPU the process may not run on (outside
-    /// its `sched_getaffinity` set, or past the machine's); the OS error of `sched_getaffinity`/`sched_setaffinity`
+    /// wrong length, or naming a CPU the kernel does not let the core's
+    /// thread run on (the message names the core and the CPU); the OS error of `sched_getaffinity`/`sched_setaffinity`
     /// or of thread creation; the driver factory's error; `Other` if a
     /// core's start hook panicked.
     pub fn build(self) -> io::Result<Runtime> {
@@ -316,22 +317,7 @@ impl fmt::Debug for Builder {
 fn cpus_for(placement: &Placement, cores: usize) -> io::Result<Option<Vec<usize>>> {
     match placement {
         Placement::Unpinned => Ok(None),
-        Placement::Cpus(cpus) if cpus.len() == cores => {
-            // Checked here, so that the error names the CPU and the core
-            // (`sched_setaffinity` says only EINVAL; found by a break-it
-            // helper).
-            let allowed = allowed_cpus()?;
-            if let Some((core, cpu)) = cpus.iter().enumerate().find(|(_, c)| !allowed.contains(c)) {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!(
-                        "Placement::Cpus pins core {core} to CPU {cpu}, which this process may \
-                         not run on (it may run on CPUs {allowed:?}: sched_getaffinity)"
-                    ),
-                ));
-            }
-            Ok(Some(cpus.clone()))
-        }
+        Placement::Cpus(cpus) if cpus.len() == cores => Ok(Some(cpus.clone())),
         Placement::Cpus(cpus) => Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!(
@@ -372,6 +358,28 @@ fn pin_current_thread(cpu: usize) -> io::Result<()> {
     sched_setaffinity(Pid::from_raw(0), &set).map_err(io::Error::from)
 }
 
+/// The error of pinning core `core` to `cpu`, which the kernel refused
+/// (`error`): it names the core and the CPU (`sched_setaffinity` says only
+/// EINVAL; found by a break-it helper). The kernel is the judge of which
+/// CPUs a thread may take (its cgroup's cpuset), not the calling thread's
+/// own mask, which may be narrower (a second helper found a CPU the
+/// process may use refused when the builder checked that mask).
+fn pin_refusal(core: usize, cpu: usize, error: &io::Error) -> io::Error {
+    let kind = if error.raw_os_error() == Some(nix::libc::EINVAL) {
+        io::ErrorKind::InvalidInput
+    } else {
+        error.kind()
+    };
+    io::Error::new(
+        kind,
+        format!(
+            "Placement::Cpus pins core {core} to CPU {cpu}, which the kernel refused \
+             ({error}): name CPUs this process may run on (its cgroup's cpuset; \
+             `taskset -pc $$` or allowed_cpus() lists the calling thread's)"
+        ),
+    )
+}
+
 /// What a core thread needs to start.
 struct CoreThread {
     index: usize,
@@ -389,7 +397,7 @@ impl CoreThread {
         let _span = tracing::debug_span!("plugio_core", core = self.index).entered();
         if let Some(cpu) = self.cpu {
             if let Err(e) = pin_current_thread(cpu) {
-                let _ = self.start_tx.send(Err(e));
+                let _ = self.start_tx.send(Err(pin_refusal(self.index, cpu, &e)));
                 return;
             }
         }

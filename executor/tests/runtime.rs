@@ -138,8 +138,30 @@ fn bad_placement_and_zero_cores_are_errors() {
             .build()
             .expect_err("no such cpu");
         assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
-        let says = format!("pins core {core} to CPU {cpu}, which this process may not run on");
+        let says = format!("pins core {core} to CPU {cpu}, which the kernel refused");
         assert!(e.to_string().contains(&says), "{e}");
+    }
+    // The kernel judges, not the building thread's own mask: a thread
+    // pinned to one CPU builds a runtime whose core runs on another (a
+    // check of that mask refused it).
+    if allowed.len() >= 2 {
+        let (first, last) = (allowed[0], allowed[allowed.len() - 1]);
+        let on = std::thread::spawn(move || {
+            let mut one = nix::sched::CpuSet::new();
+            one.set(first).expect("cpu");
+            nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &one).expect("pin");
+            let rt = Builder::new()
+                .cores(1)
+                .placement(Placement::Cpus(vec![last]))
+                .build()
+                .expect("a CPU outside the builder's mask");
+            let on = rt.block_on(async { allowed_cpus().expect("affinity") });
+            rt.shutdown(ShutdownMode::Cancel).expect("shutdown");
+            on
+        })
+        .join()
+        .expect("thread");
+        assert_eq!(on, vec![last]);
     }
 }
 
