@@ -10,11 +10,14 @@
 use plugio::{OpenOptions, RingConfig};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let dir = tempfile::tempdir_in(std::env::current_dir()?)?;
-    let path = std::env::args()
-        .nth(1)
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| dir.path().join("hello.db"));
+    // A scratch directory only when no PATH is given (removed at exit).
+    let (path, scratch) = match std::env::args().nth(1) {
+        Some(p) => (std::path::PathBuf::from(p), None),
+        None => {
+            let dir = tempfile::tempdir_in(std::env::current_dir()?)?;
+            (dir.path().join("hello.db"), Some(dir))
+        }
+    };
 
     let ex = plugio::runtime::local(RingConfig::default())?;
     ex.run(async {
@@ -41,14 +44,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         let s = dev.iostats();
         println!(
-            "wrote and read back {} bytes of {}: {} bios became {} requests ({} merged writes)",
+            "wrote and read back {} bytes of {}{}: {} bios became {} requests ({} merged writes)",
             back.len(),
             path.display(),
+            if scratch.is_some() {
+                " (removed at exit)"
+            } else {
+                ""
+            },
             s.bios,
             s.requests,
             s.write.merges
         );
-        println!("{}", s.diskstats_line("hello.db"));
+        let name = path
+            .file_name()
+            .map_or("hello.db".into(), |n| n.to_string_lossy());
+        println!("{}", s.diskstats_line(&name));
         Ok::<_, plugio::Error>(())
     })?;
     Ok(())
