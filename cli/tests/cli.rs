@@ -297,6 +297,24 @@ fn bad_input_exits_2_with_a_hint() {
     assert!(!stderr(&plugio(&args)).contains("warning"));
     assert_bad_input(&["bench", "--bs", "4q"], "unknown size suffix");
     assert_bad_input(&["bench", "--nop"], "--engine raw");
+    // The options of plugio's own path with another engine (a raw run's
+    // JSON claimed an ablation that did not happen).
+    assert_bad_input(
+        &["bench", "--engine", "raw", "--ablate", "plug"],
+        "--ablate sets plugio's own path (--engine plugio or nop), which --engine raw",
+    );
+    assert_bad_input(
+        &[
+            "bench",
+            "--engine",
+            "psync",
+            "--nomerges",
+            "2",
+            "--idle-wait",
+            "futex",
+        ],
+        "--nomerges, --idle-wait set plugio's own path",
+    );
     assert_bad_input(
         &["bench", "--rw", "randrw", "--rwmixread", "101"],
         "--rwmixread 101",

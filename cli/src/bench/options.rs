@@ -300,6 +300,37 @@ impl Job {
 }
 
 impl BenchArgs {
+    /// Refuses the options of plugio's own path (`--ablate`, `--nomerges`,
+    /// `--buf-per-io`, `--idle-wait`) with another engine: its JSON said
+    /// `"ablate":["plug"]` for a raw run that switched nothing off (found
+    /// by a helper trying the suite).
+    fn check_plugio_only(&self) -> Result<(), BenchError> {
+        if matches!(self.engine, EngineKind::Plugio | EngineKind::Nop) {
+            return Ok(());
+        }
+        let given: Vec<&str> = [
+            (!self.ablate.is_empty(), "--ablate"),
+            (self.nomerges.is_some(), "--nomerges"),
+            (self.buf_per_io, "--buf-per-io"),
+            (self.idle_wait != IdleWait::Auto, "--idle-wait"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect();
+        if given.is_empty() {
+            return Ok(());
+        }
+        let engine = clap::ValueEnum::to_possible_value(&self.engine)
+            .map_or_else(|| format!("{:?}", self.engine), |v| v.get_name().to_owned());
+        Err(BenchError::usage(format!(
+            "{} set{} plugio's own path (--engine plugio or nop), which --engine {engine} \
+             does not run: drop {}",
+            given.join(", "),
+            if given.len() == 1 { "s" } else { "" },
+            if given.len() == 1 { "it" } else { "them" }
+        )))
+    }
+
     /// Checks what the command line alone decides.
     ///
     /// # Errors
@@ -350,6 +381,7 @@ impl BenchArgs {
                 "--nop only applies to --engine raw; use --engine nop for plugio's NOP path",
             ));
         }
+        self.check_plugio_only()?;
         if self.number_ios == Some(0) {
             return Err(BenchError::usage(
                 "--number_ios 0: give at least 1 (or leave it out to run for --runtime)",
