@@ -136,12 +136,28 @@ impl fmt::Display for BenchError {
                 path,
                 target_bytes,
                 needed_bytes,
-            } => write!(
-                f,
-                "{} holds {target_bytes} bytes but the job needs {needed_bytes}: \
-                 lower --size (or --bs) or use a larger target",
-                plugio_cli::shown::path(path)
-            ),
+            } => {
+                // An unconfigured zram device has no size yet: the advice
+                // is to give it one (found by a helper trying the suite).
+                let zram = path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .filter(|n| *target_bytes == 0 && n.starts_with("zram"));
+                match zram {
+                    Some(name) => write!(
+                        f,
+                        "{} holds 0 bytes: a zram device has no size until one is set: \
+                         echo 1G > /sys/block/{name}/disksize (as root), then run again",
+                        plugio_cli::shown::path(path)
+                    ),
+                    None => write!(
+                        f,
+                        "{} holds {target_bytes} bytes but the job needs {needed_bytes}: \
+                         lower --size (or --bs) or use a larger target",
+                        plugio_cli::shown::path(path)
+                    ),
+                }
+            }
             BenchError::DirectRefused { path } => write!(
                 f,
                 "the file system of {} refuses O_DIRECT (tmpfs before Linux 6.6, ramfs, some FUSE file systems): \
@@ -213,5 +229,25 @@ mod tests {
         let io = BenchError::io("open /x", io::Error::from_raw_os_error(libc::EIO));
         assert_eq!(io.exit_code(), 1);
         assert_eq!(BenchError::engine("raw", "boom").exit_code(), 1);
+    }
+
+    /// An unconfigured zram device (0 bytes) is told how to size it;
+    /// another small target, to lower the job.
+    #[test]
+    fn an_empty_zram_device_is_told_how_to_size_it() {
+        let small = |path: &str, target_bytes| BenchError::TargetTooSmall {
+            path: path.into(),
+            target_bytes,
+            needed_bytes: 4096,
+        };
+        let zram = small("/dev/zram3", 0).to_string();
+        assert!(
+            zram.contains("echo 1G > /sys/block/zram3/disksize"),
+            "{zram}"
+        );
+        let file = small("/tmp/f", 0).to_string();
+        assert!(file.contains("lower --size"), "{file}");
+        let sized = small("/dev/zram3", 512).to_string();
+        assert!(sized.contains("lower --size"), "{sized}");
     }
 }
