@@ -6,7 +6,8 @@
 #   - sequential 4 KiB reads from 32 tasks (merging), zram or the file.
 # Every run uses --buf-per-io (a fresh buffer per IO, as `read_at` takes),
 # so the buffer cache is exercised. Writes the "## Ablation" section of
-# benches/RESULTS.md (or of --out FILE).
+# benches/RESULTS.md (or of --out FILE; --quick writes
+# target/ablation-quick.md unless --out is given).
 #
 # Each cell is the median of --repeat runs (default 3), the mechanisms
 # interleaved round by round, in a new random order each round, so that
@@ -15,10 +16,10 @@
 # Usage: benches/ablation.sh [--quick] [--runtime S] [--repeat N] [--out FILE]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-RUNTIME=2; REPEAT=3; OUT=benches/RESULTS.md; SIZE_MB=512
+RUNTIME=2; REPEAT=3; OUT=""; SIZE_MB=512; QUICK=0
 while [ $# -gt 0 ]; do
   case "$1" in
-    --quick) RUNTIME=1; REPEAT=1; SIZE_MB=128 ;;
+    --quick) RUNTIME=1; REPEAT=1; SIZE_MB=128; QUICK=1 ;;
     --repeat) REPEAT=$2; shift ;;
     --runtime) RUNTIME=$2; shift ;;
     --out) OUT=$2; shift ;;
@@ -26,9 +27,16 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+# A quick run checks that the script works: its table does not replace
+# the committed one (it did: found by a helper trying the suite).
+[ -n "$OUT" ] || OUT=$([ "$QUICK" = 1 ] && echo target/ablation-quick.md || echo benches/RESULTS.md)
 log() { printf '[ablation %s] %s\n' "$(date +%T)" "$*"; }
 cargo build --release --quiet --bin plugio
-BIN=target/release/plugio
+# The build's target directory (CARGO_TARGET_DIR or a cargo config may
+# move it from ./target).
+TARGET_DIR=$(cargo metadata --format-version 1 --no-deps 2>/dev/null | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+TARGET_DIR=${TARGET_DIR:-target}
+BIN=$TARGET_DIR/release/plugio
 WORK=$(mktemp -d target/ablation.XXXXXX)
 DATA=$WORK/data.bin
 ZRAM_ID=""
@@ -73,11 +81,14 @@ else
   run "cached file, sequential 4 KiB reads, 32 tasks" "$DATA" 0 --rw read --iodepth 32
 fi
 
-python3 - "$RESULTS" "$OUT" "$RUNTIME" "$REPEAT" <<'PY'
+python3 - "$RESULTS" "$OUT" "$RUNTIME" "$REPEAT" "$MECHS" "$QUICK" <<'PY'
 import json, sys, re, datetime, platform, os
 import statistics
 rows = [json.loads(l) for l in open(sys.argv[1])]
 out, runtime, repeat = sys.argv[2], sys.argv[3], sys.argv[4]
+# Rows in the list's order (the runs' order is shuffled each round).
+order = {m: i for i, m in enumerate(sys.argv[5].split())}
+quick = " --quick" if sys.argv[6] == "1" else ""
 runs = {}
 for r in rows:
     runs.setdefault(r["workload"], {}).setdefault(r["mechanism"], []).append(r)
@@ -101,7 +112,7 @@ for w, ms in runs.items():
 def f(v, d=0):
     return "–" if v is None else f"{v:,.{d}f}"
 lines = ["## Ablation", "",
-  f"Reproduce with `benches/ablation.sh` ({runtime} s per run, median of {repeat} interleaved runs per cell, "
+  f"Reproduce with `benches/ablation.sh{quick}` ({runtime} s per run, median of {repeat} interleaved runs per cell, "
   f"{datetime.date.today()}, {os.cpu_count()} CPUs, Linux {platform.release()}). "
   "Each row switches one mechanism off (`plugio bench --ablate MECHANISM --buf-per-io`), "
   "in the same run as the baseline row `none`; `Δ IOPS` is against `none`. "
@@ -113,7 +124,7 @@ for w, ms in by.items():
     lines += [f"### {w}", "",
       "| mechanism off | IOPS (min–max) | Δ IOPS | MiB/s | CPU ns/IO | allocations/IO | IOS/call | bios/request |",
       "|---|---|---|---|---|---|---|---|"]
-    for m, r in ms.items():
+    for m, r in sorted(ms.items(), key=lambda mr: order.get(mr[0], len(order))):
         p = r.get("plug", {})
         d = "" if not base or m == "none" else f"{(r['iops']/base-1)*100:+.1f} %"
         lines.append(f"| {m} | {f(r['iops'])} ({f(r['min'])}–{f(r['max'])}) | {d} | {f(r['bw_mib_s'],1)} | {f(r.get('cpu_ns_per_io'))} | "

@@ -45,7 +45,11 @@ IS_ROOT=0; [ "$(id -u)" = 0 ] && IS_ROOT=1
 
 log "building (release)"
 cargo build --release --quiet --bin plugio
-BIN=target/release/plugio
+# The build's target directory (CARGO_TARGET_DIR or a cargo config may
+# move it from ./target).
+TARGET_DIR=$(cargo metadata --format-version 1 --no-deps 2>/dev/null | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+TARGET_DIR=${TARGET_DIR:-target}
+BIN=$TARGET_DIR/release/plugio
 
 # ---- targets ---------------------------------------------------------------
 DATA=target/compare-data.bin

@@ -107,7 +107,11 @@ FEATURE_ARGS=()
 [ -z "$FEATURES" ] || FEATURE_ARGS=(--features "$FEATURES")
 show cargo build --release --bin plugio "${FEATURE_ARGS[@]}"
 cargo build --release --quiet --bin plugio "${FEATURE_ARGS[@]}"
-BIN=$PWD/target/release/plugio
+# The build's target directory (CARGO_TARGET_DIR or a cargo config may
+# move it from ./target).
+TARGET_DIR=$(cargo metadata --format-version 1 --no-deps 2>/dev/null | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+TARGET_DIR=${TARGET_DIR:-$PWD/target}
+BIN=$TARGET_DIR/release/plugio
 
 rm -rf "$OUT"
 mkdir -p "$OUT"
@@ -218,7 +222,7 @@ proc = lambda n: sum(r["ir"] for r in runs[n].values())
 print("\t".join([workload, engine, str(io),
     f"{per_io('ir', [io]):.0f}", f"{round(per_io('locked', [io]), 2) + 0.0:.2f}",
     f"{per_io('ir', allt):.0f}", f"{round(per_io('locked', allt), 2) + 0.0:.2f}",
-    str(proc(n1)), str(proc(n2)), f"{d1_per_io(io):.1f}"]))
+    str(proc(n1)), str(proc(n2)), f"{round(d1_per_io(io), 1) + 0.0:.1f}"]))
 PY
   tail -1 "$ROWS" | awk -F'\t' -v n1="$N1" -v n2="$N2" '{printf "[instructions] %s %s: IO thread %s: %s instr/IO, %s locked/IO, %s L1D misses/IO; process Ir %s (N=%s), %s (N=%s)\n", $1, $2, $3, $4, $5, $10, $8, n1, $9, n2}' >&2
 }

@@ -34,7 +34,11 @@ WORK=target/ordering
 mkdir -p "$WORK"
 FILE=$WORK/target.bin
 [ "$(stat -c %s "$FILE" 2>/dev/null || echo 0)" = $((64 << 20)) ] || head -c $((64 << 20)) /dev/zero > "$FILE"
-NOW=target/release/examples/ordering
+# The build's target directory (CARGO_TARGET_DIR or a cargo config may
+# move it from ./target).
+TARGET_DIR=$(cargo metadata --format-version 1 --no-deps 2>/dev/null | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+TARGET_DIR=${TARGET_DIR:-target}
+NOW=$TARGET_DIR/release/examples/ordering
 echo "+ $NOW $FILE --rounds $ROUNDS ${EXTRA[*]}" >&2
 "$NOW" "$FILE" --rounds "$ROUNDS" "${EXTRA[@]}"
 if [ -n "${BEFORE:-}" ]; then

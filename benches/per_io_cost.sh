@@ -48,7 +48,11 @@ done
 log() { echo "per_io_cost.sh: $*" >&2; }
 mkdir -p "$WORK"
 (cd "$ROOT" && cargo build --release -q -p plugio-cli)
-PLUGIO=$ROOT/target/release/plugio
+# The build's target directory (CARGO_TARGET_DIR or a cargo config may
+# move it from ./target).
+TARGET_DIR=$(cd "$ROOT" && cargo metadata --format-version 1 --no-deps 2>/dev/null | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+TARGET_DIR=${TARGET_DIR:-$ROOT/target}
+PLUGIO=$TARGET_DIR/release/plugio
 OUT=$WORK/results.jsonl
 : > "$OUT"
 
@@ -137,7 +141,8 @@ names = {
     "cache": "4 KiB buffered randread, page-cached file, QD128 (IOPS)",
     "randrw": "4 KiB buffered randrw 70/30, page-cached file, QD128 (IOPS)",
     "zram": "4 KiB O_DIRECT randread, zram, QD128 (IOPS)",
-    "seq": "seq 4 KiB reads, 32 tasks, zram, merging (MiB/s; raw: 128 KiB at QD1)",
+    "seq": "seq 4 KiB reads, 32 tasks, zram, merging (MiB/s; raw: 128 KiB at QD1; "
+           "CPU ns/IO: plugio's per 4 KiB IO, raw's per 128 KiB IO)",
 }
 before = any(r["side"] == "before" for r in rows)
 head = ("| workload | plugio | raw | ratio | plugio CPU ns/IO | raw CPU ns/IO "
