@@ -913,7 +913,7 @@ pub(crate) fn name_io(
     };
     let e = if *e.kind() == K::PermissionDenied && op.is_write() && became_read_only(shared) {
         e.with_context(BECAME_READ_ONLY)
-    } else if refused_by_iopoll_ring(&e, op) {
+    } else if refused_by_iopoll_ring(shared, &e, op) {
         // The kernel's bare EINVAL, said as what it means (found by a
         // break-it helper).
         Error::new(K::Unsupported)
@@ -928,19 +928,32 @@ pub(crate) fn name_io(
 }
 
 /// What an op the kernel refused on a ring that busy-polls is told.
-const IOPOLL_REFUSES: &str = "this core's io_uring busy-polls its completions \
+pub(crate) const IOPOLL_REFUSES: &str = "this core's io_uring busy-polls its completions \
      (RingConfig::iopoll), and the kernel takes only reads and writes on such a ring, never an \
      fsync or fallocate: do this from a core whose ring is built without iopoll";
 
-/// Whether `e` is the kernel's `EINVAL` for an op other than a read or
-/// write on this core's ring, which busy-polls (`IORING_SETUP_IOPOLL`):
-/// the kernel refuses every op it cannot poll there.
-fn refused_by_iopoll_ring(e: &Error, op: OpKind) -> bool {
-    *e.kind()
-        == (plugio_device::ErrorKind::Io {
-            errno: libc::EINVAL,
-        })
-        && !matches!(op, OpKind::Read | OpKind::Write)
+/// Whether `e` is the kernel's `EINVAL` for an fsync or fallocate op that
+/// went on this core's ring, which busy-polls (`IORING_SETUP_IOPOLL`):
+/// the kernel refuses every op it cannot poll there. Only ops of the
+/// io_uring file backend that become `IORING_OP_FSYNC` or
+/// `IORING_OP_FALLOCATE` SQEs: a block device's discard and zeroing go to
+/// the blocking pool as ioctls, a sync backend's ops never reach a ring,
+/// so their `EINVAL` is the kernel's own word (a break-it helper found a
+/// shrunk device's discard told it was the ring).
+fn refused_by_iopoll_ring(shared: &DeviceShared, e: &Error, op: OpKind) -> bool {
+    let sqe_on_ring = match op {
+        OpKind::Flush | OpKind::Fsync | OpKind::Fallocate { .. } => true,
+        OpKind::Discard | OpKind::WriteZeroes => {
+            shared.geometry.kind != plugio_device::DeviceKind::BlockDevice
+        }
+        _ => false,
+    };
+    sqe_on_ring
+        && *e.kind()
+            == (plugio_device::ErrorKind::Io {
+                errno: libc::EINVAL,
+            })
+        && shared.backend.kind() == plugio_device::BackendKind::Uring
         && plugio_device::ring::current_is_iopoll()
 }
 

@@ -90,7 +90,13 @@ impl Device {
         match self.write_zeroes_no_fallback(offset_bytes, len_bytes).await {
             Err(e) if *e.kind() == ErrorKind::Unsupported => {
                 // The next calls keep program order (see the docs above).
-                shared.zeroes_refused.store(true, Ordering::Relaxed);
+                // Not for a refusal of this core's busy-polling ring: the
+                // device can zero from other cores (one call on such a
+                // core made every later one write zeroes; found by a
+                // break-it helper).
+                if e.context() != Some(crate::device::IOPOLL_REFUSES) {
+                    shared.zeroes_refused.store(true, Ordering::Relaxed);
+                }
                 tracing::debug!(
                     offset_bytes,
                     len_bytes,

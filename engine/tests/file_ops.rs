@@ -309,6 +309,56 @@ fn file_operations_on_an_iopoll_core_go_to_the_blocking_pool() {
     });
 }
 
+/// A `write_zeroes` on an iopoll core (the kernel refuses the zeroing op
+/// on that ring, so it writes zeroes) leaves the device zeroing with one
+/// op on a plain core later: it made every later call write zeroes
+/// (found by a break-it helper).
+#[test]
+fn write_zeroes_on_an_iopoll_core_does_not_stop_zeroing_elsewhere() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
+    let file = dir.path().join("zeroes.db");
+    let ex = plugio_engine::runtime::local(RingConfig {
+        iopoll: true,
+        ..RingConfig::default()
+    })
+    .expect("runtime");
+    let f = file.clone();
+    let dev = ex.run(async move {
+        let dev = OpenOptions::new()
+            .create(true)
+            .open(&f)
+            .await
+            .expect("open");
+        dev.set_len(4 << 20).await.expect("set_len");
+        let iopoll = plugio_device::driver::uring_active();
+        // Done by writing where the ring refuses the zeroing op.
+        dev.write_zeroes(0, 1 << 20)
+            .await
+            .expect("zeroes on iopoll");
+        (dev, iopoll)
+    });
+    drop(ex);
+    let (dev, iopoll) = dev;
+    std::thread::spawn(move || {
+        with_ring().run(async move {
+            if !iopoll || !plugio_device::driver::uring_active() {
+                println!("no io_uring here: nothing to check");
+                return;
+            }
+            let before = dev.iostats().write.ios;
+            dev.write_zeroes(1 << 20, 2 << 20).await.expect("zeroes");
+            let ops = dev.iostats().write.ios - before;
+            // One zeroing op where the file system has it; the writes
+            // of the fallback otherwise (2 MiB in 1 MiB chunks or more).
+            if dev.write_zeroes_no_fallback(1 << 20, 4096).await.is_ok() {
+                assert_eq!(ops, 1, "zeroed by one op, not by writing");
+            }
+        });
+    })
+    .join()
+    .expect("plain core");
+}
+
 /// `read_only(true)` and `direct(false)` hold whether `device_options`
 /// comes before or after them (a later `device_options` opened the file
 /// read-write: found by an API audit helper), and the truncate refusal

@@ -44,8 +44,9 @@ pub struct RingConfig {
     /// core's ring without `iopoll` for those devices. Whatever the
     /// device, the kernel takes no fsync or fallocate on such a ring
     /// (`Device::sync_all`, `sync_data`, `fallocate` fail with
-    /// `Unsupported`, said so) and no buffered IO: make files durable from
-    /// a core without `iopoll`. File-level operations
+    /// `Unsupported`, said so; a write with `IoFlags::PREFLUSH`, whose
+    /// linked fsync the kernel refuses, fails with its `EINVAL`) and no
+    /// buffered IO: make files durable from a core without `iopoll`. File-level operations
     /// (`OpenOptions::open`, `fs::metadata`, `rename`...) run on the
     /// runtime's blocking pool on such a core. The ring arms no eventfd
     /// read for cross-thread wakes (not pollable either); its park never
