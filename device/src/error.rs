@@ -343,6 +343,13 @@ impl Error {
             K::BrokenPipe => (libc::EPIPE, None),
             K::OutOfMemory => (libc::ENOMEM, None),
             K::ResourceBusy => (libc::EBUSY, None),
+            K::CrossesDevices => (libc::EXDEV, None),
+            K::NotSeekable => (libc::ESPIPE, None),
+            K::ExecutableFileBusy => (libc::ETXTBSY, None),
+            K::Deadlock => (libc::EDEADLK, None),
+            K::StaleNetworkFileHandle => (libc::ESTALE, None),
+            K::TooManyLinks => (libc::EMLINK, None),
+            K::ArgumentListTooLong => (libc::E2BIG, None),
             _ => (libc::EIO, None),
         };
         let e = Self::from_errno(errno);
