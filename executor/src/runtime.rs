@@ -373,9 +373,10 @@ fn pin_refusal(core: usize, cpu: usize, error: &io::Error) -> io::Error {
     io::Error::new(
         kind,
         format!(
-            "Placement::Cpus pins core {core} to CPU {cpu}, which the kernel refused \
-             ({error}): name CPUs this process may run on (its cgroup's cpuset; \
-             `taskset -pc $$` or allowed_cpus() lists the calling thread's)"
+            "Placement::Cpus pins core {core} to CPU {cpu}, which could not be set \
+             ({error}; sched_setaffinity, or a CPU number past the 1024 a CPU set holds): \
+             name CPUs this process may run on (its cgroup's cpuset; `taskset -pc $$` or \
+             allowed_cpus() lists the calling thread's)"
         ),
     )
 }

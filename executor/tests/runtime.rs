@@ -138,7 +138,7 @@ fn bad_placement_and_zero_cores_are_errors() {
             .build()
             .expect_err("no such cpu");
         assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
-        let says = format!("pins core {core} to CPU {cpu}, which the kernel refused");
+        let says = format!("pins core {core} to CPU {cpu}, which could not be set");
         assert!(e.to_string().contains(&says), "{e}");
     }
     // The kernel judges, not the building thread's own mask: a thread
