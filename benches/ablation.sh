@@ -37,6 +37,9 @@ cargo build --release --quiet --bin plugio
 TARGET_DIR=$(cargo metadata --format-version 1 --no-deps 2>/dev/null | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
 TARGET_DIR=${TARGET_DIR:-target}
 BIN=$TARGET_DIR/release/plugio
+# Scratch and the --quick table go under ./target, which a build with
+# CARGO_TARGET_DIR set elsewhere does not make.
+mkdir -p target
 WORK=$(mktemp -d target/ablation.XXXXXX)
 DATA=$WORK/data.bin
 ZRAM_ID=""

@@ -4,7 +4,9 @@
 //!
 //! Run: `cargo run --release --example hello [PATH]` (default: a file in
 //! a temporary directory made in the current directory, where `O_DIRECT`
-//! is likelier to work than on a tmpfs `/tmp`; removed at exit).
+//! is likelier to work than on a tmpfs `/tmp`; removed at exit). A PATH
+//! given is overwritten: its size set to 1 MiB and its first 32 KiB
+//! written.
 
 // ANCHOR: main
 use plugio::{OpenOptions, RingConfig};

@@ -122,6 +122,17 @@ impl BenchError {
     }
 }
 
+/// The kernel name of the zram device `path` is or links to (`zram0`),
+/// if it is one: a block device whose resolved name starts with `zram`
+/// (a file named so is none: found by a break-it helper).
+fn zram_name(path: &std::path::Path) -> Option<String> {
+    use std::os::unix::fs::FileTypeExt;
+    let real = std::fs::canonicalize(path).ok()?;
+    let is_block = std::fs::metadata(&real).ok()?.file_type().is_block_device();
+    let name = real.file_name()?.to_str()?;
+    (is_block && name.starts_with("zram")).then(|| name.to_owned())
+}
+
 impl fmt::Display for BenchError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -139,10 +150,7 @@ impl fmt::Display for BenchError {
             } => {
                 // An unconfigured zram device has no size yet: the advice
                 // is to give it one (found by a helper trying the suite).
-                let zram = path
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                    .filter(|n| *target_bytes == 0 && n.starts_with("zram"));
+                let zram = zram_name(path).filter(|_| *target_bytes == 0);
                 match zram {
                     Some(name) => write!(
                         f,
@@ -240,14 +248,27 @@ mod tests {
             target_bytes,
             needed_bytes: 4096,
         };
-        let zram = small("/dev/zram3", 0).to_string();
-        assert!(
-            zram.contains("echo 1G > /sys/block/zram3/disksize"),
-            "{zram}"
-        );
-        let file = small("/tmp/f", 0).to_string();
+        // A zram device (where this machine has one, configured or not)
+        // and a link to it are told how to size it.
+        if std::path::Path::new("/dev/zram0").exists() {
+            let dir = tempfile::tempdir().expect("dir");
+            let link = dir.path().join("myzram");
+            std::os::unix::fs::symlink("/dev/zram0", &link).expect("link");
+            for path in ["/dev/zram0", link.to_str().expect("utf-8")] {
+                let zram = small(path, 0).to_string();
+                assert!(
+                    zram.contains("echo 1G > /sys/block/zram0/disksize"),
+                    "{zram}"
+                );
+            }
+        }
+        // A file named like one is not.
+        let dir = tempfile::tempdir().expect("dir");
+        let named = dir.path().join("zram_notes.txt");
+        std::fs::write(&named, b"").expect("file");
+        let file = small(named.to_str().expect("utf-8"), 0).to_string();
         assert!(file.contains("lower --size"), "{file}");
-        let sized = small("/dev/zram3", 512).to_string();
+        let sized = small("/dev/zram0", 512).to_string();
         assert!(sized.contains("lower --size"), "{sized}");
     }
 }
