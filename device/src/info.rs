@@ -53,12 +53,10 @@ pub fn describe(path: impl AsRef<Path>) -> Result<String> {
         Ok(ring) => {
             // The ring's fields sit under their heading, their values in
             // the column of the fields above.
-            let ring_info = ring.info().to_string();
-            for (i, line) in ring_info.lines().enumerate() {
-                let (field, value) = line.split_once(':').unwrap_or((line, ""));
-                let field = format!("{field}:");
+            for (i, (name, value)) in ring.info().fields().iter().enumerate() {
+                let name = format!("{name}:");
                 let newline = if i == 0 { "" } else { "\n" };
-                let _ = write!(out, "{newline}  {field:<19}{}", value.trim_start());
+                let _ = write!(out, "{newline}  {name:<19}{value}");
             }
         }
         Err(e) => {

@@ -24,6 +24,10 @@ pub enum BenchError {
         target_bytes: u64,
         /// Bytes needed.
         needed_bytes: u64,
+        /// The kernel name of the zram device the target is or links to
+        /// (`zram0`) when it holds 0 bytes: an unconfigured one, told how
+        /// to size it. Set by [`BenchError::target_too_small`].
+        unsized_zram: Option<String>,
     },
     /// The file system refused `O_DIRECT`.
     DirectRefused {
@@ -100,6 +104,23 @@ impl BenchError {
         }
     }
 
+    /// [`BenchError::TargetTooSmall`] for `path`, naming the zram device
+    /// it is (or links to) when it holds 0 bytes (looked up here, once,
+    /// not each time the error is shown).
+    pub fn target_too_small(path: PathBuf, target_bytes: u64, needed_bytes: u64) -> Self {
+        let unsized_zram = if target_bytes == 0 {
+            zram_name(&path)
+        } else {
+            None
+        };
+        BenchError::TargetTooSmall {
+            path,
+            target_bytes,
+            needed_bytes,
+            unsized_zram,
+        }
+    }
+
     /// The process exit code: 2 for bad input (change the command line),
     /// 1 for a failed run.
     pub fn exit_code(&self) -> i32 {
@@ -147,11 +168,11 @@ impl fmt::Display for BenchError {
                 path,
                 target_bytes,
                 needed_bytes,
+                unsized_zram,
             } => {
                 // An unconfigured zram device has no size yet: the advice
                 // is to give it one (found by a helper trying the suite).
-                let zram = zram_name(path).filter(|_| *target_bytes == 0);
-                match zram {
+                match unsized_zram {
                     Some(name) => write!(
                         f,
                         "{} holds 0 bytes: a zram device has no size until one is set: \
@@ -243,10 +264,8 @@ mod tests {
     /// another small target, to lower the job.
     #[test]
     fn an_empty_zram_device_is_told_how_to_size_it() {
-        let small = |path: &str, target_bytes| BenchError::TargetTooSmall {
-            path: path.into(),
-            target_bytes,
-            needed_bytes: 4096,
+        let small = |path: &str, target_bytes| {
+            BenchError::target_too_small(path.into(), target_bytes, 4096)
         };
         // A zram device (where this machine has one, configured or not)
         // and a link to it are told how to size it.

@@ -105,11 +105,7 @@ pub fn prepare(job: &Job, checked: impl FnOnce()) -> Result<Target, BenchError> 
     };
     let needed = asked.unwrap_or(len_bytes).max(job.bs_bytes);
     if needed > len_bytes {
-        return Err(BenchError::TargetTooSmall {
-            path,
-            target_bytes: len_bytes,
-            needed_bytes: needed,
-        });
+        return Err(BenchError::target_too_small(path, len_bytes, needed));
     }
     let size_bytes = needed - needed % job.bs_bytes;
     // What is written to a regular file: the whole temporary file (its

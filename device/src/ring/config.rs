@@ -380,36 +380,49 @@ fn finish(uring: IoUring, config: &RingConfig, level: u8) -> (IoUring, RingInfo)
     (uring, info)
 }
 
-impl fmt::Display for RingInfo {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "sq_entries:          {}", self.sq_entries)?;
-        writeln!(f, "cq_entries:          {}", self.cq_entries)?;
-        let mut flags = Vec::new();
-        if self.defer_taskrun {
-            flags.push("SINGLE_ISSUER|DEFER_TASKRUN");
-        }
-        if self.coop_taskrun {
-            flags.push("COOP_TASKRUN");
-        }
-        if self.sqpoll {
-            flags.push("SQPOLL");
-        }
-        if self.iopoll {
-            flags.push("IOPOLL");
-        }
-        writeln!(f, "setup flags:         {}", flags.join(" "))?;
-        writeln!(
-            f,
-            "features:            EXT_ARG={} NODROP={} MIN_TIMEOUT={} TASKRUN_FLAG={}",
-            self.ext_arg, self.nodrop, self.min_timeout, self.taskrun_flag
-        )?;
-        writeln!(f, "registered files:    {}", self.registered_files)?;
-        writeln!(f, "supported ops:       {}", self.supported_ops.join(" "))?;
+impl RingInfo {
+    /// The fields `plugio info` and [`fmt::Display`] show, in order, as
+    /// (name, value): one place for both layouts.
+    pub(crate) fn fields(&self) -> [(&'static str, String); 7] {
+        let flags = [
+            (self.defer_taskrun, "SINGLE_ISSUER|DEFER_TASKRUN"),
+            (self.coop_taskrun, "COOP_TASKRUN"),
+            (self.sqpoll, "SQPOLL"),
+            (self.iopoll, "IOPOLL"),
+        ];
+        let flags: Vec<&str> = flags.iter().filter(|f| f.0).map(|f| f.1).collect();
         let unsupported = if self.unsupported_ops.is_empty() {
             "none".to_string()
         } else {
             self.unsupported_ops.join(" ")
         };
-        write!(f, "unsupported ops:     {unsupported}")
+        [
+            ("sq_entries", self.sq_entries.to_string()),
+            ("cq_entries", self.cq_entries.to_string()),
+            ("setup flags", flags.join(" ")),
+            (
+                "features",
+                format!(
+                    "EXT_ARG={} NODROP={} MIN_TIMEOUT={} TASKRUN_FLAG={}",
+                    self.ext_arg, self.nodrop, self.min_timeout, self.taskrun_flag
+                ),
+            ),
+            ("registered files", self.registered_files.to_string()),
+            ("supported ops", self.supported_ops.join(" ")),
+            ("unsupported ops", unsupported),
+        ]
+    }
+}
+
+impl fmt::Display for RingInfo {
+    /// One `name: value` line per field, the values in one column (no
+    /// newline after the last).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (name, value)) in self.fields().iter().enumerate() {
+            let newline = if i == 0 { "" } else { "\n" };
+            let name = format!("{name}:");
+            write!(f, "{newline}{name:<21}{value}")?;
+        }
+        Ok(())
     }
 }

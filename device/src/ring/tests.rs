@@ -1300,3 +1300,41 @@ fn ring_sizes_out_of_range_are_refused_not_taken_for_no_io_uring() {
         assert_eq!((ring.info().sq_entries, ring.info().cq_entries), (256, 256));
     }
 }
+
+/// `RingInfo`'s lines and `plugio info`'s io_uring section show the same
+/// fields and values, each layout in one column (`info` indents them
+/// under its heading).
+#[test]
+fn ring_info_lines_and_plugio_info_show_the_same_fields() {
+    let info = crate::RingInfo {
+        sq_entries: 64,
+        cq_entries: 128,
+        coop_taskrun: true,
+        iopoll: true,
+        supported_ops: vec!["NOP", "READ"],
+        ..crate::RingInfo::default()
+    };
+    let shown = info.to_string();
+    let lines: Vec<&str> = shown.lines().collect();
+    assert_eq!(lines.len(), info.fields().len(), "{shown}");
+    for (line, (name, value)) in lines.iter().zip(info.fields()) {
+        assert_eq!(
+            line.get(..21).map(str::trim_end),
+            Some(&*format!("{name}:"))
+        );
+        assert_eq!(&line[21..], value, "{line}");
+    }
+    assert!(
+        shown.contains("setup flags:         COOP_TASKRUN IOPOLL"),
+        "{shown}"
+    );
+    assert!(shown.ends_with("unsupported ops:     none"), "{shown}");
+    let tmp = tempfile::NamedTempFile::new().expect("temp file");
+    let described = crate::describe(tmp.path()).expect("describe");
+    let Some((_, section)) = described.split_once("io_uring:\n") else {
+        return assert!(described.contains("unavailable"), "{described}");
+    };
+    let names: Vec<&str> = section.lines().map(|l| l[..21].trim()).collect();
+    let expected: Vec<String> = info.fields().iter().map(|(n, _)| format!("{n}:")).collect();
+    assert_eq!(names, expected, "{described}");
+}
