@@ -223,6 +223,9 @@ struct ErrorInner {
     context: Option<&'static str>,
     /// The IO that failed: op, offset and length in bytes.
     io: Option<(crate::OpKind, u64, u64)>,
+    /// The message of the foreign error this one was made from (an
+    /// `io::Error::other("checksum mismatch")` through `?`).
+    detail: Option<std::sync::Arc<str>>,
 }
 
 impl fmt::Debug for Error {
@@ -232,6 +235,7 @@ impl fmt::Debug for Error {
             .field("path", &self.0.path)
             .field("context", &self.0.context)
             .field("io", &self.0.io)
+            .field("detail", &self.0.detail)
             .finish()
     }
 }
@@ -244,6 +248,7 @@ impl Error {
             path: None,
             context: None,
             io: None,
+            detail: None,
         }))
     }
 
@@ -285,8 +290,10 @@ impl Error {
     /// `StorageFull` as [`ErrorKind::OutOfSpace`]), or as the errno of that
     /// kind (`InvalidInput` as `EINVAL`, `AlreadyExists` as `EEXIST`,
     /// `UnexpectedEof` as `ENODATA` with a context saying it was an end of
-    /// file, and so on); `EIO` for the rest. The `io::Error`'s own message
-    /// is not kept (an `Error` carries static contexts only).
+    /// file, and so on); `EIO` for the rest. The message of an error the
+    /// `io::Error` carries (`io::Error::other("checksum mismatch")`, not an
+    /// errno's) is kept as the [`detail`](Self::detail), shown after the
+    /// kind.
     ///
     /// ```
     /// use plugio::{Error, ErrorKind};
@@ -297,6 +304,8 @@ impl Error {
     /// assert_eq!(*Error::from_io(&kind_only).kind(), ErrorKind::PermissionDenied);
     /// let eof = std::io::Error::from(std::io::ErrorKind::UnexpectedEof);
     /// assert!(Error::from_io(&eof).to_string().contains("end of file"));
+    /// let other = std::io::Error::other("checksum mismatch in page 7");
+    /// assert_eq!(Error::from_io(&other).detail(), Some("checksum mismatch in page 7"));
     /// ```
     pub fn from_io(err: &io::Error) -> Self {
         let mut at = err;
@@ -309,10 +318,16 @@ impl Error {
                 None => break,
             }
         }
-        if let Some(errno) = err.raw_os_error().or(at.raw_os_error()) {
-            return Self::from_errno(errno);
+        let mut e = match err.raw_os_error().or(at.raw_os_error()) {
+            Some(errno) => Self::from_errno(errno),
+            None => Self::from_io_kind(err.kind()),
+        };
+        // The message of what the innermost io::Error carries (an errno's
+        // is the kind's own).
+        if let Some(inner) = at.get_ref() {
+            e.0.detail = Some(inner.to_string().into());
         }
-        Self::from_io_kind(err.kind())
+        e
     }
 
     /// [`Error::from_io`] of an `io::Error` with no errno and no plugio
@@ -387,6 +402,22 @@ impl Error {
     /// ```
     pub fn context(&self) -> Option<&'static str> {
         self.0.context
+    }
+
+    /// The message of the foreign error this one was made from by
+    /// [`Error::from_io`] (the error an `io::Error` carried, such as
+    /// `io::Error::other("checksum mismatch")`), shown after the kind; `None`
+    /// for plugio's own errors and for bare errnos.
+    ///
+    /// ```
+    /// use plugio_device::Error;
+    /// let e = Error::from(std::io::Error::other("checksum mismatch in page 7"));
+    /// assert_eq!(e.detail(), Some("checksum mismatch in page 7"));
+    /// assert!(e.to_string().ends_with(": checksum mismatch in page 7"), "{e}");
+    /// assert_eq!(Error::from_errno(libc::EIO).detail(), None);
+    /// ```
+    pub fn detail(&self) -> Option<&str> {
+        self.0.detail.as_deref()
     }
 
     /// Attaches the IO that failed: `op` on `len_bytes` bytes at
@@ -674,6 +705,9 @@ impl fmt::Display for Error {
                 }
             }
         }
+        if let Some(detail) = &self.0.detail {
+            write!(f, ": {detail}")?;
+        }
         if let Some(path) = &self.0.path {
             write!(f, " (path {})", path.display())?;
         }
@@ -788,6 +822,30 @@ mod tests {
     /// its kind says (an API audit helper found both turned into `EIO`).
     #[test]
     fn errors_come_back_unchanged_from_io_errors() {
+        // A foreign error's message is kept as the detail, shown after
+        // the kind (it was dropped: noted in the last stop); an errno has
+        // none.
+        let other = Error::from(io::Error::other("checksum mismatch in page 7"));
+        assert_eq!(*other.kind(), ErrorKind::Io { errno: libc::EIO });
+        assert_eq!(other.detail(), Some("checksum mismatch in page 7"));
+        assert!(
+            other
+                .to_string()
+                .ends_with("(os error 5): checksum mismatch in page 7"),
+            "{other}"
+        );
+        let wrapped = io::Error::other(io::Error::new(io::ErrorKind::InvalidData, "bad magic"));
+        assert_eq!(Error::from(wrapped).detail(), Some("bad magic"));
+        assert_eq!(
+            Error::from(io::Error::from_raw_os_error(libc::EBADF)).detail(),
+            None
+        );
+        assert_eq!(
+            Error::from(io::Error::from(io::ErrorKind::TimedOut)).detail(),
+            None
+        );
+        let back = Error::from(io::Error::from(other.clone().with_path("/db/pages")));
+        assert_eq!(back.detail(), Some("checksum mismatch in page 7"));
         let errors = [
             Error::new(ErrorKind::NotFound).with_path("/missing"),
             Error::invalid(InvalidInput::Alignment {
