@@ -13,6 +13,11 @@
 //!   `std::fs` walk) filling the blocking pool never starve the runtime's
 //!   IO.
 //!
+//! A pool thread runs on the CPUs of the thread that made the pool (the
+//! runtime's builder, before its cores were pinned), not only on the CPU
+//! of the pinned core whose job started it: blocking work does not take a
+//! pinned core's CPU from its IO.
+//!
 //! Both start no thread until the first job; a thread that stays idle for
 //! the keep-alive time ([`DEFAULT_BLOCKING_KEEP_ALIVE`], 10 s, changed with
 //! [`Builder::blocking_keep_alive`](crate::Builder::blocking_keep_alive))

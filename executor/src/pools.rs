@@ -97,6 +97,11 @@ struct Inner {
     name: String,
     max_threads: usize,
     keep_alive: Duration,
+    /// The CPUs of the thread that made the pool (`sched_getaffinity`):
+    /// each pool thread runs on these, not on the one CPU of the pinned
+    /// core that happened to start it (a blocking job there took that
+    /// core's CPU from its IO). `None` where the mask could not be read.
+    cpus: Option<nix::sched::CpuSet>,
     /// This fork generation's queue and counts (see the module docs).
     shared: ForkLocal<Shared>,
     /// Set by `shutdown`, under the current generation's lock, and read
@@ -152,6 +157,7 @@ impl BlockingPool {
                 name: name.into(),
                 max_threads: max_threads.max(1),
                 keep_alive,
+                cpus: nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).ok(),
                 shared: ForkLocal::new(Shared::default),
                 shutdown: AtomicBool::new(false),
             }),
@@ -350,6 +356,13 @@ impl Inner {
     /// more, exits when idle that long or at shutdown.
     fn worker(&self) {
         crate::signals::block_file_size_signal();
+        if let Some(cpus) = &self.cpus {
+            // Best effort: a CPU taken away since (a cpuset change) leaves
+            // the inherited mask, which still runs the job.
+            if let Err(e) = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), cpus) {
+                tracing::debug!(pool = %self.name, error = %e, "pool thread keeps its inherited CPUs");
+            }
+        }
         let generation = crate::fork::generation();
         let mut state = self.lock();
         loop {

@@ -115,6 +115,36 @@ fn pinned_placement_pins_each_core_to_its_cpu() {
     );
 }
 
+/// A blocking job spawned from a pinned core runs on the CPUs of the
+/// thread that built the runtime, not on the core's one CPU (the pool
+/// thread inherited it, and took that CPU from the core's IO), for both
+/// pools: `spawn_blocking`'s and the sync IO pool.
+#[test]
+fn blocking_threads_of_a_pinned_core_run_on_the_builders_cpus() {
+    let cpus = allowed_cpus().expect("affinity");
+    let rt = Builder::new()
+        .cores(1)
+        .placement(Placement::Cpus(vec![cpus[cpus.len() - 1]]))
+        .build()
+        .expect("build");
+    let (core, blocking, sync_io) = rt.block_on(async {
+        let core = allowed_cpus().expect("affinity in core");
+        let blocking =
+            plugio_executor::blocking::spawn_blocking(|| allowed_cpus().expect("affinity"))
+                .await
+                .expect("join");
+        let (tx, rx) = std::sync::mpsc::channel();
+        plugio_executor::blocking::BlockingPool::current_sync_io()
+            .expect("a runtime's sync IO pool")
+            .execute(move || tx.send(allowed_cpus().expect("affinity")).expect("send"))
+            .expect("execute");
+        (core, blocking, rx.recv().expect("recv"))
+    });
+    assert_eq!(core, vec![cpus[cpus.len() - 1]]);
+    assert_eq!(blocking, cpus, "spawn_blocking's thread");
+    assert_eq!(sync_io, cpus, "the sync IO pool's thread");
+}
+
 #[test]
 fn bad_placement_and_zero_cores_are_errors() {
     let e = Builder::new().cores(0).build().expect_err("zero cores");
