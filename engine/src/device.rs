@@ -559,6 +559,9 @@ impl Device {
             // A no-op, flush or fsync: nothing of it for the backend to check.
             return Ok(());
         }
+        if init.flags.contains(IoFlags::PREFLUSH) {
+            refuse_preflush_on_iopoll_ring(shared)?;
+        }
         // One buffer (the common case) is checked without a heap vector.
         let mut one = [libc::iovec {
             iov_base: std::ptr::null_mut(),
@@ -927,10 +930,26 @@ pub(crate) fn name_io(
     name_device(shared, e)
 }
 
+/// Refuses a write with [`IoFlags::PREFLUSH`] on a core whose ring
+/// busy-polls: its flush goes as a linked fsync, which the kernel refuses
+/// there with a bare `EINVAL` (it did, after the SQEs were built; noted in
+/// the last stop). Checked before the IO gets a bio.
+#[cold]
+#[inline(never)]
+fn refuse_preflush_on_iopoll_ring(shared: &DeviceShared) -> Result<(), Error> {
+    if shared.backend.kind() == plugio_device::BackendKind::Uring
+        && plugio_device::ring::current_is_iopoll()
+    {
+        return Err(Error::new(plugio_device::ErrorKind::Unsupported).with_context(IOPOLL_REFUSES));
+    }
+    Ok(())
+}
+
 /// What an op the kernel refused on a ring that busy-polls is told.
 pub(crate) const IOPOLL_REFUSES: &str = "this core's io_uring busy-polls its completions \
      (RingConfig::iopoll), and the kernel takes only reads and writes on such a ring, never an \
-     fsync or fallocate: do this from a core whose ring is built without iopoll";
+     fsync or fallocate (nor a write's PREFLUSH, a linked fsync): do this from a core whose ring \
+     is built without iopoll";
 
 /// Whether `e` is the kernel's `EINVAL` for an fsync or fallocate op that
 /// went on this core's ring, which busy-polls (`IORING_SETUP_IOPOLL`):

@@ -268,7 +268,8 @@ fn truncate_cuts_only_an_accepted_writable_open() {
 /// operations go to the blocking pool: the kernel refuses them on such a
 /// ring (an open failed with a bare EINVAL: found by a break-it helper);
 /// an fsync or fallocate, which the engine orders with the device's IO
-/// on the ring, fails with `Unsupported` saying why.
+/// on the ring, fails with `Unsupported` saying why, and so does a write
+/// with `PREFLUSH`, before it is sent.
 #[test]
 fn file_operations_on_an_iopoll_core_go_to_the_blocking_pool() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
@@ -297,7 +298,17 @@ fn file_operations_on_an_iopoll_core_go_to_the_blocking_pool() {
                 .await
                 .expect_err("fallocate on an iopoll ring"),
         ];
-        for e in refusals {
+        // A write's PREFLUSH (a linked fsync) too, before it is sent (it
+        // came back as a bare EINVAL); the same write without it goes.
+        let preflush = plugio_device::IoFlags::PREFLUSH;
+        let (r, buf) = dev.write_at_with(dev.alloc_buf(4096), 0, preflush).await;
+        let refused = r.expect_err("a PREFLUSH write on an iopoll ring");
+        assert_eq!(dev.iostats().write.ios, 0, "refused before it was sent");
+        dev.write_at_with(buf, 0, plugio_device::IoFlags::NONE)
+            .await
+            .0
+            .expect("the write without PREFLUSH");
+        for e in refusals.into_iter().chain([refused]) {
             assert_eq!(*e.kind(), ErrorKind::Unsupported, "{e}");
             assert!(e.to_string().contains("busy-polls"), "{e}");
         }

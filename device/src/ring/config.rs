@@ -44,8 +44,8 @@ pub struct RingConfig {
     /// core's ring without `iopoll` for those devices. Whatever the
     /// device, the kernel takes no fsync or fallocate on such a ring
     /// (`Device::sync_all`, `sync_data`, `fallocate` fail with
-    /// `Unsupported`, said so; a write with `IoFlags::PREFLUSH`, whose
-    /// linked fsync the kernel refuses, fails with its `EINVAL`) and no
+    /// `Unsupported`, said so, as does a write with `IoFlags::PREFLUSH`,
+    /// whose linked fsync the kernel refuses, before it is sent) and no
     /// buffered IO: make files durable from a core without `iopoll`. File-level operations
     /// (`OpenOptions::open`, `fs::metadata`, `rename`...) run on the
     /// runtime's blocking pool on such a core. The ring arms no eventfd
