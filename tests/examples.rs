@@ -59,7 +59,8 @@ fn misaligned_direct_io_is_refused_with_the_value_and_the_alignment() {
         assert_eq!(
             err.to_string(),
             format!(
-                "invalid input: offset 0x64 is not aligned to {align} bytes (path {})",
+                "invalid input: offset 0x64 is not aligned to {align} bytes: use a multiple of \
+                 {align} (the device's Geometry::offset_align_bytes) (path {})",
                 path.display()
             )
         );
@@ -79,7 +80,8 @@ fn misaligned_direct_io_is_refused_with_the_value_and_the_alignment() {
             err.to_string(),
             format!(
                 "invalid input: the write's length (what its buffers hold: bytes_init, \
-                 a Vec's len) is 100 bytes, not a multiple of {align} bytes (path {})",
+                 a Vec's len) is 100 bytes, not a multiple of {align} bytes: round it up to \
+                 one (the device's Geometry::offset_align_bytes) (path {})",
                 path.display()
             )
         );

@@ -512,7 +512,18 @@ impl fmt::Display for InvalidInput {
                 required_bytes,
             } if what.contains("length") => write!(
                 f,
-                "{what} is {value} bytes, not a multiple of {required_bytes} bytes"
+                "{what} is {value} bytes, not a multiple of {required_bytes} bytes: round it \
+                 up to one (the device's Geometry::offset_align_bytes)"
+            ),
+            InvalidInput::Alignment {
+                what,
+                value,
+                required_bytes,
+            } if what.contains("address") => write!(
+                f,
+                "{what} {value:#x} is not aligned to {required_bytes} bytes: use an aligned \
+                 buffer (a DmaBuf from Device::alloc_buf), or leave the engine's \
+                 DeviceOptions::bounce_unaligned on to have it copied"
             ),
             InvalidInput::Alignment {
                 what,
@@ -520,7 +531,8 @@ impl fmt::Display for InvalidInput {
                 required_bytes,
             } => write!(
                 f,
-                "{what} {value:#x} is not aligned to {required_bytes} bytes"
+                "{what} {value:#x} is not aligned to {required_bytes} bytes: use a multiple \
+                 of {required_bytes} (the device's Geometry::offset_align_bytes)"
             ),
             InvalidInput::Range {
                 offset_bytes,
@@ -583,8 +595,8 @@ impl fmt::Display for InvalidInput {
                 write!(
                     f,
                     " past this process's file size limit of {limit_bytes} bytes \
-                     (RLIMIT_FSIZE, `ulimit -f`), where the kernel refuses it and sends \
-                     SIGXFSZ, which ends the process: raise the limit (`ulimit -f \
+                     (RLIMIT_FSIZE, `ulimit -f`), where the kernel would cut it short at \
+                     the limit and then send SIGXFSZ, which ends the process: raise the limit (`ulimit -f \
                      unlimited`, setrlimit), stay below it, or ignore or handle SIGXFSZ \
                      (then the kernel's EFBIG and short counts come back instead)"
                 )

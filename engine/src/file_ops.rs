@@ -371,8 +371,10 @@ impl OpenOptions {
                     })
             {
                 Error::new(ErrorKind::DirectIoRefused).with_path(path)
-            } else {
+            } else if opts.read_only {
                 e
+            } else {
+                plugio_device::backend::file::explain_write_refusal(e)
             }
         })?;
         // Not O_TRUNC: the file is cut only after the registry accepted

@@ -147,11 +147,39 @@ impl OpenOptions {
         let file = opts.open(path).map_err(|e| {
             if self.direct && e.raw_os_error() == Some(libc::EINVAL) {
                 Error::new(ErrorKind::DirectIoRefused).with_path(path)
+            } else if self.write {
+                explain_write_refusal(Error::from_io(&e).with_path(path))
             } else {
                 Error::from_io(&e).with_path(path)
             }
         })?;
         FileBackend::from_fd(OwnedFd::from(file), path, self.direct, self.backend)
+    }
+}
+
+/// Says, on `e`, the error of an open for reading and writing, how to
+/// open the file to read only when the kernel refused the writing
+/// (`ErrorKind::PermissionDenied`: a 0444 file for a user other than
+/// root, an immutable file for anyone); other errors come back as they
+/// were. A helper embedding plugio got a bare "permission denied".
+///
+/// ```
+/// use plugio_device::backend::file::explain_write_refusal;
+/// use plugio_device::{Error, ErrorKind};
+/// let e = explain_write_refusal(Error::new(ErrorKind::PermissionDenied));
+/// assert!(e.to_string().contains("read_only(true)"), "{e}");
+/// let other = explain_write_refusal(Error::new(ErrorKind::NotFound));
+/// assert_eq!(other.context(), None);
+/// ```
+pub fn explain_write_refusal(e: Error) -> Error {
+    if *e.kind() == ErrorKind::PermissionDenied && e.context().is_none() {
+        e.with_context(
+            "opening it for writing (to only read it, open it read-only: \
+             OpenOptions::read_only(true), DeviceOptions::read_only, or the file backend's \
+             write(false); to write it, change its mode, owner or immutable flag)",
+        )
+    } else {
+        e
     }
 }
 
