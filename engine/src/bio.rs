@@ -11,9 +11,11 @@
 //!   the bio completes moves them into the bio ([`BioCold::keep`]), so neither
 //!   the drop nor shutdown frees memory the kernel may still use. An
 //!   orphaned bio (its future was dropped) is released, with what it
-//!   keeps, by the completion path; a panic in the `Drop` of what it
-//!   keeps (the caller's buffer type) is caught there, not unwound
-//!   through the core.
+//!   keeps, by the completion path; what it keeps (the caller's buffer
+//!   type) is dropped only once no borrow of the core's tables is held
+//!   ([`bury_kept`], [`drop_buried`]): its `Drop` is the caller's code and
+//!   may issue IO or take a plug on this core. A panic there is caught,
+//!   not unwound through the core.
 //! - A bio completes exactly once: `parts_left` counts its requests still in
 //!   flight; the result is published when it reaches zero.
 //! - Freed slots go on a free list and are reused (the steady state does
@@ -371,7 +373,7 @@ fn reset(bio: &mut Bio) -> bool {
     if let Some(cold) = bio.cold.as_deref_mut() {
         cold.parts.clear();
         if cold.keep.is_some() {
-            drop_kept(cold.keep.take());
+            bury_kept(cold.keep.take());
         }
     }
     bio.split = false;
@@ -386,6 +388,69 @@ fn reset(bio: &mut Bio) -> bool {
     bio.orphaned = false;
     bio.done_bytes = 0;
     bio.cached
+}
+
+/// Buffers of orphaned bios freed while the core's tables were borrowed,
+/// to be dropped by [`drop_buried`] once the borrows are released. A
+/// buffer's `Drop` that took a plug or issued IO on the core from inside
+/// the completion found the tables borrowed: the panic was caught, but it
+/// left the flush marked as running, and no later IO of that core was
+/// sent (found by a break-it helper).
+struct Buried(std::cell::RefCell<Vec<Keep>>);
+
+impl Drop for Buried {
+    /// At thread exit: what is still buried is dropped, contained.
+    fn drop(&mut self) {
+        for keep in self.0.get_mut().drain(..) {
+            drop_kept(Some(keep));
+        }
+    }
+}
+
+thread_local! {
+    static BURIED: Buried = const { Buried(std::cell::RefCell::new(Vec::new())) };
+}
+
+/// Defers the drop of what an orphaned bio kept to [`drop_buried`]: the
+/// caller holds a borrow of the core's tables, which the buffer's `Drop`
+/// (the caller's code) may need. Dropped at once where the thread is
+/// exiting.
+#[cold]
+#[inline(never)]
+pub(crate) fn bury_kept(keep: Option<Keep>) {
+    let Some(keep) = keep else { return };
+    let mut keep = Some(keep);
+    let _ = BURIED.try_with(|b| b.0.borrow_mut().extend(keep.take()));
+    drop_kept(keep);
+}
+
+/// Drops what [`bury_kept`] deferred, contained ([`drop_kept`]). Call it
+/// with no borrow of the core's tables held: after a completion batch, a
+/// flush, an abandon. What those drops bury in turn is dropped too.
+#[inline]
+pub(crate) fn drop_buried() {
+    let pending = BURIED
+        .try_with(|b| !b.0.borrow().is_empty())
+        .unwrap_or(false);
+    if pending {
+        drop_buried_slow();
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn drop_buried_slow() {
+    loop {
+        let Ok(keeps) = BURIED.try_with(|b| std::mem::take(&mut *b.0.borrow_mut())) else {
+            return;
+        };
+        if keeps.is_empty() {
+            return;
+        }
+        for keep in keeps {
+            drop_kept(Some(keep));
+        }
+    }
 }
 
 /// Drops what an orphaned bio kept: the caller's buffer, whose type's

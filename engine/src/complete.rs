@@ -98,6 +98,7 @@ impl EngineCore {
                 }
             }
         }
+        crate::bio::drop_buried();
         if !outcome.requeued.is_empty() && !self.flushing.get() {
             self.dispatch_devices(outcome.requeued, false);
         }

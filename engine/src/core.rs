@@ -400,8 +400,10 @@ impl EngineCore {
                 d.check_invariants();
             }
         }
-        // Wakers of a gone executor: dropped after every borrow is released.
+        // Wakers of a gone executor, and the buffers of the bios freed:
+        // dropped after every borrow is released.
         drop(wakers);
+        crate::bio::drop_buried();
     }
 
     /// Whether anything of this core is plugged or in flight.

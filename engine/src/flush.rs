@@ -111,6 +111,11 @@ impl EngineCore {
         if self.flushing.replace(true) {
             return;
         }
+        // Cleared when the flush ends, or unwinds: a flush left marked as
+        // running would make every later flush return at once, and the
+        // core's IO would stay plugged (a break-it helper's re-entrant
+        // plug from a buffer's `Drop` did that).
+        let flushing = Flushing(&self.flushing);
         let mut bios = std::mem::take(&mut *self.scratch_bios.borrow_mut());
         let drained = self.plug.borrow_mut().drain_into(&mut bios);
         // Stable: program order is kept within each device. (One device,
@@ -131,7 +136,8 @@ impl EngineCore {
         *self.scratch_bios.borrow_mut() = bios;
         self.complete_refused();
         self.dispatch_devices(touched, true);
-        self.flushing.set(false);
+        drop(flushing);
+        crate::bio::drop_buried();
         self.wake_pending();
         self.release_closed_devices();
     }
@@ -673,4 +679,14 @@ fn join(d: &mut CoreDev, slot: u32, side: merge::Side, id: BioId, bio: &mut Bio)
     bio.parts_left = 1;
     bio.split = false;
     true
+}
+
+/// Marks a flush as running ([`EngineCore::flush`]) until dropped, on the
+/// way out or on an unwind.
+struct Flushing<'a>(&'a std::cell::Cell<bool>);
+
+impl Drop for Flushing<'_> {
+    fn drop(&mut self) {
+        self.0.set(false);
+    }
 }

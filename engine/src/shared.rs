@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, PoisonError, TryLockError};
 use plugio_device::{Backend, DmaBuf, Error, Geometry};
 use plugio_executor::fork::ForkLocal;
 
-use crate::bio::{drop_kept, BioId, BioTable, Keep};
+use crate::bio::{bury_kept, drop_kept, BioId, BioTable, Keep};
 use crate::options::{DeviceOptions, TagSharing};
 use crate::stats::{CoreCounters, IoStats};
 use crate::tag::{TagOptions, TagSet, TagStats};
@@ -283,14 +283,16 @@ impl DeviceShared {
         // returns at once when none are pending.
         let mut orphans = Vec::new();
         self.take_remote_orphans(uid, &mut orphans);
+        // The caller holds the core's tables: the buffers' drops wait for
+        // `drop_buried`.
         for (_, id, keep) in orphans {
             if let Some(r) = bios.take_result(id) {
                 drop(r);
-                drop_kept(keep);
+                bury_kept(keep);
             } else if let Some(bio) = bios.get_mut(id) {
                 bio.orphan(keep);
             } else {
-                drop_kept(keep);
+                bury_kept(keep);
             }
         }
     }
