@@ -166,12 +166,30 @@ pub const MAX_SQ_ENTRIES: u32 = 32_768;
 /// `IORING_MAX_CQ_ENTRIES`, twice [`MAX_SQ_ENTRIES`]).
 pub const MAX_CQ_ENTRIES: u32 = 2 * MAX_SQ_ENTRIES;
 
+/// The longest [`RingConfig::batch_wait`] a ring takes: 1 s. A batch
+/// bound is a latency the park may add to an IO that completed early
+/// (the default is 100 µs); past this it is a mistake of units, and the
+/// ring's arithmetic on it (its late-batch rule multiplies it) would
+/// overflow near 58 years (`Duration::MAX` panicked in a debug build, a
+/// break-it helper found).
+///
+/// ```
+/// use std::time::Duration;
+/// use plugio::device::{RingConfig, MAX_BATCH_WAIT};
+/// let slow = RingConfig { batch_wait: MAX_BATCH_WAIT, ..RingConfig::default() };
+/// assert!(slow.validate().is_ok());
+/// let max = RingConfig { batch_wait: Duration::MAX, ..RingConfig::default() };
+/// assert!(max.validate().unwrap_err().to_string().contains("batch_wait"));
+/// ```
+pub const MAX_BATCH_WAIT: Duration = Duration::from_secs(1);
+
 impl RingConfig {
     /// Checks the sizes the kernel would refuse with a bare `EINVAL`
     /// (`io_uring_setup`'s checks in `io_uring/io_uring.c`): `sq_entries`
     /// in 1..=[`MAX_SQ_ENTRIES`]; `cq_entries`, when given, not 0, at least the
     /// SQ's size once both are rounded up to powers of two, and at most
-    /// [`MAX_CQ_ENTRIES`]. The runtimes call it before building a ring, so
+    /// [`MAX_CQ_ENTRIES`]; and `batch_wait` at most [`MAX_BATCH_WAIT`]. The
+    /// runtimes call it before building a ring, so
     /// a bad size is an error that names the option rather than a ring
     /// refused and IO moved to the sync thread pool.
     ///
@@ -203,6 +221,13 @@ impl RingConfig {
                     self.sq_entries
                 ));
             }
+        }
+        if self.batch_wait > MAX_BATCH_WAIT {
+            return refuse(format!(
+                "RingConfig::batch_wait is {:?}: use at most {MAX_BATCH_WAIT:?} (a bound on the \
+                 latency batching adds; the default is 100µs, Duration::ZERO turns batching off)",
+                self.batch_wait
+            ));
         }
         Ok(())
     }

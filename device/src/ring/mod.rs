@@ -186,8 +186,8 @@ use io_uring::{cqueue, opcode, squeue, types};
 pub use cmd::CmdRing;
 pub(crate) use cmd::CmdSlot;
 pub use config::{
-    BatchWaitTimer, RingConfig, RingInfo, BATCH_WAITS_BOUNDED, BATCH_WAIT_UNTIMED, MAX_CQ_ENTRIES,
-    MAX_SQ_ENTRIES,
+    BatchWaitTimer, RingConfig, RingInfo, BATCH_WAITS_BOUNDED, BATCH_WAIT_UNTIMED, MAX_BATCH_WAIT,
+    MAX_CQ_ENTRIES, MAX_SQ_ENTRIES,
 };
 pub(crate) use unpark::RingUnpark;
 pub use uring::RingStats;
