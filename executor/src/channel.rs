@@ -30,6 +30,11 @@ use std::task::{Context, Poll};
 
 /// Makes a bounded channel holding at most `cap` items.
 ///
+/// Its `cap` slots are allocated up front (async-channel's bounded queue):
+/// about `cap × (size_of::<T>() + 8)` bytes even while empty, so a bound of
+/// a million 8-byte items takes 16 MB at once: choose the bound from the
+/// memory it takes, not as a large safety limit.
+///
 /// ```
 /// use plugio::executor::{channel, LocalExecutor};
 ///
@@ -48,7 +53,9 @@ use std::task::{Context, Poll};
 /// ```
 ///
 /// # Panics
-/// If `cap` is 0.
+/// If `cap` is 0, or if the slots' size overflows `isize` ("capacity
+/// overflow"); an allocation of the slots that fails aborts the process,
+/// as any allocation in Rust does.
 pub fn bounded<T>(cap: usize) -> (Sender<T>, Receiver<T>) {
     assert!(cap > 0, "channel capacity must be at least 1");
     let (tx, rx) = async_channel::bounded(cap);
