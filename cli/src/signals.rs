@@ -1,7 +1,9 @@
 //! How the `plugio` command ends on a signal or a closed standard output.
 //!
 //! `plugio bench` and `plugio replay` catch SIGINT, SIGTERM, SIGHUP (a
-//! closed terminal or ssh session) and SIGQUIT ([`catch_interrupts`]): the handler only records the signal; the
+//! closed terminal or ssh session), SIGQUIT, SIGALRM (`timeout -s ALRM`),
+//! SIGUSR1, SIGUSR2 and SIGXCPU (the CPU-time limit, `ulimit -t`, before
+//! its SIGKILL) ([`catch_interrupts`]): the handler only records the signal; the
 //! bench's clock, or the replay between IOs, sees it ([`interrupted`]),
 //! stops the IO, prints the summary so far and removes the file the run
 //! created, and the command then ends by the same signal
@@ -26,12 +28,18 @@ static PENDING: AtomicI32 = AtomicI32::new(0);
 
 /// The signals that stop a run cleanly (the file it created removed):
 /// each ends a command-line tool by default, so each would leave the file
-/// behind uncaught (SIGHUP: found by a break-it helper).
-const CAUGHT: [Signal; 4] = [
+/// behind uncaught (SIGHUP, then SIGALRM, SIGUSR1, SIGUSR2 and SIGXCPU:
+/// found by break-it helpers). SIGPROF and SIGVTALRM stay as they are
+/// (profilers install their own handlers); SIGKILL cannot be caught.
+const CAUGHT: [Signal; 8] = [
     Signal::SIGINT,
     Signal::SIGTERM,
     Signal::SIGHUP,
     Signal::SIGQUIT,
+    Signal::SIGALRM,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+    Signal::SIGXCPU,
 ];
 
 extern "C" fn record(sig: libc::c_int) {
@@ -52,7 +60,7 @@ extern "C" fn record(sig: libc::c_int) {
     }
 }
 
-/// Catches SIGINT, SIGTERM, SIGHUP and SIGQUIT: they are recorded for [`interrupted`]
+/// Catches SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGALRM, SIGUSR1, SIGUSR2 and SIGXCPU: they are recorded for [`interrupted`]
 /// instead of killing the process (once; a second caught signal kills it). A
 /// signal ignored when the process started (SIGINT in a background job
 /// of a script) stays ignored.
@@ -95,7 +103,8 @@ pub fn is_broken_pipe(e: &io::Error) -> bool {
 }
 
 /// Ends the process by `sig` with its default action (SIGINT, SIGTERM,
-/// SIGHUP and SIGPIPE terminate, SIGQUIT also dumps core where core dumps
+/// SIGHUP, SIGALRM, SIGUSR1, SIGUSR2 and SIGPIPE terminate, SIGQUIT and
+/// SIGXCPU also dump core where core dumps
 /// are on), as a tool that did not catch it would have ended;
 /// call it once the run's files are removed. Exits with `128 + sig` if the
 /// signal somehow does not end the process.

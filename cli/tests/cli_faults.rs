@@ -227,6 +227,25 @@ fn sigint_stops_a_bench_prints_the_summary_so_far_and_removes_the_file() {
     );
 }
 
+/// SIGALRM (`timeout -s ALRM`) and SIGUSR1 stop a bench as SIGTERM does,
+/// the temporary file removed (they killed plugio and left it behind:
+/// found by a break-it helper).
+#[test]
+fn sigalrm_and_sigusr1_stop_a_bench_and_remove_the_file() {
+    for sig in [Signal::SIGALRM, Signal::SIGUSR1] {
+        let dir = tmpdir();
+        let (out, err, status) = interrupt_running_bench(dir.path(), sig, false);
+        assert_eq!(status.signal(), Some(sig as i32), "{status:?}: {err}");
+        assert!(out.contains("plugio: IOPS="), "no summary in:\n{out}");
+        assert!(err.contains(&format!("interrupted by {sig}")), "{err}");
+        assert_eq!(
+            left_in(dir.path()),
+            Vec::<String>::new(),
+            "temporary file left after {sig}"
+        );
+    }
+}
+
 /// SIGHUP (a closed terminal or ssh session) stops a bench as SIGTERM
 /// does (before, it killed plugio and left the temporary file behind:
 /// found by a break-it helper).

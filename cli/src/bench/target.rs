@@ -529,7 +529,7 @@ fn check_file_size_limit(
 /// reads find it on the disk.
 ///
 /// # Errors
-/// [`BenchError::InterruptedBeforeRun`] when SIGINT, SIGTERM, SIGHUP or SIGQUIT came during the fill
+/// [`BenchError::InterruptedBeforeRun`] when SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGALRM, SIGUSR1, SIGUSR2, SIGXCPU, SIGALRM, SIGUSR1, SIGUSR2 or SIGXCPU came during the fill
 /// (the file is removed), or the write error.
 fn fill_temp(
     mut file: tempfile::NamedTempFile,

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{signal, SigHandler, Signal};
 
 /// Sets the child's SIGINT to `handler` (`SigDfl` or `SigIgn`), and its
-/// SIGHUP and SIGTERM to their default actions, between fork and exec. A
+/// SIGHUP, SIGTERM, SIGALRM and SIGUSR1 (the signals tests send) to their
+/// default actions, between fork and exec. A
 /// test run started in the background of a non-interactive shell (a CI
 /// script's `cmd &`) ignores SIGINT, one started under `nohup` ignores
 /// SIGHUP, and their children inherit that; `plugio` (as any Unix tool)
@@ -28,6 +29,8 @@ pub fn set_sigint(c: &mut Command, handler: SigHandler) -> &mut Command {
             signal(Signal::SIGINT, handler)
                 .and_then(|_| signal(Signal::SIGHUP, SigHandler::SigDfl))
                 .and_then(|_| signal(Signal::SIGTERM, SigHandler::SigDfl))
+                .and_then(|_| signal(Signal::SIGALRM, SigHandler::SigDfl))
+                .and_then(|_| signal(Signal::SIGUSR1, SigHandler::SigDfl))
                 .map(drop)
                 .map_err(std::io::Error::from)
         })
