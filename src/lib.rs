@@ -349,7 +349,7 @@ pub use plugio_engine::Region;
 /// ```
 pub use plugio_engine::TagSharing;
 
-/// Waits for a duration on the current core's timer wheel. For example:
+/// Waits for a duration on the current core's timers (a min-heap of deadlines). For example:
 ///
 /// ```
 /// use std::time::{Duration, Instant};

@@ -240,6 +240,18 @@ impl<T> fmt::Debug for Sender<T> {
     }
 }
 
+/// `poll` as it is, with the budget unit its [`coop::poll_proceed`] spent
+/// given back when it is `Pending` (only ready polls spend budget).
+///
+/// [`coop::poll_proceed`]: crate::coop::poll_proceed
+#[inline]
+fn spent_if_ready<T>(poll: Poll<T>) -> Poll<T> {
+    if poll.is_pending() {
+        crate::coop::refund();
+    }
+    poll
+}
+
 /// The future of [`Sender::send`].
 #[must_use = "futures do nothing unless polled"]
 pub struct SendFuture<'a, T> {
@@ -257,8 +269,7 @@ impl<T> Future for SendFuture<'_, T> {
         // a pinned `SendFuture`, which has no `Drop` impl and is `Unpin`
         // only when `inner` is (auto trait).
         let inner = unsafe { self.map_unchecked_mut(|f| &mut f.inner) };
-        inner
-            .poll(cx)
+        spent_if_ready(inner.poll(cx))
             .map(|r| r.map_err(|async_channel::SendError(v)| SendError(v)))
     }
 }
@@ -324,7 +335,7 @@ impl<T> Receiver<T> {
         if crate::coop::poll_proceed(cx).is_pending() {
             return Poll::Pending;
         }
-        futures::Stream::poll_next(self.inner.as_mut(), cx)
+        spent_if_ready(futures::Stream::poll_next(self.inner.as_mut(), cx))
     }
 
     /// Receives an item if one is queued now.
@@ -424,7 +435,7 @@ impl<T> Future for RecvFuture<'_, T> {
         }
         // SAFETY: structural pinning of `inner`, as in `SendFuture::poll`.
         let inner = unsafe { self.map_unchecked_mut(|f| &mut f.inner) };
-        inner.poll(cx).map(Result::ok)
+        spent_if_ready(inner.poll(cx)).map(Result::ok)
     }
 }
 

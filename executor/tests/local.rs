@@ -8,6 +8,7 @@ use plugio_executor::{
     JoinError, LocalExecutor, ThreadDriver, TickHook, Unpark,
 };
 use std::cell::{Cell, RefCell};
+use std::future::Future;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -200,6 +201,36 @@ fn coop_budget_makes_a_busy_receiver_yield() {
             "ticker ran {} times",
             ticks_seen.get()
         );
+    });
+}
+
+/// Only ready polls spend the coop budget: receives and sends that find
+/// the channel empty or full give their unit back, so a task polling many
+/// idle channels is not made to yield at once, tick after tick (200
+/// empty receivers made a core spin instead of parking: found by an API
+/// audit helper).
+#[test]
+fn pending_channel_polls_spend_no_coop_budget() {
+    let ex = LocalExecutor::builder()
+        .coop_budget(2)
+        .build()
+        .expect("build");
+    ex.run(async {
+        let (_idle_tx, mut idle) = channel::bounded::<u32>(1);
+        let (full_tx, mut full) = channel::bounded::<u32>(1);
+        full_tx.try_send(7).expect("room");
+        let got = std::future::poll_fn(|cx| {
+            for _ in 0..10 {
+                assert!(idle.poll_recv(cx).is_pending());
+                let mut send = std::pin::pin!(full_tx.send(8));
+                assert!(send.as_mut().poll(cx).is_pending(), "full");
+            }
+            // The budget of 2 is whole: the ready receive goes (in this
+            // same poll).
+            std::task::Poll::Ready(full.poll_recv(cx))
+        })
+        .await;
+        assert_eq!(got, std::task::Poll::Ready(Some(7)));
     });
 }
 
