@@ -614,11 +614,13 @@ fn shutdown_cancels_tasks_holding_plug_guards_with_requests_waiting_for_tags() {
 }
 
 /// A caller's buffer whose `Drop` uses the device: takes a plug, issues
-/// an IO and polls it, or spawns a task that reads.
+/// an IO and polls it, or spawns a task that reads (modes 0 to 2); or
+/// only counts its drop (3), then panics (4).
 struct ReentrantBuf {
     buf: plugio::DmaBuf,
     dev: Device,
     mode: u8,
+    drops: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 // SAFETY: the memory is the `DmaBuf`'s, which stays put while it lives.
@@ -645,19 +647,24 @@ unsafe impl plugio::IoBufMut for ReentrantBuf {
 
 impl Drop for ReentrantBuf {
     fn drop(&mut self) {
+        self.drops
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dev = self.dev.clone();
         match self.mode {
             0 => drop(dev.plug(4)),
+            3 => {}
+            4 => panic!("a buffer's drop panics"),
             1 => {
                 let mut read = pin!(dev.read_at(dev.alloc_buf(4096), 4096));
                 let _ = poll_once(read.as_mut());
             }
-            _ => {
+            2 => {
                 plugio::spawn_local(async move {
                     let (r, _) = dev.read_at(dev.alloc_buf(4096), 0).await;
                     r.expect("a read spawned from a buffer's drop");
                 });
             }
+            _ => unreachable!("no such mode"),
         }
     }
 }
@@ -681,6 +688,7 @@ fn a_buffer_whose_drop_uses_the_device_does_not_stop_the_core() {
                         buf: dev.alloc_buf(65536),
                         dev: dev.clone(),
                         mode,
+                        drops: Arc::default(),
                     };
                     let mut read = Box::pin(dev.read_at(buf, i * 65536));
                     let _ = poll_once(read.as_mut());
@@ -707,4 +715,37 @@ fn a_buffer_whose_drop_uses_the_device_does_not_stop_the_core() {
             assert_eq!(dev.tags_in_use(), 0);
         });
     });
+}
+
+/// A read issued by the main future's last poll and dropped there (still
+/// in the plug when `run` returns) is sent before `run` returns, so its
+/// buffer is dropped by the time the executor is, once; one whose `Drop`
+/// panics is contained, also when the thread exits (the buffer sat in the
+/// plug until the thread's exit, and its panic there, in a thread-local
+/// destructor, aborted the process: found by a break-it helper).
+#[test]
+fn a_read_dropped_in_the_last_poll_frees_its_buffer_with_the_executor() {
+    for mode in [3u8, 4] {
+        let drops = watchdog(60, move || {
+            let dir = tmpdir();
+            let path = file(&dir, "last-poll", 1 << 20);
+            let drops: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
+            let counted = drops.clone();
+            let ex = local();
+            ex.run(async move {
+                let dev = Device::open(&path, DeviceOptions::default()).expect("open");
+                let buf = ReentrantBuf {
+                    buf: dev.alloc_buf(65536),
+                    dev: dev.clone(),
+                    mode,
+                    drops: counted,
+                };
+                let mut read = pin!(dev.read_at(buf, 0));
+                let _ = poll_once(read.as_mut());
+            });
+            drop(ex);
+            drops.load(std::sync::atomic::Ordering::Relaxed)
+        });
+        assert_eq!(drops, 1, "mode {mode}");
+    }
 }

@@ -540,6 +540,24 @@ pub(crate) struct BioTable {
     in_use: usize,
 }
 
+impl Drop for BioTable {
+    /// Drops what orphaned bios still keep (a bio left in the plug of an
+    /// executor that is gone, freed as its thread exits) contained, as the
+    /// completion does: a panic in a caller's buffer's `Drop` inside a
+    /// thread-local destructor aborted the process (found by a break-it
+    /// helper).
+    fn drop(&mut self) {
+        for slot in &mut self.slots {
+            let keep = slot
+                .bio
+                .as_deref_mut()
+                .and_then(|bio| bio.cold.as_deref_mut())
+                .and_then(|cold| cold.keep.take());
+            drop_kept(keep);
+        }
+    }
+}
+
 impl BioTable {
     /// Takes a free slot and returns its id, whether the bio came from the
     /// cache, and the bio. With `cache` false, a fresh bio is allocated

@@ -304,6 +304,7 @@ impl Core {
             if self.main_wake.woken.load(Relaxed) && self.main_wake.woken.swap(false, AcqRel) {
                 self.budget.reset(self.config.coop_budget);
                 if let Poll::Ready(out) = main.as_mut().poll(&mut cx) {
+                    self.send_last_poll();
                     return Some(out);
                 }
             }
@@ -317,6 +318,19 @@ impl Core {
                 return None;
             }
             self.park_and_count(hook_pending, None);
+        }
+    }
+
+    /// What the main future's last poll left for the hooks (the engine's
+    /// plug: IO it issued and then dropped or left to a task) goes to the
+    /// driver before `block_on` returns, as at the end of any tick: it sat
+    /// in the plug, its buffers held, until another executor on the thread
+    /// or the thread's exit (found by a break-it helper).
+    fn send_last_poll(&self) {
+        if self.hooks.borrow().iter().any(|h| h.has_pending()) {
+            self.run_hooks();
+            // Not blocking: submits what the hooks queued.
+            self.park(true, Some(Duration::ZERO));
         }
     }
 
