@@ -344,12 +344,12 @@ impl OpenOptions {
         }
         // Whether there is an existing file to cut once the open is
         // accepted (a new one is empty, a block device is not cut).
-        let cut = match fs_ops::metadata(path).await {
+        let (cut, exists) = match fs_ops::metadata(path).await {
             Ok(m) => {
                 check_kind(&m).map_err(|e| e.with_path(path))?;
-                self.truncate && m.is_file()
+                (self.truncate && m.is_file(), true)
             }
-            Err(e) if *e.kind() == ErrorKind::NotFound && self.create => false,
+            Err(e) if *e.kind() == ErrorKind::NotFound && self.create => (false, false),
             Err(e) => return Err(e),
         };
         let mut flags = if opts.read_only {
@@ -371,7 +371,8 @@ impl OpenOptions {
                     })
             {
                 Error::new(ErrorKind::DirectIoRefused).with_path(path)
-            } else if opts.read_only {
+            } else if opts.read_only || !exists {
+                // A file to create: the refusal is its directory's.
                 e
             } else {
                 plugio_device::backend::file::explain_write_refusal(e)

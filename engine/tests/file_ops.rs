@@ -642,55 +642,72 @@ fn io_past_the_end_of_a_shrunk_block_device_says_it_shrank() {
     });
 }
 
+/// Makes `path` refuse writing (an immutable file or directory, which
+/// refuses root too; mode 0444 or 0555 for anyone else), or undoes it.
+/// False where that cannot be done here.
+fn lock(path: &Path, locked: bool) -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        let flag = if locked { "+i" } else { "-i" };
+        return std::process::Command::new("chattr")
+            .arg(flag)
+            .arg(path)
+            .status()
+            .is_ok_and(|s| s.success());
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let mode = match (locked, path.is_dir()) {
+        (true, true) => 0o555,
+        (true, false) => 0o444,
+        (false, true) => 0o755,
+        (false, false) => 0o644,
+    };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).is_ok()
+}
+
 /// An open for writing that the kernel refuses (an immutable file, which
 /// refuses root too; a 0444 file for anyone else) says how to open it to
 /// read only, and the read-only open works (a helper embedding plugio got
-/// a bare "permission denied").
+/// a bare "permission denied"); a file the open was to create in a
+/// directory that refuses it is not told so (its directory refused, and a
+/// read-only open finds no file: a break-it helper).
 #[test]
 fn a_refused_open_for_writing_says_how_to_open_read_only() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
     let file = dir.path().join("locked.db");
     std::fs::write(&file, vec![1u8; 4096]).expect("fixture");
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
-    let locked = if root {
-        std::process::Command::new("chattr")
-            .arg("+i")
-            .arg(&file)
-            .status()
-            .is_ok_and(|s| s.success())
-    } else {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o444)).is_ok()
-    };
-    if !locked {
+    let sub = dir.path().join("locked_dir");
+    std::fs::create_dir(&sub).expect("dir");
+    if !lock(&file, true) || !lock(&sub, true) {
+        lock(&file, false);
         println!("SKIPPED: the file could not be made unwritable here");
         return;
     }
+    let new = sub.join("new.db");
     let outcome = with_ring().run(async {
         let refused = [
             OpenOptions::new().open(&file).await.map(drop),
             plugio_engine::Device::open(&file, plugio_engine::DeviceOptions::default()).map(drop),
         ];
+        let create = OpenOptions::new().create(true).open(&new).await.map(drop);
         let read = OpenOptions::new().read_only(true).open(&file).await;
         let data = match read {
             Ok(dev) => dev.read_alloc_at(0, 4096).await.map(|b| b.as_slice()[0]),
             Err(e) => Err(e),
         };
-        (refused, data)
+        (refused, create, data)
     });
-    if root {
-        let _ = std::process::Command::new("chattr")
-            .arg("-i")
-            .arg(&file)
-            .status();
-    }
-    let (refused, data) = outcome;
+    lock(&file, false);
+    lock(&sub, false);
+    let (refused, create, data) = outcome;
     for r in refused {
         let e = r.expect_err("an open for writing of an unwritable file");
         assert_eq!(*e.kind(), ErrorKind::PermissionDenied, "{e}");
         assert!(e.to_string().contains("read_only(true)"), "{e}");
         assert_eq!(e.path(), Some(file.as_path()), "{e}");
     }
+    let e = create.expect_err("a file created in a directory that refuses it");
+    assert_eq!(*e.kind(), ErrorKind::PermissionDenied, "{e}");
+    assert!(!e.to_string().contains("read_only"), "{e}");
     assert_eq!(data.expect("the read-only open reads"), 1);
 }

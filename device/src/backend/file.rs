@@ -147,7 +147,9 @@ impl OpenOptions {
         let file = opts.open(path).map_err(|e| {
             if self.direct && e.raw_os_error() == Some(libc::EINVAL) {
                 Error::new(ErrorKind::DirectIoRefused).with_path(path)
-            } else if self.write {
+            } else if self.write && path.exists() {
+                // An existing file refused writing (not a directory that
+                // refused a file's creation).
                 explain_write_refusal(Error::from_io(&e).with_path(path))
             } else {
                 Error::from_io(&e).with_path(path)
@@ -157,11 +159,12 @@ impl OpenOptions {
     }
 }
 
-/// Says, on `e`, the error of an open for reading and writing, how to
-/// open the file to read only when the kernel refused the writing
-/// (`ErrorKind::PermissionDenied`: a 0444 file for a user other than
-/// root, an immutable file for anyone); other errors come back as they
-/// were. A helper embedding plugio got a bare "permission denied".
+/// Says, on `e`, the error of an open for reading and writing of an
+/// existing file, how to open it to read only when the kernel refused the
+/// writing (`ErrorKind::PermissionDenied`: a 0444 file for a user other
+/// than root, an immutable file for anyone); other errors come back as
+/// they were. Not for a file the open was to create: its directory
+/// refused that. A helper embedding plugio got a bare "permission denied".
 ///
 /// ```
 /// use plugio_device::backend::file::explain_write_refusal;
