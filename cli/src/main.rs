@@ -6,7 +6,7 @@
 //!
 //! Invariants: bad input exits with code 2 and a message that says what to
 //! change; a failed run exits with 1; no path panics on user input; a
-//! closed standard output, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGALRM, SIGUSR1, SIGUSR2, SIGXCPU, SIGALRM, SIGUSR1, SIGUSR2 or SIGXCPU stops the work, removes what
+//! closed standard output, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGALRM, SIGUSR1, SIGUSR2 or SIGXCPU stops the work, removes what
 //! the run created and ends the process by that signal (see [`signals`]).
 
 mod bench;

@@ -13,18 +13,41 @@
 //! stops its work, cleans up and then ends by SIGPIPE the same way.
 //!
 //! Invariants: the handler does one atomic compare-exchange
-//! (async-signal-safe) and, for a second caught signal, restores its
-//! default action and raises it: installed with `SA_RESETHAND` too, so a
-//! second Ctrl-C (or any second caught signal, of whichever kind) while
-//! the run winds down kills the process at once.
+//! (async-signal-safe) and, for a second caught signal (a second Ctrl-C,
+//! or any second caught signal, of whichever kind, while the run winds
+//! down), removes the run's temporary file ([`remove_on_second_signal`];
+//! `unlink` is async-signal-safe), restores the signal's default action
+//! and raises it: the process ends at once, and leaves no file behind.
 
+use std::ffi::CString;
 use std::io::{self, Write};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::path::Path;
+use std::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
 
 use nix::sys::signal::{self, SaFlags, SigAction, SigHandler, SigSet, Signal};
 
 /// The first caught signal received (0: none).
 static PENDING: AtomicI32 = AtomicI32::new(0);
+
+/// The path a second caught signal unlinks before it ends the process
+/// (null: none): a leaked `CString`, never freed, so the handler may read
+/// it whenever it runs.
+static DOOMED: AtomicPtr<libc::c_char> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Makes a second caught signal remove `path` (the run's temporary file)
+/// before it ends the process; `None` forgets it (the file is gone). Two
+/// signals sent back to back (`kill -USR1; kill -USR2`) ended plugio
+/// before its cleanup and left the file (found by a break-it helper).
+pub fn remove_on_second_signal(path: Option<&Path>) {
+    use std::os::unix::ffi::OsStrExt;
+    let ptr = path
+        .and_then(|p| CString::new(p.as_os_str().as_bytes()).ok())
+        .map_or(std::ptr::null_mut(), CString::into_raw);
+    // Release: pairs with the handler's Acquire load, which then sees the
+    // string's bytes. The previous string is leaked: a handler running
+    // on another thread may still read it.
+    DOOMED.store(ptr, Ordering::Release);
+}
 
 /// The signals that stop a run cleanly (the file it created removed):
 /// each ends a command-line tool by default, so each would leave the file
@@ -48,12 +71,19 @@ extern "C" fn record(sig: libc::c_int) {
         .compare_exchange(0, sig, Ordering::Relaxed, Ordering::Relaxed)
         .is_err()
     {
-        // A second caught signal, of another kind than the first (a
-        // second one of the same kind finds the default action already,
-        // `SA_RESETHAND`): it too ends the process at once.
-        // SAFETY: `signal` and `raise` are async-signal-safe; the
+        // A second caught signal, of either kind: it ends the process at
+        // once (raised again with its default action once this handler
+        // returns, while it is blocked here), after the run's temporary
+        // file is removed.
+        // Acquire: pairs with `remove_on_second_signal`'s Release store.
+        let doomed = DOOMED.load(Ordering::Acquire);
+        // SAFETY: `unlink`, `signal` and `raise` are async-signal-safe; a
+        // non-null `doomed` is a leaked NUL-terminated string; the
         // default action of every caught signal ends the process.
         unsafe {
+            if !doomed.is_null() {
+                libc::unlink(doomed);
+            }
             libc::signal(sig, libc::SIG_DFL);
             libc::raise(sig);
         }
@@ -70,12 +100,12 @@ extern "C" fn record(sig: libc::c_int) {
 pub fn catch_interrupts() -> io::Result<()> {
     let action = SigAction::new(
         SigHandler::Handler(record),
-        SaFlags::SA_RESTART | SaFlags::SA_RESETHAND,
+        SaFlags::SA_RESTART,
         SigSet::empty(),
     );
     for sig in CAUGHT {
-        // SAFETY: `record` is async-signal-safe (one atomic
-        // compare-exchange on a static) and touches nothing else.
+        // SAFETY: `record` is async-signal-safe (atomics on statics, then
+        // for a second signal `unlink`, `signal` and `raise`).
         let old = unsafe { signal::sigaction(sig, &action) }.map_err(io::Error::from)?;
         if old.handler() == SigHandler::SigIgn {
             // Ignored when we started (a background job of a

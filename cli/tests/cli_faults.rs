@@ -246,6 +246,49 @@ fn sigalrm_and_sigusr1_stop_a_bench_and_remove_the_file() {
     }
 }
 
+/// Two signals back to back, of two kinds or the same: the second ends
+/// plugio at once, and the temporary file is removed all the same (it
+/// was left behind: found by a break-it helper).
+#[test]
+fn two_signals_back_to_back_leave_no_temporary_file() {
+    for (first, second) in [
+        (Signal::SIGUSR1, Signal::SIGUSR2),
+        (Signal::SIGINT, Signal::SIGINT),
+    ] {
+        let dir = tmpdir();
+        let mut child = bench_in(dir.path(), &["--runtime", "600", "--size", "16M"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn");
+        let mut progress = BufReader::new(child.stdout.take().expect("stdout"));
+        loop {
+            let mut line = String::new();
+            let n = progress.read_line(&mut line).expect("read");
+            assert!(n > 0, "the bench ended before its first second");
+            if line.starts_with("[  1s]") {
+                break;
+            }
+        }
+        let pid = Pid::from_raw(child.id() as i32);
+        kill(pid, first).expect("kill");
+        kill(pid, second).expect("kill");
+        let mut rest = String::new();
+        let _ = progress.read_to_string(&mut rest);
+        let status = wait_guarded(&mut child, 120, "bench stopped by two signals");
+        let by = status.signal();
+        assert!(
+            by == Some(first as i32) || by == Some(second as i32),
+            "{status:?}"
+        );
+        assert_eq!(
+            left_in(dir.path()),
+            Vec::<String>::new(),
+            "temporary file left after {first} and {second}"
+        );
+    }
+}
+
 /// SIGHUP (a closed terminal or ssh session) stops a bench as SIGTERM
 /// does (before, it killed plugio and left the temporary file behind:
 /// found by a break-it helper).

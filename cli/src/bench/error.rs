@@ -55,10 +55,10 @@ pub enum BenchError {
     /// process, or a temporary file larger than its file system's free
     /// space allows (checked before anything starts).
     TooBig(String),
-    /// SIGINT or SIGTERM stopped the run (the summary so far was printed,
+    /// A caught signal (see `crate::signals`) stopped the run (the summary so far was printed,
     /// the temporary file removed); the command ends by the same signal.
     Interrupted(nix::sys::signal::Signal),
-    /// SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGALRM, SIGUSR1, SIGUSR2, SIGXCPU, SIGALRM, SIGUSR1, SIGUSR2 or SIGXCPU came before the run started
+    /// SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGALRM, SIGUSR1, SIGUSR2 or SIGXCPU came before the run started
     /// (during the temporary file's fill): nothing was measured or printed
     /// but the message, the file is removed; the command ends by the same
     /// signal.

@@ -199,7 +199,7 @@ fn need(t: Option<&Target>) -> Result<&Target, BenchError> {
 
 /// Waits for the engine to start, prints a line each second, and stops the
 /// engine after the runtime (or returns early if the engine ended, even
-/// before it started, a caught signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGALRM, SIGUSR1, SIGUSR2, SIGXCPU) came, or standard output was
+/// before it started, a caught signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGALRM, SIGUSR1, SIGUSR2 or SIGXCPU) came, or standard output was
 /// closed).
 fn clock<T>(
     job: &Job,

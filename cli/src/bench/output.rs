@@ -22,7 +22,7 @@ pub struct EngineOutput {
 /// Why a run stopped before its runtime or IO count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopReason {
-    /// SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGALRM, SIGUSR1, SIGUSR2, SIGXCPU, SIGALRM, SIGUSR1, SIGUSR2 or SIGXCPU.
+    /// SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGALRM, SIGUSR1, SIGUSR2 or SIGXCPU.
     Signal(nix::sys::signal::Signal),
     /// A write to standard output failed: it was closed.
     StdoutClosed,

@@ -48,6 +48,16 @@ pub struct Target {
     _temp: Option<tempfile::TempPath>,
 }
 
+impl Drop for Target {
+    /// The temporary file goes with the target (its field's drop, after
+    /// this): a second signal has nothing left to remove.
+    fn drop(&mut self) {
+        if self._temp.is_some() {
+            crate::signals::remove_on_second_signal(None);
+        }
+    }
+}
+
 /// Finds or creates the target of `job` and checks it against the job;
 /// calls `checked` once every check has passed, before the temporary
 /// file's fill (the caller's warnings go there: after a refusal they would
@@ -80,6 +90,9 @@ pub fn prepare(job: &Job, checked: impl FnOnce()) -> Result<Target, BenchError> 
             };
             // Empty until every check below has passed.
             let temp = create_temp()?;
+            // A second signal ends plugio before its cleanup: it removes
+            // the file itself.
+            crate::signals::remove_on_second_signal(Some(temp.path()));
             if let Some(fs) = memory_fs(temp.path()) {
                 eprintln!(
                     "plugio: warning: the temporary file {} is on {fs}: this measures memory, \
@@ -529,7 +542,7 @@ fn check_file_size_limit(
 /// reads find it on the disk.
 ///
 /// # Errors
-/// [`BenchError::InterruptedBeforeRun`] when SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGALRM, SIGUSR1, SIGUSR2, SIGXCPU, SIGALRM, SIGUSR1, SIGUSR2 or SIGXCPU came during the fill
+/// [`BenchError::InterruptedBeforeRun`] when SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGALRM, SIGUSR1, SIGUSR2 or SIGXCPU came during the fill
 /// (the file is removed), or the write error.
 fn fill_temp(
     mut file: tempfile::NamedTempFile,

@@ -88,7 +88,7 @@ pub struct ReplayArgs {
     pub json: bool,
     /// Asked while the replay runs; once it returns true the replay stops
     /// early (see [`ReplayOptions::stop`]). Not an option: the `plugio`
-    /// command sets it to "a SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGALRM, SIGUSR1, SIGUSR2, SIGXCPU, SIGALRM, SIGUSR1, SIGUSR2 or SIGXCPU came".
+    /// command sets it to "a SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGALRM, SIGUSR1, SIGUSR2 or SIGXCPU came".
     #[arg(skip)]
     pub stop: Option<fn() -> bool>,
     /// No progress bar.

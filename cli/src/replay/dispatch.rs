@@ -114,7 +114,7 @@ pub struct ReplayOptions {
     /// Asked between IOs, and at least every [`STOP_POLL`] while the
     /// replay waits for an IO's time: once it returns true, no new IO is
     /// issued, those in flight are waited for, and the report says
-    /// `interrupted` (`plugio replay` passes "a SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGALRM, SIGUSR1, SIGUSR2, SIGXCPU, SIGALRM, SIGUSR1, SIGUSR2 or SIGXCPU came").
+    /// `interrupted` (`plugio replay` passes "a SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGALRM, SIGUSR1, SIGUSR2 or SIGXCPU came").
     /// Default `None`: never stops early.
     pub stop: Option<fn() -> bool>,
 }

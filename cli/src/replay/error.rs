@@ -68,7 +68,7 @@ pub enum ReplayError {
     /// Standard output was closed before the report was written (the
     /// command then ends by SIGPIPE, as other tools do).
     StdoutClosed,
-    /// A SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGALRM, SIGUSR1, SIGUSR2, SIGXCPU, SIGALRM, SIGUSR1, SIGUSR2 or SIGXCPU stopped the replay (the report so far was
+    /// A SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGALRM, SIGUSR1, SIGUSR2 or SIGXCPU stopped the replay (the report so far was
     /// printed and a target the run created was removed); the command then
     /// ends by that signal.
     Interrupted,

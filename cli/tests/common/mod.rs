@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{signal, SigHandler, Signal};
 
 /// Sets the child's SIGINT to `handler` (`SigDfl` or `SigIgn`), and its
-/// SIGHUP, SIGTERM, SIGALRM and SIGUSR1 (the signals tests send) to their
+/// SIGHUP, SIGTERM, SIGALRM, SIGUSR1 and SIGUSR2 (the signals tests send) to their
 /// default actions, between fork and exec. A
 /// test run started in the background of a non-interactive shell (a CI
 /// script's `cmd &`) ignores SIGINT, one started under `nohup` ignores
@@ -31,6 +31,7 @@ pub fn set_sigint(c: &mut Command, handler: SigHandler) -> &mut Command {
                 .and_then(|_| signal(Signal::SIGTERM, SigHandler::SigDfl))
                 .and_then(|_| signal(Signal::SIGALRM, SigHandler::SigDfl))
                 .and_then(|_| signal(Signal::SIGUSR1, SigHandler::SigDfl))
+                .and_then(|_| signal(Signal::SIGUSR2, SigHandler::SigDfl))
                 .map(drop)
                 .map_err(std::io::Error::from)
         })
