@@ -322,11 +322,7 @@ impl Error {
             Some(errno) => Self::from_errno(errno),
             None => Self::from_io_kind(err.kind()),
         };
-        // The message of what the innermost io::Error carries (an errno's
-        // is the kind's own).
-        if let Some(inner) = at.get_ref() {
-            e.0.detail = Some(inner.to_string().into());
-        }
+        e.0.detail = io_detail(at);
         e
     }
 
@@ -622,6 +618,23 @@ impl fmt::Display for InvalidInput {
     }
 }
 
+/// The message an `io::Error` (the innermost of a chain) says beyond its
+/// kind and errno: the error it carries (`io::Error::other("checksum
+/// mismatch")`), or std's own message (`"stream did not contain valid
+/// UTF-8"`); `None` for a bare errno or kind, or a message that only
+/// repeats the kind's (`"Permission denied"`, found by a break-it helper).
+fn io_detail(err: &io::Error) -> Option<std::sync::Arc<str>> {
+    if err.raw_os_error().is_some() {
+        return None;
+    }
+    let text = match err.get_ref() {
+        Some(inner) => inner.to_string(),
+        None => err.to_string(),
+    };
+    let kind_text = io::Error::from(err.kind()).to_string();
+    (!text.is_empty() && !text.eq_ignore_ascii_case(&kind_text)).then(|| text.into())
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(context) = self.0.context {
@@ -856,6 +869,15 @@ mod tests {
             Error::from(io::Error::from(io::ErrorKind::TimedOut)).detail(),
             None
         );
+        // std's own messages too (`read_to_string` of bytes that are not
+        // UTF-8), but not one that only repeats the kind's.
+        let utf8 = std::io::read_to_string(&[0xffu8, 0xfe][..]).expect_err("not UTF-8");
+        assert_eq!(
+            Error::from(utf8).detail(),
+            Some("stream did not contain valid UTF-8")
+        );
+        let repeat = io::Error::new(io::ErrorKind::PermissionDenied, "Permission denied");
+        assert_eq!(Error::from(repeat).detail(), None);
         let back = Error::from(io::Error::from(other.clone().with_path("/db/pages")));
         assert_eq!(back.detail(), Some("checksum mismatch in page 7"));
         let errors = [
