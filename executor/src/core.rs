@@ -399,13 +399,17 @@ impl Core {
     /// Parks (see `park`; `cap` bounds the wait, `None` leaves it to the
     /// timers), counts it, and publishes the tick's statistics.
     fn park_and_count(&self, hook_pending: bool, cap: Option<Duration>) {
-        let blocked = self.park(hook_pending, cap);
-        let mut stats = self.stats.get();
-        if blocked {
+        // Published before the park, so other threads see the tick that
+        // just ran while this core sleeps (they saw it only once the next
+        // park ended, never for an idle core: found by an API audit
+        // helper); a blocking park publishes its count again after.
+        self.shared.stats.store(&self.stats.get());
+        if self.park(hook_pending, cap) {
+            let mut stats = self.stats.get();
             stats.parks += 1;
+            self.stats.set(stats);
+            self.shared.stats.store(&stats);
         }
-        self.stats.set(stats);
-        self.shared.stats.store(&stats);
     }
 
     fn fire_timers(&self, tick: u64) -> u64 {

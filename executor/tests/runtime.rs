@@ -811,3 +811,29 @@ fn core_and_blocking_threads_block_the_file_size_signal() {
     rt.shutdown(ShutdownMode::Cancel).expect("clean shutdown");
     assert!(!blocks_sigxfsz(), "the test's own thread keeps its mask");
 }
+
+/// Another thread sees the tick that polled a task on a core that then
+/// went idle (the copy was published only after the next park ended,
+/// never for an idle core: found by an API audit helper).
+#[test]
+fn tick_stats_show_the_last_tick_of_an_idle_core() {
+    let rt = runtime(2);
+    for n in 1..=3u64 {
+        let out = futures::executor::block_on(rt.spawn_on(1, async { 5 })).expect("join");
+        assert_eq!(out, 5);
+        // Bounded wait for the core to publish (it does before it parks);
+        // no timing is asserted.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let polled = loop {
+            let polled = rt.tick_stats(1).expect("core 1").tasks_polled;
+            if polled >= n || Instant::now() > deadline {
+                break polled;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        assert!(
+            polled >= n,
+            "core 1 polled {n} tasks, its stats say {polled}"
+        );
+    }
+}
