@@ -96,9 +96,11 @@ pub enum Fault {
         lba: u64,
     },
     /// The next `ops` reads or writes (as `on` says; each uses one up,
-    /// `u64::MAX` for every one) move at most `bytes` bytes and return that
-    /// partial count, as a device may: a read any count, a write whole
-    /// logical blocks (its count rounded down to one).
+    /// also one that then fails for another fault; `u64::MAX` for every
+    /// one) move at most `bytes` bytes and return that partial count, as
+    /// a device may: a read any count, a write whole logical blocks (its
+    /// count rounded down to a multiple of the block: 0 when `bytes` is
+    /// under one block).
     Partial {
         /// The most bytes one op moves.
         bytes: u64,
@@ -107,7 +109,9 @@ pub enum Fault {
         /// Ops left to cut short.
         ops: u64,
     },
-    /// Writes fail with `ENOSPC` once `bytes` have been written in total.
+    /// A write that would take the bytes written in total past `bytes`
+    /// fails with `ENOSPC`, none of it written; writes that still fit go
+    /// (a smaller one after the refusal may).
     EnospcAfter {
         /// Total bytes the device accepts.
         bytes: u64,
