@@ -717,14 +717,15 @@ fn a_buffer_whose_drop_uses_the_device_does_not_stop_the_core() {
     });
 }
 
-/// A read issued by the main future's last poll and dropped there (still
-/// in the plug when `run` returns) is sent before `run` returns, so its
-/// buffer is dropped by the time the executor is, once; one whose `Drop`
-/// panics is contained, also when the thread exits (the buffer sat in the
-/// plug until the thread's exit, and its panic there, in a thread-local
-/// destructor, aborted the process: found by a break-it helper).
+/// Reads issued by the main future's last poll and dropped there (still
+/// in the plug when `run` returns, and past the queue depth) free their
+/// buffers by the time the executor is dropped, once each; one whose
+/// `Drop` panics is contained, also when the thread exits (the buffers
+/// sat in the plug or waited for tags until the thread's exit, and a
+/// panic there, in a thread-local destructor, aborted the process: found
+/// by two break-it helpers).
 #[test]
-fn a_read_dropped_in_the_last_poll_frees_its_buffer_with_the_executor() {
+fn reads_dropped_in_the_last_poll_free_their_buffers_with_the_executor() {
     for mode in [3u8, 4] {
         let drops = watchdog(60, move || {
             let dir = tmpdir();
@@ -733,19 +734,26 @@ fn a_read_dropped_in_the_last_poll_frees_its_buffer_with_the_executor() {
             let counted = drops.clone();
             let ex = local();
             ex.run(async move {
-                let dev = Device::open(&path, DeviceOptions::default()).expect("open");
-                let buf = ReentrantBuf {
-                    buf: dev.alloc_buf(65536),
-                    dev: dev.clone(),
-                    mode,
-                    drops: counted,
+                let options = DeviceOptions {
+                    queue_depth: 2,
+                    ..DeviceOptions::default()
                 };
-                let mut read = pin!(dev.read_at(buf, 0));
-                let _ = poll_once(read.as_mut());
+                let dev = Device::open(&path, options).expect("open");
+                // Apart (not merged): two get tags, six wait for them.
+                for i in 0..8 {
+                    let buf = ReentrantBuf {
+                        buf: dev.alloc_buf(4096),
+                        dev: dev.clone(),
+                        mode,
+                        drops: counted.clone(),
+                    };
+                    let mut read = pin!(dev.read_at(buf, i * 65536));
+                    let _ = poll_once(read.as_mut());
+                }
             });
             drop(ex);
             drops.load(std::sync::atomic::Ordering::Relaxed)
         });
-        assert_eq!(drops, 1, "mode {mode}");
+        assert_eq!(drops, 8, "mode {mode}");
     }
 }

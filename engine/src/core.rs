@@ -113,6 +113,18 @@ impl TickHook for CoreHooks {
         self.core()
             .is_some_and(|c| !c.plug.borrow().bios.is_empty())
     }
+
+    /// The executor closes: what it never sent (the plug, requests
+    /// waiting for tags or for earlier ones) never will be. It ends now,
+    /// freeing the buffers of the IO its cancelled tasks dropped; what is
+    /// in flight completes as the driver drains (requests past the queue
+    /// depth kept their buffers until the thread exited: found by a
+    /// break-it helper).
+    fn core_closing(&self) {
+        if let Some(core) = self.core() {
+            core.abandon();
+        }
+    }
 }
 
 impl CompletionHandler for CoreHooks {
@@ -315,8 +327,11 @@ impl EngineCore {
     /// still in its plug and requests waiting in its FIFOs. A bio whose
     /// future was dropped is freed (its IO never reached the device); any
     /// other fails with `ECANCELED` (its future, polled again, gets that).
-    /// Called only for states whose executor is gone (see `create`, and
-    /// `Issued::poll` of an IO polled again after its executor dropped).
+    /// Called for states whose executor is gone (see `create`, and
+    /// `Issued::poll` of an IO polled again after its executor dropped),
+    /// and as the executor closes (`CoreHooks::core_closing`: its tasks
+    /// were cancelled, and what is in flight completes as its driver
+    /// drains).
     pub(crate) fn abandon(&self) {
         let cancelled = -i64::from(libc::ECANCELED);
         let mut wakers = Vec::new();

@@ -64,6 +64,14 @@ pub trait TickHook {
     fn has_pending(&self) -> bool {
         false
     }
+
+    /// Called once as the core closes (its executor dropped or shut
+    /// down), on its thread, after every task was cancelled and before
+    /// the driver is dropped: work the hook still holds will never be
+    /// moved on by a tick (the engine ends the IO it never sent, so the
+    /// buffers of the cancelled tasks' IO are freed now rather than at
+    /// the thread's exit). The default does nothing.
+    fn core_closing(&self) {}
 }
 
 /// Tuning of one core.
@@ -466,9 +474,18 @@ impl Core {
     }
 
     fn run_hooks(&self) -> bool {
+        /// Clears `in_hooks` on the way out, an unwind included (a hook
+        /// that panicked left it set: found by a break-it helper).
+        struct InHooks<'a>(&'a Cell<bool>);
+        impl Drop for InHooks<'_> {
+            fn drop(&mut self) {
+                self.0.set(false);
+            }
+        }
         let mut pending = false;
         let mut i = 0;
         self.in_hooks.set(true);
+        let _in_hooks = InHooks(&self.in_hooks);
         loop {
             let hook = match self.hooks.borrow().get(i) {
                 Some(h) => h.clone(),
@@ -477,7 +494,6 @@ impl Core {
             pending |= hook.tick_end();
             i += 1;
         }
-        self.in_hooks.set(false);
         pending
     }
 
@@ -578,6 +594,9 @@ impl Core {
                 let fired = self.fired.take();
                 if hooks.is_empty() && fired.is_empty() {
                     break;
+                }
+                for hook in &hooks {
+                    hook.core_closing();
                 }
                 drop((hooks, fired));
                 continue;

@@ -466,3 +466,28 @@ fn unregistered_hook_is_no_longer_called() {
     assert!(!plugio_executor::unregister_tick_hook(&dyn_hook));
     assert_eq!(Rc::strong_count(&hook), 2);
 }
+
+/// A tick hook that panics leaves `in_tick_hooks` false once the panic
+/// is caught (it stayed true, and the engine then sent each IO on its
+/// own submit: found by a break-it helper).
+#[test]
+fn a_panicking_tick_hook_does_not_leave_the_core_in_its_hooks() {
+    struct PanicOnce(Cell<bool>);
+    impl TickHook for PanicOnce {
+        fn tick_end(&self) -> bool {
+            if !self.0.replace(true) {
+                panic!("a tick hook panics");
+            }
+            false
+        }
+    }
+    let ex = LocalExecutor::new();
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        ex.run(async {
+            register_tick_hook(Rc::new(PanicOnce(Cell::new(false))));
+            yield_now().await;
+        })
+    }));
+    assert!(caught.is_err(), "the hook's panic reaches run");
+    assert!(!ex.run(async { plugio_executor::in_tick_hooks() }));
+}
