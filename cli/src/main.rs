@@ -138,6 +138,7 @@ fn main() -> ExitCode {
         Command::Replay(mut args) => match signals::catch_interrupts() {
             Ok(()) => {
                 args.stop = Some(|| signals::interrupted().is_some());
+                args.created_target = Some(signals::remove_on_second_signal);
                 plugio_cli::replay::cli::main(args).map_err(Failure::from)
             }
             Err(e) => Err(Failure::from(ReplayError::io(

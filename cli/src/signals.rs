@@ -34,8 +34,9 @@ static PENDING: AtomicI32 = AtomicI32::new(0);
 /// it whenever it runs.
 static DOOMED: AtomicPtr<libc::c_char> = AtomicPtr::new(std::ptr::null_mut());
 
-/// Makes a second caught signal remove `path` (the run's temporary file)
-/// before it ends the process; `None` forgets it (the file is gone). Two
+/// Makes a second caught signal remove `path` (the bench's temporary
+/// file, a replay target the run created) before it ends the process;
+/// `None` forgets it (the file is gone, or kept). Two
 /// signals sent back to back (`kill -USR1; kill -USR2`) ended plugio
 /// before its cleanup and left the file (found by a break-it helper).
 pub fn remove_on_second_signal(path: Option<&Path>) {

@@ -1035,6 +1035,63 @@ fn cli_sigint_and_sigterm_stop_the_replay_print_the_report_so_far_and_remove_its
     }
 }
 
+/// Two signals back to back: the second ends the replay at once, and the
+/// target the run created is removed all the same (it was left behind:
+/// found by a break-it helper). A target that existed is never removed.
+#[test]
+fn cli_two_signals_back_to_back_remove_the_target_the_replay_created() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tmpdir();
+    // One write at once, then one read a minute later: the replay waits.
+    let trace = dir.path().join("long.csv");
+    std::fs::write(
+        &trace,
+        "time_ns,op,offset_bytes,len_bytes\n0,W,0,4096\n60000000000,R,4096,4096\n",
+    )
+    .unwrap();
+    for existing in [false, true] {
+        let target = dir.path().join(format!("existing-{existing}.img"));
+        if existing {
+            std::fs::write(&target, vec![0u8; 1 << 20]).unwrap();
+        }
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_plugio"));
+        common::set_sigint(&mut cmd, nix::sys::signal::SigHandler::SigDfl);
+        let child = cmd
+            .args([
+                "replay",
+                &trace.display().to_string(),
+                "--quiet",
+                "--filename",
+            ])
+            .arg(&target)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("the plugio binary runs");
+        // The write at time 0 landed (nonzero bytes): the replay runs, past
+        // the point where it made the target.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !std::fs::read(&target).is_ok_and(|d| d.iter().any(|&b| b != 0)) {
+            assert!(std::time::Instant::now() < deadline, "no write landed");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let pid = Pid::from_raw(child.id() as i32);
+        kill(pid, Signal::SIGUSR1).unwrap();
+        kill(pid, Signal::SIGUSR2).unwrap();
+        let o = common::output_guarded(child, 60, "replay after two signals");
+        let by = o.status.signal();
+        assert!(
+            by == Some(libc::SIGUSR1) || by == Some(libc::SIGUSR2),
+            "{:?}: {}",
+            o.status,
+            stderr(&o)
+        );
+        assert_eq!(target.exists(), existing, "existing {existing}");
+    }
+}
+
 #[test]
 fn cli_limit_reads_an_endless_standard_input_only_as_far_as_it_needs() {
     use std::io::Write as _;

@@ -91,6 +91,13 @@ pub struct ReplayArgs {
     /// command sets it to "a SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGALRM, SIGUSR1, SIGUSR2 or SIGXCPU came".
     #[arg(skip)]
     pub stop: Option<fn() -> bool>,
+    /// Told the path of a target the replay created while it may still
+    /// remove it (`None` once it is kept or gone). Not an option: the
+    /// `plugio` command has a second signal, which ends it before its
+    /// cleanup, remove that file (two signals back to back left it:
+    /// found by a break-it helper).
+    #[arg(skip)]
+    pub created_target: Option<fn(Option<&std::path::Path>)>,
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
@@ -187,6 +194,10 @@ pub fn main(args: ReplayArgs) -> Result<(), ReplayError> {
         }
         return Err(ReplayError::Interrupted);
     }
+    // Kept: a later signal must not remove it.
+    if let Some(tell) = args.created_target {
+        tell(None);
+    }
     written
 }
 
@@ -251,6 +262,9 @@ pub fn run(args: &ReplayArgs) -> Result<CliReport, ReplayError> {
     }
     target::refuse_the_trace_itself(&args.filename, &args.trace, &trace)?;
     let created = target::prepare_target(&args.filename, &trace)?;
+    if let Some(tell) = args.created_target.filter(|_| created) {
+        tell(Some(&args.filename));
+    }
     let dev = match open_checked(args, &trace) {
         Ok(dev) => dev,
         Err(e) => {
