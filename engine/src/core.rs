@@ -121,6 +121,13 @@ impl TickHook for CoreHooks {
     /// depth kept their buffers until the thread exited: found by a
     /// break-it helper).
     fn core_closing(&self) {
+        // Not while a panic unwinds through the executor's drop (a second
+        // panic there, from a debug check of a state the first one broke,
+        // would abort): a later executor on this thread, or its exit,
+        // ends that IO instead.
+        if std::thread::panicking() {
+            return;
+        }
         if let Some(core) = self.core() {
             core.abandon();
         }
