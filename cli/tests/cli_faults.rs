@@ -157,9 +157,13 @@ fn closed_stdout_ends_info_and_replay_by_sigpipe_without_a_panic() {
     assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
 }
 
-/// Starts a long bench, waits for its first per-second line (IO is
-/// running), sends `sig`, and returns its stdout, stderr and status.
-fn interrupt_running_bench(dir: &Path, sig: Signal, json: bool) -> (String, String, ExitStatus) {
+/// Starts a long bench and waits for its first per-second line (IO is
+/// running); returns it, its progress stream (stdout, or stderr with
+/// `--json`) and what that stream showed so far.
+fn start_long_bench(
+    dir: &Path,
+    json: bool,
+) -> (std::process::Child, Box<dyn BufRead + Send>, String) {
     let mut args = vec!["--runtime", "600", "--size", "16M", "--iodepth", "16"];
     if json {
         args.push("--json");
@@ -169,7 +173,6 @@ fn interrupt_running_bench(dir: &Path, sig: Signal, json: bool) -> (String, Stri
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
-    // Progress lines go to stdout, or to stderr with --json.
     let mut progress: Box<dyn BufRead + Send> = if json {
         Box::new(BufReader::new(child.stderr.take().expect("stderr")))
     } else {
@@ -185,6 +188,13 @@ fn interrupt_running_bench(dir: &Path, sig: Signal, json: bool) -> (String, Stri
             break;
         }
     }
+    (child, progress, seen)
+}
+
+/// Starts a long bench, waits for its first per-second line (IO is
+/// running), sends `sig`, and returns its stdout, stderr and status.
+fn interrupt_running_bench(dir: &Path, sig: Signal, json: bool) -> (String, String, ExitStatus) {
+    let (mut child, mut progress, seen) = start_long_bench(dir, json);
     kill(Pid::from_raw(child.id() as i32), sig).expect("kill");
     let mut rest = String::new();
     progress.read_to_string(&mut rest).expect("read");
@@ -256,20 +266,7 @@ fn two_signals_back_to_back_leave_no_temporary_file() {
         (Signal::SIGINT, Signal::SIGINT),
     ] {
         let dir = tmpdir();
-        let mut child = bench_in(dir.path(), &["--runtime", "600", "--size", "16M"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn");
-        let mut progress = BufReader::new(child.stdout.take().expect("stdout"));
-        loop {
-            let mut line = String::new();
-            let n = progress.read_line(&mut line).expect("read");
-            assert!(n > 0, "the bench ended before its first second");
-            if line.starts_with("[  1s]") {
-                break;
-            }
-        }
+        let (mut child, mut progress, _) = start_long_bench(dir.path(), false);
         let pid = Pid::from_raw(child.id() as i32);
         kill(pid, first).expect("kill");
         kill(pid, second).expect("kill");

@@ -979,6 +979,28 @@ fn cli_ios_of_the_second_core_complete_without_one_of_the_first_to_wake_the_loop
     }
 }
 
+/// Starts `plugio replay TRACE OPTION --filename TARGET` with stdout to
+/// `stdout`, stderr piped, and the signals the tests send at their
+/// default actions (caught, even where this test run inherited an
+/// ignored SIGINT).
+fn spawn_replay(
+    trace: &Path,
+    target: &Path,
+    option: &str,
+    stdout: std::process::Stdio,
+) -> std::process::Child {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_plugio"));
+    common::set_sigint(&mut cmd, nix::sys::signal::SigHandler::SigDfl);
+    cmd.arg("replay")
+        .arg(trace)
+        .args([option, "--filename"])
+        .arg(target)
+        .stdout(stdout)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the plugio binary runs")
+}
+
 #[test]
 fn cli_sigint_and_sigterm_stop_the_replay_print_the_report_so_far_and_remove_its_target() {
     use nix::sys::signal::{kill, Signal};
@@ -994,21 +1016,7 @@ fn cli_sigint_and_sigterm_stop_the_replay_print_the_report_so_far_and_remove_its
     .unwrap();
     for sig in [Signal::SIGINT, Signal::SIGTERM] {
         let target = dir.path().join(format!("{sig}.img"));
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_plugio"));
-        // Caught, even where this test run inherited an ignored SIGINT.
-        common::set_sigint(&mut cmd, nix::sys::signal::SigHandler::SigDfl);
-        let child = cmd
-            .args([
-                "replay",
-                &trace.display().to_string(),
-                "--json",
-                "--filename",
-            ])
-            .arg(&target)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("the plugio binary runs");
+        let child = spawn_replay(&trace, &target, "--json", std::process::Stdio::piped());
         // The target exists once the handler is in place (it is installed
         // before the trace is read).
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -1056,20 +1064,7 @@ fn cli_two_signals_back_to_back_remove_the_target_the_replay_created() {
         if existing {
             std::fs::write(&target, vec![0u8; 1 << 20]).unwrap();
         }
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_plugio"));
-        common::set_sigint(&mut cmd, nix::sys::signal::SigHandler::SigDfl);
-        let child = cmd
-            .args([
-                "replay",
-                &trace.display().to_string(),
-                "--quiet",
-                "--filename",
-            ])
-            .arg(&target)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("the plugio binary runs");
+        let child = spawn_replay(&trace, &target, "--quiet", std::process::Stdio::null());
         // The write at time 0 landed (nonzero bytes): the replay runs, past
         // the point where it made the target.
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
