@@ -757,3 +757,41 @@ fn reads_dropped_in_the_last_poll_free_their_buffers_with_the_executor() {
         assert_eq!(drops, 8, "mode {mode}");
     }
 }
+
+/// A panic that unwinds out of `run` while requests wait for tags behind
+/// one in flight: the executor's drop ends them, and the panic reaches
+/// the caller (the drain's completion tried to spawn a tag waiter on the
+/// closed core, and that second panic aborted the process: found by a
+/// break-it helper). The device works afterwards.
+#[test]
+fn a_panic_out_of_run_with_requests_waiting_for_tags_does_not_abort() {
+    watchdog(60, || {
+        let dir = tmpdir();
+        let path = file(&dir, "panic-waiting", 1 << 20);
+        let options = DeviceOptions {
+            queue_depth: 1,
+            ..DeviceOptions::default()
+        };
+        let dev = Device::open(&path, options).expect("open");
+        let d = dev.clone();
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            local().run(async move {
+                let mut writes = Vec::new();
+                for i in 0..6u64 {
+                    let mut w = Box::pin(d.write_at(vec![i as u8; 4096], (i % 2) * 4096));
+                    let _ = poll_once(w.as_mut());
+                    writes.push(w);
+                }
+                plugio::yield_now().await;
+                panic!("a task's panic with IO waiting");
+            })
+        }));
+        assert!(caught.is_err(), "the panic reaches the caller");
+        local().run(async move {
+            let (r, _) = dev.write_at(vec![9u8; 4096], 8192).await;
+            assert_eq!(r.expect("a write after the panic"), 4096);
+            assert_eq!(dev.iostats().in_flight, 0);
+            assert_eq!(dev.tags_in_use(), 0);
+        });
+    });
+}

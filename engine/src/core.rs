@@ -121,15 +121,17 @@ impl TickHook for CoreHooks {
     /// depth kept their buffers until the thread exited: found by a
     /// break-it helper).
     fn core_closing(&self) {
-        // Not while a panic unwinds through the executor's drop (a second
-        // panic there, from a debug check of a state the first one broke,
-        // would abort): a later executor on this thread, or its exit,
-        // ends that IO instead.
-        if std::thread::panicking() {
-            return;
-        }
-        if let Some(core) = self.core() {
-            core.abandon();
+        let Some(core) = self.core() else { return };
+        // Again while the buffers' drops (after `abandon`) plug more IO,
+        // a few rounds at most; the thread's exit frees the rest.
+        for _ in 0..8 {
+            // Contained: a panic here (a debug check of a state a panic
+            // broke) while a panic unwinds through the executor's drop
+            // would abort the process.
+            let ended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| core.abandon()));
+            if ended.is_err() || core.plug.borrow().bios.is_empty() {
+                break;
+            }
         }
     }
 }

@@ -64,7 +64,11 @@ pub use crate::shared::MAX_IO_BYTES;
 ///   crash). Its buffer is kept until the device is done with it. A
 ///   dropped `sync_data`/`sync_all` still runs: whether the writes before
 ///   it are durable is unknown until a later flush succeeds. The kernel's
-///   block layer does the same (a plugged bio is never taken back).
+///   block layer does the same (a plugged bio is never taken back). When
+///   the executor closes (dropped, or shut down) the IO it never sent
+///   (still plugged, or waiting for a tag or for an earlier overlapping
+///   IO) is ended instead, and its buffer freed; what is in flight
+///   completes as the executor's driver drains.
 #[derive(Debug)]
 pub struct Device {
     /// Dropped by hand in `drop`, before the cores are woken.
@@ -740,8 +744,9 @@ impl Issued {
     /// the executor gone) fails with `ECANCELED`.
     ///
     /// # Panics
-    /// When polled on another core than the one that issued it while that
-    /// core's executor still exists.
+    /// When polled on another thread than the one that issued it (its
+    /// state lives there), or on another core of that thread while the
+    /// issuing core's executor still exists.
     #[inline]
     pub(crate) fn poll(self, cx: &Context<'_>) -> Poll<BioResult> {
         let Issued { uid, id, .. } = self;

@@ -355,6 +355,13 @@ impl EngineCore {
     /// Spawns a task that waits on the tag set for `dev` when requests wait
     /// and no such task runs yet.
     fn ensure_tag_waiter(self: &Rc<Self>, dev: u32) {
+        if plugio_executor::core_uid() != Some(self.uid) {
+            // Not on this core's live executor (its driver draining as it
+            // drops): no task can be spawned; what waits is ended with
+            // the core's state (`abandon`). Spawning there panicked, and
+            // during an unwind aborted (found by a break-it helper).
+            return;
+        }
         let shared = {
             let mut devs = self.devs.borrow_mut();
             let d = &mut devs[dev as usize];

@@ -169,7 +169,17 @@ pub struct CliReport {
 /// the replay, after the report so far was printed and a target the run
 /// created was removed (the caller ends the process by the signal).
 pub fn main(args: ReplayArgs) -> Result<(), ReplayError> {
-    let r = run(&args)?;
+    let r = run(&args);
+    // A target the run keeps (it ended, or failed after it began) is no
+    // longer the second signal's to remove, while the report is written
+    // (a second signal then removed a finished replay's target: found by
+    // a break-it helper).
+    if !matches!(&r, Ok(r) if r.report.interrupted) {
+        if let Some(tell) = args.created_target {
+            tell(None);
+        }
+    }
+    let r = r?;
     for n in &r.notes {
         eprintln!("note: {n}");
     }
@@ -193,10 +203,6 @@ pub fn main(args: ReplayArgs) -> Result<(), ReplayError> {
             let _ = std::fs::remove_file(&args.filename);
         }
         return Err(ReplayError::Interrupted);
-    }
-    // Kept: a later signal must not remove it.
-    if let Some(tell) = args.created_target {
-        tell(None);
     }
     written
 }
