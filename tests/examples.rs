@@ -90,7 +90,7 @@ fn misaligned_direct_io_is_refused_with_the_value_and_the_alignment() {
         println!("zero length: {err}");
         assert!(matches!(
             err.kind(),
-            ErrorKind::InvalidInput(InvalidInput::Length { len_bytes: 0, .. })
+            ErrorKind::InvalidInput(InvalidInput::ZeroLength)
         ));
         assert_eq!(dev.iostats().bios, 0, "refused IOs never become bios");
     });

@@ -38,14 +38,18 @@ pub enum InvalidInput {
         /// Capacity of the device.
         capacity_bytes: u64,
     },
-    /// A length is zero where data is required, or larger than allowed.
+    /// A length is larger than allowed.
     Length {
         /// The length given, in bytes.
         len_bytes: u64,
-        /// The largest length allowed, in bytes (0 when the problem is that
-        /// the length is zero).
+        /// The largest length allowed, in bytes.
         max_bytes: u64,
     },
+    /// A length of zero on an op that moves data or covers a range (a
+    /// read, write, discard, write-zeroes or fallocate). Such an op does
+    /// nothing, and a read of 0 bytes would look like end of file, so it
+    /// is refused before submission. Use a length of at least one block.
+    ZeroLength,
     /// The op's segments do not match its length or the device limits.
     Segments {
         /// A description of the mismatch.
@@ -547,10 +551,11 @@ impl fmt::Display for InvalidInput {
                 f,
                 "range {offset_bytes}+{len_bytes} bytes is beyond the capacity of {capacity_bytes} bytes"
             ),
-            InvalidInput::Length {
-                len_bytes,
-                max_bytes: 0,
-            } => write!(f, "length {len_bytes} bytes: a length of zero is not allowed"),
+            InvalidInput::ZeroLength => write!(
+                f,
+                "length 0 bytes: an op that moves data or covers a range needs a length of \
+                 at least one block"
+            ),
             InvalidInput::Length {
                 len_bytes,
                 max_bytes,

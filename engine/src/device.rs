@@ -612,11 +612,7 @@ pub(crate) fn file_len_bytes(shared: &DeviceShared) -> Option<u64> {
 #[inline]
 fn check_len(len_bytes: u64, has_data: bool) -> Result<(), Error> {
     if has_data && len_bytes == 0 {
-        // `max_bytes: 0` is how the error says "zero is not allowed".
-        return Err(Error::invalid(InvalidInput::Length {
-            len_bytes: 0,
-            max_bytes: 0,
-        }));
+        return Err(Error::invalid(InvalidInput::ZeroLength));
     }
     if len_bytes > MAX_IO_BYTES {
         return Err(Error::invalid(InvalidInput::Length {

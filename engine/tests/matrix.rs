@@ -495,7 +495,7 @@ matrix! {
             let err = dev.read_alloc_at(0, 0).await.expect_err("zero length");
             assert!(matches!(
                 err.kind(),
-                ErrorKind::InvalidInput(InvalidInput::Length { len_bytes: 0, .. })
+                ErrorKind::InvalidInput(InvalidInput::ZeroLength)
             ));
             let err = dev.read_alloc_at(0, 1 << 31).await.expect_err("too large");
             assert!(matches!(err.kind(), ErrorKind::InvalidInput(_)), "{err}");

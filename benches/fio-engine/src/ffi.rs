@@ -499,10 +499,7 @@ mod tests {
             detail: "queue_depth: 512 vs 256".into(),
         });
         assert_eq!(open_errno(&busy), libc::EBUSY);
-        let bad = Error::invalid(InvalidInput::Length {
-            len_bytes: 0,
-            max_bytes: 0,
-        });
+        let bad = Error::invalid(InvalidInput::ZeroLength);
         assert_eq!(open_errno(&bad), libc::EINVAL);
     }
 }

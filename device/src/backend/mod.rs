@@ -280,10 +280,7 @@ fn check_op_each(geometry: &Geometry, op: &IoOp<'_>) -> Result<()> {
 
 fn check_range(geometry: &Geometry, op: &IoOp<'_>) -> Result<()> {
     if op.len_bytes == 0 {
-        return Err(Error::invalid(InvalidInput::Length {
-            len_bytes: 0,
-            max_bytes: 0,
-        }));
+        return Err(Error::invalid(InvalidInput::ZeroLength));
     }
     let align = u64::from(geometry.offset_align_bytes());
     if misaligned(op.offset_bytes, align) {
