@@ -235,6 +235,46 @@ fn dropping_a_device_closes_its_file_while_the_core_lives() {
     });
 }
 
+/// A device that two cores used closes its file when its last handle is
+/// dropped while both cores sit idle: the core that let go of it first
+/// had parked before the file's backend was gone, and its ring kept the
+/// file registered (open) until it next ran (found by a break-it helper:
+/// still open after 20 s). Bounded by the watchdog, not by a time limit.
+#[test]
+fn a_device_two_idle_cores_used_closes_its_file() {
+    watchdog(60, || {
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+        let path = dir.path().join("two-cores");
+        std::fs::write(&path, vec![7u8; 1 << 16]).expect("fixture");
+        let open_fds = |p: &std::path::Path| {
+            std::fs::read_dir("/proc/self/fd")
+                .expect("proc")
+                .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                .filter(|l| l == p)
+                .count()
+        };
+        let rt = plugio::runtime::builder(RingConfig::default())
+            .cores(2)
+            .build()
+            .expect("runtime");
+        let dev = Device::open(&path, DeviceOptions::default()).expect("open");
+        for core in [0, 1] {
+            let dev = dev.clone();
+            let join = rt.spawn_on(core, async move {
+                dev.read_alloc_at(0, 4096).await.expect("read");
+            });
+            futures::executor::block_on(join).expect("core task");
+        }
+        assert!(open_fds(&path) > 0, "the device holds its file");
+        drop(dev);
+        // Nothing else runs on either core from here on.
+        while open_fds(&path) > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        rt.shutdown(ShutdownMode::Wait).expect("shutdown");
+    });
+}
+
 /// Buffers allocated on a runtime core outlive the runtime and are
 /// dropped on the test thread; buffers from the test thread are used and
 /// dropped on runtime cores; both directions, many times.

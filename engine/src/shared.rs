@@ -59,13 +59,51 @@ impl Drop for DeviceShared {
     }
 }
 
-/// [`DeviceShared::core_wakers`]: one waker per core that used the device.
-#[derive(Default)]
-struct CoreWakers(Mutex<Vec<Arc<dyn plugio_executor::Unpark>>>);
+/// [`DeviceShared::core_wakers`]: one waker per core that used the device,
+/// and the fork generation they belong to.
+///
+/// Dropped with the device state, after its backend (declared later in
+/// [`DeviceShared`]), it wakes those cores once more: each core's ring
+/// unregisters a closed backend's file only at a park after the backend
+/// is gone, and the cores that let go of the device before the last one
+/// did had parked already. Without this wake their rings kept the file
+/// open until they next ran (found by a break-it helper: a file used by
+/// two cores stayed open 20 s after its last handle was dropped).
+struct CoreWakers {
+    generation: u64,
+    list: Mutex<Vec<Arc<dyn plugio_executor::Unpark>>>,
+}
+
+impl Default for CoreWakers {
+    fn default() -> Self {
+        Self {
+            generation: plugio_executor::fork::generation(),
+            list: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl Drop for CoreWakers {
+    fn drop(&mut self) {
+        // A forked child never wakes its parent's cores (their wake
+        // eventfds are shared with the parent).
+        if self.generation != plugio_executor::fork::generation() {
+            return;
+        }
+        let list = self.list.get_mut().unwrap_or_else(PoisonError::into_inner);
+        for core in list.drain(..) {
+            core.unpark();
+        }
+    }
+}
 
 impl std::fmt::Debug for CoreWakers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let n = self.0.lock().unwrap_or_else(PoisonError::into_inner).len();
+        let n = self
+            .list
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len();
         write!(f, "CoreWakers({n})")
     }
 }
@@ -76,6 +114,8 @@ pub(crate) struct DeviceShared {
     /// Unique for the life of the process.
     pub id: u64,
     pub path: Option<PathBuf>,
+    /// Declared before `core_wakers`, so dropped before them (their drop
+    /// wakes the cores to unregister its file).
     pub backend: Arc<dyn Backend>,
     pub geometry: Geometry,
     /// The backend's check is `check_op` on `geometry` alone
@@ -352,7 +392,7 @@ impl DeviceShared {
         if self.handles.fetch_sub(1, Ordering::Release) != 1 {
             return None;
         }
-        let wakers = self.core_wakers.get().0.lock();
+        let wakers = self.core_wakers.get().list.lock();
         Some(wakers.unwrap_or_else(PoisonError::into_inner).clone())
     }
 
@@ -362,7 +402,7 @@ impl DeviceShared {
     pub fn register_core(&self) -> Arc<CoreCounters> {
         self.core_wakers
             .get()
-            .0
+            .list
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(plugio_device::core_waker());
@@ -481,7 +521,7 @@ mod tests {
         let hold = move || {
             (
                 shared.counters.get().lock().unwrap(),
-                shared.core_wakers.get().0.lock().unwrap(),
+                shared.core_wakers.get().list.lock().unwrap(),
                 shared.remote_orphans.get().lock().unwrap(),
             )
         };
