@@ -129,7 +129,20 @@ struct State {
     spawned: u64,
 }
 
+thread_local! {
+    /// The pool whose thread this is (its `Inner`'s address; 0 on other
+    /// threads). Set once by [`Inner::worker`], whose `Arc` keeps that
+    /// `Inner` alive as long as the thread runs, so the address is never
+    /// another pool's.
+    static WORKER_OF: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 impl BlockingPool {
+    /// True on one of this pool's threads (inside one of its jobs).
+    pub(crate) fn runs_current_thread(&self) -> bool {
+        WORKER_OF.with(|w| w.get() == Arc::as_ptr(&self.inner) as usize)
+    }
+
     /// A pool of at most `max_threads` threads (at least 1) named
     /// `{name}-{n}`, idle keep-alive [`DEFAULT_BLOCKING_KEEP_ALIVE`].
     /// No thread starts before the first job.
@@ -355,6 +368,7 @@ impl Inner {
     /// A pool thread: runs queued jobs, waits up to the keep-alive for
     /// more, exits when idle that long or at shutdown.
     fn worker(&self) {
+        WORKER_OF.with(|w| w.set(std::ptr::from_ref(self) as usize));
         crate::signals::block_file_size_signal();
         if let Some(cpus) = &self.cpus {
             // Best effort: a CPU taken away since (a cpuset change) leaves

@@ -613,6 +613,9 @@ impl Runtime {
     /// stop and returns `Ok(())` at once; a thread of its own joins the
     /// cores (logging any that panicked), and the calling core stops when
     /// the task returns. Dropping the last handle there does the same.
+    /// So does a call from one of the runtime's blocking jobs
+    /// ([`spawn_blocking`](crate::spawn_blocking)): a core that drains
+    /// waits for that job, which would wait for the core.
     ///
     /// # Errors
     /// [`ShutdownError`] lists cores whose thread panicked.
@@ -640,7 +643,11 @@ impl Runtime {
             core.request_shutdown(code, deadline);
         }
         let me = thread::current().id();
-        if self.threads.iter().any(|t| t.thread().id() == me) {
+        // A job of the runtime's blocking pool cannot wait either: a
+        // draining core waits for the job (a `Wait` from there hung).
+        if self.threads.iter().any(|t| t.thread().id() == me)
+            || self.pools.blocking.runs_current_thread()
+        {
             self.stop_detached(mode);
             return Ok(());
         }
