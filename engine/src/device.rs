@@ -107,7 +107,9 @@ impl Device {
     /// unless `options.direct` is false. The open itself is a blocking
     /// call on the calling thread (`open`, `statx`, sysfs reads: tens of
     /// microseconds on a local file system, longer on a slow or network
-    /// one); inside a task that must not stall its core, use
+    /// one; the first writable open of a regular file on each file system
+    /// in the process also probes whether it zeroes ranges, 1 to 5 ms on
+    /// ext4); inside a task that must not stall its core, use
     /// [`OpenOptions::open`](crate::OpenOptions::open), which awaits the
     /// `open` and the file's metadata through io_uring (a block device's
     /// geometry is still read from sysfs on the calling thread). An NVMe

@@ -23,7 +23,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 
 use super::sqe::{fsync_sqe, SqWriter, Target};
 use super::sync::submit_to_pool;
@@ -219,8 +219,54 @@ pub fn skip_atime(file: &fs::File) {
 /// (the file is gone when closed). `None` when that cannot be known: a
 /// directory that takes no `O_TMPFILE` (not writable, or a file system
 /// without it), a file mounted apart from its directory, no space.
+///
+/// The answer is kept per file system (its device number and type), so
+/// only the first writable open on each pays for the probe (1 to 5 ms on
+/// ext4: the unnamed file's creation and removal; paid at every open
+/// before, found by a break-it helper). A kept answer that is wrong costs
+/// no correctness: an unsupported `ZERO_RANGE` comes back `Unsupported`,
+/// and the engine then writes the zeroes (`zeroes_refused`).
 fn probe_zero_range(file: &fs::File, path: &Path) -> Option<bool> {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    static KNOWN: Mutex<Option<HashMap<(u64, i64), bool>>> = Mutex::new(None);
+    let fs_key = file_system_key(file)?;
+    let kept = KNOWN
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .as_ref()
+        .and_then(|m| m.get(&fs_key).copied());
+    if kept.is_some() {
+        return kept;
+    }
+    let answer = probe_zero_range_once(file, path)?;
+    KNOWN
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get_or_insert_with(HashMap::new)
+        .insert(fs_key, answer);
+    Some(answer)
+}
+
+/// `(st_dev, f_type)` of the file system `file` is on.
+fn file_system_key(file: &fs::File) -> Option<(u64, i64)> {
     use std::os::unix::fs::MetadataExt;
+    let dev = file.metadata().ok()?.dev();
+    let fs_type = nix::sys::statfs::fstatfs(file).ok()?.filesystem_type().0;
+    Some((dev, fs_type as i64))
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Probes run on this thread (tests only).
+    static PROBES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// [`probe_zero_range`] without the kept answers.
+fn probe_zero_range_once(file: &fs::File, path: &Path) -> Option<bool> {
+    use std::os::unix::fs::MetadataExt;
+    #[cfg(test)]
+    PROBES.with(|p| p.set(p.get() + 1));
     let real = fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok();
     let named = real.as_deref().filter(|p| p.is_absolute()).unwrap_or(path);
     let dir = match named.parent() {
@@ -626,5 +672,33 @@ mod tests {
         let after = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
         assert_ne!(after & libc::O_NOATIME, 0, "the owner may set O_NOATIME");
         assert_eq!(after & !libc::O_NOATIME, before, "no other flag changed");
+    }
+
+    /// The zero-range probe runs once per file system, not at every
+    /// writable open (it cost 1 to 5 ms an open on ext4), and later opens
+    /// there get the same answer.
+    #[test]
+    fn the_zero_range_probe_runs_once_per_file_system() {
+        // Under the target directory (a disk file system), not /tmp.
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).expect("dir");
+        let open = |name: &str| {
+            let path = dir.path().join(name);
+            let file = fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .expect("open");
+            probe_zero_range(&file, &path)
+        };
+        let first = open("a");
+        let probes = PROBES.with(std::cell::Cell::get);
+        for name in ["b", "c", "d"] {
+            assert_eq!(open(name), first, "{name}: the same answer");
+        }
+        if first.is_some() {
+            assert_eq!(PROBES.with(std::cell::Cell::get), probes, "no probe again");
+        }
     }
 }
