@@ -24,8 +24,9 @@ pub enum TagSharing {
     /// use any tag; per-core start hints keep cores on different words.
     #[default]
     Shared,
-    /// The depth is split evenly between `cores` cores; each core
-    /// allocates only from its own share (like one hardware queue per
+    /// The depth is split between `cores` cores, evenly where it divides
+    /// (the first `queue_depth % cores` slices get one tag more, so every
+    /// tag is used); each core allocates only from its own share (like one hardware queue per
     /// core, each with its own tags). Core indices at or above `cores`
     /// share the last slice.
     PerCore {
@@ -94,10 +95,13 @@ pub struct DeviceOptions {
     /// Keep freed bios on a per-core free list for the next IO (the
     /// kernel's per-cpu bio cache). Default true.
     pub bio_cache: bool,
-    /// Take the buffers of [`Device::read_at`](crate::Device::read_at) and
-    /// [`Device::alloc_buf`](crate::Device::alloc_buf) from the per-core
-    /// buffer cache (`DmaBuf::cached`) instead of the allocator. Default
-    /// true.
+    /// Take the buffers the device hands out
+    /// ([`Device::alloc_buf`](crate::Device::alloc_buf), and through it
+    /// [`Device::read_alloc_at`](crate::Device::read_alloc_at) and the
+    /// bounce buffers of unaligned caller memory) from the per-core buffer
+    /// cache (`DmaBuf::cached`) instead of the allocator. A caller's own
+    /// buffer ([`Device::read_at`](crate::Device::read_at)) is used as it
+    /// is. Default true.
     pub buffer_cache: bool,
     /// When a caller's buffer does not meet the device's direct-IO address
     /// alignment (`mem_align_bytes`; a `Vec<u8>`'s heap memory, usually),

@@ -207,17 +207,22 @@ impl DeviceShared {
     ) -> Result<Self, Error> {
         opts.validate()?;
         let geometry = backend.geometry().clone();
-        let (slices, depth) = match opts.tag_sharing {
-            TagSharing::Shared => (1, opts.queue_depth),
-            TagSharing::PerCore { cores } => (cores, opts.queue_depth / cores),
+        // The depth of each slice: an even split, the remainder one more
+        // each to the first slices (a truncated split lost it: depth 10
+        // over 4 cores gave 8 tags; found by a docs audit).
+        let slices = match opts.tag_sharing {
+            TagSharing::Shared => 1,
+            TagSharing::PerCore { cores } => cores,
         };
+        let depth_of =
+            |slice: u32| opts.queue_depth / slices + u32::from(slice < opts.queue_depth % slices);
         let tag_opts = TagOptions {
             batch: opts.tag_batch,
             batch_retry: opts.tag_batch_retry,
             ..TagOptions::default()
         };
         let tag_sets = (0..slices)
-            .map(|_| TagSet::new(depth, tag_opts.clone()))
+            .map(|slice| TagSet::new(depth_of(slice), tag_opts.clone()))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| crate::options::invalid(format!("tag set: {e:?}")))?;
         // Splits happen at multiples of this, so every part stays aligned
@@ -501,6 +506,29 @@ mod tests {
         drop(ex);
         assert_eq!(dev.iostats().read.ios, 1);
         dev
+    }
+
+    /// A per-core split of a depth that does not divide keeps every tag:
+    /// the first slices get one more (it truncated: 10 over 4 gave 8).
+    #[test]
+    fn a_per_core_split_keeps_every_tag_of_the_depth() {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        file.as_file().set_len(8192).unwrap();
+        for (depth, cores, want) in [
+            (10, 4, vec![3, 3, 2, 2]),
+            (256, 3, vec![86, 85, 85]),
+            (8, 2, vec![4, 4]),
+        ] {
+            let opts = DeviceOptions {
+                queue_depth: depth,
+                tag_sharing: crate::TagSharing::PerCore { cores },
+                ..DeviceOptions::default()
+            };
+            let dev = Device::open(file.path(), opts).unwrap();
+            let got: Vec<u32> = dev.shared().tag_sets.iter().map(TagSet::depth).collect();
+            assert_eq!(got, want, "depth {depth} over {cores} cores");
+            assert_eq!(got.iter().sum::<u32>(), depth);
+        }
     }
 
     /// The device's own locks (its cores' counters, the cores to wake at
