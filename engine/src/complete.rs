@@ -28,7 +28,9 @@
 //!   capacity in its geometry). Elsewhere, and for writes, it is a stall:
 //!   the request is issued once more as it is, and a second stall in a row
 //!   ends its bio with `ErrorKind::NoProgress` naming the range. So
-//!   `Ok(n < len)` means end of file, and nothing else.
+//!   `Ok(n < len)` means end of file for a read, and for a write that an
+//!   error (`ENOSPC`, `EDQUOT`, `EFBIG`) stopped after its first bytes: the
+//!   count written, as `pwrite` returns it (`end_split`).
 //! - A bio is finished when its last request completes; an orphaned bio
 //!   (its future was dropped) is freed then, with its buffer.
 //! - A per-op `-EAGAIN` (delivered for direct submissions) sends the same

@@ -465,13 +465,15 @@ impl Device {
 
     /// Starts an explicit plug for `nr_ios` IOs that the caller is about to
     /// issue (the kernel's `blk_start_plug_nr_ios`): until the guard is
-    /// dropped, the plug's count trigger is `nr_ios` bios (capped at the
-    /// queue depth) instead of `plug_max_count`; dropping the guard
-    /// flushes it (`blk_finish_plug`). Only the count is raised: the byte
-    /// trigger (`DeviceOptions::plug_flush_bytes`, default 128 KiB) still
-    /// flushes early, as the kernel's `BLK_PLUG_FLUSH_SIZE` does under any
-    /// plug (set it to 0 for a plug bounded by count alone). The end of the tick still flushes, as a sleeping task does
-    /// in the kernel. The guard is the calling core's
+    /// dropped, the plug's count trigger is the larger of `nr_ios` bios
+    /// (capped at the queue depth) and `plug_max_count`, so a guard only
+    /// ever raises it; dropping the guard flushes the plug
+    /// (`blk_finish_plug`). Only the count is raised: the byte trigger
+    /// (`DeviceOptions::plug_flush_bytes`, default 128 KiB) still flushes
+    /// early, as the kernel's `BLK_PLUG_FLUSH_SIZE` does under any plug
+    /// (set it to 0 for a plug bounded by count alone). The end of the
+    /// tick still flushes, as a sleeping task does in the kernel. The
+    /// guard is the calling core's
     /// and not `Send` (a task holding it across an `.await` is spawned
     /// with `spawn_local`); it covers the IOs whose futures are first
     /// polled while it lives.

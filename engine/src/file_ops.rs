@@ -71,16 +71,15 @@ impl Device {
     /// ```
     ///
     /// # Errors
-    /// [`ErrorKind::NoDriver`] when awaited off a plugio core (before
-    /// anything is done). Otherwise:
-    /// `Unsupported` for a device without a file (simulated);
-    /// [`InvalidInput::FileSizeLimit`]
-    /// for a length past the process's file size limit (`ulimit -f`)
-    /// while `SIGXFSZ` has its default action; `PermissionDenied` when
-    /// opened read-only; `Unsupported`, before any call, for a block
-    /// device or NVMe namespace (its size is its capacity: the kernel
-    /// said only `EINVAL`; found by a break-it helper); the kernel's error
-    /// otherwise.
+    /// Checked first, wherever it is awaited: `PermissionDenied` when
+    /// opened read-only; `Unsupported` for a block device or NVMe
+    /// namespace (its size is its capacity: the kernel said only `EINVAL`;
+    /// found by a break-it helper); [`InvalidInput::FileSizeLimit`] for a
+    /// length past the process's file size limit (`ulimit -f`) while
+    /// `SIGXFSZ` has its default action; `Unsupported` for a device
+    /// without a file (simulated). Then [`ErrorKind::NoDriver`] when
+    /// awaited off a plugio core (nothing is done), and the kernel's
+    /// error otherwise.
     pub async fn set_len(&self, len_bytes: u64) -> Result<(), Error> {
         if self.options().read_only {
             return Err(self.name_err(

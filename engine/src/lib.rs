@@ -30,8 +30,9 @@
 //!   orphans the bio, it never frees or reuses either early.
 //! - The executor never parks while this core's plug holds bios (the tick
 //!   hook flushes it before every park).
-//! - Every IO completes exactly once: with its bytes, a short count at end
-//!   of file, or a typed error. Bad input is refused before a bio exists.
+//! - Every IO completes exactly once: with its bytes, a short count (a
+//!   read at end of file; a write an error stopped after its first
+//!   bytes), or a typed error. Bad input is refused before a bio exists.
 //! - Tag exhaustion makes IO wait, never fail.
 //! - Everything per core (bio table, plug, request arrays) is touched only
 //!   by its core's thread; only the tag sets are shared between cores.

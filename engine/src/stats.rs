@@ -102,12 +102,17 @@ impl BusyClock {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct OpStats {
-    /// Requests completed (after merging), as diskstats counts them.
+    /// Requests completed (after merging), as diskstats counts them. The
+    /// remainder of a short read or write, which plugio sends again as a
+    /// request of its own (see `requeues`), counts again here: one 8 KiB
+    /// read of a 6 KiB file is 2 ios.
     pub ios: u64,
     /// Bios merged into another bio's request.
     pub merges: u64,
     /// 512-byte sectors asked for by the completed requests (a partial
-    /// sector counts as one).
+    /// sector counts as one), not the sectors moved: a request that came
+    /// back short counts what it asked for, and its resent remainder
+    /// counts again (the kernel's diskstats counts the bytes completed).
     pub sectors: u64,
     /// Total time of the completed requests, dispatch to completion, ns.
     pub ticks_ns: u64,
@@ -308,7 +313,9 @@ impl IoStats {
         ratio(self.requests, self.plug_flushes)
     }
 
-    /// Bios per request: 1.0 without merging, more with it.
+    /// Bios per request: 1.0 without merging, more with it; less than 1.0
+    /// when bios are split at the request limit (each piece is a request)
+    /// or short ones are resent.
     pub fn bios_per_request(&self) -> f64 {
         ratio(self.bios, self.requests)
     }
