@@ -11,7 +11,8 @@
 //! the buffers back. A future dropped while its bio is in flight moves the
 //! memory the kernel uses (the bounce buffer, else the caller's buffers)
 //! into the bio (`Issued::release` in `device.rs`), which frees it once
-//! the kernel is done: the only allocation of the path, and only on that cancel path.
+//! the kernel is done: the only allocation of the path, and only on that
+//! cancel path.
 //!
 //! Invariants:
 //! - The addresses in the bio point into memory this future (or, after a
