@@ -72,11 +72,19 @@ impl DeviceDriver {
     /// # Errors
     /// A driver is already installed on this thread; `config` is out of
     /// range ([`RingConfig::validate`]: checked first, so a bad size is
-    /// not taken for a kernel without io_uring).
+    /// not taken for a kernel without io_uring); the process or the
+    /// system is out of file descriptors (`EMFILE`, `ENFILE`: not a
+    /// reason to fall back, the message says which limit to raise).
     pub fn new(config: &RingConfig) -> Result<Self> {
         config.validate()?;
         match Ring::new(config) {
             Ok(ring) => Self::install(Some(Rc::new(ring))),
+            // Out of descriptors is not io_uring refused: falling back
+            // made a core several times slower per IO, silently, next to
+            // cores that had rings (found by a break-it helper).
+            Err(e) if matches!(e.errno(), libc::EMFILE | libc::ENFILE) => Err(
+                e.with_context("the core's io_uring could not be set up (no file descriptor left)")
+            ),
             Err(e) => {
                 // Relaxed: a log-once flag; nothing else is published.
                 if !FALLBACK_LOGGED.swap(true, Ordering::Relaxed) {
@@ -328,6 +336,33 @@ mod tests {
         drop(first);
         // The thread takes a driver again once the first is gone.
         drop(DeviceDriver::without_ring().expect("after the first"));
+    }
+
+    /// Out of file descriptors, a driver is refused with the limit to
+    /// raise instead of running on the sync pool (which it did silently:
+    /// 5 descriptors gave a runtime one core with a ring and one without).
+    #[test]
+    fn a_driver_out_of_descriptors_is_refused_not_run_without_a_ring() {
+        let report = crate::testing::in_forked_child(20, || {
+            // The child's lowest free descriptor is at least 3: a limit
+            // of 3 leaves none.
+            let limit = libc::rlimit {
+                rlim_cur: 3,
+                rlim_max: 3,
+            };
+            // SAFETY: setrlimit reads the struct, which lives on the stack.
+            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
+                return Err("setrlimit".into());
+            }
+            match DeviceDriver::new(&RingConfig::default()) {
+                Ok(_) => Err("a driver without descriptors was built".into()),
+                Err(e) if e.errno() == libc::EMFILE && e.to_string().contains("ulimit -n") => {
+                    Ok(())
+                }
+                Err(e) => Err(format!("another error: {e}")),
+            }
+        });
+        assert_eq!(report, Ok(()));
     }
 
     #[test]

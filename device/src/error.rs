@@ -733,6 +733,22 @@ impl fmt::Display for Error {
                          or length, or raise the limit"
                     )?;
                 }
+                if *errno == libc::EMFILE {
+                    write!(
+                        f,
+                        ": this process has as many files open as its limit allows \
+                         (RLIMIT_NOFILE, `ulimit -n`); raise the limit or drop devices it \
+                         no longer uses (each open device holds one descriptor; each core, \
+                         two for its io_uring and its wake eventfd)"
+                    )?;
+                }
+                if *errno == libc::ENFILE {
+                    write!(
+                        f,
+                        ": the system has as many files open as its limit allows \
+                         (`sysctl fs.file-max`); raise it or close files"
+                    )?;
+                }
             }
         }
         if let Some(detail) = &self.0.detail {
@@ -1064,6 +1080,17 @@ mod tests {
         assert!(e.ends_with("or raise the limit"), "{e}");
         let other = Error::from_errno(-libc::EIO).to_string();
         assert!(!other.contains("largest file"), "{other}");
+    }
+
+    #[test]
+    fn too_many_open_files_says_which_limit_and_what_to_do() {
+        let e = Error::from_errno(-libc::EMFILE).to_string();
+        assert!(e.contains("RLIMIT_NOFILE, `ulimit -n`"), "{e}");
+        assert!(e.contains("raise the limit or drop devices"), "{e}");
+        let e = Error::from_errno(-libc::ENFILE).to_string();
+        assert!(e.contains("fs.file-max"), "{e}");
+        let other = Error::from_errno(-libc::EIO).to_string();
+        assert!(!other.contains("limit"), "{other}");
     }
 
     #[test]
