@@ -21,15 +21,11 @@ fn stderr(o: &Output) -> String {
 
 /// Runs a short JSON bench and returns the parsed result.
 fn bench_json(extra: &[&str]) -> Value {
-    let mut args = vec![
-        "bench",
-        "--runtime",
-        "0.5",
-        "--size",
-        "16M",
-        "--json",
-        "--quiet",
-    ];
+    let mut args = vec!["bench", "--runtime", "0.5", "--json", "--quiet"];
+    // A NOP job takes no --size.
+    if !extra.iter().any(|a| *a == "nop" || *a == "--nop") {
+        args.extend_from_slice(&["--size", "16M"]);
+    }
     args.extend_from_slice(extra);
     let o = plugio(&args);
     assert!(o.status.success(), "plugio {args:?} failed: {}", stderr(&o));
@@ -197,8 +193,6 @@ fn idle_wait_futex_runs_the_same_job() {
             "nop",
             "--number_ios",
             "500",
-            "--size",
-            "16M",
             "--json",
             "--quiet",
         ])
@@ -324,6 +318,14 @@ fn bad_input_exits_2_with_a_hint() {
         "--rwmixread 70 applies only to --rw randrw",
     );
     assert_bad_input(&["bench", "--size", "1000"], "smaller than one block");
+    assert_bad_input(
+        &["bench", "--engine", "nop", "--size", "16M"],
+        "NOPs move no data and touch no range of the target: drop --size",
+    );
+    assert_bad_input(
+        &["bench", "--engine", "raw", "--nop", "--size", "16M"],
+        "drop --size",
+    );
     assert_bad_input(&["bench", "--runtime", "2x"], "use seconds");
     assert_bad_input(&["bench", "--direct", "2"], "--direct");
     assert_bad_input(&["bench", "--number_ios", "0"], "--number_ios 0");

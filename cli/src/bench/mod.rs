@@ -291,19 +291,20 @@ mod tests {
             engines.extend(["monoio", "tokio-uring", "compio"]);
         }
         for engine in engines {
-            let job = options::test_job(&[
-                "--engine",
-                engine,
-                "--iodepth",
-                "4",
-                "--number_ios",
-                "64",
-                "--size",
-                "1m",
-                "--direct",
-                "0",
-                "--quiet",
-            ]);
+            // A NOP job takes no --size.
+            let size: &[&str] = if engine == "nop" {
+                &[]
+            } else {
+                &["--size", "1m"]
+            };
+            let job = options::test_job(
+                &[
+                    &["--engine", engine, "--iodepth", "4", "--number_ios", "64"][..],
+                    size,
+                    &["--direct", "0", "--quiet"],
+                ]
+                .concat(),
+            );
             let t = target::prepare(&job, || {}).expect("target");
             let counters = Counters::new(workers(&job));
             match run_engine(&job, Some(&t), &counters) {

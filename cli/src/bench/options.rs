@@ -381,6 +381,14 @@ impl BenchArgs {
                 "--nop only applies to --engine raw; use --engine nop for plugio's NOP path",
             ));
         }
+        let nop = self.nop || self.engine == EngineKind::Nop;
+        if let (true, Some(size)) = (nop, self.size) {
+            // It was silently ignored (the temporary file is 1 MiB).
+            return Err(BenchError::usage(format!(
+                "--size {size}: NOPs move no data and touch no range of the target: drop \
+                 --size (the run opens a 1 MiB temporary file only to have a device)"
+            )));
+        }
         self.check_plugio_only()?;
         if self.number_ios == Some(0) {
             return Err(BenchError::usage(
@@ -396,7 +404,6 @@ impl BenchArgs {
                 self.bs, self.bs
             )));
         }
-        let nop = self.nop || self.engine == EngineKind::Nop;
         let read_pct = match self.rw {
             RwMode::Read | RwMode::Randread => 100,
             RwMode::Write | RwMode::Randwrite => 0,
