@@ -12,6 +12,7 @@
 //! could not be sized is removed again; every path echoed in a message
 //! goes through [`shown::path`].
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::fs::OpenOptions;
 use std::io::{Seek, SeekFrom};
@@ -20,7 +21,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use super::error::ReplayError;
-use super::trace::{Trace, SECTOR_BYTES};
+use super::trace::{Trace, TraceIo, TraceOp, SECTOR_BYTES};
 use crate::shown;
 
 /// The most symbolic links the kernel follows in one path resolution
@@ -355,8 +356,89 @@ pub fn target_size(path: &Path) -> Result<u64, ReplayError> {
     }
 }
 
+/// How many of the trace's reads, of how many, read a range the trace
+/// had not written whole before them (in trace order): on a target the
+/// replay created, those read holes of a sparse file (or what a discard
+/// left), which costs the device little. `(unwritten_reads, reads)`.
+pub fn reads_before_writes(ios: &[TraceIo]) -> (usize, usize) {
+    // Written byte ranges, merged: start -> end (exclusive).
+    let mut written: BTreeMap<u64, u64> = BTreeMap::new();
+    let (mut unwritten, mut reads) = (0, 0);
+    for io in ios {
+        let (start, end) = (
+            io.offset_bytes,
+            io.offset_bytes.saturating_add(io.len_bytes),
+        );
+        match io.op {
+            TraceOp::Read => {
+                reads += 1;
+                let covered = written
+                    .range(..=start)
+                    .next_back()
+                    .is_some_and(|(_, &e)| e >= end);
+                if !covered {
+                    unwritten += 1;
+                }
+            }
+            TraceOp::Write if end > start => insert_range(&mut written, start, end),
+            _ => {}
+        }
+    }
+    (unwritten, reads)
+}
+
+/// Adds `[start, end)` to the merged ranges of `set`.
+fn insert_range(set: &mut BTreeMap<u64, u64>, mut start: u64, mut end: u64) {
+    // A range that starts before `start` and reaches it joins.
+    if let Some((&s, &e)) = set.range(..=start).next_back() {
+        if e >= start {
+            start = s;
+            end = end.max(e);
+        }
+    }
+    // Ranges that start within the new one join it.
+    let inside: Vec<(u64, u64)> = set.range(start..=end).map(|(&s, &e)| (s, e)).collect();
+    for (s, e) in inside {
+        set.remove(&s);
+        end = end.max(e);
+    }
+    set.insert(start, end);
+}
+
 #[cfg(test)]
 mod tests {
+    fn io(op: TraceOp, offset_bytes: u64, len_bytes: u64) -> TraceIo {
+        TraceIo {
+            time_ns: 0,
+            op,
+            offset_bytes,
+            len_bytes,
+            line: 1,
+        }
+    }
+
+    #[test]
+    fn reads_before_writes_counts_reads_of_ranges_not_yet_written_whole() {
+        use TraceOp::{Read, Write};
+        let ios = [
+            io(Read, 0, 4096), // nothing written yet
+            io(Write, 0, 4096),
+            io(Write, 8192, 4096), // a gap at 4096..8192
+            io(Read, 0, 4096),     // written
+            io(Read, 0, 12288),    // crosses the gap
+            io(Write, 4096, 4096), // fills it: 0..12288 in one range
+            io(Read, 0, 12288),    // written
+            io(Read, 2048, 2048),  // inside
+            io(Read, 12288, 512),  // past the end
+        ];
+        assert_eq!(reads_before_writes(&ios), (3, 6));
+        let mut set = BTreeMap::new();
+        for (s, e) in [(10, 20), (30, 40), (50, 60), (15, 55)] {
+            insert_range(&mut set, s, e);
+        }
+        assert_eq!(set.into_iter().collect::<Vec<_>>(), vec![(10, 60)]);
+    }
+
     use super::*;
     use std::os::unix::fs::symlink;
 
