@@ -458,10 +458,14 @@ fn main() -> std::process::ExitCode {
 
 fn try_main() -> Result<(), Box<dyn StdError>> {
     let tmp = tempfile::tempdir_in(std::env::current_dir()?)?;
-    let dir = std::env::args()
-        .nth(1)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| tmp.path().to_path_buf());
+    let given = std::env::args().nth(1).map(PathBuf::from);
+    // Without an argument the files live in a temporary directory that is
+    // deleted on exit: say so rather than print a path that will not exist.
+    let shown = given.as_ref().map_or_else(
+        || "a temporary directory, deleted on exit".to_owned(),
+        |p| p.display().to_string(),
+    );
+    let dir = given.unwrap_or_else(|| tmp.path().to_path_buf());
     let rt = plugio::runtime::builder(RingConfig::default())
         .cores(SHARDS)
         .build()?;
@@ -534,7 +538,7 @@ fn try_main() -> Result<(), Box<dyn StdError>> {
         "kv: {total_keys} keys from {} clients on {SHARDS} cores; every shard's log replay \
          equals its data file and the clients' last writes ({})",
         SHARDS * CLIENTS_PER_CORE,
-        dir.display()
+        shown
     );
     Ok(())
 }
