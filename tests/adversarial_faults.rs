@@ -214,6 +214,52 @@ fn a_short_read_inside_a_merged_request_does_not_change_other_bios_results() {
     });
 }
 
+/// A reboot after a power cut: a device made from the cut one's durable
+/// image holds what was flushed or FUA and nothing else, and a write the
+/// crashed code sends after the cut lands on the old device only.
+#[test]
+fn a_device_from_a_cut_devices_image_is_the_disk_after_a_reboot() {
+    watchdog(10, || {
+        let config = MemConfig {
+            capacity_bytes: CAP,
+            ..MemConfig::default()
+        };
+        let old = MemDevice::new(config.clone());
+        let dev = dev_on(&old, opts(2, 16));
+        let ex = local();
+        let write = |dev: &Device, off: u64, fill: u8, flags: IoFlags| {
+            let dev = dev.clone();
+            async move {
+                let mut b = dev.alloc_buf(4096);
+                b.as_mut_slice().fill(fill);
+                dev.write_at_with(b, off, flags).await.0.expect("write");
+            }
+        };
+        ex.run(async {
+            write(&dev, 0, 1, IoFlags::NONE).await;
+            dev.sync_data().await.expect("flush");
+            write(&dev, 4096, 2, IoFlags::FUA).await;
+            write(&dev, 8192, 3, IoFlags::NONE).await;
+        });
+        old.power_cut();
+        let rebooted = MemDevice::from_image(config, old.durable_bytes(0..CAP));
+        let new_dev = dev_on(&rebooted, opts(2, 16));
+        ex.run(async {
+            // The crashed code's late write.
+            write(&dev, 0, 9, IoFlags::FUA).await;
+            let b = new_dev.read_alloc_at(0, 12288).await.expect("read");
+            assert!(b.as_slice()[..4096].iter().all(|&x| x == 1), "flushed");
+            assert!(b.as_slice()[4096..8192].iter().all(|&x| x == 2), "FUA");
+            assert!(b.as_slice()[8192..].iter().all(|&x| x == 0), "unflushed");
+        });
+        assert_eq!(
+            old.durable_bytes(0..1),
+            vec![9],
+            "the late write went to the old device"
+        );
+    });
+}
+
 /// Power cut with writes in flight: those fail with ENODEV (the device
 /// went away under them) exactly once;
 /// FUA and flushed writes survive; unflushed ones are lost; IO after the

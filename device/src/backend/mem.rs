@@ -298,6 +298,43 @@ impl MemDevice {
         }
     }
 
+    /// A device whose contents (read and durable alike) are `image`: the
+    /// disk a machine finds after a reboot, when `image` is another
+    /// device's [`durable_bytes`](Self::durable_bytes) over its whole
+    /// capacity. A crash test that cuts the power of the old device and
+    /// recovers on the new one is safe from writes the crashed code still
+    /// had in flight: those land on the old device only (after a
+    /// [`power_cut`](Self::power_cut) the old device serves them again).
+    ///
+    /// ```
+    /// use plugio::device::backend::mem::{MemConfig, MemDevice};
+    /// let config = MemConfig { capacity_bytes: 1 << 20, ..MemConfig::default() };
+    /// let old = MemDevice::new(config.clone());
+    /// old.power_cut();
+    /// let image = old.durable_bytes(0..1 << 20);
+    /// let rebooted = MemDevice::from_image(config, image);
+    /// assert_eq!(rebooted.durable_bytes(0..4096), vec![0; 4096]);
+    /// assert_eq!(rebooted.dirty_blocks(), 0);
+    /// ```
+    ///
+    /// # Panics
+    /// As [`MemDevice::new`], and when `image` is not `capacity_bytes`
+    /// long.
+    pub fn from_image(config: MemConfig, image: Vec<u8>) -> Self {
+        assert_eq!(
+            image.len() as u64,
+            config.capacity_bytes,
+            "the image must be capacity_bytes long"
+        );
+        let dev = Self::new(config);
+        {
+            let mut st = dev.inner.lock();
+            st.durable.clone_from(&image);
+            st.volatile = image;
+        }
+        dev
+    }
+
     /// Adds a fault.
     pub fn inject(&self, fault: Fault) {
         self.inner.lock().faults.push(fault);
