@@ -260,6 +260,49 @@ fn a_device_from_a_cut_devices_image_is_the_disk_after_a_reboot() {
     });
 }
 
+/// A cut aimed at the third write from the fault: the first two land (one
+/// flushed, one not), the third fails with ENODEV and lands nowhere, the
+/// unflushed one is lost, and IO after the cut is served again.
+#[test]
+fn a_power_cut_aimed_at_the_third_write_cuts_exactly_there() {
+    watchdog(10, || {
+        let m = MemDevice::new(MemConfig {
+            capacity_bytes: CAP,
+            faults: vec![Fault::PowerCutAt { writes: 3 }],
+            ..MemConfig::default()
+        });
+        let dev = dev_on(&m, opts(2, 16));
+        let ex = local();
+        ex.run(async {
+            let write = |off: u64, fill: u8| {
+                let dev = dev.clone();
+                async move {
+                    let mut b = dev.alloc_buf(4096);
+                    b.as_mut_slice().fill(fill);
+                    dev.write_at(b, off).await.0
+                }
+            };
+            write(0, 1).await.expect("first");
+            dev.sync_data().await.expect("flush");
+            write(4096, 2).await.expect("second");
+            assert_eq!(m.power_cuts(), 0);
+            let e = write(8192, 3).await.expect_err("cut at the third");
+            assert_eq!(
+                e.kind(),
+                &ErrorKind::Io {
+                    errno: libc::ENODEV
+                }
+            );
+            assert_eq!(m.power_cuts(), 1);
+            assert_eq!(m.durable_bytes(0..1), vec![1], "flushed kept");
+            assert_eq!(m.durable_bytes(4096..4097), vec![0], "unflushed lost");
+            assert_eq!(m.durable_bytes(8192..8193), vec![0], "the cut write");
+            write(12288, 4).await.expect("served after the cut");
+            assert_eq!(m.power_cuts(), 1, "one cut per fault");
+        });
+    });
+}
+
 /// Power cut with writes in flight: those fail with ENODEV (the device
 /// went away under them) exactly once;
 /// FUA and flushed writes survive; unflushed ones are lost; IO after the

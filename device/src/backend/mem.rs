@@ -131,6 +131,19 @@ pub enum Fault {
         /// Ops left to fail.
         ops: u64,
     },
+    /// Cuts the power (as [`MemDevice::power_cut`]) when the `writes`-th
+    /// write from now (1: the next one; a write, write-zeroes or discard,
+    /// counted as each takes effect) is about to land: that write lands
+    /// nowhere and fails with `ENODEV`, as does every op in flight then,
+    /// and unflushed blocks are lost (or torn). One cut per fault, which
+    /// stays in the list, spent. A crash test aims a cut at a chosen IO
+    /// this way, deterministically, where a cut from the test's own code
+    /// lands wherever the scheduling put it. [`MemDevice::power_cuts`]
+    /// says whether it happened.
+    PowerCutAt {
+        /// Writes left until the cut (the last one is cut).
+        writes: u64,
+    },
 }
 
 /// What a power cut does to unflushed writes.
@@ -350,20 +363,13 @@ impl MemDevice {
     /// in flight complete with `ENODEV` (the device went away under them;
     /// ops submitted after the cut are served again).
     pub fn power_cut(&self) {
-        let mut st = self.inner.lock();
-        let st = &mut *st;
-        let block = self.inner.block as usize;
-        let dirty = std::mem::take(&mut st.dirty);
-        for b in dirty {
-            let keep = self.inner.power_cut_mode == PowerCutMode::Torn && st.rng.gen_bool(0.5);
-            let r = b as usize * block..(b as usize + 1) * block;
-            if keep {
-                st.durable[r.clone()].copy_from_slice(&st.volatile[r]);
-            } else {
-                st.volatile[r.clone()].copy_from_slice(&st.durable[r]);
-            }
-        }
-        st.generation += 1;
+        self.inner.cut(&mut self.inner.lock());
+    }
+
+    /// Power cuts so far: by [`power_cut`](Self::power_cut) and by
+    /// [`Fault::PowerCutAt`].
+    pub fn power_cuts(&self) -> u64 {
+        self.inner.lock().generation
     }
 
     /// Bytes accepted by writes so far (for `EnospcAfter`).
@@ -433,10 +439,52 @@ impl MemInner {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// [`MemDevice::power_cut`] under the caller's lock.
+    fn cut(&self, st: &mut MemState) {
+        let block = self.block as usize;
+        let dirty = std::mem::take(&mut st.dirty);
+        for b in dirty {
+            let keep = self.power_cut_mode == PowerCutMode::Torn && st.rng.gen_bool(0.5);
+            let r = b as usize * block..(b as usize + 1) * block;
+            if keep {
+                st.durable[r.clone()].copy_from_slice(&st.volatile[r]);
+            } else {
+                st.volatile[r.clone()].copy_from_slice(&st.durable[r]);
+            }
+        }
+        st.generation += 1;
+    }
+
+    /// Counts `op` against a [`Fault::PowerCutAt`]; true when it is the
+    /// write the power is cut at (the cut is made).
+    fn cut_at(&self, st: &mut MemState, op: &OwnedOp) -> bool {
+        if !matches!(
+            op.kind,
+            OpKind::Write | OpKind::WriteZeroes | OpKind::Discard
+        ) {
+            return false;
+        }
+        // Every such fault counts the write (not only up to the first
+        // that is due).
+        let mut due = false;
+        for f in &mut st.faults {
+            if let Fault::PowerCutAt { writes } = f {
+                if *writes > 0 {
+                    *writes -= 1;
+                    due |= *writes == 0;
+                }
+            }
+        }
+        if due {
+            self.cut(st);
+        }
+        due
+    }
+
     fn execute(&self, op: &OwnedOp, generation: u64, deadline: Duration) -> i32 {
         let mut st = self.lock();
         st.vnow = st.vnow.max(deadline);
-        if st.generation != generation {
+        if st.generation != generation || self.cut_at(&mut st, op) {
             return -libc::ENODEV;
         }
         let eagain = st.faults.iter_mut().find_map(|f| match f {
