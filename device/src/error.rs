@@ -365,7 +365,12 @@ impl Error {
             K::StaleNetworkFileHandle => (libc::ESTALE, None),
             K::TooManyLinks => (libc::EMLINK, None),
             K::ArgumentListTooLong => (libc::E2BIG, None),
-            _ => (libc::EIO, None),
+            // No system call failed: the errno is plugio's mapping (an
+            // `io::Error::other` showed as a bare "os error 5").
+            _ => (
+                libc::EIO,
+                Some("not a failed system call: an io::Error without an errno, given EIO"),
+            ),
         };
         let e = Self::from_errno(errno);
         match context {
@@ -874,11 +879,14 @@ mod tests {
         let other = Error::from(io::Error::other("checksum mismatch in page 7"));
         assert_eq!(*other.kind(), ErrorKind::Io { errno: libc::EIO });
         assert_eq!(other.detail(), Some("checksum mismatch in page 7"));
+        let shown = other.to_string();
         assert!(
-            other
-                .to_string()
-                .ends_with("(os error 5): checksum mismatch in page 7"),
-            "{other}"
+            shown.starts_with("not a failed system call: an io::Error without an errno"),
+            "{shown}"
+        );
+        assert!(
+            shown.ends_with("(os error 5): checksum mismatch in page 7"),
+            "{shown}"
         );
         let wrapped = io::Error::other(io::Error::new(io::ErrorKind::InvalidData, "bad magic"));
         assert_eq!(Error::from(wrapped).detail(), Some("bad magic"));
