@@ -204,6 +204,15 @@ fn an_io_future_polled_on_another_thread_panics_clearly() {
     });
 }
 
+/// This process's descriptors open on `path`.
+fn open_fds(path: &std::path::Path) -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .expect("proc")
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|l| l == path)
+        .count()
+}
+
 /// Dropping a device closes its file, even after IO went through a core
 /// that keeps running (a database opens and closes many table files): at
 /// the end of the tick in which its last handle was dropped.
@@ -213,13 +222,6 @@ fn dropping_a_device_closes_its_file_while_the_core_lives() {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
         let path = dir.path().join("closeme");
         std::fs::write(&path, vec![7u8; 1 << 16]).expect("fixture");
-        let open_fds = |p: &std::path::Path| {
-            std::fs::read_dir("/proc/self/fd")
-                .expect("proc")
-                .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-                .filter(|l| l == p)
-                .count()
-        };
         let ex = local();
         let p = path.clone();
         let left = ex.run(async move {
@@ -246,13 +248,6 @@ fn a_device_two_idle_cores_used_closes_its_file() {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
         let path = dir.path().join("two-cores");
         std::fs::write(&path, vec![7u8; 1 << 16]).expect("fixture");
-        let open_fds = |p: &std::path::Path| {
-            std::fs::read_dir("/proc/self/fd")
-                .expect("proc")
-                .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-                .filter(|l| l == p)
-                .count()
-        };
         let rt = plugio::runtime::builder(RingConfig::default())
             .cores(2)
             .build()

@@ -408,13 +408,7 @@ fn insert_range(set: &mut BTreeMap<u64, u64>, mut start: u64, mut end: u64) {
 #[cfg(test)]
 mod tests {
     fn io(op: TraceOp, offset_bytes: u64, len_bytes: u64) -> TraceIo {
-        TraceIo {
-            time_ns: 0,
-            op,
-            offset_bytes,
-            len_bytes,
-            line: 1,
-        }
+        TraceIo::test(op, offset_bytes, len_bytes)
     }
 
     #[test]

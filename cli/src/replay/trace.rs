@@ -97,6 +97,18 @@ pub struct TraceIo {
 }
 
 impl TraceIo {
+    /// An IO at time 0 from line 1 (tests).
+    #[cfg(test)]
+    pub fn test(op: TraceOp, offset_bytes: u64, len_bytes: u64) -> Self {
+        Self {
+            time_ns: 0,
+            op,
+            offset_bytes,
+            len_bytes,
+            line: 1,
+        }
+    }
+
     /// One past the IO's last byte.
     pub fn end_bytes(&self) -> u64 {
         self.offset_bytes + self.len_bytes

@@ -267,13 +267,7 @@ mod tests {
     use super::*;
 
     fn io(op: TraceOp, offset_bytes: u64, len_bytes: u64) -> TraceIo {
-        TraceIo {
-            time_ns: 0,
-            op,
-            offset_bytes,
-            len_bytes,
-            line: 1,
-        }
+        TraceIo::test(op, offset_bytes, len_bytes)
     }
 
     /// The map after recording `ios` in order.
