@@ -342,12 +342,19 @@ impl OpenOptions {
             })
             .with_path(path));
         }
-        if plugio_device::is_passthrough_path(path) {
-            return Device::open(path, opts.clone());
-        }
         // Whether there is an existing file to cut once the open is
         // accepted (a new one is empty, a block device is not cut).
         let (cut, exists) = match fs_ops::metadata(path).await {
+            // An NVMe generic character device: its open is no file open
+            // (found by name and type after the stat, not by a blocking
+            // stat first; a file to create named like one, `ng0n1`, was
+            // taken for a device and not created).
+            Ok(m)
+                if m.file_type == FileType::CharDevice
+                    && plugio_device::is_passthrough_name(path) =>
+            {
+                return Device::open(path, opts.clone());
+            }
             Ok(m) => {
                 check_kind(&m).map_err(|e| e.with_path(path))?;
                 (self.truncate && m.is_file(), true)

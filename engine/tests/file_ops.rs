@@ -184,6 +184,34 @@ fn every_file_operation_through_the_blocking_pool_on_ext4_and_tmpfs() {
     run_everywhere(without_ring, OpPath::Blocking);
 }
 
+/// A file to create whose name has the form of an NVMe generic device's
+/// (`ng0n1`) is created as a file: it was taken for a device and failed
+/// with `NotFound` (found by a break-it helper). Without `create` it is
+/// still `NotFound`.
+#[test]
+fn a_file_named_like_an_nvme_device_is_created_as_a_file() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
+    with_ring().run(async {
+        let missing = OpenOptions::new()
+            .direct(false)
+            .open(dir.path().join("ng1n1"))
+            .await
+            .expect_err("no such file");
+        assert_eq!(*missing.kind(), ErrorKind::NotFound, "{missing}");
+        let file = dir.path().join("ng0n1");
+        let dev = OpenOptions::new()
+            .create(true)
+            .direct(false)
+            .open(&file)
+            .await
+            .expect("created");
+        let (r, _) = dev.write_all_at(b"page".to_vec(), 0).await;
+        r.expect("write");
+        assert_eq!(dev.metadata().await.expect("metadata").len_bytes, 4);
+        assert!(std::fs::metadata(&file).expect("stat").is_file());
+    });
+}
+
 /// An open whose future is dropped while its SQE is in flight does not
 /// leak the descriptor the kernel returns, and nothing is freed early.
 #[test]

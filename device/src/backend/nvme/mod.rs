@@ -94,16 +94,34 @@ pub struct NvmeOptions {
 /// True when `path` names an NVMe generic character device (`/dev/ngXnY`,
 /// or any character device whose file name starts with `ng` and is
 /// followed by `<ctrl>n<ns>`). Paths that do not exist are judged by name.
+/// Only a path with such a name is looked up (a blocking `stat`); any
+/// other name is answered from the name alone.
+///
+/// ```
+/// assert!(!plugio_device::is_passthrough_path("/var/db/table.db"));
+/// assert!(plugio_device::is_passthrough_path("/nonexistent/ng0n1"));
+/// ```
 pub fn is_passthrough_path(path: impl AsRef<Path>) -> bool {
     let path = path.as_ref();
-    let named = path
+    if !is_passthrough_name(path) {
+        return false;
+    }
+    fs::metadata(path).map_or(true, |meta| meta.file_type().is_char_device())
+}
+
+/// True when the file name of `path` has the form of an NVMe generic
+/// character device's, `ng<ctrl>n<ns>` (`ng0n1`), whatever the path is
+/// (no lookup). A regular file may have such a name too.
+///
+/// ```
+/// assert!(plugio_device::is_passthrough_name("/dev/ng0n1"));
+/// assert!(!plugio_device::is_passthrough_name("/dev/nvme0n1"));
+/// ```
+pub fn is_passthrough_name(path: impl AsRef<Path>) -> bool {
+    path.as_ref()
         .file_name()
         .and_then(|n| n.to_str())
-        .is_some_and(is_ng_name);
-    match fs::metadata(path) {
-        Ok(meta) => named && meta.file_type().is_char_device(),
-        Err(_) => named,
-    }
+        .is_some_and(is_ng_name)
 }
 
 fn is_ng_name(name: &str) -> bool {
