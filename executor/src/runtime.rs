@@ -613,9 +613,9 @@ impl Runtime {
     /// stop and returns `Ok(())` at once; a thread of its own joins the
     /// cores (logging any that panicked), and the calling core stops when
     /// the task returns. Dropping the last handle there does the same.
-    /// So does a call from one of the runtime's blocking jobs
-    /// ([`spawn_blocking`](crate::spawn_blocking)): a core that drains
-    /// waits for that job, which would wait for the core.
+    /// So does a call from a job of one of the runtime's pools
+    /// ([`spawn_blocking`](crate::spawn_blocking), or its sync-IO pool): a
+    /// core that drains waits for that job, which would wait for the core.
     ///
     /// # Errors
     /// [`ShutdownError`] lists cores whose thread panicked.
@@ -643,10 +643,11 @@ impl Runtime {
             core.request_shutdown(code, deadline);
         }
         let me = thread::current().id();
-        // A job of the runtime's blocking pool cannot wait either: a
+        // A job of one of the runtime's pools cannot wait either: a
         // draining core waits for the job (a `Wait` from there hung).
         if self.threads.iter().any(|t| t.thread().id() == me)
             || self.pools.blocking.runs_current_thread()
+            || self.pools.sync_io.runs_current_thread()
         {
             self.stop_detached(mode);
             return Ok(());

@@ -549,32 +549,45 @@ fn shutdown_wait_on_its_own_core_lets_every_task_finish() {
     });
 }
 
-/// `shutdown(Wait)` called in a detached blocking job of the runtime
-/// returns, and the cores end: a draining core waited for that job, which
-/// waited in the call for the core, forever (found by a break-it helper).
+/// `shutdown(Wait)` called in a detached job of one of the runtime's pools
+/// (`spawn_blocking`'s, the sync-IO pool) returns, and the cores end: a
+/// draining core waited for that job, which waited in the call for the
+/// core, forever (found by break-it helpers).
 #[test]
-fn shutdown_wait_in_its_own_blocking_job_returns() {
-    with_watchdog(Duration::from_secs(60), || {
-        let rt = Runtime::builder()
-            .cores(2)
-            .thread_name("blockwait")
-            .build()
-            .expect("runtime");
-        let handle = rt.handle().clone();
-        let (tx, rx) = std::sync::mpsc::channel();
-        drop(handle.spawn_on(0, async move {
-            drop(plugio_executor::spawn_blocking(move || {
-                tx.send(rt.shutdown(ShutdownMode::Wait).is_ok())
-                    .expect("send");
+fn shutdown_wait_in_its_own_pool_jobs_returns() {
+    for sync_io in [false, true] {
+        with_watchdog(Duration::from_secs(60), move || {
+            let rt = Runtime::builder()
+                .cores(2)
+                .thread_name("blockwait")
+                .build()
+                .expect("runtime");
+            let handle = rt.handle().clone();
+            let (tx, rx) = std::sync::mpsc::channel();
+            drop(handle.spawn_on(0, async move {
+                let job = move || {
+                    tx.send(rt.shutdown(ShutdownMode::Wait).is_ok())
+                        .expect("send");
+                };
+                if sync_io {
+                    let pool = BlockingPool::current_sync_io().expect("sync-IO pool");
+                    pool.execute(job).expect("queued");
+                } else {
+                    drop(plugio_executor::spawn_blocking(job));
+                }
             }));
-        }));
-        assert_eq!(rx.recv(), Ok(true), "the call returns Ok");
-        let start = Instant::now();
-        while !threads_named("blockwait-").is_empty() {
-            assert!(start.elapsed() < Duration::from_secs(20), "the cores end");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    });
+            assert_eq!(
+                rx.recv(),
+                Ok(true),
+                "sync_io {sync_io}: the call returns Ok"
+            );
+            let start = Instant::now();
+            while !threads_named("blockwait-").is_empty() {
+                assert!(start.elapsed() < Duration::from_secs(20), "the cores end");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        });
+    }
 }
 
 /// A runtime built before `fork()`, used in the child: `block_on` and
