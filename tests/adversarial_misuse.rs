@@ -270,6 +270,40 @@ fn a_device_two_idle_cores_used_closes_its_file() {
     });
 }
 
+/// A local executor lets go of a device whose last handle was dropped
+/// outside its `run`: at its next `run`, even one whose future is ready at
+/// once (no tick came, and the file stayed open), and when the executor is
+/// dropped (the file stayed open until the thread exited; found by a
+/// break-it helper).
+#[test]
+fn a_local_executor_closes_a_device_dropped_outside_its_run() {
+    watchdog(30, || {
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+        let path = dir.path().join("local");
+        std::fs::write(&path, vec![7u8; 8192]).expect("fixture");
+        let ex = local();
+        let read_once = |ex: &plugio::LocalExecutor| {
+            let dev = Device::open(&path, DeviceOptions::default()).expect("open");
+            ex.run(async { dev.read_alloc_at(0, 4096).await.expect("read") });
+            assert_eq!(open_fds(&path), 1, "open while a handle lives");
+            dev
+        };
+        drop(read_once(&ex));
+        ex.run(async {});
+        assert_eq!(open_fds(&path), 0, "closed at the next run");
+        drop(read_once(&ex));
+        drop(ex);
+        assert_eq!(open_fds(&path), 0, "closed with the executor");
+        // The executor first, then the device.
+        let ex = local();
+        let dev = read_once(&ex);
+        drop(ex);
+        assert_eq!(open_fds(&path), 1, "the handle still holds it");
+        drop(dev);
+        assert_eq!(open_fds(&path), 0, "closed with its last handle");
+    });
+}
+
 /// Buffers allocated on a runtime core outlive the runtime and are
 /// dropped on the test thread; buffers from the test thread are used and
 /// dropped on runtime cores; both directions, many times.

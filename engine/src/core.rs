@@ -108,10 +108,14 @@ impl TickHook for CoreHooks {
     }
 
     /// Bios wait in the plug (polled inside `LocalExecutor::enter`): only
-    /// the next tick's end sends them.
+    /// the next tick's end sends them. Or a device this core holds was
+    /// closed (its last handle dropped) and is idle: the tick's end lets
+    /// go of it, closing its file (a `run` whose future was ready at once
+    /// has no tick, and the file stayed open; found by a break-it helper).
     fn has_pending(&self) -> bool {
-        self.core()
-            .is_some_and(|c| !c.plug.borrow().bios.is_empty())
+        self.core().is_some_and(|c| {
+            !c.plug.borrow().bios.is_empty() || c.devs.borrow().iter().any(|d| d.idle_closed())
+        })
     }
 
     /// The executor closes: what it never sent (the plug, requests
@@ -133,6 +137,16 @@ impl TickHook for CoreHooks {
                 break;
             }
         }
+        // With nothing in flight or unfinished here, the state goes now,
+        // and with it the devices it holds: their files close once no
+        // handle holds them either (they stayed open until the thread made
+        // another engine state or exited; found by a break-it helper). A
+        // busy state stays for its completions and its futures' results.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if !core.busy() {
+                EngineCore::forget(&core);
+            }
+        }));
     }
 }
 
@@ -323,6 +337,16 @@ impl EngineCore {
 
     /// [`EngineCore::by_uid`] past the last-used state: a scan of `CORES`.
     #[cold]
+    /// Takes `core` out of `CORES` and unregisters its handler (its
+    /// executor closed and it is idle).
+    fn forget(core: &Rc<EngineCore>) {
+        let _ = CORES.try_with(|cores| {
+            LAST.with(|l| l.set((0, std::ptr::null())));
+            cores.0.borrow_mut().retain(|c| !Rc::ptr_eq(c, core));
+        });
+        unregister_handler(core.handler);
+    }
+
     fn by_uid_slow(uid: u64) -> Option<Rc<EngineCore>> {
         let found = CORES
             .try_with(|cores| cores.0.borrow().iter().find(|c| c.uid == uid).cloned())
