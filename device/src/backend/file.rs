@@ -220,16 +220,17 @@ pub fn skip_atime(file: &fs::File) {
 /// directory that takes no `O_TMPFILE` (not writable, or a file system
 /// without it), a file mounted apart from its directory, no space.
 ///
-/// The answer is kept per file system (its device number and type), so
-/// only the first writable open on each pays for the probe (1 to 5 ms on
-/// ext4: the unnamed file's creation and removal; paid at every open
-/// before, found by a break-it helper). A kept answer that is wrong costs
-/// no correctness: an unsupported `ZERO_RANGE` comes back `Unsupported`,
-/// and the engine then writes the zeroes (`zeroes_refused`).
+/// The answer is kept per file system (its device number, type and
+/// `f_fsid`), so only the first writable open on each pays for the probe
+/// (1 to 5 ms on ext4: the unnamed file's creation and removal; paid at
+/// every open before, found by a break-it helper). A kept answer must be
+/// right: a `ZERO_RANGE` believed supported is ordered as one op, and when
+/// it comes back `Unsupported` the zeroes the engine then writes go out
+/// after IO issued behind it.
 fn probe_zero_range(file: &fs::File, path: &Path) -> Option<bool> {
     use std::collections::HashMap;
     use std::sync::Mutex;
-    static KNOWN: Mutex<Option<HashMap<(u64, i64), bool>>> = Mutex::new(None);
+    static KNOWN: Mutex<Option<HashMap<FsKey, bool>>> = Mutex::new(None);
     let fs_key = file_system_key(file)?;
     let kept = KNOWN
         .lock()
@@ -248,13 +249,23 @@ fn probe_zero_range(file: &fs::File, path: &Path) -> Option<bool> {
     Some(answer)
 }
 
-/// `(st_dev, f_type)` of the file system `file` is on.
-fn file_system_key(file: &fs::File) -> Option<(u64, i64)> {
+/// `(st_dev, f_type, f_fsid)` of the file system `file` is on. The device
+/// number and type alone named a new file system made on the same device
+/// the same (ext2 after ext4: one magic number), and the kept answer was
+/// wrong (found by a break-it helper); `f_fsid` comes from the file
+/// system's own identity (ext4, XFS, btrfs: their UUID), so it differs.
+fn file_system_key(file: &fs::File) -> Option<FsKey> {
     use std::os::unix::fs::MetadataExt;
     let dev = file.metadata().ok()?.dev();
-    let fs_type = nix::sys::statfs::fstatfs(file).ok()?.filesystem_type().0;
-    Some((dev, fs_type as i64))
+    let stat = nix::sys::statfs::fstatfs(file).ok()?;
+    // SAFETY: `fsid_t` is `#[repr(C)]` and holds exactly two C ints (its
+    // fields are private in libc); the bytes are only compared.
+    let fsid = unsafe { std::mem::transmute::<libc::fsid_t, [i32; 2]>(stat.filesystem_id()) };
+    Some((dev, stat.filesystem_type().0 as i64, fsid))
 }
+
+/// What [`file_system_key`] tells file systems apart by.
+type FsKey = (u64, i64, [i32; 2]);
 
 #[cfg(test)]
 thread_local! {
