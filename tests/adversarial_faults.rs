@@ -299,6 +299,15 @@ fn a_power_cut_aimed_at_the_third_write_cuts_exactly_there() {
             assert_eq!(m.durable_bytes(8192..8193), vec![0], "the cut write");
             write(12288, 4).await.expect("served after the cut");
             assert_eq!(m.power_cuts(), 1, "one cut per fault");
+            // An attempt refused with EAGAIN (and sent again by the
+            // engine) is one write, not two; `writes: 0` never cuts.
+            m.inject(Fault::PowerCutAt { writes: 0 });
+            m.inject(Fault::Eagain { ops: 1 });
+            m.inject(Fault::PowerCutAt { writes: 2 });
+            write(16384, 5).await.expect("refused once, then landed");
+            assert_eq!(m.power_cuts(), 1);
+            write(20480, 6).await.expect_err("the second write is cut");
+            assert_eq!(m.power_cuts(), 2);
         });
     });
 }

@@ -132,14 +132,22 @@ pub enum Fault {
         ops: u64,
     },
     /// Cuts the power (as [`MemDevice::power_cut`]) when the `writes`-th
-    /// write from now (1: the next one; a write, write-zeroes or discard,
-    /// counted as each takes effect) is about to land: that write lands
-    /// nowhere and fails with `ENODEV`, as does every op in flight then,
-    /// and unflushed blocks are lost (or torn). One cut per fault, which
-    /// stays in the list, spent. A crash test aims a cut at a chosen IO
-    /// this way, deterministically, where a cut from the test's own code
-    /// lands wherever the scheduling put it. [`MemDevice::power_cuts`]
-    /// says whether it happened.
+    /// write from now is about to land: that write lands nowhere and fails
+    /// with `ENODEV`, as does every op in flight then, and unflushed
+    /// blocks are lost (or torn). One cut per fault, which stays in the
+    /// list, spent; `writes: 0` never cuts. Several faults due at one
+    /// write make one cut. A crash test aims a cut at a chosen IO this
+    /// way, deterministically, where a cut from the test's own code lands
+    /// wherever the scheduling put it. [`MemDevice::power_cuts`] says
+    /// whether it happened.
+    ///
+    /// The device counts what reaches it: write, write-zeroes and discard
+    /// requests, as each takes effect (1: the next one), not an attempt
+    /// refused with `EAGAIN`. Through the engine a request is not a
+    /// caller's IO: adjacent writes plugged together are merged into one
+    /// request (counted once; `DeviceOptions::nomerges: 2` keeps them
+    /// apart), and a write longer than the request limit is split into
+    /// several (each counted).
     PowerCutAt {
         /// Writes left until the cut (the last one is cut).
         writes: u64,
@@ -484,7 +492,7 @@ impl MemInner {
     fn execute(&self, op: &OwnedOp, generation: u64, deadline: Duration) -> i32 {
         let mut st = self.lock();
         st.vnow = st.vnow.max(deadline);
-        if st.generation != generation || self.cut_at(&mut st, op) {
+        if st.generation != generation {
             return -libc::ENODEV;
         }
         let eagain = st.faults.iter_mut().find_map(|f| match f {
@@ -494,6 +502,11 @@ impl MemInner {
         if let Some(ops) = eagain {
             *ops -= 1;
             return -libc::EAGAIN;
+        }
+        // After the EAGAIN: an attempt refused there never reached the
+        // media, so it is no write to count (its retry counted twice).
+        if self.cut_at(&mut st, op) {
+            return -libc::ENODEV;
         }
         if op.flags.contains(IoFlags::PREFLUSH) {
             flush(&mut st, self.block);
