@@ -59,6 +59,11 @@ pub fn describe(path: impl AsRef<Path>) -> Result<String> {
                 let _ = write!(out, "{newline}  {name:<19}{value}");
             }
         }
+        // Out of descriptors a runtime refuses to start (DeviceDriver::new)
+        // rather than fall back.
+        Err(e) if matches!(e.errno(), libc::EMFILE | libc::ENFILE) => {
+            let _ = write!(out, "  unavailable ({e}); a runtime would not start");
+        }
         Err(e) => {
             let _ = write!(out, "  unavailable ({e}); the sync thread pool is used");
         }

@@ -386,7 +386,8 @@ impl BenchArgs {
             // It was silently ignored (the temporary file is 1 MiB).
             return Err(BenchError::usage(format!(
                 "--size {size}: NOPs move no data and touch no range of the target: drop \
-                 --size (the run opens a 1 MiB temporary file only to have a device)"
+                 --size (the run opens its target, a 1 MiB temporary file without --filename, \
+                 only to have a device)"
             )));
         }
         self.check_plugio_only()?;

@@ -379,7 +379,7 @@ fn created_target_note(ios: &[TraceIo]) -> Option<String> {
     } else {
         format!(
             "{unwritten} of its {reads} reads ({:.0}%) read ranges the trace had not written \
-             before them: they read holes",
+             before them (or had discarded since): they read holes",
             unwritten as f64 * 100.0 / reads as f64
         )
     };

@@ -357,9 +357,9 @@ pub fn target_size(path: &Path) -> Result<u64, ReplayError> {
 }
 
 /// How many of the trace's reads, of how many, read a range the trace
-/// had not written whole before them (in trace order): on a target the
-/// replay created, those read holes of a sparse file (or what a discard
-/// left), which costs the device little. `(unwritten_reads, reads)`.
+/// had not written whole before them, or had discarded since (in trace
+/// order): on a target the replay created, those read holes of a sparse
+/// file, which costs the device little. `(unwritten_reads, reads)`.
 pub fn reads_before_writes(ios: &[TraceIo]) -> (usize, usize) {
     // Written byte ranges, merged: start -> end (exclusive).
     let mut written: BTreeMap<u64, u64> = BTreeMap::new();
@@ -381,6 +381,7 @@ pub fn reads_before_writes(ios: &[TraceIo]) -> (usize, usize) {
                 }
             }
             TraceOp::Write if end > start => insert_range(&mut written, start, end),
+            TraceOp::Discard if end > start => remove_range(&mut written, start, end),
             _ => {}
         }
     }
@@ -403,6 +404,28 @@ fn insert_range(set: &mut BTreeMap<u64, u64>, mut start: u64, mut end: u64) {
         end = end.max(e);
     }
     set.insert(start, end);
+}
+
+/// Takes `[start, end)` out of the merged ranges of `set`.
+fn remove_range(set: &mut BTreeMap<u64, u64>, start: u64, end: u64) {
+    // Every range that overlaps: the one starting before `start`, and
+    // those starting inside.
+    let first = set.range(..start).next_back().map(|(&s, _)| s);
+    let hit: Vec<(u64, u64)> = first
+        .into_iter()
+        .chain(set.range(start..end).map(|(&s, _)| s))
+        .filter_map(|s| set.get(&s).map(|&e| (s, e)))
+        .filter(|&(s, e)| s < end && e > start)
+        .collect();
+    for (s, e) in hit {
+        set.remove(&s);
+        if s < start {
+            set.insert(s, start);
+        }
+        if e > end {
+            set.insert(end, e);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -430,7 +453,25 @@ mod tests {
         for (s, e) in [(10, 20), (30, 40), (50, 60), (15, 55)] {
             insert_range(&mut set, s, e);
         }
-        assert_eq!(set.into_iter().collect::<Vec<_>>(), vec![(10, 60)]);
+        assert_eq!(
+            set.iter().map(|(&s, &e)| (s, e)).collect::<Vec<_>>(),
+            vec![(10, 60)]
+        );
+        for (s, e) in [(20, 30), (5, 12), (55, 70), (40, 41)] {
+            remove_range(&mut set, s, e);
+        }
+        assert_eq!(
+            set.into_iter().collect::<Vec<_>>(),
+            vec![(12, 20), (30, 40), (41, 55)]
+        );
+        // A discard makes a written range unwritten again.
+        let ios = [
+            io(TraceOp::Write, 0, 8192),
+            io(TraceOp::Discard, 0, 4096),
+            io(TraceOp::Read, 0, 4096),
+            io(TraceOp::Read, 4096, 4096),
+        ];
+        assert_eq!(reads_before_writes(&ios), (1, 2));
     }
 
     use super::*;
