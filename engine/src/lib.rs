@@ -77,7 +77,7 @@ pub use options::{DeviceOptions, TagSharing};
 pub use plugio_device::{DmaBuf, Error, ErrorKind, IoFlags};
 pub use region::{Page, Region};
 pub use stats::{IoStats, OpStats};
-pub use zeroes::ZEROES_CHUNK_BYTES;
+pub use zeroes::{MAX_ZEROES_BY_WRITING_BYTES, ZEROES_CHUNK_BYTES};
 
 /// Runs `f` with a new empty directory (on the disk under the system's
 /// temp directory) on a one-core runtime; removes it after. For the

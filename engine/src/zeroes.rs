@@ -38,7 +38,7 @@
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
-use plugio_device::{Error, ErrorKind, OpKind};
+use plugio_device::{Error, ErrorKind, InvalidInput, OpKind};
 
 use crate::device::Device;
 use plugio_device::DmaBuf;
@@ -47,6 +47,14 @@ use plugio_device::DmaBuf;
 /// big range takes few writes (the engine splits it at the device's
 /// request limit), small enough to allocate freely.
 pub const ZEROES_CHUNK_BYTES: u64 = 1 << 20;
+
+/// The longest range [`Device::write_zeroes`] zeroes by writing (where the
+/// device has no zeroing op): 64 GiB. Its writes are all issued at once,
+/// to keep program order, and each costs the engine about 700 bytes until
+/// it completes, so 64 GiB takes about 45 MB; the longest range otherwise
+/// allowed, 64 TiB, would have taken about 48 GB (found by a break-it
+/// helper). Longer ranges are refused before anything is written.
+pub const MAX_ZEROES_BY_WRITING_BYTES: u64 = 64 << 30;
 
 impl Device {
     /// Zeroes `[offset_bytes, offset_bytes + len_bytes)`. Tries the
@@ -73,10 +81,16 @@ impl Device {
     /// first call before issuing IO that overlaps its range. The device
     /// remembers the refusal, and later calls write in program order.
     ///
+    /// A range that ends past the end of a regular file makes it that
+    /// long (`FALLOC_FL_ZERO_RANGE` without `KEEP_SIZE`, and the fallback's
+    /// writes alike), up to the file system's limit.
+    ///
     /// # Errors
     /// Invalid input (unaligned, beyond the device) before anything is
-    /// issued; the device's error otherwise. When a fallback write fails,
-    /// the range before it is zeroed and the rest is unspecified.
+    /// issued; a range over [`MAX_ZEROES_BY_WRITING_BYTES`] that would be
+    /// zeroed by writing (`InvalidInput::Length`, before any write); the
+    /// device's error otherwise. When a fallback write fails, the range
+    /// before it is zeroed and the rest is unspecified.
     pub async fn write_zeroes(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), Error> {
         let shared = self.shared();
         // Relaxed: see `DeviceShared::zeroes_refused`.
@@ -116,6 +130,18 @@ impl Device {
         offset_bytes: u64,
         len_bytes: u64,
     ) -> Result<(), Error> {
+        if len_bytes > MAX_ZEROES_BY_WRITING_BYTES {
+            return Err(self.name_err(
+                Error::invalid(InvalidInput::Length {
+                    len_bytes,
+                    max_bytes: MAX_ZEROES_BY_WRITING_BYTES,
+                })
+                .with_context(
+                    "this device has no zeroing op, so write_zeroes writes the zeroes, all issued \
+                     at once: zero a longer range in calls of at most 64 GiB",
+                ),
+            ));
+        }
         let chunk = len_bytes.min(ZEROES_CHUNK_BYTES) as usize;
         let align = self.geometry().mem_align_bytes().max(1) as usize;
         let mut buf = DmaBuf::heap(chunk, align);

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use common::{local, watchdog};
 use plugio_device::backend::mem::{MemConfig, MemDevice};
-use plugio_device::{Backend, DmaBuf, ErrorKind};
+use plugio_device::{Backend, DmaBuf, ErrorKind, InvalidInput};
 use plugio_engine::{Device, DeviceOptions, ZEROES_CHUNK_BYTES};
 
 /// A pattern byte for offset `i` that is never zero.
@@ -126,6 +126,51 @@ fn mem_device_that_zeroes_takes_no_fallback() {
             fill_pattern(&dev, CAP).await;
             dev.write_zeroes(off, len).await.expect("write zeroes");
             check_zeroed(&dev, CAP, off..off + len).await;
+        });
+    });
+}
+
+/// A range over `MAX_ZEROES_BY_WRITING_BYTES` that would be zeroed by
+/// writing is refused before any write, saying what to do: its writes,
+/// all issued at once, took memory in proportion (a 1 TiB range took
+/// 741 MB; found by a break-it helper). A tmpfs file: known to have no
+/// zeroing op.
+#[test]
+fn a_range_too_long_to_zero_by_writing_is_refused_before_any_write() {
+    let dir = match tempfile::tempdir_in("/dev/shm") {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("SKIP a_range_too_long_to_zero_by_writing: no writable /dev/shm ({e})");
+            return;
+        }
+    };
+    let path = dir.path().join("long.img");
+    std::fs::write(&path, vec![0u8; 4096]).expect("create file");
+    let too_long = plugio_engine::MAX_ZEROES_BY_WRITING_BYTES + 4096;
+    watchdog(120, move || {
+        local().run(async move {
+            let opts = DeviceOptions {
+                direct: false,
+                ..DeviceOptions::default()
+            };
+            let dev = Device::open(&path, opts).expect("open");
+            let e = dev.write_zeroes(0, too_long).await.expect_err("too long");
+            assert!(
+                matches!(
+                    e.kind(),
+                    ErrorKind::InvalidInput(InvalidInput::Length { max_bytes, .. })
+                        if *max_bytes == plugio_engine::MAX_ZEROES_BY_WRITING_BYTES
+                ),
+                "{e}"
+            );
+            assert!(e.to_string().contains("at most 64 GiB"), "{e}");
+            assert_eq!(dev.iostats().write.ios, 0, "nothing written");
+            dev.write_zeroes(0, 8192).await.expect("a short range");
+            assert_eq!(
+                std::fs::metadata(&path).expect("stat").len(),
+                8192,
+                "grown by the short range only"
+            );
         });
     });
 }
