@@ -454,7 +454,19 @@ pub async fn rename(from: &Path, to: &Path) -> Result<()> {
         let (from, to) = (from.to_path_buf(), to.to_path_buf());
         blocking(move || std::fs::rename(from, to)).await
     };
-    r.map_err(|e| e.with_path(from))
+    match r {
+        Ok(()) => Ok(()),
+        // Either side's directory may be missing: say which (the error
+        // named the source, which existed; found by a break-it helper).
+        Err(e) if *e.kind() == ErrorKind::NotFound && metadata(from).await.is_ok() => Err(e
+            .with_path(to)
+            .with_context("renaming into a directory that does not exist")),
+        Err(e) if e.errno() == libc::EXDEV => Err(e.with_path(from).with_context(
+            "rename moves within one file system, and the destination is on another: copy \
+             the file there and remove it here",
+        )),
+        Err(e) => Err(e.with_path(from)),
+    }
 }
 
 /// Removes a file (`dir` false, as [`std::fs::remove_file`]) or an empty

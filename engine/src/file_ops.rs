@@ -415,6 +415,16 @@ fn check_kind(m: &Metadata) -> Result<(), Error> {
 /// File-system operations on paths, each through the core's io_uring
 /// where the kernel has the opcode and the blocking pool otherwise (never
 /// blocking the core). Call them from a task on a plugio core.
+///
+/// Cancellation: an op goes to the kernel (or the pool) at its future's
+/// first poll, and dropping the future after that (a `timeout` that
+/// elapses, a `select!` that took another branch, an aborted task) stops
+/// nothing: the rename, removal or directory creation still happens, only
+/// its result is lost. The same holds for [`Device::set_len`](crate::Device::set_len),
+/// [`Device::metadata`](crate::Device::metadata) and
+/// [`OpenOptions::open`](crate::OpenOptions::open) (a file it creates
+/// stays; the descriptor it opens is closed). After a dropped op, look
+/// (`metadata`) before you take it as not done.
 pub mod fs {
     use std::path::Path;
 

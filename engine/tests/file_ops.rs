@@ -184,6 +184,30 @@ fn every_file_operation_through_the_blocking_pool_on_ext4_and_tmpfs() {
     run_everywhere(without_ring, OpPath::Blocking);
 }
 
+/// A rename into a directory that does not exist names the destination
+/// (it named the source, which existed); a missing source is named as
+/// before.
+#[test]
+fn a_rename_into_a_missing_directory_names_the_destination() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
+    let from = dir.path().join("a");
+    std::fs::write(&from, b"x").expect("fixture");
+    with_ring().run(async {
+        let to = dir.path().join("missing").join("b");
+        let e = fs::rename(&from, &to).await.expect_err("no such directory");
+        assert_eq!(*e.kind(), ErrorKind::NotFound, "{e}");
+        assert_eq!(e.path(), Some(to.as_path()), "{e}");
+        assert!(e
+            .to_string()
+            .contains("renaming into a directory that does not exist"));
+        let gone = dir.path().join("gone");
+        let e = fs::rename(&gone, dir.path().join("c"))
+            .await
+            .expect_err("no source");
+        assert_eq!(e.path(), Some(gone.as_path()), "{e}");
+    });
+}
+
 /// A file to create whose name has the form of an NVMe generic device's
 /// (`ng0n1`) is created as a file: it was taken for a device and failed
 /// with `NotFound` (found by a break-it helper). Without `create` it is

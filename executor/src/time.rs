@@ -143,7 +143,11 @@ impl fmt::Display for Elapsed {
 impl std::error::Error for Elapsed {}
 
 /// Runs `future` with a time limit: `Ok(output)` if it finishes within
-/// `duration`, `Err(Elapsed)` (and the future is dropped) otherwise. The
+/// `duration`, `Err(Elapsed)` (and the future is dropped) otherwise.
+/// Dropping the future stops what it would still do, not what it already
+/// started: an IO or file-system op sent to the kernel completes anyway
+/// (a write may land, a rename happens), so `Elapsed` means "no result",
+/// not "not done". The
 /// future is polled before the timer, so a future ready at the deadline
 /// still wins. A `duration` too large to add to the clock
 /// (`Duration::MAX`) saturates: the timeout never elapses.
