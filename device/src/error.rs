@@ -747,6 +747,14 @@ impl fmt::Display for Error {
                          two for its io_uring and its wake eventfd)"
                     )?;
                 }
+                if *errno == libc::EROFS {
+                    write!(
+                        f,
+                        ": the file system is mounted read-only; open the file read-only \
+                         (DeviceOptions::read_only, read_only(true) on the open options) or \
+                         remount it read-write"
+                    )?;
+                }
                 if *errno == libc::ENFILE {
                     write!(
                         f,
@@ -1097,6 +1105,11 @@ mod tests {
         assert!(e.contains("raise the limit or drop devices"), "{e}");
         let e = Error::from_errno(-libc::ENFILE).to_string();
         assert!(e.contains("fs.file-max"), "{e}");
+        let e = Error::from_errno(-libc::EROFS).to_string();
+        assert!(
+            e.contains("mounted read-only; open the file read-only"),
+            "{e}"
+        );
         let other = Error::from_errno(-libc::EIO).to_string();
         assert!(!other.contains("limit"), "{other}");
     }

@@ -159,13 +159,29 @@ impl Device {
     /// anything is done). Otherwise:
     /// Invalid input (a range off the direct-IO alignment, zero length)
     /// before submission; `Unsupported` where the file system lacks the
-    /// mode (except `ZeroRange`); `OutOfSpace`.
+    /// mode (except `ZeroRange`), and, before submission, for
+    /// `Allocate`/`AllocateKeepSize` on a block device (it has no blocks to
+    /// allocate: its space is all there); `OutOfSpace` (a file system may
+    /// have allocated part of the range and grown the file by then, as
+    /// `fallocate(2)` leaves it).
     pub async fn fallocate(
         &self,
         offset_bytes: u64,
         len_bytes: u64,
         mode: FallocateMode,
     ) -> Result<(), Error> {
+        let allocates = matches!(
+            mode,
+            FallocateMode::Allocate | FallocateMode::AllocateKeepSize
+        );
+        if allocates && self.geometry().kind == plugio_device::DeviceKind::BlockDevice {
+            return Err(
+                self.name_err(Error::new(ErrorKind::Unsupported).with_context(
+                    "a block device has no blocks to allocate (all its space is there): there is \
+                 nothing to preallocate; zero a range with write_zeroes or free it with discard",
+                )),
+            );
+        }
         let mode = match mode {
             FallocateMode::Allocate => 0,
             FallocateMode::AllocateKeepSize => libc::FALLOC_FL_KEEP_SIZE,

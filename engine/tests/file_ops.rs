@@ -633,6 +633,19 @@ fn set_len_on_a_block_device_is_refused_before_any_call() {
             );
             assert_eq!(dev.metadata().await.expect("metadata").len_bytes, 4 << 20);
             dev.read_alloc_at(0, 4096).await.expect("IO goes on");
+            // Nor is space allocated on it: said, before any call (the
+            // kernel's answer was a bare "operation not supported").
+            for mode in [FallocateMode::Allocate, FallocateMode::AllocateKeepSize] {
+                let err = dev
+                    .fallocate(0, 4096, mode)
+                    .await
+                    .expect_err("no blocks to allocate");
+                assert_eq!(*err.kind(), ErrorKind::Unsupported, "{err}");
+                assert!(err.to_string().contains("no blocks to allocate"), "{err}");
+            }
+            dev.fallocate(0, 4096, FallocateMode::ZeroRange)
+                .await
+                .expect("zeroing goes on");
         })
     });
 }
