@@ -397,8 +397,13 @@ impl OpenOptions {
                     })
             {
                 Error::new(ErrorKind::DirectIoRefused).with_path(path)
-            } else if opts.read_only || !exists {
+            } else if !exists && *e.kind() == ErrorKind::PermissionDenied {
                 // A file to create: the refusal is its directory's.
+                e.with_context(
+                    "the directory refuses a new file: it needs write and search (x) \
+                     permission for this user, or create the file elsewhere",
+                )
+            } else if opts.read_only || !exists {
                 e
             } else {
                 plugio_device::backend::file::explain_write_refusal(e)

@@ -184,6 +184,39 @@ fn every_file_operation_through_the_blocking_pool_on_ext4_and_tmpfs() {
     run_everywhere(without_ring, OpPath::Blocking);
 }
 
+/// A file to create in a directory this user may not write says the
+/// directory is the problem (it said only "permission denied" with the
+/// file's path). Run as `nobody` in a forked child; skipped without root.
+#[test]
+fn creating_a_file_in_a_directory_that_refuses_it_says_so() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("SKIPPED: switching to another user needs root");
+        return;
+    }
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
+    let file = dir.path().join("new.db");
+    let report = plugio_device::testing::in_forked_child(30, || {
+        // SAFETY: setuid changes this (single-threaded) child's user only.
+        if unsafe { libc::setuid(65534) } != 0 {
+            return Err("setuid".into());
+        }
+        let e = with_ring()
+            .run(OpenOptions::new().create(true).direct(false).open(&file))
+            .map(drop)
+            .expect_err("the directory is root's");
+        let shown = e.to_string();
+        if *e.kind() == ErrorKind::PermissionDenied
+            && shown.contains("the directory refuses a new file")
+        {
+            Ok(())
+        } else {
+            Err(shown)
+        }
+    });
+    assert_eq!(report, Ok(()));
+}
+
 /// A rename into a directory that does not exist names the destination
 /// (it named the source, which existed); a missing source is named as
 /// before.
