@@ -314,8 +314,8 @@ impl EngineCore {
         // `by_uid_slow` just found in `CORES` (the `Rc` it returned is
         // dropped, `CORES` still holds the state). Either names a state
         // that `CORES` holds (see LAST); states leave `CORES` only in
-        // `create`, which `f` does not reach, so the state outlives the
-        // call. (One call site of `f`, so the compiler inlines it.)
+        // `create` and in `forget` (a closing executor's hook), which `f`
+        // does not reach, so the state outlives the call. (One call site of `f`, so the compiler inlines it.)
         Some(f(unsafe { &*ptr }))
     }
 
@@ -335,8 +335,6 @@ impl EngineCore {
         Self::by_uid_slow(uid)
     }
 
-    /// [`EngineCore::by_uid`] past the last-used state: a scan of `CORES`.
-    #[cold]
     /// Takes `core` out of `CORES` and unregisters its handler (its
     /// executor closed and it is idle).
     fn forget(core: &Rc<EngineCore>) {
@@ -347,6 +345,8 @@ impl EngineCore {
         unregister_handler(core.handler);
     }
 
+    /// [`EngineCore::by_uid`] past the last-used state: a scan of `CORES`.
+    #[cold]
     fn by_uid_slow(uid: u64) -> Option<Rc<EngineCore>> {
         let found = CORES
             .try_with(|cores| cores.0.borrow().iter().find(|c| c.uid == uid).cloned())

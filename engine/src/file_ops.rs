@@ -175,6 +175,9 @@ impl Device {
             FallocateMode::Allocate | FallocateMode::AllocateKeepSize
         );
         if allocates && self.geometry().kind == plugio_device::DeviceKind::BlockDevice {
+            // Bad input first, as everywhere.
+            self.check_range_op(OpKind::Fallocate { mode: 0 }, offset_bytes, len_bytes)
+                .map_err(|e| self.name_err(e))?;
             return Err(
                 self.name_err(Error::new(ErrorKind::Unsupported).with_context(
                     "a block device has no blocks to allocate (all its space is there): there is \

@@ -162,8 +162,8 @@ impl OpenOptions {
 /// Says, on `e`, the error of an open for reading and writing of an
 /// existing file, how to open it to read only when the kernel refused the
 /// writing (`ErrorKind::PermissionDenied`: a 0444 file for a user other
-/// than root, an immutable file for anyone); other errors come back as
-/// they were. Not for a file the open was to create: its directory
+/// than root, an immutable file for anyone; `EROFS`: a file system
+/// mounted read-only); other errors come back as they were. Not for a file the open was to create: its directory
 /// refused that. A helper embedding plugio got a bare "permission denied".
 ///
 /// ```
@@ -173,8 +173,17 @@ impl OpenOptions {
 /// assert!(e.to_string().contains("read_only(true)"), "{e}");
 /// let other = explain_write_refusal(Error::new(ErrorKind::NotFound));
 /// assert_eq!(other.context(), None);
+/// let rofs = explain_write_refusal(Error::from_errno(-libc::EROFS));
+/// assert!(rofs.to_string().contains("remount the file system read-write"), "{rofs}");
 /// ```
 pub fn explain_write_refusal(e: Error) -> Error {
+    if e.errno() == libc::EROFS && e.context().is_none() {
+        return e.with_context(
+            "opening it for writing on a file system mounted read-only (to only read it, open \
+             it read-only: OpenOptions::read_only(true), DeviceOptions::read_only, or the file \
+             backend's write(false); to write it, remount the file system read-write)",
+        );
+    }
     if *e.kind() == ErrorKind::PermissionDenied && e.context().is_none() {
         e.with_context(
             "opening it for writing (to only read it, open it read-only: \
