@@ -137,8 +137,8 @@ impl Device {
                     max_bytes: MAX_ZEROES_BY_WRITING_BYTES,
                 })
                 .with_context(
-                    "this device has no zeroing op, so write_zeroes writes the zeroes, all issued \
-                     at once: zero a longer range in calls of at most 64 GiB",
+                    "this file or device has no zeroing op, so write_zeroes writes the zeroes, \
+                     all issued at once: zero a longer range in calls of at most 64 GiB",
                 ),
             ));
         }
