@@ -270,7 +270,7 @@ const FS_EXTENT_FL: libc::c_long = 0x0008_0000;
 /// break-it helper).
 fn ext4_without_extents(file: &fs::File) -> bool {
     let on_ext4 = nix::sys::statfs::fstatfs(file)
-        .is_ok_and(|s| s.filesystem_type().0 as i64 == i64::from(libc::EXT4_SUPER_MAGIC as u32));
+        .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::EXT4_SUPER_MAGIC);
     if !on_ext4 {
         return false;
     }
