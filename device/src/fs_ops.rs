@@ -434,7 +434,8 @@ pub async fn metadata_fd(fd: RawFd, owner: Arc<dyn Send + Sync>) -> Result<Metad
 /// no flags, as [`std::fs::rename`]).
 ///
 /// # Errors
-/// The kernel's error, typed, with the source path.
+/// The kernel's error, typed, with the source path; a `NotFound` whose
+/// source exists names the destination (its directory is missing).
 pub async fn rename(from: &Path, to: &Path) -> Result<()> {
     let (a, b) = (c_path(from)?, c_path(to)?);
     let r = if on_ring(opcode::RenameAt::CODE)? {
@@ -463,7 +464,7 @@ pub async fn rename(from: &Path, to: &Path) -> Result<()> {
             .with_context("renaming into a directory that does not exist")),
         Err(e) if e.errno() == libc::EXDEV => Err(e.with_path(from).with_context(
             "rename moves within one file system, and the destination is on another: copy \
-             the file there and remove it here",
+             it there and remove it here",
         )),
         Err(e) => Err(e.with_path(from)),
     }

@@ -440,15 +440,20 @@ fn check_kind(m: &Metadata) -> Result<(), Error> {
 /// where the kernel has the opcode and the blocking pool otherwise (never
 /// blocking the core). Call them from a task on a plugio core.
 ///
-/// Cancellation: an op goes to the kernel (or the pool) at its future's
-/// first poll, and dropping the future after that (a `timeout` that
+/// Cancellation: a call goes to the kernel (or the pool) one step at a
+/// time, each step at a poll, and dropping its future (a `timeout` that
 /// elapses, a `select!` that took another branch, an aborted task) stops
-/// nothing: the rename, removal or directory creation still happens, only
-/// its result is lost. The same holds for [`Device::set_len`](crate::Device::set_len),
-/// [`Device::metadata`](crate::Device::metadata) and
-/// [`OpenOptions::open`](crate::OpenOptions::open) (a file it creates
-/// stays; the descriptor it opens is closed). After a dropped op, look
-/// (`metadata`) before you take it as not done.
+/// the steps not yet sent, never the one in flight. A one-step call
+/// ([`rename`](fs::rename), [`remove_file`](fs::remove_file),
+/// [`remove_dir`](fs::remove_dir),
+/// [`Device::set_len`](crate::Device::set_len)) dropped after its first
+/// poll still happens; only its result is lost. A call of several steps
+/// may have done some of them: [`create_dir_all`](fs::create_dir_all)
+/// looks before it makes each directory, and
+/// [`OpenOptions::open`](crate::OpenOptions::open) looks at the path
+/// before it opens (and creates) the file, and cuts it (`truncate`) only
+/// after that (a descriptor it opened is closed). After a dropped call,
+/// look (`metadata`) before you take it as done or not done.
 pub mod fs {
     use std::path::Path;
 
@@ -474,7 +479,8 @@ pub mod fs {
     /// # Errors
     /// [`ErrorKind::NoDriver`](plugio_device::ErrorKind::NoDriver) off a plugio core (before
     /// anything is done). Otherwise:
-    /// The kernel's error, typed, with the source path.
+    /// The kernel's error, typed, with the source path; a `NotFound` whose
+    /// source exists names the destination (its directory is missing).
     pub async fn rename(from: impl AsRef<Path>, to: impl AsRef<Path>) -> Result<(), Error> {
         fs_ops::rename(from.as_ref(), to.as_ref()).await
     }

@@ -146,8 +146,8 @@ impl std::error::Error for Elapsed {}
 /// `duration`, `Err(Elapsed)` (and the future is dropped) otherwise.
 /// Dropping the future stops what it would still do, not what it already
 /// started: an IO or file-system op sent to the kernel completes anyway
-/// (a write may land, a rename happens), so `Elapsed` means "no result",
-/// not "not done". The
+/// (a write may land, a rename happens; a call of several steps may have
+/// done some), so `Elapsed` means "no result", not "not done". The
 /// future is polled before the timer, so a future ready at the deadline
 /// still wins. A `duration` too large to add to the clock
 /// (`Duration::MAX`) saturates: the timeout never elapses.
