@@ -21,7 +21,7 @@
 #           (--rw read --bs 128k --iodepth 1); compared by bandwidth.
 #
 # Usage: benches/per_io_cost.sh [--quick] [--rounds N] [--runtime S]
-#   --quick  1 round of 1 s (a smoke run for CI; prints, writes nothing)
+#   --quick  1 round of 1 s (a smoke run for CI; prints, and writes only $WORK/results.jsonl)
 # Prints a markdown table: median IOPS (min-max) of each side, CPU ns/IO
 # and its split into user and system time (getrusage; the user part is
 # the engine's own code, the system part the kernel's work for the same
