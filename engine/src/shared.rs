@@ -20,7 +20,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, TryLockError};
+use std::sync::{Arc, Mutex, PoisonError, TryLockError, Weak};
 
 use plugio_device::{Backend, DmaBuf, Error, Geometry};
 use plugio_executor::fork::ForkLocal;
@@ -71,8 +71,13 @@ impl Drop for DeviceShared {
 /// two cores stayed open 20 s after its last handle was dropped).
 struct CoreWakers {
     generation: u64,
-    list: Mutex<Vec<Arc<dyn plugio_executor::Unpark>>>,
+    /// Each core's waker, with its counters (a core whose counters only
+    /// the device still holds is gone: see [`DeviceShared::register_core`]).
+    list: Mutex<Vec<CoreWaker>>,
 }
+
+/// A core's counters (to tell whether it is gone) and its waker.
+type CoreWaker = (Weak<CoreCounters>, Arc<dyn plugio_executor::Unpark>);
 
 impl Default for CoreWakers {
     fn default() -> Self {
@@ -91,7 +96,7 @@ impl Drop for CoreWakers {
             return;
         }
         let list = self.list.get_mut().unwrap_or_else(PoisonError::into_inner);
-        for core in list.drain(..) {
+        for (_, core) in list.drain(..) {
             core.unpark();
         }
     }
@@ -280,7 +285,8 @@ impl DeviceShared {
             max_merge_bytes,
             max_range_request_bytes,
             zeroes_refused: AtomicBool::new(false),
-            counters: ForkLocal::new(|| Mutex::new(Vec::new())),
+            // The first entry: the sums of the cores that are gone.
+            counters: ForkLocal::new(|| Mutex::new(vec![Arc::default()])),
             core_wakers: ForkLocal::new(CoreWakers::default),
             handles: AtomicUsize::new(1),
             fork_generation: {
@@ -398,24 +404,50 @@ impl DeviceShared {
             return None;
         }
         let wakers = self.core_wakers.get().list.lock();
-        Some(wakers.unwrap_or_else(PoisonError::into_inner).clone())
+        let wakers = wakers.unwrap_or_else(PoisonError::into_inner);
+        Some(wakers.iter().map(|(_, w)| w.clone()).collect())
     }
 
     /// New counters for a core that starts using the device (called on
     /// that core's thread, which is also recorded to be woken when the
     /// device closes).
+    ///
+    /// The cores that are gone (their engine state, which held their
+    /// counters, was dropped) leave first: their counts are added to the
+    /// retired ones and their wakers forgotten. A device that outlived
+    /// many executors kept about 300 bytes for each, and summed them all
+    /// at every `iostats` (found by a break-it helper).
     pub fn register_core(&self) -> Arc<CoreCounters> {
-        self.core_wakers
-            .get()
-            .list
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(plugio_device::core_waker());
         let c = Arc::new(CoreCounters::default());
-        self.counters()
+        {
+            let mut wakers = self
+                .core_wakers
+                .get()
+                .list
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            // Held by the counters list alone (or by nothing): gone.
+            wakers.retain(|(counters, _)| counters.strong_count() > 1);
+            wakers.push((Arc::downgrade(&c), plugio_device::core_waker()));
+        }
+        let mut list = self
+            .counters()
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(c.clone());
+            .unwrap_or_else(PoisonError::into_inner);
+        let (retired, live) = list
+            .split_first_mut()
+            .expect("the retired counters come first");
+        let mut gone = Vec::new();
+        for (i, counters) in live.iter().enumerate() {
+            if Arc::strong_count(counters) == 1 {
+                retired.absorb(counters);
+                gone.push(i + 1);
+            }
+        }
+        for i in gone.into_iter().rev() {
+            list.swap_remove(i);
+        }
+        list.push(c.clone());
         c
     }
 
@@ -443,6 +475,8 @@ impl DeviceShared {
     /// This fork generation's list of the cores' counters: in a forked
     /// child's first use, the parent's list copied (their counts as of
     /// the fork), or none when a thread of the parent held its lock then.
+    /// Its first entry holds the sums of the cores that are gone (see
+    /// [`DeviceShared::register_core`]); no core writes it.
     fn counters(&self) -> &Mutex<Vec<Arc<CoreCounters>>> {
         let mut inherited = Vec::new();
         let current = self.counters.get_or_renew(|parent| {
@@ -506,6 +540,28 @@ mod tests {
         drop(ex);
         assert_eq!(dev.iostats().read.ios, 1);
         dev
+    }
+
+    /// A device that outlives many executors keeps the counts of those
+    /// that are gone in one retired entry and forgets their wakers; it
+    /// kept about 300 bytes for each (50,000 executors: 15 MB).
+    #[test]
+    fn a_device_that_outlives_its_executors_keeps_their_counts_not_their_entries() {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        file.as_file().set_len(8192).unwrap();
+        let dev = Device::open(file.path(), DeviceOptions::default()).unwrap();
+        for _ in 0..50 {
+            let ex = crate::runtime::local(RingConfig::default()).expect("runtime");
+            let (r, _buf) = ex.run(dev.read_at(dev.alloc_buf(4096), 0));
+            assert_eq!(r.expect("read"), 4096);
+        }
+        let s = dev.iostats();
+        assert_eq!((s.read.ios, s.bios, s.in_flight), (50, 50, 0));
+        let shared = dev.shared();
+        // The retired sums, the last executor's (gone too, not yet
+        // folded: that happens at the next registration).
+        assert!(shared.counters().lock().unwrap().len() <= 2);
+        assert!(shared.core_wakers.get().list.lock().unwrap().len() <= 1);
     }
 
     /// A per-core split of a depth that does not divide keeps every tag:

@@ -76,6 +76,45 @@ pub(crate) struct CoreCounters {
     pub fua_writes: Counter,
 }
 
+impl OpCounters {
+    fn absorb(&self, gone: &OpCounters) {
+        self.ios.add(gone.ios.get());
+        self.merges.add(gone.merges.get());
+        self.sectors.add(gone.sectors.get());
+        self.ticks_ns.add(gone.ticks_ns.get());
+    }
+}
+
+impl CoreCounters {
+    /// Adds the counts of `gone`, a core that will write no more, to
+    /// these (the retired sums, written under their list's lock only:
+    /// one writer at a time, as [`Counter::add`] needs). Its `in_flight`
+    /// gauge is not taken: a gone core has nothing in flight.
+    pub fn absorb(&self, gone: &CoreCounters) {
+        self.read.absorb(&gone.read);
+        self.write.absorb(&gone.write);
+        self.discard.absorb(&gone.discard);
+        self.flush.absorb(&gone.flush);
+        let sums = [
+            (&self.io_ticks_ns, &gone.io_ticks_ns),
+            (&self.time_in_queue_ns, &gone.time_in_queue_ns),
+            (&self.plug_flushes, &gone.plug_flushes),
+            (&self.bios, &gone.bios),
+            (&self.requests, &gone.requests),
+            (&self.bio_cache_hits, &gone.bio_cache_hits),
+            (&self.bio_cache_misses, &gone.bio_cache_misses),
+            (&self.fixed_buf_requests, &gone.fixed_buf_requests),
+            (&self.requeues, &gone.requeues),
+            (&self.bounce_ios, &gone.bounce_ios),
+            (&self.bounce_bytes, &gone.bounce_bytes),
+            (&self.fua_writes, &gone.fua_writes),
+        ];
+        for (sum, part) in sums {
+            sum.add(part.get());
+        }
+    }
+}
+
 /// The core-local side of `in_flight` / `io_ticks` / `time_in_queue`.
 #[derive(Debug, Default)]
 pub(crate) struct BusyClock {
