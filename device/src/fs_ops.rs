@@ -459,7 +459,7 @@ pub async fn rename(from: &Path, to: &Path) -> Result<()> {
         Ok(()) => Ok(()),
         // Either side's directory may be missing: say which (the error
         // named the source, which existed; found by a break-it helper).
-        Err(e) if *e.kind() == ErrorKind::NotFound && metadata(from).await.is_ok() => Err(e
+        Err(e) if *e.kind() == ErrorKind::NotFound && source_exists(from).await => Err(e
             .with_path(to)
             .with_context("renaming into a directory that does not exist")),
         Err(e) if e.errno() == libc::EXDEV => Err(e.with_path(from).with_context(
@@ -468,6 +468,16 @@ pub async fn rename(from: &Path, to: &Path) -> Result<()> {
         )),
         Err(e) => Err(e.with_path(from)),
     }
+}
+
+/// Whether `path` names anything, a dangling symbolic link included (a
+/// rename moves the link): an `lstat` on the blocking pool, on a rename's
+/// error path only.
+async fn source_exists(path: &Path) -> bool {
+    let path = path.to_path_buf();
+    blocking(move || std::fs::symlink_metadata(path))
+        .await
+        .is_ok()
 }
 
 /// Removes a file (`dir` false, as [`std::fs::remove_file`]) or an empty

@@ -238,6 +238,11 @@ fn a_rename_into_a_missing_directory_names_the_destination() {
             .await
             .expect_err("no source");
         assert_eq!(e.path(), Some(gone.as_path()), "{e}");
+        // A dangling symbolic link exists (a rename moves the link).
+        let link = dir.path().join("dangling");
+        std::os::unix::fs::symlink("/nonexistent-target", &link).expect("symlink");
+        let e = fs::rename(&link, &to).await.expect_err("no such directory");
+        assert_eq!(e.path(), Some(to.as_path()), "{e}");
     });
 }
 

@@ -493,11 +493,11 @@ impl FileBackend {
         let geometry = Geometry::of_file(&file, direct).map_err(|e| e.with_path(path))?;
         let zero_range = match (is_block_device, writable) {
             (true, _) => Some(true),
-            // The file system's answer, unless this file is one ext4
-            // refuses it for.
-            (false, true) => {
-                probe_zero_range(&file, path).map(|ok| ok && !ext4_without_extents(&file))
-            }
+            // No for a file ext4 refuses it for, whatever the file
+            // system's answer (and also where its probe cannot run: a
+            // directory this user may not write); else that answer.
+            (false, true) if ext4_without_extents(&file) => Some(false),
+            (false, true) => probe_zero_range(&file, path),
             // Its writes fail (EBADF) whatever the file system can do.
             (false, false) => None,
         };
