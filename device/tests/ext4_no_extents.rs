@@ -54,6 +54,8 @@ fn an_ext4_file_without_extents_has_no_zeroing_op() {
         }
         let _mounted = Mounted(&mnt);
         std::fs::write(mnt.join("old"), vec![0xaa; 1 << 20]).expect("old file");
+        std::fs::create_dir(mnt.join("sealed")).expect("dir");
+        std::fs::write(mnt.join("sealed/old"), vec![0xaa; 1 << 20]).expect("old file");
     }
     if !run("tune2fs", &["-O", "extent", img]) {
         println!("SKIPPED: tune2fs failed or is missing");
@@ -71,6 +73,18 @@ fn an_ext4_file_without_extents_has_no_zeroing_op() {
             .open(mnt.join(name))
             .expect("open")
     };
+    // In a directory where the file system's probe cannot make its file
+    // (immutable), and before any other open there has kept the file
+    // system's answer: still known from the file itself.
+    let sealed = mnt.join("sealed");
+    let sealed = sealed.to_str().expect("utf-8");
+    if run("chattr", &["+i", sealed]) {
+        let support = open("sealed/old").write_zeroes_support();
+        run("chattr", &["-i", sealed]);
+        assert_eq!(support, Some(false), "no extents, no probe: refused");
+    } else {
+        println!("SKIPPED (part): chattr +i failed");
+    }
     let (old, new) = (open("old"), open("new"));
     assert_eq!(
         old.write_zeroes_support(),
