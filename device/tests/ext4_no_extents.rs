@@ -94,3 +94,67 @@ fn an_ext4_file_without_extents_has_no_zeroing_op() {
     assert_eq!(new.write_zeroes_support(), Some(true), "extents: taken");
     drop((old, new));
 }
+
+/// A file whose data lives in its inode (ext4's `inline_data`) has no
+/// extent flag, yet ext4 zeroes a range of it (it moves the data out
+/// first): it keeps the file system's zeroing op. It was said to have
+/// none, so `write_zeroes` wrote every zero and refused ranges over
+/// 64 GiB (found by a reviewer). Needs root, `mkfs.ext4` with
+/// `inline_data` and a loop mount; skipped with a message otherwise.
+#[test]
+fn an_ext4_file_with_inline_data_keeps_its_zeroing_op() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("SKIPPED: a loop mount needs root");
+        return;
+    }
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let image = dir.path().join("inline.img");
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).expect("mount point");
+    std::fs::File::create(&image)
+        .and_then(|f| f.set_len(32 << 20))
+        .expect("image");
+    let (img, at) = (image.to_str().expect("utf-8"), mnt.to_str().expect("utf-8"));
+    if !run("mkfs.ext4", &["-q", "-F", "-O", "inline_data", img]) {
+        println!("SKIPPED: mkfs.ext4 -O inline_data failed or is missing");
+        return;
+    }
+    if !run("mount", &["-o", "loop", img, at]) {
+        println!("SKIPPED: the loop mount failed");
+        return;
+    }
+    let _mounted = Mounted(&mnt);
+    std::fs::write(mnt.join("tiny"), b"hello").expect("tiny file");
+    let tiny = OpenOptions::new()
+        .direct(false)
+        .open(mnt.join("tiny"))
+        .expect("open");
+    assert_eq!(
+        tiny.write_zeroes_support(),
+        Some(true),
+        "inline data: taken"
+    );
+    drop(tiny);
+    // What the kernel does with it: the range is zeroed, and the file now
+    // maps its blocks with extents.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(mnt.join("tiny"))
+        .expect("reopen");
+    // SAFETY: fallocate on a live descriptor.
+    let rc = unsafe {
+        libc::fallocate(
+            std::os::fd::AsRawFd::as_raw_fd(&file),
+            libc::FALLOC_FL_ZERO_RANGE,
+            0,
+            1 << 20,
+        )
+    };
+    assert_eq!(rc, 0, "ext4 zeroes a range of an inline file");
+    assert_eq!(
+        std::fs::read(mnt.join("tiny")).expect("read").len(),
+        1 << 20
+    );
+}

@@ -236,11 +236,18 @@ pub fn skip_atime(file: &fs::File) {
 /// right: a `ZERO_RANGE` believed supported is ordered as one op, and when
 /// it comes back `Unsupported` the zeroes the engine then writes go out
 /// after IO issued behind it.
-fn probe_zero_range(file: &fs::File, path: &Path) -> Option<bool> {
+fn probe_zero_range(
+    file: &fs::File,
+    path: &Path,
+    stat: Option<&nix::sys::statfs::Statfs>,
+) -> Option<bool> {
     use std::collections::HashMap;
     use std::sync::Mutex;
     static KNOWN: Mutex<Option<HashMap<FsKey, bool>>> = Mutex::new(None);
-    let fs_key = file_system_key(file)?;
+    let Some(fs_key) = stat.and_then(|stat| file_system_key(file, stat)) else {
+        // Nothing to keep the answer by: probed at each open.
+        return probe_zero_range_once(file, path);
+    };
     let kept = KNOWN
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
@@ -260,7 +267,11 @@ fn probe_zero_range(file: &fs::File, path: &Path) -> Option<bool> {
 
 /// `FS_EXTENT_FL` (`include/uapi/linux/fs.h`): the inode maps its blocks
 /// with extents.
-const FS_EXTENT_FL: libc::c_long = 0x0008_0000;
+const FS_EXTENT_FL: libc::c_int = 0x0008_0000;
+
+/// `FS_INLINE_DATA_FL` (`include/uapi/linux/fs.h`): the file's bytes live
+/// in its inode (ext4's `inline_data`, files of about 60 bytes or less).
+const FS_INLINE_DATA_FL: libc::c_int = 0x1000_0000;
 
 /// True for a file on ext4 that has no extents (made by ext3, or on an
 /// ext4 without the extent feature): ext4 refuses `FALLOC_FL_ZERO_RANGE`
@@ -268,32 +279,43 @@ const FS_EXTENT_FL: libc::c_long = 0x0008_0000;
 /// has extents, says the file system takes it. Taken for supported, the
 /// refusal came after later IO and broke program order (found by a
 /// break-it helper).
-fn ext4_without_extents(file: &fs::File) -> bool {
-    let on_ext4 = nix::sys::statfs::fstatfs(file)
-        .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::EXT4_SUPER_MAGIC);
+///
+/// A file whose data is inline has no extent flag either, but ext4
+/// moves its data out of the inode before it zeroes a range, and the
+/// moved file has extents exactly when the file system has the feature:
+/// the probe's answer holds for it (it was said to have no zeroing op,
+/// and `write_zeroes` wrote every zero; found by a reviewer).
+fn ext4_without_extents(file: &fs::File, stat: Option<&nix::sys::statfs::Statfs>) -> bool {
+    let on_ext4 = stat.is_some_and(|s| s.filesystem_type() == nix::sys::statfs::EXT4_SUPER_MAGIC);
     if !on_ext4 {
         return false;
     }
-    let mut flags: libc::c_long = 0;
-    // SAFETY: FS_IOC_GETFLAGS writes the inode's flags (an int, into the
-    // low bytes of this zeroed long) through the pointer, which points
-    // to a live local.
+    let mut flags: libc::c_int = 0;
+    // SAFETY: FS_IOC_GETFLAGS writes the inode's flags, a C int (despite
+    // the ioctl's declared long), through the pointer, which points to a
+    // live local of that type.
     let rc = unsafe { libc::ioctl(file.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut flags) };
-    rc == 0 && flags & FS_EXTENT_FL == 0
+    rc == 0 && flags & (FS_EXTENT_FL | FS_INLINE_DATA_FL) == 0
 }
 
-/// `(st_dev, f_type, f_fsid)` of the file system `file` is on. The device
-/// number and type alone named a new file system made on the same device
-/// the same (ext2 after ext4: one magic number), and the kept answer was
-/// wrong (found by a break-it helper); `f_fsid` comes from the file
-/// system's own identity (ext4, XFS, btrfs: their UUID), so it differs.
-fn file_system_key(file: &fs::File) -> Option<FsKey> {
+/// `(st_dev, f_type, f_fsid)` of the file system `file` is on (`stat` is
+/// its `fstatfs`). The device number and type alone named a new file
+/// system made on the same device the same (ext2 after ext4: one magic
+/// number), and the kept answer was wrong (found by a break-it helper);
+/// `f_fsid` comes from the file system's identity (ext4 and btrfs: their
+/// UUID; XFS: its device number), so it differs there. `None` where the
+/// file system leaves `f_fsid` at 0 (FUSE, virtiofs, NFS): an anonymous
+/// device number is handed out again after an unmount, so nothing would
+/// tell the next file system from the last one.
+fn file_system_key(file: &fs::File, stat: &nix::sys::statfs::Statfs) -> Option<FsKey> {
     use std::os::unix::fs::MetadataExt;
     let dev = file.metadata().ok()?.dev();
-    let stat = nix::sys::statfs::fstatfs(file).ok()?;
     // SAFETY: `fsid_t` is `#[repr(C)]` and holds exactly two C ints (its
     // fields are private in libc); the bytes are only compared.
     let fsid = unsafe { std::mem::transmute::<libc::fsid_t, [i32; 2]>(stat.filesystem_id()) };
+    if fsid == [0, 0] {
+        return None;
+    }
     Some((dev, stat.filesystem_type().0 as i64, fsid))
 }
 
@@ -491,13 +513,17 @@ impl FileBackend {
             skip_atime(&file);
         }
         let geometry = Geometry::of_file(&file, direct).map_err(|e| e.with_path(path))?;
+        // One `fstatfs` for both questions below.
+        let stat = (!is_block_device && writable)
+            .then(|| nix::sys::statfs::fstatfs(&file).ok())
+            .flatten();
         let zero_range = match (is_block_device, writable) {
             (true, _) => Some(true),
             // No for a file ext4 refuses it for, whatever the file
             // system's answer (and also where its probe cannot run: a
             // directory this user may not write); else that answer.
-            (false, true) if ext4_without_extents(&file) => Some(false),
-            (false, true) => probe_zero_range(&file, path),
+            (false, true) if ext4_without_extents(&file, stat.as_ref()) => Some(false),
+            (false, true) => probe_zero_range(&file, path, stat.as_ref()),
             // Its writes fail (EBADF) whatever the file system can do.
             (false, false) => None,
         };
@@ -727,7 +753,8 @@ mod tests {
     /// there get the same answer.
     #[test]
     fn the_zero_range_probe_runs_once_per_file_system() {
-        // Under the target directory (a disk file system), not /tmp.
+        // In the crate's directory (a disk file system), not /tmp, which
+        // may be a tmpfs (a killed run leaves a `.tmp*` directory there).
         let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).expect("dir");
         let open = |name: &str| {
             let path = dir.path().join(name);
@@ -738,7 +765,8 @@ mod tests {
                 .truncate(false)
                 .open(&path)
                 .expect("open");
-            probe_zero_range(&file, &path)
+            let stat = nix::sys::statfs::fstatfs(&file).ok();
+            probe_zero_range(&file, &path, stat.as_ref())
         };
         let first = open("a");
         let probes = PROBES.with(std::cell::Cell::get);
