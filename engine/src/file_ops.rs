@@ -155,15 +155,19 @@ impl Device {
     /// ```
     ///
     /// # Errors
-    /// [`ErrorKind::NoDriver`] when awaited off a plugio core (before
-    /// anything is done). Otherwise:
-    /// Invalid input (a range off the direct-IO alignment, zero length)
-    /// before submission; `Unsupported` where the file system lacks the
-    /// mode (except `ZeroRange`), and, before submission, for
-    /// `Allocate`/`AllocateKeepSize` on a block device (it has no blocks to
-    /// allocate: its space is all there); `OutOfSpace` (a file system may
-    /// have allocated part of the range and grown the file by then, as
-    /// `fallocate(2)` leaves it).
+    /// First, before anything is done, also off a plugio core: for
+    /// `Allocate`/`AllocateKeepSize` on a block device, invalid input (a
+    /// range off the direct-IO alignment, zero length), then
+    /// `Unsupported` (it has no blocks to allocate: its space is all
+    /// there). Then [`ErrorKind::NoDriver`] when awaited off a plugio
+    /// core. Otherwise:
+    /// invalid input (as above) before submission; for `ZeroRange`,
+    /// [`write_zeroes`](Self::write_zeroes)' errors (among them its
+    /// refusal of a range over 64 GiB where the zeroes must be written);
+    /// `Unsupported` where the file system lacks the mode (except
+    /// `ZeroRange`); `OutOfSpace` (a file system may have allocated part
+    /// of the range and grown the file by then, as `fallocate(2)` leaves
+    /// it).
     pub async fn fallocate(
         &self,
         offset_bytes: u64,
