@@ -106,8 +106,16 @@ impl Registry {
                 return Ok(Some(shared));
             }
             let detail = shared.opts.differences(opts).join(", ");
-            // The handle raised above goes again (as a Device drop).
-            shared.drop_handle();
+            // The handle raised above goes again, as a Device drop: when
+            // every other handle went meanwhile, this one was the last, and
+            // the cores that used the device are woken to let go of it
+            // (they kept the file open until they next ran; found by a
+            // reviewer).
+            let wake = shared.drop_handle();
+            drop(shared);
+            for waker in wake.into_iter().flatten() {
+                waker.unpark();
+            }
             return Err(Error::invalid(InvalidInput::AlreadyOpen { detail }));
         }
         Ok(None)

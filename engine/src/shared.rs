@@ -397,6 +397,7 @@ impl DeviceShared {
     /// Returns, for the last handle, how to wake the cores that used the
     /// device: they let go of it at the end of the tick the wake brings.
     /// The caller wakes them once its own reference is dropped.
+    #[must_use = "the last handle's drop must wake the cores, once the caller's reference is gone"]
     pub fn drop_handle(&self) -> Option<Vec<Arc<dyn plugio_executor::Unpark>>> {
         // Release pairs with the Acquire load in `is_closed`: what the
         // handle's holder did happens before a core sees the device closed.
@@ -440,6 +441,11 @@ impl DeviceShared {
         let mut gone = Vec::new();
         for (i, counters) in live.iter().enumerate() {
             if Arc::strong_count(counters) == 1 {
+                // `strong_count` is a Relaxed load: this Acquire fence
+                // pairs with the Release decrement of the gone core's
+                // `Arc` drop, so its last counts are seen (as
+                // `Arc::into_inner` would do; found by a reviewer).
+                std::sync::atomic::fence(Ordering::Acquire);
                 retired.absorb(counters);
                 gone.push(i + 1);
             }

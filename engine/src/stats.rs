@@ -78,10 +78,16 @@ pub(crate) struct CoreCounters {
 
 impl OpCounters {
     fn absorb(&self, gone: &OpCounters) {
-        self.ios.add(gone.ios.get());
-        self.merges.add(gone.merges.get());
-        self.sectors.add(gone.sectors.get());
-        self.ticks_ns.add(gone.ticks_ns.get());
+        let OpCounters {
+            ios,
+            merges,
+            sectors,
+            ticks_ns,
+        } = gone;
+        self.ios.add(ios.get());
+        self.merges.add(merges.get());
+        self.sectors.add(sectors.get());
+        self.ticks_ns.add(ticks_ns.get());
     }
 }
 
@@ -91,23 +97,44 @@ impl CoreCounters {
     /// one writer at a time, as [`Counter::add`] needs). Its `in_flight`
     /// gauge is not taken: a gone core has nothing in flight.
     pub fn absorb(&self, gone: &CoreCounters) {
-        self.read.absorb(&gone.read);
-        self.write.absorb(&gone.write);
-        self.discard.absorb(&gone.discard);
-        self.flush.absorb(&gone.flush);
+        // Every field named, so that a new counter cannot be left out
+        // unnoticed (a compile error here instead).
+        let CoreCounters {
+            read,
+            write,
+            discard,
+            flush,
+            in_flight: _,
+            io_ticks_ns,
+            time_in_queue_ns,
+            plug_flushes,
+            bios,
+            requests,
+            bio_cache_hits,
+            bio_cache_misses,
+            fixed_buf_requests,
+            requeues,
+            bounce_ios,
+            bounce_bytes,
+            fua_writes,
+        } = gone;
+        self.read.absorb(read);
+        self.write.absorb(write);
+        self.discard.absorb(discard);
+        self.flush.absorb(flush);
         let sums = [
-            (&self.io_ticks_ns, &gone.io_ticks_ns),
-            (&self.time_in_queue_ns, &gone.time_in_queue_ns),
-            (&self.plug_flushes, &gone.plug_flushes),
-            (&self.bios, &gone.bios),
-            (&self.requests, &gone.requests),
-            (&self.bio_cache_hits, &gone.bio_cache_hits),
-            (&self.bio_cache_misses, &gone.bio_cache_misses),
-            (&self.fixed_buf_requests, &gone.fixed_buf_requests),
-            (&self.requeues, &gone.requeues),
-            (&self.bounce_ios, &gone.bounce_ios),
-            (&self.bounce_bytes, &gone.bounce_bytes),
-            (&self.fua_writes, &gone.fua_writes),
+            (&self.io_ticks_ns, io_ticks_ns),
+            (&self.time_in_queue_ns, time_in_queue_ns),
+            (&self.plug_flushes, plug_flushes),
+            (&self.bios, bios),
+            (&self.requests, requests),
+            (&self.bio_cache_hits, bio_cache_hits),
+            (&self.bio_cache_misses, bio_cache_misses),
+            (&self.fixed_buf_requests, fixed_buf_requests),
+            (&self.requeues, requeues),
+            (&self.bounce_ios, bounce_ios),
+            (&self.bounce_bytes, bounce_bytes),
+            (&self.fua_writes, fua_writes),
         ];
         for (sum, part) in sums {
             sum.add(part.get());
