@@ -405,11 +405,7 @@ impl OpenOptions {
             {
                 Error::new(ErrorKind::DirectIoRefused).with_path(path)
             } else if !exists && *e.kind() == ErrorKind::PermissionDenied {
-                // A file to create: the refusal is its directory's.
-                e.with_context(
-                    "the directory refuses a new file: it needs write and search (x) \
-                     permission for this user, or create the file elsewhere",
-                )
+                plugio_device::backend::file::explain_create_refusal(e)
             } else if opts.read_only || !exists {
                 e
             } else {

@@ -206,12 +206,25 @@ fn creating_a_file_in_a_directory_that_refuses_it_says_so() {
             .map(drop)
             .expect_err("the directory is root's");
         let shown = e.to_string();
+        if *e.kind() != ErrorKind::PermissionDenied
+            || !shown.contains("the directory refuses a new file")
+        {
+            return Err(shown);
+        }
+        // The blocking open says it too (it gave only the file's path).
+        let e = plugio_device::OpenOptions::new()
+            .create(true)
+            .direct(false)
+            .open(&file)
+            .map(drop)
+            .expect_err("the directory is root's");
+        let shown = e.to_string();
         if *e.kind() == ErrorKind::PermissionDenied
             && shown.contains("the directory refuses a new file")
         {
             Ok(())
         } else {
-            Err(shown)
+            Err(format!("blocking open: {shown}"))
         }
     });
     assert_eq!(report, Ok(()));
