@@ -395,6 +395,135 @@ fn a_dropped_read_keeps_the_buffer_until_the_io_completes() {
     });
 }
 
+/// A buffer that counts its drops.
+struct Counted {
+    bytes: Vec<u8>,
+    drops: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.drops.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+// SAFETY: delegates to the Vec, whose heap memory does not move.
+unsafe impl IoBuf for Counted {
+    fn stable_ptr(&self) -> *const u8 {
+        self.bytes.as_ptr()
+    }
+    fn bytes_init(&self) -> usize {
+        self.bytes.len()
+    }
+    fn bytes_total(&self) -> usize {
+        self.bytes.capacity()
+    }
+}
+
+// SAFETY: as the Vec's impl.
+unsafe impl IoBufMut for Counted {
+    fn stable_mut_ptr(&mut self) -> *mut u8 {
+        self.bytes.as_mut_ptr()
+    }
+    unsafe fn set_init(&mut self, len_bytes: usize) {
+        // SAFETY: forwarded contract.
+        unsafe { self.bytes.set_len(len_bytes) }
+    }
+}
+
+/// The IO future drops the caller's buffers (and a bounce buffer) by
+/// hand, to spare the finished future's drop glue: each way a future
+/// ends drops the buffer exactly once. A future never polled, one that
+/// finished (the buffer handed back, then dropped by the caller), one
+/// refused at its first poll (out of range: handed back with the error),
+/// one that bounced, and one dropped while its read was in flight (kept
+/// by the engine until the read completes).
+#[test]
+fn every_way_an_io_future_ends_drops_the_buffer_once() {
+    use std::sync::atomic::AtomicUsize;
+    let file = tempfile::NamedTempFile::new().expect("temp file");
+    file.as_file().set_len(8192).expect("size");
+    local().run(async {
+        let dev = Device::open(
+            file.path(),
+            DeviceOptions {
+                direct: false,
+                ..DeviceOptions::default()
+            },
+        )
+        .expect("open");
+        let buf = |drops: &Arc<AtomicUsize>| Counted {
+            bytes: Vec::with_capacity(4096),
+            drops: drops.clone(),
+        };
+        let never = Arc::new(AtomicUsize::new(0));
+        drop(dev.read_at(buf(&never), 0));
+        assert_eq!(never.load(Ordering::SeqCst), 1, "never polled");
+
+        let finished = Arc::new(AtomicUsize::new(0));
+        let (n, b) = dev.read_at(buf(&finished), 0).await;
+        assert_eq!(n.expect("read"), 4096);
+        assert_eq!(
+            finished.load(Ordering::SeqCst),
+            0,
+            "handed back, not dropped"
+        );
+        drop(b);
+        assert_eq!(finished.load(Ordering::SeqCst), 1, "finished");
+
+        let refused = Arc::new(AtomicUsize::new(0));
+        let empty = Counted {
+            bytes: Vec::new(),
+            drops: refused.clone(),
+        };
+        let (r, b) = dev.read_at(empty, 0).await;
+        assert!(r.is_err(), "a zero length is refused");
+        assert_eq!(
+            refused.load(Ordering::SeqCst),
+            0,
+            "handed back with the error"
+        );
+        drop(b);
+        assert_eq!(refused.load(Ordering::SeqCst), 1, "refused");
+
+        let bounced = Arc::new(AtomicUsize::new(0));
+        let aligned = {
+            use plugio_device::backend::mem::{MemConfig, MemDevice};
+            let mem = MemDevice::new(MemConfig {
+                mem_align_bytes: 4096,
+                ..MemConfig::default()
+            });
+            Device::with_backend(Arc::new(mem), None, DeviceOptions::default()).expect("device")
+        };
+        let mut b = buf(&bounced);
+        if b.bytes.as_ptr() as usize % 4096 == 0 {
+            // Off the alignment on purpose: the read must bounce.
+            b.bytes = Vec::with_capacity(4096 + 1);
+        }
+        let (n, b) = aligned.read_at(b, 0).await;
+        assert!(n.expect("bounced read") >= 4096);
+        assert_eq!(aligned.iostats().bounce_ios, 1, "it bounced");
+        assert_eq!(
+            bounced.load(Ordering::SeqCst),
+            0,
+            "handed back, not dropped"
+        );
+        drop(b);
+        assert_eq!(bounced.load(Ordering::SeqCst), 1, "bounced");
+
+        let orphaned = Arc::new(AtomicUsize::new(0));
+        let odev = orphan_a_read(buf(&orphaned));
+        for _ in 0..1000 {
+            if orphaned.load(Ordering::SeqCst) > 0 {
+                break;
+            }
+            plugio_executor::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(odev.tags_in_use(), 0);
+        assert_eq!(orphaned.load(Ordering::SeqCst), 1, "orphaned");
+    });
+}
+
 /// A caller's buffer whose `Drop` panics after its `Tracked` is dropped
 /// (a pool frame returning itself to a pool that is gone).
 struct PanicsOnDrop(Tracked);
