@@ -339,7 +339,7 @@ fn file_system_key(file: &fs::File, stat: &nix::sys::statfs::Statfs) -> Option<F
     if fsid == [0, 0] {
         return None;
     }
-    Some((dev, stat.filesystem_type().0 as i64, fsid))
+    Some((dev, stat.filesystem_type().0, fsid))
 }
 
 /// What [`file_system_key`] tells file systems apart by.
