@@ -7,7 +7,7 @@
 //! helper). Needs root, `mkfs.ext3`, `tune2fs` and a loop mount; skipped
 //! with a message otherwise.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use plugio_device::{Backend, OpenOptions};
@@ -17,6 +17,44 @@ fn run(cmd: &str, args: &[&str]) -> bool {
         .args(args)
         .output()
         .is_ok_and(|o| o.status.success())
+}
+
+/// A 32 MiB image file and an empty mount point in a directory of their
+/// own; `None` (the test skipped, with a message) without root.
+struct Scratch {
+    _dir: tempfile::TempDir,
+    image: PathBuf,
+    mnt: PathBuf,
+}
+
+impl Scratch {
+    fn new() -> Option<Scratch> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            println!("SKIPPED: a loop mount needs root");
+            return None;
+        }
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+        let image = dir.path().join("fs.img");
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).expect("mount point");
+        std::fs::File::create(&image)
+            .and_then(|f| f.set_len(32 << 20))
+            .expect("image");
+        Some(Scratch {
+            _dir: dir,
+            image,
+            mnt,
+        })
+    }
+
+    fn image(&self) -> &str {
+        self.image.to_str().expect("utf-8")
+    }
+
+    fn mount_point(&self) -> &str {
+        self.mnt.to_str().expect("utf-8")
+    }
 }
 
 /// Unmounts and removes the mount point when dropped.
@@ -30,19 +68,10 @@ impl Drop for Mounted<'_> {
 
 #[test]
 fn an_ext4_file_without_extents_has_no_zeroing_op() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        println!("SKIPPED: a loop mount needs root");
+    let Some(scratch) = Scratch::new() else {
         return;
-    }
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
-    let image = dir.path().join("ext3.img");
-    let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&mnt).expect("mount point");
-    std::fs::File::create(&image)
-        .and_then(|f| f.set_len(32 << 20))
-        .expect("image");
-    let (img, at) = (image.to_str().expect("utf-8"), mnt.to_str().expect("utf-8"));
+    };
+    let (img, at, mnt) = (scratch.image(), scratch.mount_point(), &scratch.mnt);
     if !run("mkfs.ext3", &["-q", "-F", img]) {
         println!("SKIPPED: mkfs.ext3 failed or is missing");
         return;
@@ -52,7 +81,7 @@ fn an_ext4_file_without_extents_has_no_zeroing_op() {
             println!("SKIPPED: the loop mount failed");
             return;
         }
-        let _mounted = Mounted(&mnt);
+        let _mounted = Mounted(mnt);
         std::fs::write(mnt.join("old"), vec![0xaa; 1 << 20]).expect("old file");
         std::fs::create_dir(mnt.join("sealed")).expect("dir");
         std::fs::write(mnt.join("sealed/old"), vec![0xaa; 1 << 20]).expect("old file");
@@ -65,7 +94,7 @@ fn an_ext4_file_without_extents_has_no_zeroing_op() {
         println!("SKIPPED: the second loop mount failed");
         return;
     }
-    let _mounted = Mounted(&mnt);
+    let _mounted = Mounted(mnt);
     std::fs::write(mnt.join("new"), vec![0xaa; 1 << 20]).expect("new file");
     let open = |name: &str| {
         OpenOptions::new()
@@ -103,19 +132,10 @@ fn an_ext4_file_without_extents_has_no_zeroing_op() {
 /// `inline_data` and a loop mount; skipped with a message otherwise.
 #[test]
 fn an_ext4_file_with_inline_data_keeps_its_zeroing_op() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        println!("SKIPPED: a loop mount needs root");
+    let Some(scratch) = Scratch::new() else {
         return;
-    }
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
-    let image = dir.path().join("inline.img");
-    let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&mnt).expect("mount point");
-    std::fs::File::create(&image)
-        .and_then(|f| f.set_len(32 << 20))
-        .expect("image");
-    let (img, at) = (image.to_str().expect("utf-8"), mnt.to_str().expect("utf-8"));
+    };
+    let (img, at, mnt) = (scratch.image(), scratch.mount_point(), &scratch.mnt);
     if !run("mkfs.ext4", &["-q", "-F", "-O", "inline_data", img]) {
         println!("SKIPPED: mkfs.ext4 -O inline_data failed or is missing");
         return;
@@ -124,7 +144,7 @@ fn an_ext4_file_with_inline_data_keeps_its_zeroing_op() {
         println!("SKIPPED: the loop mount failed");
         return;
     }
-    let _mounted = Mounted(&mnt);
+    let _mounted = Mounted(mnt);
     std::fs::write(mnt.join("tiny"), b"hello").expect("tiny file");
     let tiny = OpenOptions::new()
         .direct(false)
