@@ -479,12 +479,19 @@ impl TagSet {
         let mut masks = [0u64; PUT_BATCH_WORDS];
         let mut touched = 0u64;
         let mut run: Option<(usize, u64)> = None;
-        let mut freed = 0usize;
-        let mut last = None;
+        // Out-of-range tags are a bug (logged and skipped): counted apart,
+        // so the loop keeps neither a count nor the last tag freed.
+        let mut skipped = 0usize;
+        let (depth, shift) = (self.depth, self.shift);
+        let low = self.bits_per_word() - 1;
         for &tag in tags {
-            let Some((index, bit)) = self.locate(tag) else {
+            let nr = tag.as_u32();
+            if nr >= depth {
+                self.out_of_range(tag);
+                skipped += 1;
                 continue;
-            };
+            }
+            let (index, bit) = ((nr >> shift) as usize, nr & low);
             let bit_mask = 1u64 << bit;
             debug_assert!(
                 self.words[index].is_held(bit_mask),
@@ -495,17 +502,8 @@ impl TagSet {
                 masks[index] |= bit_mask;
                 touched |= 1 << index;
             } else {
-                run = match run {
-                    Some((run_index, mask)) if run_index == index => Some((index, mask | bit_mask)),
-                    Some((run_index, mask)) => {
-                        self.words[run_index].put_direct(mask);
-                        Some((index, bit_mask))
-                    }
-                    None => Some((index, bit_mask)),
-                };
+                self.put_run(&mut run, index, bit_mask);
             }
-            freed += 1;
-            last = Some(tag);
         }
         while touched != 0 {
             let index = touched.trailing_zeros() as usize;
@@ -515,8 +513,14 @@ impl TagSet {
         if let Some((index, mask)) = run {
             self.words[index].put_direct(mask);
         }
-        let Some(last) = last else {
+        let freed = tags.len() - skipped;
+        if freed == 0 {
             return;
+        }
+        let last = if skipped == 0 {
+            tags[tags.len() - 1]
+        } else {
+            Self::last_in_range(tags, depth)
         };
         self.waiters.wake_up(freed);
         let slot = self.core_slot(core);
@@ -524,6 +528,33 @@ impl TagSet {
             slot.set_hint(last.as_u32());
         }
         slot.puts.add(freed as u64);
+    }
+
+    /// A tag of a word past the first [`PUT_BATCH_WORDS`] (only sets of
+    /// more words than that): joins the run of its word, or frees the run before it
+    /// and starts its own. Out of line, so the common loop keeps no run.
+    #[cold]
+    #[inline(never)]
+    fn put_run(&self, run: &mut Option<(usize, u64)>, index: usize, bit_mask: u64) {
+        *run = match *run {
+            Some((run_index, mask)) if run_index == index => Some((index, mask | bit_mask)),
+            Some((run_index, mask)) => {
+                self.words[run_index].put_direct(mask);
+                Some((index, bit_mask))
+            }
+            None => Some((index, bit_mask)),
+        };
+    }
+
+    /// The last tag of `tags` below `depth` (a batch that held an
+    /// out-of-range tag; at least one is in range).
+    #[cold]
+    fn last_in_range(tags: &[Tag], depth: u32) -> Tag {
+        *tags
+            .iter()
+            .rev()
+            .find(|t| t.as_u32() < depth)
+            .expect("a tag in range")
     }
 
     /// Wakes every parked waiter (`sbitmap_queue_wake_all`), e.g. at
