@@ -61,6 +61,9 @@ pub(crate) type Done = (u64, Status);
 pub(crate) trait Completed: Copy {
     fn token(self) -> u64;
     fn status(self) -> Status;
+    /// The byte count, where the status is [`Status::Bytes`] (the common
+    /// case, tested without decoding the rest).
+    fn bytes(self) -> Option<u64>;
 }
 
 impl Completed for (u64, i32) {
@@ -72,6 +75,11 @@ impl Completed for (u64, i32) {
     fn status(self) -> Status {
         Status::from_result(self.1)
     }
+    #[inline]
+    fn bytes(self) -> Option<u64> {
+        // As `from_result`: a result >= 0 is a byte count.
+        (self.1 >= 0).then_some(self.1 as u64)
+    }
 }
 
 impl Completed for Done {
@@ -82,6 +90,13 @@ impl Completed for Done {
     #[inline]
     fn status(self) -> Status {
         self.1
+    }
+    #[inline]
+    fn bytes(self) -> Option<u64> {
+        match self.1 {
+            Status::Bytes(n) => Some(n),
+            _ => None,
+        }
     }
 }
 
