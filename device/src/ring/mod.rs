@@ -206,6 +206,18 @@ const TIMEOUT_UD: u64 = u64::MAX - 1;
 const CANCEL_UD: u64 = u64::MAX - 2;
 /// user_data of the armed read of the passthrough ring's eventfd.
 const CMD_WAKE_UD: u64 = u64::MAX - 3;
+/// Set in each reserved user_data value above, and in no op's.
+const RESERVED_BIT: u64 = 1 << 63;
+const _: () = assert!(
+    WAKE_UD & TIMEOUT_UD & CANCEL_UD & CMD_WAKE_UD & RESERVED_BIT != 0
+        && (DIRECT_BIT
+            | (DIRECT_MAX_HANDLER as u64) << DIRECT_TOKEN_BITS
+            | ((1 << DIRECT_TOKEN_BITS) - 1)
+            | PREFLUSH_BIT
+            | u32::MAX as u64)
+            & RESERVED_BIT
+            == 0
+);
 /// Set in user_data of a direct op (no slot; see the module invariants).
 /// The reserved user_data values above (`u64::MAX - k`) have bit 63 set
 /// and are matched first; slot ops use only the low 41 bits.
@@ -1403,17 +1415,10 @@ impl Ring {
         ud: u64,
         res: i32,
     ) {
-        match ud {
-            WAKE_UD => {
-                self.wake_armed.set(false);
-                return;
-            }
-            CMD_WAKE_UD => {
-                self.cmd_wake_armed.set(false);
-                return;
-            }
-            TIMEOUT_UD | CANCEL_UD => return,
-            _ => {}
+        // The reserved values have bit 63 set, which no op's user_data
+        // has: one test for all of them on the path of every CQE.
+        if ud & RESERVED_BIT != 0 && self.reserved_cqe(ud) {
+            return;
         }
         if ud & DIRECT_BIT != 0 {
             let handler = HandlerId(((ud & !DIRECT_BIT) >> DIRECT_TOKEN_BITS) as u32);
@@ -1453,6 +1458,22 @@ impl Ring {
             token: meta.token,
             result,
         });
+    }
+
+    /// The CQE of a reserved user_data value (the wake reads, the
+    /// fallback timeout, the shutdown cancel): handled here, returns true.
+    /// False for any other value with bit 63 set (none is issued), which
+    /// goes on as an op's.
+    #[cold]
+    #[inline(never)]
+    fn reserved_cqe(&self, ud: u64) -> bool {
+        match ud {
+            WAKE_UD => self.wake_armed.set(false),
+            CMD_WAKE_UD => self.cmd_wake_armed.set(false),
+            TIMEOUT_UD | CANCEL_UD => {}
+            _ => return false,
+        }
+        true
     }
 
     /// Per-op EAGAIN: resubmits the op's kept SQE (and its preflush).
