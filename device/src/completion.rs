@@ -4,8 +4,9 @@
 //! whatever delivers batches ([`DeliverBatch`], the core), so the ring
 //! does not depend on the core.
 //!
-//! Invariant: a [`Reaped`]'s runs cover its pairs exactly (the lengths sum
-//! to the number of pairs; debug builds check at delivery), and
+//! Invariant: a [`Reaped`]'s runs cover its pairs exactly (the first
+//! starts at the first pair, each at a later pair than the one before,
+//! the last ends at the end; debug builds check at delivery), and
 //! consecutive runs name different handlers.
 
 /// Where a [`Reaped`] list is delivered: the core's handler table.
@@ -54,25 +55,48 @@ pub(crate) struct Completion {
 
 /// Completions reaped from a ring and not yet delivered: the
 /// `(token, result)` pairs in order, and the handler of each run of
-/// consecutive pairs (run-length encoded: one entry per handler change),
-/// so a run is a slice [`complete_batch`] takes as it is.
+/// consecutive pairs (one entry per handler change, with the index of
+/// its first pair), so a run is a slice [`complete_batch`] takes as it
+/// is.
 ///
 /// [`complete_batch`]: CompletionHandler::complete_batch
-#[derive(Default)]
 pub(crate) struct Reaped {
     done: Vec<(u64, i32)>,
-    /// `(handler, length)` of each run of `done`, in order.
+    /// `(handler, start)` of each run of `done`, in order: the run goes
+    /// from `start` to the next run's start (the last one, to the end).
     runs: Vec<(HandlerId, usize)>,
+    /// The last run's handler, or [`NO_RUN`] when there is no run: a push
+    /// of the same handler compares one word and counts nothing.
+    last: u64,
+}
+
+/// [`Reaped::last`] with no run (above every `u32` handler id).
+const NO_RUN: u64 = u64::MAX;
+
+impl Default for Reaped {
+    fn default() -> Self {
+        Self {
+            done: Vec::new(),
+            runs: Vec::new(),
+            last: NO_RUN,
+        }
+    }
 }
 
 impl Reaped {
     #[inline]
     pub fn push(&mut self, c: Completion) {
-        match self.runs.last_mut() {
-            Some((h, n)) if *h == c.handler => *n += 1,
-            _ => self.runs.push((c.handler, 1)),
+        if u64::from(c.handler.0) != self.last {
+            self.start_run(c.handler);
         }
         self.done.push((c.token, c.result));
+    }
+
+    /// A run of `handler` begins at the next pair.
+    #[inline(never)]
+    fn start_run(&mut self, handler: HandlerId) {
+        self.runs.push((handler, self.done.len()));
+        self.last = u64::from(handler.0);
     }
 
     pub fn len(&self) -> usize {
@@ -86,6 +110,7 @@ impl Reaped {
     pub fn clear(&mut self) {
         self.done.clear();
         self.runs.clear();
+        self.last = NO_RUN;
     }
 
     pub fn capacity(&self) -> usize {
@@ -95,14 +120,11 @@ impl Reaped {
     /// Calls each handler once per run of its consecutive completions.
     #[inline]
     pub fn deliver<D: DeliverBatch>(&self, core: &D) {
-        debug_assert_eq!(
-            self.runs.iter().map(|&(_, n)| n).sum::<usize>(),
-            self.done.len()
-        );
-        let mut start = 0;
-        for &(handler, n) in &self.runs {
-            core.deliver_batch(handler, &self.done[start..start + n]);
-            start += n;
+        debug_assert!(self.runs.first().is_none_or(|&(_, start)| start == 0));
+        debug_assert!(self.runs.windows(2).all(|w| w[0].1 < w[1].1));
+        for (i, &(handler, start)) in self.runs.iter().enumerate() {
+            let end = self.runs.get(i + 1).map_or(self.done.len(), |r| r.1);
+            core.deliver_batch(handler, &self.done[start..end]);
         }
     }
 }
