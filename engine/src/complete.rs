@@ -75,17 +75,11 @@ impl EngineCore {
             let mut bios = self.bios.borrow_mut();
             let mut wakes = self.wake_list.borrow_mut();
             let mut puts = self.scratch_puts.borrow_mut();
-            let mut i = 0;
-            while i < completions.len() {
-                let dev = (completions[i].token() >> 32) as u32;
-                let run = completions[i..]
-                    .iter()
-                    .take_while(|c| (c.token() >> 32) as u32 == dev)
-                    .count();
-                let batch = &completions[i..i + run];
-                i += run;
+            let mut rest = completions;
+            while let Some(first) = rest.first() {
+                let dev = device_of(first.token());
                 let Some(d) = devs.get_mut(dev as usize) else {
-                    tracing::error!(dev, "completions for an unknown device ignored");
+                    rest = &rest[unknown_device(dev, rest)..];
                     continue;
                 };
                 let mut ctx = Ctx {
@@ -94,7 +88,9 @@ impl EngineCore {
                     requeued: false,
                 };
                 d.shared.adopt_remote_orphans(self.uid, ctx.bios);
-                complete_device(d, self.core, batch, &mut ctx, &mut puts);
+                // The device's run is found as it is completed.
+                let run = complete_device(d, dev, self.core, rest, &mut ctx, &mut puts);
+                rest = &rest[run..];
                 if ctx.requeued {
                     outcome.requeued.insert(dev);
                 }
@@ -132,16 +128,36 @@ struct Ctx<'a> {
     requeued: bool,
 }
 
-/// Completes one device's run of a batch: per request, the status split
-/// into its bios; per run, one clock read, one tag batch free and the
-/// iostats.
+/// The device a completion's token names.
+#[inline(always)]
+fn device_of(token: u64) -> u32 {
+    (token >> 32) as u32
+}
+
+/// Logs and skips the run of completions at the start of `batch` for
+/// `dev`, which this core does not have; returns its length.
+#[cold]
+#[inline(never)]
+fn unknown_device<C: Completed>(dev: u32, batch: &[C]) -> usize {
+    tracing::error!(dev, "completions for an unknown device ignored");
+    batch
+        .iter()
+        .take_while(|c| device_of(c.token()) == dev)
+        .count()
+}
+
+/// Completes device `dev`'s run at the start of `batch` (its completions
+/// up to the first of another device) and returns its length: per
+/// request, the status split into its bios; per run, one clock read, one
+/// tag batch free and the iostats.
 fn complete_device<C: Completed>(
     d: &mut CoreDev,
+    dev: u32,
     core: usize,
     batch: &[C],
     ctx: &mut Ctx<'_>,
     puts: &mut Vec<Tag>,
-) {
+) -> usize {
     // One clock read for the batch with the cached clock; one per request
     // without it (the ablation of the cached clock).
     let batch_clock = d.iostats && d.cached_clock;
@@ -150,8 +166,15 @@ fn complete_device<C: Completed>(
     let clock_each = d.iostats && !batch_clock;
     let mut now = if batch_clock { clock::now_ns(true) } else { 0 };
     puts.clear();
-    for &c in batch {
+    // The run's length, from the iterator where it ends (no count kept).
+    let mut run = batch.len();
+    let mut iter = batch.iter();
+    while let Some(&c) = iter.next() {
         let token = c.token();
+        if device_of(token) != dev {
+            run = batch.len() - iter.len() - 1;
+            break;
+        }
         let mut slot = token as u32;
         if slot & FAST != 0 {
             let index = slot & !FAST;
@@ -206,7 +229,7 @@ fn complete_device<C: Completed>(
         }
     }
     if puts.is_empty() {
-        return;
+        return run;
     }
     if batch_clock {
         d.busy.event(now, -(puts.len() as i64), &d.counters);
@@ -217,6 +240,7 @@ fn complete_device<C: Completed>(
     d.shared.tags_for(core).put_batch(core, puts);
     #[cfg(debug_assertions)]
     d.check_invariants();
+    run
 }
 
 /// Completes fast-lane bio `index` on the fast lane when its completion,
