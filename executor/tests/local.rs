@@ -491,3 +491,32 @@ fn a_panicking_tick_hook_does_not_leave_the_core_in_its_hooks() {
     assert!(caught.is_err(), "the hook's panic reaches run");
     assert!(!ex.run(async { plugio_executor::in_tick_hooks() }));
 }
+
+#[test]
+fn the_run_queue_keeps_spawn_order_past_its_first_capacity() {
+    // 1,000 tasks queued at once: the run queue grows (from 256 slots)
+    // with tasks in it, and each round still runs them in queue order.
+    let ex = LocalExecutor::builder()
+        .task_budget(10_000)
+        .build()
+        .expect("build");
+    let order = ex.run(async {
+        let order = Rc::new(RefCell::new(Vec::new()));
+        let handles: Vec<_> = (0..1000u32)
+            .map(|i| {
+                let order = order.clone();
+                spawn_local(async move {
+                    order.borrow_mut().push(i);
+                    yield_now().await;
+                    order.borrow_mut().push(i);
+                })
+            })
+            .collect();
+        for h in handles {
+            h.await.expect("join");
+        }
+        Rc::try_unwrap(order).expect("tasks done").into_inner()
+    });
+    let want: Vec<u32> = (0..1000).chain(0..1000).collect();
+    assert_eq!(order, want);
+}

@@ -85,7 +85,6 @@ use crate::stats::AtomicTickStats;
 use crate::sync::{current_uid, fence, AtomicBool, AtomicPtr, AtomicUsize, AtomicWaker};
 use crate::Unpark;
 use std::cell::{Cell as StdCell, UnsafeCell};
-use std::collections::VecDeque;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
@@ -842,7 +841,7 @@ pub(crate) struct CoreShared {
 
 /// The local run queue: a FIFO of local task references, touched only by
 /// the core's thread.
-pub(crate) struct LocalQueue(UnsafeCell<VecDeque<LocalRef>>);
+pub(crate) struct LocalQueue(UnsafeCell<LocalRing>);
 
 // SAFETY: only the core's thread touches the queue (every method is
 // `unsafe` with that contract); other threads only hold the `CoreShared`
@@ -854,37 +853,114 @@ unsafe impl Sync for LocalQueue {}
 
 impl LocalQueue {
     fn new() -> Self {
-        Self(UnsafeCell::new(VecDeque::with_capacity(256)))
+        Self(UnsafeCell::new(LocalRing::with_capacity(256)))
     }
 
     /// # Safety
     /// The core's thread. No reference into the queue outlives the call.
+    #[inline]
     pub(crate) unsafe fn push(&self, task: LocalRef) {
         // SAFETY: core thread only, and the only live reference (caller).
-        unsafe { (*self.0.get()).push_back(task) }
+        unsafe { (*self.0.get()).push(task) }
     }
 
     /// # Safety
     /// As for `push`.
+    #[inline]
     pub(crate) unsafe fn pop(&self) -> Option<LocalRef> {
         // SAFETY: as in `push`.
-        unsafe { (*self.0.get()).pop_front() }
+        unsafe { (*self.0.get()).pop() }
     }
 
     /// # Safety
     /// As for `push`.
+    #[inline]
     pub(crate) unsafe fn len(&self) -> usize {
         // SAFETY: as in `push`.
         unsafe { (*self.0.get()).len() }
     }
 
-    /// Takes every queued task (dropped by the caller, outside the queue).
+    /// Takes every queued task, in order (dropped by the caller, outside
+    /// the queue).
     ///
     /// # Safety
     /// As for `push`.
-    pub(crate) unsafe fn take(&self) -> VecDeque<LocalRef> {
+    pub(crate) unsafe fn take(&self) -> Vec<LocalRef> {
         // SAFETY: as in `push`.
-        unsafe { std::mem::take(&mut *self.0.get()) }
+        let ring = unsafe { &mut *self.0.get() };
+        std::iter::from_fn(|| ring.pop()).collect()
+    }
+}
+
+/// The run queue's FIFO: a ring of a power-of-two number of slots, with
+/// free-running head and tail counters, so a push and a pop are one mask
+/// each (a `VecDeque` wraps its index with a compare and a select).
+///
+/// Invariant: the slots from `head` to `tail` (masked) are `Some`, the
+/// others `None`; `tail - head` (wrapping) is at most the slot count.
+struct LocalRing {
+    slots: Box<[Option<LocalRef>]>,
+    /// The slot count less one (the count is a power of two).
+    mask: usize,
+    head: usize,
+    tail: usize,
+}
+
+impl LocalRing {
+    fn with_capacity(capacity: usize) -> Self {
+        let n = capacity.max(1).next_power_of_two();
+        Self {
+            slots: std::iter::repeat_with(|| None).take(n).collect(),
+            mask: n - 1,
+            head: 0,
+            tail: 0,
+        }
+    }
+
+    #[inline]
+    fn len(&self) -> usize {
+        self.tail.wrapping_sub(self.head)
+    }
+
+    #[inline]
+    fn push(&mut self, task: LocalRef) {
+        if self.len() > self.mask {
+            // A tail call: the common path saves no register for it.
+            return self.grow_and_push(task);
+        }
+        let i = self.tail & self.mask;
+        debug_assert!(self.slots[i].is_none());
+        // SAFETY: `mask` is the slot count less one, so `i` is in bounds.
+        let slot = unsafe { self.slots.get_unchecked_mut(i) };
+        // The slot is empty (the invariant): nothing to drop.
+        std::mem::forget(slot.replace(task));
+        self.tail = self.tail.wrapping_add(1);
+    }
+
+    #[inline]
+    fn pop(&mut self) -> Option<LocalRef> {
+        if self.head == self.tail {
+            return None;
+        }
+        let i = self.head & self.mask;
+        // SAFETY: `mask` is the slot count less one, so `i` is in bounds.
+        let task = unsafe { self.slots.get_unchecked_mut(i) }.take();
+        debug_assert!(task.is_some());
+        self.head = self.head.wrapping_add(1);
+        task
+    }
+
+    /// Doubles the slots of a full ring, keeping the order, and pushes
+    /// `task`.
+    #[cold]
+    #[inline(never)]
+    fn grow_and_push(&mut self, task: LocalRef) {
+        let mut bigger = Self::with_capacity(self.slots.len() * 2);
+        while let Some(queued) = self.pop() {
+            bigger.push(queued);
+        }
+        bigger.push(task);
+        *self = bigger;
     }
 }
 
@@ -1166,14 +1242,27 @@ unsafe fn waker_wake(data: *const ()) {
         // SAFETY: see above.
         (true, true) => unsafe { local_wake(ptr, true) },
         // SAFETY: see above.
-        (true, false) => unsafe {
-            local_wake(ptr, false);
-            atomic_dec(ptr);
-        },
+        (true, false) => unsafe { local_wake_remote_ref(ptr) },
         // SAFETY: see above.
         (false, true) => unsafe { remote_drop_local(ptr, true) },
         // SAFETY: see above.
         (false, false) => unsafe { remote_wake(ptr, true) },
+    }
+}
+
+/// `waker_wake` of a waker with a remote reference, on the owner thread:
+/// out of line, so the local waker's path saves no register for its
+/// calls.
+///
+/// # Safety
+/// Owner thread, before the core closed; the caller gives up its remote
+/// reference.
+#[inline(never)]
+unsafe fn local_wake_remote_ref(ptr: NonNull<Header>) {
+    // SAFETY: forwarded (caller).
+    unsafe {
+        local_wake(ptr, false);
+        atomic_dec(ptr);
     }
 }
 
