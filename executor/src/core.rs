@@ -31,8 +31,8 @@ use crate::pools::{BlockingPool, Pools};
 use crate::stats::TickStats;
 use crate::sync::{fence, set_current_uid, AtomicBool};
 use crate::task::{
-    adopt_remote, detach_all, new_local_task, CoreShared, JoinHandle, LocalRef, SHUTDOWN_DRAIN,
-    SHUTDOWN_NONE, UNREGISTERED,
+    adopt_remote, detach_all, new_local_task, CoreShared, JoinHandle, LocalRef, Snapshot,
+    SHUTDOWN_DRAIN, SHUTDOWN_NONE, UNREGISTERED,
 };
 use crate::timers::TimerQueue;
 use std::cell::{Cell, OnceCell, RefCell};
@@ -446,9 +446,29 @@ impl Core {
         woken
     }
 
+    #[inline]
     fn run_task(&self, task: LocalRef) {
         // SAFETY: core thread; just popped from the local queue.
         let state = unsafe { task.start_run() };
+        // The common case, tested at once: a registered task, neither
+        // complete nor cancelled, is polled.
+        if state.is_complete_or_cancel_requested() || task.owned_slot() == UNREGISTERED {
+            return self.run_task_slow(task, state);
+        }
+        self.budget.reset(self.config.coop_budget);
+        // SAFETY: owner thread.
+        if unsafe { task.poll() } {
+            let slot = task.owned_slot();
+            // SAFETY: owner thread.
+            let removed = unsafe { self.owned.borrow_mut().remove(slot) };
+            drop(removed);
+        }
+    }
+
+    /// `run_task` of a task that is complete, cancelled or not yet
+    /// registered (`state`: what `start_run` returned).
+    #[inline(never)]
+    fn run_task_slow(&self, task: LocalRef, state: Snapshot) {
         if state.is_complete() {
             return;
         }

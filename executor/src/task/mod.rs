@@ -30,6 +30,7 @@ mod error;
 mod join;
 mod raw;
 mod state;
+pub(crate) use state::Snapshot;
 
 pub use error::{JoinError, TaskPanic};
 pub use join::JoinHandle;

@@ -58,6 +58,10 @@ impl Snapshot {
     pub(crate) fn is_cancel_requested(self) -> bool {
         self.0 & CANCEL_REQUESTED != 0
     }
+    /// `is_complete() || is_cancel_requested()`, in one test.
+    pub(crate) fn is_complete_or_cancel_requested(self) -> bool {
+        self.0 & (COMPLETE | CANCEL_REQUESTED) != 0
+    }
     pub(crate) fn is_queued(self) -> bool {
         self.0 & QUEUED != 0
     }
