@@ -1431,6 +1431,21 @@ impl Ring {
             });
             return;
         }
+        self.handle_slot_cqe(slots, reaped, eagain, ud, res);
+    }
+
+    /// [`handle_cqe`](Self::handle_cqe) of a slot op's CQE (or its
+    /// preflush's). Out of line: the direct ops' path keeps its values in
+    /// registers.
+    #[inline(never)]
+    fn handle_slot_cqe(
+        &self,
+        slots: &mut Slots,
+        reaped: &mut Reaped,
+        eagain: &mut Vec<u32>,
+        ud: u64,
+        res: i32,
+    ) {
         let index = (ud & u64::from(u32::MAX)) as u32;
         if ud & PREFLUSH_BIT != 0 {
             slots.set_preflush_result(index, res);
