@@ -329,7 +329,20 @@ impl DeviceShared {
     /// freed with its buffer, an unfinished one is orphaned (freed when it
     /// finishes). Called by the core at each completion batch and plug
     /// flush on this device.
+    #[inline]
     pub fn adopt_remote_orphans(&self, uid: u64, bios: &mut BioTable) {
+        // The common case, inline: none pending (the flag is tested again
+        // under the lock's path, `take_remote_orphans`).
+        // Acquire pairs with the Release store in `orphan_remote`.
+        if self.remote_orphans_pending.load(Ordering::Acquire) {
+            self.adopt_pending_remote_orphans(uid, bios);
+        }
+    }
+
+    /// [`DeviceShared::adopt_remote_orphans`] where some are pending.
+    #[cold]
+    #[inline(never)]
+    fn adopt_pending_remote_orphans(&self, uid: u64, bios: &mut BioTable) {
         // No allocation unless there are some: `take_remote_orphans`
         // returns at once when none are pending.
         let mut orphans = Vec::new();
