@@ -376,8 +376,7 @@ impl EngineCore {
             let _ = plug.drain_into(&mut plugged);
             for i in 0..devs.len() {
                 if let Some(d) = devs.get_mut(i) {
-                    d.plugged_bios = 0;
-                    d.plugged_bytes = 0;
+                    d.count_plugged_bios();
                 }
             }
             // `plugged`: the bio never became requests, so its one part

@@ -50,12 +50,9 @@ impl EngineCore {
         let (full, unplugged) = {
             let mut devs = self.devs.borrow_mut();
             let d = &mut devs[dev as usize];
-            if d.iostats {
-                let p = &mut d.pending;
-                p.bio_cache_hits += u64::from(bio_cache_hit);
-                p.bio_cache_misses += u64::from(!bio_cache_hit);
-                p.dirty = true;
-            }
+            // The bio cache counts go to the iostats when the plug is
+            // drained (`CoreDev::count_plugged_bios`).
+            d.plugged_cache_misses += usize::from(!bio_cache_hit);
             let mut plug = self.plug.borrow_mut();
             let key = merge::sort_key(bio.op, bio.flags, bio.offset_bytes);
             let flush = matches!(bio.op, OpKind::Flush | OpKind::Fsync);
@@ -162,8 +159,7 @@ impl EngineCore {
         let mut bios = self.bios.borrow_mut();
         let mut devs = self.devs.borrow_mut();
         let d = &mut devs[dev as usize];
-        d.plugged_bios = 0;
-        d.plugged_bytes = 0;
+        d.count_plugged_bios();
         d.shared.adopt_remote_orphans(self.uid, &mut bios);
         if d.nomerges == 0 && list.len() > 1 && drained.mergeable > 1 && drained.adjacent {
             merge::order_for_merge(&bios, list, drained.writes_or_flush);

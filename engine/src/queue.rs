@@ -303,6 +303,10 @@ pub(crate) struct CoreDev {
     /// `plug_flush_bytes` are compared with.
     pub plugged_bios: usize,
     pub plugged_bytes: u64,
+    /// Of `plugged_bios`, those whose bio was no bio cache hit: the
+    /// iostats' bio cache counts are added once per flush from these two
+    /// ([`CoreDev::count_plugged_bios`]), not per IO.
+    pub plugged_cache_misses: usize,
     /// Where a short transfer may resume (the device's offset alignment
     /// for direct IO, 1 otherwise).
     pub offset_align_bytes: u64,
@@ -358,6 +362,7 @@ impl CoreDev {
             plug_flush_bytes: o.plug_flush_bytes,
             plugged_bios: 0,
             plugged_bytes: 0,
+            plugged_cache_misses: 0,
             offset_align_bytes: u64::from(shared.geometry.offset_align_bytes().max(1)),
             short_read_is_eof: shared.geometry.capacity_bytes.is_none(),
             scratch_slots: Vec::new(),
@@ -441,6 +446,24 @@ impl CoreDev {
             && self.waiting.is_empty()
             && self.blocked == 0
             && !self.waiter_running
+    }
+
+    /// Empties the device's plug counts as its plugged bios leave the
+    /// plug (a flush, or an abandoned core), adding their bio cache hits
+    /// and misses to the pending iostats: once per flush, where counting
+    /// at each issue cost about 10 instructions per IO.
+    #[inline]
+    pub fn count_plugged_bios(&mut self) {
+        if self.iostats && self.plugged_bios > 0 {
+            let p = &mut self.pending;
+            let misses = self.plugged_cache_misses as u64;
+            p.bio_cache_hits += self.plugged_bios as u64 - misses;
+            p.bio_cache_misses += misses;
+            p.dirty = true;
+        }
+        self.plugged_bios = 0;
+        self.plugged_bytes = 0;
+        self.plugged_cache_misses = 0;
     }
 
     /// Adds the batch's tallies to the shared counters and clears them.
