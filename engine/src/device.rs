@@ -570,7 +570,26 @@ impl Device {
         if init.flags.contains(IoFlags::PREFLUSH) {
             refuse_preflush_on_iopoll_ring(shared)?;
         }
-        // One buffer (the common case) is checked without a heap vector.
+        // One buffer on a device the geometry checks (the common case):
+        // the check's fast path, its op in registers. (The full check's
+        // cold call below takes its op by reference, which wrote the op to
+        // memory before the fast path ran.)
+        if shared.geometry_check_only && init.op.has_data() && !matches!(init.buf, BioBuf::Many(_))
+        {
+            let seg = [init.buf.first_iovec()];
+            let op = IoOp {
+                kind: init.op,
+                offset_bytes: init.offset_bytes,
+                len_bytes: init.len_bytes,
+                segments: &seg,
+                fixed_buf: None,
+                flags: init.flags,
+            };
+            if plugio_device::check_op_fast(&shared.geometry, &op) {
+                return Ok(());
+            }
+        }
+        // One buffer is checked without a heap vector.
         let mut one = [libc::iovec {
             iov_base: std::ptr::null_mut(),
             iov_len: 0,

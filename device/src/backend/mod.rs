@@ -226,6 +226,17 @@ pub fn check_op(geometry: &Geometry, op: &IoOp<'_>) -> Result<()> {
     check_op_each(geometry, op)
 }
 
+/// [`check_op`]'s fast path alone: true for an op it accepts without a
+/// closer look (one buffer for a read or write in range, aligned), false
+/// for every other (which `check_op` may still accept). For a caller that
+/// builds `op` only to ask this and keeps the full check out of line, so
+/// that the op is never written to memory on the hot path (the full
+/// check's cold call takes it by reference).
+#[inline]
+pub fn check_op_fast(geometry: &Geometry, op: &IoOp<'_>) -> bool {
+    one_segment_op_is_valid(geometry, op)
+}
+
 /// The common op, one buffer for a read or write in range, checked with
 /// masks in one pass; `false` sends it (and everything else) through
 /// [`check_op_each`], which says what is wrong. A fast path only: it
