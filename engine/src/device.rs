@@ -714,17 +714,20 @@ pub(crate) fn issue_inline(
     // its parent's devices: their tags may be held by requests that only
     // the parent completes (a child's IO waited for them forever; found
     // by a break-it helper).
+    // (Two tests, each with its own way out: a `Result` merged from both
+    // was built on the stack on every IO.)
     let core = match EngineCore::current() {
-        Ok(c) if !c.serves_generation(shared.fork_generation) => Err(fork_refusal(&c)),
-        other => other,
-    };
-    let core = match core {
         Ok(c) => c,
         Err(e) => {
             forget_if_none(init.buf);
             return Err(Err(e));
         }
     };
+    if !core.serves_generation(shared.fork_generation) {
+        let e = fork_refusal(&core);
+        forget_if_none(init.buf);
+        return Err(Err(e));
+    }
     let dev = core.dev_index(shared);
     if init.bounced {
         core.count_bounce(dev, init.len_bytes);
