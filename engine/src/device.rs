@@ -706,6 +706,11 @@ pub(crate) fn issue_inline(
     init: BioInit,
     cx: &Context<'_>,
 ) -> Result<Issued, BioResult> {
+    // The waker first: its clone is the issue's one call, and made here,
+    // with little live, it makes the values computed below stay in
+    // registers (made after the bio's allocation, they were spilled
+    // around it). A refused IO drops it again (cold).
+    let waker = cx.waker().clone();
     if let Err(e) = Device::check(shared, &init) {
         forget_if_none(init.buf);
         return Err(Err(e));
@@ -747,7 +752,7 @@ pub(crate) fn issue_inline(
         bio.offset_bytes = info.offset_bytes;
         bio.len_bytes = info.len_bytes;
         bio.set_buf(init.buf);
-        bio.waker = Some(cx.waker().clone());
+        bio.waker = Some(waker);
         (id, hit)
     };
     core.plug_bio(dev, id, &info, hit);
