@@ -366,6 +366,18 @@ impl Bio {
 /// kept for reuse (it was allocated with the cache on).
 #[inline(always)]
 fn reset(bio: &mut Bio) -> bool {
+    // Taken on the common path (by `take_result`, whose own reset skips
+    // this test): checked, not dropped, here.
+    if bio.error.is_some() {
+        bio.error = None;
+    }
+    reset_without_error(bio)
+}
+
+/// [`reset`] of a bio whose error was taken.
+#[inline(always)]
+fn reset_without_error(bio: &mut Bio) -> bool {
+    debug_assert!(bio.error.is_none(), "the bio's error was taken");
     bio.state = BioState::Free;
     if !matches!(bio.buf, BioBuf::None) {
         forget_if_none(std::mem::take(&mut bio.buf));
@@ -377,11 +389,8 @@ fn reset(bio: &mut Bio) -> bool {
         }
     }
     bio.split = false;
-    // Taken on the common path (the result's error by `take_result`, the
-    // waker by the completion): checked, not dropped, here.
-    if bio.error.is_some() {
-        bio.error = None;
-    }
+    // Taken on the common path (by the completion): checked, not dropped,
+    // here.
     if bio.waker.is_some() {
         bio.waker = None;
     }
@@ -677,7 +686,7 @@ impl BioTable {
             Some(e) => Err(e),
             None => Ok(bio.done_bytes),
         };
-        let keep = reset(bio);
+        let keep = reset_without_error(bio);
         self.put_free(id.index, keep);
         Some(result)
     }
