@@ -141,22 +141,24 @@ pub(crate) fn send_fast(
     tag: Tag,
     now: u64,
 ) -> bool {
-    let seg = [bio.buf.first_iovec()];
-    let op = IoOp {
-        kind: bio.op,
-        offset_bytes: bio.offset_bytes,
-        len_bytes: bio.len_bytes,
-        segments: if bio.op.has_data() { &seg } else { &[] },
-        fixed_buf: bio.buf.fixed(),
-        flags: bio.flags,
-    };
     // SAFETY: the bio's memory stays owned by its future (or the bio, once
     // orphaned) until this op's completion has been delivered to
     // `complete_batch`, and the bio keeps its slot until then. The writer
     // builds the SQE at once from the one segment's address (a
-    // single-buffer op names no iovec array), so nothing points into `seg`
-    // after the call.
-    if !unsafe { sq.try_submit_direct(&op, token(dev, FAST | index)) } {
+    // single-buffer op names no iovec array), so nothing points into the
+    // segment after the call.
+    let sent = unsafe {
+        sq.try_submit_one(
+            bio.op,
+            bio.flags,
+            bio.offset_bytes,
+            bio.len_bytes,
+            bio.buf.first_iovec(),
+            bio.buf.fixed(),
+            token(dev, FAST | index),
+        )
+    };
+    if !sent {
         return false;
     }
     bio.tag = tag;

@@ -305,6 +305,52 @@ impl<'a> SqWriter<'a> {
     #[inline]
     #[must_use = "an op it did not write must be submitted through the backend"]
     pub unsafe fn try_submit_direct(&self, op: &IoOp<'_>, token: u64) -> bool {
+        // SAFETY: as this function's own contract.
+        unsafe { self.submit_direct_inline(op, token) }
+    }
+
+    /// [`SqWriter::try_submit_direct`] of the op of `kind` with `flags` on
+    /// `[offset_bytes, offset_bytes + len_bytes)` whose memory, for a read
+    /// or write, is the one segment `seg` (in registered buffer
+    /// `fixed_buf`, if any): the op given by its fields, which stay in
+    /// registers, where an [`IoOp`] built for the call was written to
+    /// memory and read back (the engine's fast lane, one call per IO).
+    ///
+    /// # Safety
+    /// As [`SqWriter::try_submit_direct`].
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    #[must_use = "an op it did not write must be submitted through the backend"]
+    pub unsafe fn try_submit_one(
+        &self,
+        kind: OpKind,
+        flags: IoFlags,
+        offset_bytes: u64,
+        len_bytes: u64,
+        seg: libc::iovec,
+        fixed_buf: Option<u16>,
+        token: u64,
+    ) -> bool {
+        let segs = [seg];
+        let op = IoOp {
+            kind,
+            offset_bytes,
+            len_bytes,
+            segments: if kind.has_data() { &segs } else { &[] },
+            fixed_buf,
+            flags,
+        };
+        // SAFETY: as this function's own contract.
+        unsafe { self.submit_direct_inline(&op, token) }
+    }
+
+    /// The body of [`SqWriter::try_submit_direct`], inlined into its two
+    /// ways in.
+    ///
+    /// # Safety
+    /// As [`SqWriter::try_submit_direct`].
+    #[inline(always)]
+    unsafe fn submit_direct_inline(&self, op: &IoOp<'_>, token: u64) -> bool {
         if op.flags.contains(IoFlags::PREFLUSH) || !ring::fits_direct(self.handler, token) {
             return false;
         }
