@@ -66,6 +66,9 @@ fn mergeable_when_left_waiting(d: &mut CoreDev, bios: &BioTable) {
 /// once at its end.
 pub(crate) struct Batch {
     batch_clock: bool,
+    /// Each IO reads the clock and counts its busy time itself (iostats
+    /// on, the cached clock off): decided once per batch, not per IO.
+    clock_per_io: bool,
     now: u64,
     fixed_before: u64,
     started: i64,
@@ -78,6 +81,7 @@ impl Batch {
         let batch_clock = d.iostats && d.cached_clock;
         Batch {
             batch_clock,
+            clock_per_io: d.iostats && !batch_clock,
             now: if batch_clock { clock::now_ns(true) } else { 0 },
             fixed_before: if d.iostats {
                 plugio_device::ring::current_fixed_buf_sqes()
@@ -91,8 +95,8 @@ impl Batch {
     /// The start time of the next IO (0 without iostats): the batch's
     /// one reading with the cached clock, else a fresh one.
     #[inline]
-    pub(crate) fn now(&mut self, d: &CoreDev) -> u64 {
-        if d.iostats && !self.batch_clock {
+    pub(crate) fn now(&mut self) -> u64 {
+        if self.clock_per_io {
             self.now = clock::now_ns(false);
         }
         self.now
@@ -102,7 +106,7 @@ impl Batch {
     #[inline]
     pub(crate) fn count(&mut self, d: &mut CoreDev, now: u64) {
         self.started += 1;
-        if d.iostats && !self.batch_clock {
+        if self.clock_per_io {
             d.busy.event(now, 1, &d.counters);
         }
     }
@@ -259,7 +263,7 @@ impl EngineCore {
                 break;
             };
             // Counted as started whether the backend takes it or not.
-            let now = batch.now(d);
+            let now = batch.now();
             batch.count(d, now);
             let (slot, sent) = if slot & FAST != 0 {
                 self.dispatch_fast(d, bios, sq, dev, slot & !FAST, tag, now)

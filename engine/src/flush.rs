@@ -271,7 +271,7 @@ impl EngineCore {
             }
             if let Some(tag) = lt.spare(d, rest) {
                 let b = batch.get_or_insert_with(|| Batch::begin(d));
-                let now = b.now(d);
+                let now = b.now();
                 if send_fast(d, bio, sq, dev, e.id.index, tag, now) {
                     b.count(d, now);
                     lt.used += 1;
@@ -413,7 +413,7 @@ fn send_lane_writes(
     let b = batch.get_or_insert_with(|| Batch::begin(d));
     let mut writes = std::mem::take(&mut d.lane_writes);
     for &index in &writes {
-        let now = b.now(d);
+        let now = b.now();
         let bio = bios.fast_mut(index);
         let tag = bio.tag;
         if send_fast(d, bio, sq, dev, index, tag, now) {
