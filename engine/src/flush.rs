@@ -117,14 +117,20 @@ impl EngineCore {
         let drained = self.plug.borrow_mut().drain_into(&mut bios);
         // Stable: program order is kept within each device. (One device,
         // the common case, needs no sort.)
-        if bios.windows(2).any(|w| w[0].dev != w[1].dev) {
+        let one_dev = !bios.windows(2).any(|w| w[0].dev != w[1].dev);
+        if !one_dev {
             bios.sort_by_key(|e| e.dev);
         }
         let mut touched = DevMask::default();
         let mut start = 0;
         while start < bios.len() {
             let dev = bios[start].dev;
-            let end = start + bios[start..].iter().take_while(|b| b.dev == dev).count();
+            // One device: the whole list, without a second pass over it.
+            let end = if one_dev {
+                bios.len()
+            } else {
+                start + bios[start..].iter().take_while(|b| b.dev == dev).count()
+            };
             self.build_device_requests(dev, &mut bios[start..end], drained);
             touched.insert(dev);
             start = end;
