@@ -185,9 +185,17 @@ impl Plug {
         bios >= count_limit || (flush_bytes != 0 && bytes >= flush_bytes)
     }
 
-    /// Takes every bio out, leaving the plug empty (capacity kept).
+    /// Takes every bio out, leaving the plug empty (with the capacity of
+    /// `out`'s vector, when `out` was empty: the two are swapped).
     pub fn drain_into(&mut self, out: &mut Vec<Plugged>) -> Drained {
-        out.append(&mut self.bios);
+        if out.is_empty() {
+            // The flush's case (its list is empty between flushes): the
+            // two vectors trade places, each keeping its capacity, where
+            // appending copied every entry.
+            std::mem::swap(&mut self.bios, out);
+        } else {
+            out.append(&mut self.bios);
+        }
         let drained = Drained {
             mergeable: self.mergeable,
             writes_or_flush: self.writes_or_flush,
