@@ -117,7 +117,30 @@ impl EngineCore {
         let drained = self.plug.borrow_mut().drain_into(&mut bios);
         // Stable: program order is kept within each device. (One device,
         // the common case, needs no sort.)
-        let one_dev = !bios.windows(2).any(|w| w[0].dev != w[1].dev);
+        let one_dev = {
+            let mut devs = self.devs.borrow_mut();
+            // One device holds every plugged bio where its count of them
+            // (`CoreDev::plugged_bios`, kept with each push) is the list's
+            // length: no pass over the list.
+            let one_dev = bios.first().is_none_or(|b| {
+                devs.get(b.dev as usize)
+                    .is_some_and(|d| d.plugged_bios == bios.len())
+            });
+            // Every device's plug counts are emptied with the plug, here,
+            // before anything of this flush can plug more or unwind, so
+            // that they always count what the plug holds.
+            for i in 0..devs.len() {
+                if let Some(d) = devs.get_mut(i) {
+                    d.count_plugged_bios();
+                }
+            }
+            one_dev
+        };
+        debug_assert_eq!(
+            one_dev,
+            !bios.windows(2).any(|w| w[0].dev != w[1].dev),
+            "the plugged bios' device counts"
+        );
         if !one_dev {
             bios.sort_by_key(|e| e.dev);
         }
@@ -165,7 +188,6 @@ impl EngineCore {
         let mut bios = self.bios.borrow_mut();
         let mut devs = self.devs.borrow_mut();
         let d = &mut devs[dev as usize];
-        d.count_plugged_bios();
         d.shared.adopt_remote_orphans(self.uid, &mut bios);
         if d.nomerges == 0 && list.len() > 1 && drained.mergeable > 1 && drained.adjacent {
             merge::order_for_merge(&bios, list, drained.writes_or_flush);
