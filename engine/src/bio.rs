@@ -245,7 +245,10 @@ impl Bio {
     pub(crate) fn set_buf(&mut self, buf: BioBuf) {
         let old = std::mem::replace(&mut self.buf, buf);
         debug_assert!(matches!(old, BioBuf::None), "a fresh bio holds no buffer");
-        forget_if_none(old);
+        // `BioBuf::None` owns nothing: forgotten without the test of its
+        // kind that `forget_if_none` makes (a fresh bio's buffer is always
+        // `None`: `Bio::empty` and `reset` leave it so).
+        std::mem::forget(old);
     }
 
     /// Records the completion of one part: `asked` bytes at `bio_offset`
