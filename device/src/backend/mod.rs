@@ -232,6 +232,22 @@ pub fn check_op(geometry: &Geometry, op: &IoOp<'_>) -> Result<()> {
 /// builds `op` only to ask this and keeps the full check out of line, so
 /// that the op is never written to memory on the hot path (the full
 /// check's cold call takes it by reference).
+///
+/// ```
+/// use plugio_device::{check_op, check_op_fast, Backend, DmaBuf, IoOp, OpenOptions};
+/// let tmp = tempfile::NamedTempFile::new()?;
+/// tmp.as_file().set_len(8192)?;
+/// let backend = OpenOptions::new().direct(false).open(tmp.path())?;
+/// let geometry = backend.geometry();
+/// let mut buf = DmaBuf::heap(4096, 4096);
+/// let iov = [buf.iovec(4096)];
+/// assert!(check_op_fast(geometry, &IoOp::read(0, &iov)));
+/// // A zero length is not for the fast path; the full check says why.
+/// let empty = [buf.iovec(0)];
+/// assert!(!check_op_fast(geometry, &IoOp::read(0, &empty)));
+/// assert!(check_op(geometry, &IoOp::read(0, &empty)).is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[inline]
 pub fn check_op_fast(geometry: &Geometry, op: &IoOp<'_>) -> bool {
     one_segment_op_is_valid(geometry, op)

@@ -316,6 +316,49 @@ impl<'a> SqWriter<'a> {
     /// registers, where an [`IoOp`] built for the call was written to
     /// memory and read back (the engine's fast lane, one call per IO).
     ///
+    /// ```
+    /// use std::cell::Cell;
+    /// use std::io::Write;
+    /// use std::rc::Rc;
+    /// use std::time::Duration;
+    /// use plugio_device::{register_handler, Backend, CompletionHandler, DeviceDriver};
+    /// use plugio_device::{DmaBuf, IoFlags, OpKind, OpenOptions, RingConfig};
+    /// use plugio_executor::Driver;
+    ///
+    /// #[derive(Default)]
+    /// struct Last(Cell<Option<(u64, i32)>>);
+    /// impl CompletionHandler for Last {
+    ///     fn complete(&self, token: u64, result: i32) {
+    ///         self.0.set(Some((token, result)));
+    ///     }
+    /// }
+    ///
+    /// let mut tmp = tempfile::NamedTempFile::new()?;
+    /// tmp.write_all(&[7u8; 4096])?;
+    /// let backend = OpenOptions::new().direct(false).open(tmp.path())?;
+    /// let driver = DeviceDriver::new(&RingConfig::default())?;
+    /// let last = Rc::new(Last::default());
+    /// let handler = register_handler(last.clone());
+    /// let mut buf = DmaBuf::heap(4096, 4096);
+    /// let seg = buf.iovec(4096);
+    /// let mut sent = false;
+    /// backend.with_sq_writer(handler, &mut |writer| {
+    ///     // SAFETY: `buf` outlives the wait below; the driver stays installed.
+    ///     sent = writer.is_some_and(|w| unsafe {
+    ///         w.try_submit_one(OpKind::Read, IoFlags::NONE, 0, 4096, seg, None, 1)
+    ///     });
+    /// });
+    /// if sent {
+    ///     // Written on this thread's ring (where io_uring is allowed).
+    ///     while last.0.get().is_none() {
+    ///         driver.park(Some(Duration::from_millis(10)))?;
+    ///     }
+    ///     assert_eq!(last.0.get(), Some((1, 4096)));
+    ///     assert_eq!(buf.as_slice(), &[7u8; 4096][..]);
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Safety
     /// As [`SqWriter::try_submit_direct`].
     #[allow(clippy::too_many_arguments)]
