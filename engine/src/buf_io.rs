@@ -415,43 +415,37 @@ impl<S: BufSet, D> Drop for BufIo<'_, S, D> {
     /// out-of-line call of 12 instructions per read, for two `None`s).
     #[inline]
     fn drop(&mut self) {
-        if self.issued.is_some() {
-            self.release_unfinished();
-        }
-        if self.bufs.is_some() || self.bounce.is_some() {
-            self.drop_buffers();
+        if self.issued.is_some() || self.bufs.is_some() || self.bounce.is_some() {
+            self.drop_slow();
         }
     }
 }
 
 impl<S: BufSet, D> BufIo<'_, S, D> {
     /// [`Drop`] of a future that still holds buffers (never polled, or
-    /// dropped unfinished after `release_unfinished` kept what the kernel
-    /// may use).
+    /// dropped before its result was taken). An IO whose bio has not
+    /// given its result orphans the bio with the memory the kernel may
+    /// still use: the bounce buffer when there is one, else the caller's
+    /// buffers. The buffers are taken into locals first, so that a panic
+    /// in the release still drops what it does not keep (as the fields'
+    /// drop glue did; found by a reviewer).
     #[cold]
     #[inline(never)]
-    fn drop_buffers(&mut self) {
+    fn drop_slow(&mut self) {
         // SAFETY: called only from `drop`, once; neither field is used
         // after it.
-        unsafe {
-            ManuallyDrop::drop(&mut self.bounce);
-            ManuallyDrop::drop(&mut self.bufs);
-        }
-    }
-
-    /// [`Drop`] of an IO whose bio has not given its result: orphans the
-    /// bio with the memory the kernel may still use.
-    #[cold]
-    #[inline(never)]
-    fn release_unfinished(&mut self) {
+        let (bounce, bufs) = unsafe {
+            (
+                ManuallyDrop::take(&mut self.bounce),
+                ManuallyDrop::take(&mut self.bufs),
+            )
+        };
         let Some(issued) = self.issued.take() else {
             return;
         };
-        // The kernel may still use the memory: the bounce buffer when
-        // there is one, else the caller's buffers.
-        let keep: Option<Keep> = match self.bounce.take() {
+        let keep: Option<Keep> = match bounce {
             Some(b) => Some(Box::new(b)),
-            None => self.bufs.take().map(|b| Box::new(b) as Keep),
+            None => bufs.map(|b| Box::new(b) as Keep),
         };
         issued.release(self.shared, keep);
     }
