@@ -251,6 +251,17 @@ impl Bio {
         std::mem::forget(old);
     }
 
+    /// Sets the waker of a fresh bio (whose waker is empty: nothing to
+    /// drop, so no test of the old one on the hot path).
+    #[inline]
+    pub(crate) fn set_waker(&mut self, waker: Waker) {
+        let old = self.waker.replace(waker);
+        debug_assert!(old.is_none(), "a fresh bio holds no waker");
+        // `None` owns nothing: forgotten without a test (a fresh bio's
+        // waker is always `None`: `Bio::empty` and `reset` leave it so).
+        std::mem::forget(old);
+    }
+
     /// Records the completion of one part: `asked` bytes at `bio_offset`
     /// within the bio, `result` bytes or a negative errno. Returns true when
     /// this was the last part.

@@ -752,7 +752,7 @@ pub(crate) fn issue_inline(
         bio.offset_bytes = info.offset_bytes;
         bio.len_bytes = info.len_bytes;
         bio.set_buf(init.buf);
-        bio.waker = Some(waker);
+        bio.set_waker(waker);
         (id, hit)
     };
     core.plug_bio(dev, id, &info, hit);
