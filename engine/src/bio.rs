@@ -593,7 +593,13 @@ impl BioTable {
             None => (self.alloc_slot(), false),
         };
         self.in_use += 1;
-        let slot = &mut self.slots[index as usize];
+        debug_assert!((index as usize) < self.slots.len());
+        // SAFETY: `index` is in bounds: it is a free list's (each holds
+        // only indexes of slots that were in the table when they were
+        // freed) or `alloc_slot`'s (a free one, or the one it just
+        // pushed), and the table's slots are never removed (`slots` only
+        // grows).
+        let slot = unsafe { self.slots.get_unchecked_mut(index as usize) };
         slot.generation = slot.generation.wrapping_add(1);
         let id = BioId {
             index,
