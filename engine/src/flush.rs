@@ -126,13 +126,28 @@ impl EngineCore {
                 devs.get(b.dev as usize)
                     .is_some_and(|d| d.plugged_bios == bios.len())
             });
-            // Every device's plug counts are emptied with the plug, here,
+            // The plug counts of the devices whose bios were drained (no
+            // other device has any) are emptied with the plug, here,
             // before anything of this flush can plug more or unwind, so
-            // that they always count what the plug holds.
-            for i in 0..devs.len() {
-                if let Some(d) = devs.get_mut(i) {
+            // that they always count what the plug holds. A core with
+            // many open devices pays for the ones it flushes, not for all.
+            if one_dev {
+                if let Some(d) = bios.first().and_then(|b| devs.get_mut(b.dev as usize)) {
                     d.count_plugged_bios();
                 }
+            } else {
+                for b in bios.iter() {
+                    if let Some(d) = devs.get_mut(b.dev as usize) {
+                        d.count_plugged_bios();
+                    }
+                }
+            }
+            #[cfg(debug_assertions)]
+            for i in 0..devs.len() {
+                debug_assert!(
+                    devs.get(i).is_none_or(|d| d.plugged_bios == 0),
+                    "a device kept plug counts of bios not in the drained plug"
+                );
             }
             one_dev
         };
