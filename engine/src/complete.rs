@@ -108,9 +108,8 @@ impl EngineCore {
     /// Wakes the tasks whose bios completed.
     pub(crate) fn wake_pending(&self) {
         let mut list = std::mem::take(&mut *self.wake_list.borrow_mut());
-        for w in list.drain(..) {
-            w.wake();
-        }
+        // In order, as `wake` on each; this core's own tasks inline.
+        plugio_executor::wake_all(&mut list);
         // Keep the list's capacity, unless a waker queued more wakes
         // meanwhile: those stay for the next call.
         let mut slot = self.wake_list.borrow_mut();

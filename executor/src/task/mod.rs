@@ -34,11 +34,11 @@ pub(crate) use state::Snapshot;
 
 pub use error::{JoinError, TaskPanic};
 pub use join::JoinHandle;
-pub use raw::drop_contained;
 pub(crate) use raw::{
     adopt_remote, detach_all, new_local_task, new_task, CoreShared, LocalRef, SHUTDOWN_CANCEL,
     SHUTDOWN_DRAIN, SHUTDOWN_NONE, UNREGISTERED,
 };
+pub use raw::{drop_contained, wake_all};
 
 #[cfg(all(test, loom))]
 pub(crate) use raw::DEALLOCS;
@@ -106,5 +106,63 @@ mod tests {
         }
         assert_eq!(drops.get(), 1);
         assert!(weak.upgrade().is_none(), "task state leaked");
+    }
+
+    #[test]
+    fn wake_all_wakes_local_and_foreign_wakers_in_order() {
+        use std::cell::RefCell;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
+        use std::task::{Poll, Wake, Waker};
+
+        struct Count(AtomicUsize);
+        impl Wake for Count {
+            fn wake(self: Arc<Self>) {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let foreign = Waker::from(count.clone());
+        let ex = LocalExecutor::new();
+        ex.run(async move {
+            let parked: Rc<RefCell<Vec<Waker>>> = Rc::default();
+            let order: Rc<RefCell<Vec<u32>>> = Rc::default();
+            let handles: Vec<_> = (0..2)
+                .map(|i| {
+                    let (parked, order) = (parked.clone(), order.clone());
+                    spawn_local(async move {
+                        let mut first = true;
+                        std::future::poll_fn(|cx| {
+                            if std::mem::take(&mut first) {
+                                parked.borrow_mut().push(cx.waker().clone());
+                                Poll::Pending
+                            } else {
+                                order.borrow_mut().push(i);
+                                Poll::Ready(())
+                            }
+                        })
+                        .await;
+                    })
+                })
+                .collect();
+            while parked.borrow().len() < 2 {
+                yield_now().await;
+            }
+            let mut wakers = std::mem::take(&mut *parked.borrow_mut());
+            // Task 1 first, a foreign waker, task 0, and task 0 again
+            // (already queued: its reference is only dropped).
+            wakers.reverse();
+            let again = wakers[1].clone();
+            wakers.insert(1, foreign);
+            wakers.push(again);
+            crate::wake_all(&mut wakers);
+            assert!(wakers.is_empty());
+            for h in handles {
+                h.await.expect("join");
+            }
+            assert_eq!(*order.borrow(), [1, 0]);
+        });
+        assert_eq!(count.0.load(Ordering::Relaxed), 1);
     }
 }

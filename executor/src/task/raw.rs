@@ -1250,6 +1250,48 @@ unsafe fn waker_wake(data: *const ()) {
     }
 }
 
+/// Wakes every waker of `wakers` in order and empties the list (keeping
+/// its capacity): what calling [`Waker::wake`] on each does, with the
+/// current core read once for the list rather than once per waker. A
+/// local waker of a task of the current core (the common case: an IO
+/// completion on the core that polls its task) is woken inline, without
+/// the call through its vtable; any other waker (another core's, another
+/// executor's) is woken through `wake`, after which the current core is
+/// read again.
+///
+/// ```
+/// let mut wakers = vec![std::task::Waker::noop().clone()];
+/// plugio::executor::wake_all(&mut wakers);
+/// assert!(wakers.is_empty());
+/// ```
+#[inline]
+pub fn wake_all(wakers: &mut Vec<Waker>) {
+    let mut uid = current_uid();
+    for waker in wakers.drain(..) {
+        let waker = ManuallyDrop::new(waker);
+        let data = waker.data();
+        // A waker of ours (`raw_waker`) with a local reference, of a task
+        // owned by the current core: what `waker_wake` does on its
+        // `(true, true)` path.
+        if ptr::eq(waker.vtable(), &WAKER_VTABLE) && data.addr() & LOCAL_TAG != 0 {
+            // SAFETY: made by `raw_waker` (its vtable is ours).
+            let (ptr, local) = unsafe { untag(data) };
+            debug_assert!(local);
+            // SAFETY: the waker holds a reference.
+            if unsafe { ptr.as_ref() }.owner == uid {
+                // SAFETY: owner thread (its uid is current; a current
+                // core is never closed); the waker's local reference is
+                // given up here, as `wake` gives it up.
+                unsafe { local_wake(ptr, true) };
+                continue;
+            }
+        }
+        ManuallyDrop::into_inner(waker).wake();
+        // A foreign waker runs any code: read the current core again.
+        uid = current_uid();
+    }
+}
+
 /// `waker_wake` of a waker with a remote reference, on the owner thread:
 /// out of line, so the local waker's path saves no register for its
 /// calls.

@@ -155,6 +155,7 @@ impl State {
     /// Loads with Acquire: pairs with the Release (or AcqRel) RMW of a
     /// completion, remote wake, abort or remote drop, so what those threads
     /// wrote before is visible.
+    #[inline]
     pub(crate) fn load_acquire(&self) -> Snapshot {
         Snapshot(self.0.load(Acquire))
     }
@@ -162,6 +163,7 @@ impl State {
     /// Loads with Relaxed, for bits that only the calling thread sets (the
     /// owner's own `COMPLETE` and `DETACHED`) or a first guess of a CAS
     /// loop.
+    #[inline]
     pub(crate) fn load_relaxed(&self) -> Snapshot {
         Snapshot(self.0.load(Relaxed))
     }
