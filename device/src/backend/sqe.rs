@@ -234,6 +234,12 @@ pub struct SqWriter<'a> {
     target: Target,
     handler: HandlerId,
     is_block_device: bool,
+    /// The user_data of a direct op of `handler` with token 0
+    /// ([`ring::direct_user_data`]), found once for the writer: an op's is
+    /// this ORed with its token. 0 where `handler` does not fit a direct
+    /// op's user_data (a direct op's always has `ring::DIRECT_BIT` set,
+    /// so it is never 0): the writer then writes nothing.
+    direct_base: u64,
 }
 
 impl std::fmt::Debug for SqWriter<'_> {
@@ -254,11 +260,17 @@ impl<'a> SqWriter<'a> {
         handler: HandlerId,
         is_block_device: bool,
     ) -> Self {
+        let direct_base = if ring::fits_direct(handler, 0) {
+            ring::direct_user_data(handler, 0)
+        } else {
+            0
+        };
         SqWriter {
             ring,
             target,
             handler,
             is_block_device,
+            direct_base,
         }
     }
 
@@ -394,10 +406,20 @@ impl<'a> SqWriter<'a> {
     /// As [`SqWriter::try_submit_direct`].
     #[inline(always)]
     unsafe fn submit_direct_inline(&self, op: &IoOp<'_>, token: u64) -> bool {
-        if op.flags.contains(IoFlags::PREFLUSH) || !ring::fits_direct(self.handler, token) {
+        // The handler's half of `ring::fits_direct` was checked once, in
+        // `new` (`direct_base` 0: it does not fit); the token's is here.
+        if op.flags.contains(IoFlags::PREFLUSH)
+            || self.direct_base == 0
+            || token >> ring::DIRECT_TOKEN_BITS != 0
+        {
             return false;
         }
-        let ud = ring::direct_user_data(self.handler, token);
+        debug_assert!(ring::fits_direct(self.handler, token));
+        // A token of DIRECT_TOKEN_BITS bits ORed into the handler's base:
+        // `ring::direct_user_data(self.handler, token)`, without its
+        // checks and shifts.
+        let ud = self.direct_base | token;
+        debug_assert_eq!(ud, ring::direct_user_data(self.handler, token));
         let mut entry = MaybeUninit::uninit();
         if !build_into(self.target, op, self.is_block_device, self.ring, &mut entry) {
             return false;
