@@ -3,6 +3,7 @@
 //! `acquire` module's; a tag set is shared by reference between cores.
 
 use std::fmt;
+use std::mem::MaybeUninit;
 
 use crossbeam_utils::CachePadded;
 
@@ -140,6 +141,36 @@ pub fn calculate_shift(depth: u32) -> u32 {
 /// The kernel's `sbq_calc_wake_batch`: `clamp(depth / 8, 1, 8)`.
 pub fn default_wake_batch(depth: u32) -> u32 {
     (depth / MAX_WAIT_QUEUES as u32).clamp(1, MAX_AUTO_WAKE_BATCH)
+}
+
+/// Appends to `out` the tags of a batch get's `(offset, mask)` (tag
+/// `offset + i` for each set bit `i`, in increasing order, as
+/// [`MaskTags`] yields them); returns how many. They are decoded into an
+/// array on the stack first and appended as one slice, whose length is
+/// known: a `Vec` reserves once and copies them, where the extend by
+/// [`MaskTags`] (an iterator of unknown length to it) tested its capacity
+/// and stored its length at each tag (13 instructions a tag, the flush's
+/// tag take).
+#[inline]
+fn extend_mask(out: &mut impl Extend<Tag>, offset: u32, mask: u64) -> usize {
+    let n = mask.count_ones() as usize;
+    let mut decoded = [MaybeUninit::<Tag>::uninit(); MAX_BATCH_TAGS];
+    let mut rest = mask;
+    // `n` is at most 64, the mask's bits: the slice index cannot fail.
+    for slot in &mut decoded[..n] {
+        slot.write(Tag::new(offset + rest.trailing_zeros()));
+        rest &= rest - 1;
+    }
+    debug_assert_eq!(rest, 0, "every bit of the mask decoded");
+    debug_assert!(MaskTags { offset, mask }
+        .zip(&decoded[..n])
+        // SAFETY: the loop above wrote each of the first `n`.
+        .all(|(a, b)| a == unsafe { b.assume_init() }));
+    // SAFETY: the loop above wrote the first `n` elements, and
+    // `MaybeUninit<Tag>` has `Tag`'s layout.
+    let tags = unsafe { std::slice::from_raw_parts(decoded.as_ptr().cast::<Tag>(), n) };
+    out.extend(tags.iter().copied());
+    n
 }
 
 /// A device's tag bitmap with batch get, deferred free and async waiters
@@ -374,10 +405,7 @@ impl TagSet {
         while got < nr {
             let want = (nr - got).min(MAX_BATCH_TAGS) as u32;
             match self.get_batch(core, want) {
-                Some((offset, mask)) => {
-                    got += mask.count_ones() as usize;
-                    out.extend(MaskTags { offset, mask });
-                }
+                Some((offset, mask)) => got += extend_mask(out, offset, mask),
                 None => break,
             }
         }
@@ -399,10 +427,7 @@ impl TagSet {
                 self.get_batch_retry(core, nr, out)
             } else {
                 self.get_batch(core, nr.min(MAX_BATCH_TAGS) as u32)
-                    .map_or(0, |(offset, mask)| {
-                        out.extend(MaskTags { offset, mask });
-                        mask.count_ones() as usize
-                    })
+                    .map_or(0, |(offset, mask)| extend_mask(out, offset, mask))
             };
         }
         while got < nr {
