@@ -16,6 +16,7 @@ use std::future::Future;
 use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -726,15 +727,24 @@ pub(crate) fn issue_inline(
     // by a break-it helper).
     // (Two tests, each with its own way out: a `Result` merged from both
     // was built on the stack on every IO.)
-    let core = match EngineCore::current() {
-        Ok(c) => c,
-        Err(e) => {
-            forget_if_none(init.buf);
-            return Err(Err(e));
-        }
+    let core = match current_core() {
+        Some(c) => c,
+        None => match current_core_slow() {
+            Ok(c) => c,
+            Err(e) => {
+                forget_if_none(init.buf);
+                return Err(Err(e));
+            }
+        },
     };
+    // SAFETY: `core` names a state that the thread's `CORES` holds (see
+    // `current_core`); states leave it only in `EngineCore::create` and
+    // in a closing executor's hook, which nothing below reaches before
+    // `plug_bio`, the last use of `core` (and `plug_bio` takes a count of
+    // its own before it flushes, the one step that could reach them).
+    let core: &EngineCore = unsafe { &*core };
     if !core.serves_generation(shared.fork_generation) {
-        let e = fork_refusal(&core);
+        let e = fork_refusal(core);
         forget_if_none(init.buf);
         return Err(Err(e));
     }
@@ -760,13 +770,35 @@ pub(crate) fn issue_inline(
         bio.set_waker(waker);
         (id, hit)
     };
+    let uid = core.uid;
     core.plug_bio(dev, id, &info, hit);
     Ok(Issued {
-        uid: core.uid,
+        uid,
         id,
         #[cfg(feature = "trace-io")]
         at: trace_issued(shared, &info, id),
     })
+}
+
+/// The calling core's engine state when it exists and is the last-used
+/// one (every IO but a core's first): a pointer, with no reference count
+/// taken or dropped per IO (an `Rc` clone and its drop were two
+/// read-modify-writes and a test on every issue). The state stays in the
+/// thread's `CORES` (which holds an `Rc` of it) until the executor's
+/// closing hook or a replacing `create` forgets it.
+#[inline(always)]
+fn current_core() -> Option<*const EngineCore> {
+    let uid = plugio_executor::core_uid()?;
+    EngineCore::with_uid(uid, |c| c as *const EngineCore)
+}
+
+/// [`current_core`] for a core's first IO (its state made here) or off a
+/// core (the error `EngineCore::current` gives). The `Rc` it drops is
+/// not the last one: `CORES` holds the state.
+#[cold]
+#[inline(never)]
+fn current_core_slow() -> Result<*const EngineCore, Error> {
+    EngineCore::current().map(|c| Rc::as_ptr(&c))
 }
 
 impl Issued {

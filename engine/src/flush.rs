@@ -45,8 +45,12 @@ impl EngineCore {
     /// earlier when the SQ fills). With plugging off (`plug_max_count` 1)
     /// and for IO issued from a tick hook that runs after ours, the flush
     /// also enters the kernel at once.
+    ///
+    /// Takes the state by reference (the issue holds no `Rc` of it, see
+    /// `device::current_core`): the flush before the tick ends takes a
+    /// count of its own.
     #[inline(always)]
-    pub fn plug_bio(self: &Rc<Self>, dev: u32, id: BioId, bio: &BioInfo, bio_cache_hit: bool) {
+    pub fn plug_bio(&self, dev: u32, id: BioId, bio: &BioInfo, bio_cache_hit: bool) {
         let (full, unplugged) = {
             let mut devs = self.devs.borrow_mut();
             let d = &mut devs[dev as usize];
@@ -82,7 +86,21 @@ impl EngineCore {
             )
         };
         if full || unplugged || plugio_executor::in_tick_hooks() {
-            self.flush_early(full && !unplugged);
+            flush_now(self.uid, full && !unplugged);
+        }
+
+        /// The flush before the tick ends, with a count of the state
+        /// held through it (the flush may reach what forgets a state).
+        /// The state is the thread's last-used one (the issue found it
+        /// so), so `by_uid` finds it without a scan.
+        #[cold]
+        #[inline(never)]
+        fn flush_now(uid: u64, full_only: bool) {
+            let core = EngineCore::by_uid(uid);
+            debug_assert!(core.is_some(), "the issuing core's state is the thread's");
+            if let Some(core) = core {
+                core.flush_early(full_only);
+            }
         }
     }
 
