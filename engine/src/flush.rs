@@ -58,14 +58,24 @@ impl EngineCore {
             // drained (`CoreDev::count_plugged_bios`).
             d.plugged_cache_misses += usize::from(!bio_cache_hit);
             let mut plug = self.plug.borrow_mut();
-            let key = merge::sort_key(bio.op, bio.flags, bio.offset_bytes);
-            let flush = matches!(bio.op, OpKind::Flush | OpKind::Fsync);
+            // One test of the op's kind for the sort key, the merge rule
+            // and the ordering (see `merge::plug_class`).
+            let class = merge::plug_class(bio.op);
+            let key = merge::sort_key_of_group(class & 3, bio.flags, bio.offset_bytes);
+            debug_assert_eq!(key, merge::sort_key(bio.op, bio.flags, bio.offset_bytes));
+            let mergeable = class & merge::CLASS_DATA != 0 && merge::flags_mergeable(bio.flags);
+            debug_assert_eq!(mergeable, merge::mergeable(bio.op, bio.flags));
+            let ordered = class & merge::CLASS_ORDERED != 0;
+            debug_assert_eq!(
+                ordered,
+                bio.op.is_write() || matches!(bio.op, OpKind::Flush | OpKind::Fsync)
+            );
             plug.push(
                 Plugged { dev, id, key },
                 bio.offset_bytes,
                 bio.len_bytes,
-                merge::mergeable(bio.op, bio.flags),
-                bio.op.is_write() || flush,
+                mergeable,
+                ordered,
             );
             // Each device's limits count its own bios (a device with
             // the byte trigger off is not flushed by another's bytes);

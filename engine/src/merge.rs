@@ -41,6 +41,45 @@ pub(crate) enum Side {
     Front,
 }
 
+/// Bit of a [`plug_class`]: a read or a write, which may merge unless
+/// its flags forbid it.
+pub(crate) const CLASS_DATA: u8 = 1 << 2;
+/// Bit of a [`plug_class`]: a write or a flush, which the plug's flush
+/// must keep in order against the IO it overlaps.
+pub(crate) const CLASS_ORDERED: u8 = 1 << 3;
+
+/// What the plug needs of `op`, from one test of its kind: its sort
+/// group (bits 0 and 1, the group of [`sort_key`]), [`CLASS_DATA`] and
+/// [`CLASS_ORDERED`]. (The plug tested the kind once per question, four
+/// times per IO.)
+#[inline(always)]
+pub(crate) fn plug_class(op: OpKind) -> u8 {
+    match op {
+        OpKind::Read => CLASS_DATA,
+        OpKind::Write => 1 | CLASS_DATA | CLASS_ORDERED,
+        OpKind::Flush
+        | OpKind::Fsync
+        | OpKind::WriteZeroes
+        | OpKind::Discard
+        | OpKind::Fallocate { .. } => 2 | CLASS_ORDERED,
+        _ => 2,
+    }
+}
+
+/// Whether `flags` let a read or write merge (see [`mergeable`]).
+#[inline(always)]
+pub(crate) fn flags_mergeable(flags: IoFlags) -> bool {
+    !flags.contains(IoFlags::FUA)
+        && !flags.contains(IoFlags::PREFLUSH)
+        && !flags.contains(IoFlags::NOMERGE)
+}
+
+/// [`sort_key`] of an op of sort group `group` (see [`plug_class`]).
+#[inline(always)]
+pub(crate) fn sort_key_of_group(group: u8, flags: IoFlags, offset_bytes: u64) -> u128 {
+    (u128::from(group) << 96) | (u128::from(flags.bits()) << 64) | u128::from(offset_bytes)
+}
+
 /// Whether an IO (`op` with `flags`) may take part in merging at all.
 pub(crate) fn mergeable(op: OpKind, flags: IoFlags) -> bool {
     matches!(op, OpKind::Read | OpKind::Write)
