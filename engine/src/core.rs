@@ -314,8 +314,9 @@ impl EngineCore {
         // `by_uid_slow` just found in `CORES` (the `Rc` it returned is
         // dropped, `CORES` still holds the state). Either names a state
         // that `CORES` holds (see LAST); states leave `CORES` only in
-        // `create` and in `forget` (a closing executor's hook), which `f`
-        // does not reach, so the state outlives the call. (One call site of `f`, so the compiler inlines it.)
+        // `create`, in `forget` (a closing executor's hook) and when the
+        // thread exits, which `f` does not reach, so the state outlives
+        // the call. (One call site of `f`, so the compiler inlines it.)
         Some(f(unsafe { &*ptr }))
     }
 

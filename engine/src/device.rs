@@ -739,9 +739,10 @@ pub(crate) fn issue_inline(
     };
     // SAFETY: `core` names a state that the thread's `CORES` holds (see
     // `current_core`); states leave it only in `EngineCore::create` and
-    // in a closing executor's hook, which nothing below reaches before
-    // `plug_bio`, the last use of `core` (and `plug_bio` takes a count of
-    // its own before it flushes, the one step that could reach them).
+    // in a closing executor's hook (and in the thread's exit), which
+    // nothing below reaches before `plug_bio` returns: the last use of
+    // `core`. The flush it may ask for, the one step that could reach
+    // them, runs after that, with a count of its own.
     let core: &EngineCore = unsafe { &*core };
     if !core.serves_generation(shared.fork_generation) {
         let e = fork_refusal(core);
@@ -771,7 +772,9 @@ pub(crate) fn issue_inline(
         (id, hit)
     };
     let uid = core.uid;
-    core.plug_bio(dev, id, &info, hit);
+    if let Some(full_only) = core.plug_bio(dev, id, &info, hit) {
+        EngineCore::flush_now(uid, full_only);
+    }
     Ok(Issued {
         uid,
         id,

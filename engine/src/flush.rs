@@ -47,10 +47,20 @@ impl EngineCore {
     /// also enters the kernel at once.
     ///
     /// Takes the state by reference (the issue holds no `Rc` of it, see
-    /// `device::current_core`): the flush before the tick ends takes a
-    /// count of its own.
+    /// `device::current_core`), so it does not flush itself: it returns
+    /// the flush to run before the tick ends, `Some(full_only)`, which
+    /// the caller runs with [`EngineCore::flush_now`] once its reference
+    /// is no longer used (a flush may reach what forgets a state, which
+    /// must not happen while a reference to it is live).
     #[inline(always)]
-    pub fn plug_bio(&self, dev: u32, id: BioId, bio: &BioInfo, bio_cache_hit: bool) {
+    #[must_use]
+    pub fn plug_bio(
+        &self,
+        dev: u32,
+        id: BioId,
+        bio: &BioInfo,
+        bio_cache_hit: bool,
+    ) -> Option<bool> {
         let (full, unplugged) = {
             let mut devs = self.devs.borrow_mut();
             let d = &mut devs[dev as usize];
@@ -95,22 +105,21 @@ impl EngineCore {
                 unplugged,
             )
         };
-        if full || unplugged || plugio_executor::in_tick_hooks() {
-            flush_now(self.uid, full && !unplugged);
-        }
+        (full || unplugged || plugio_executor::in_tick_hooks()).then_some(full && !unplugged)
+    }
 
-        /// The flush before the tick ends, with a count of the state
-        /// held through it (the flush may reach what forgets a state).
-        /// The state is the thread's last-used one (the issue found it
-        /// so), so `by_uid` finds it without a scan.
-        #[cold]
-        #[inline(never)]
-        fn flush_now(uid: u64, full_only: bool) {
-            let core = EngineCore::by_uid(uid);
-            debug_assert!(core.is_some(), "the issuing core's state is the thread's");
-            if let Some(core) = core {
-                core.flush_early(full_only);
-            }
+    /// The flush before the tick ends that [`EngineCore::plug_bio`]
+    /// returned, of the state of core `uid`, with a count of it held
+    /// through the flush (the flush may reach what forgets a state). The
+    /// state is the thread's last-used one (the issue found it so), so
+    /// `by_uid` finds it without a scan.
+    #[cold]
+    #[inline(never)]
+    pub fn flush_now(uid: u64, full_only: bool) {
+        let core = EngineCore::by_uid(uid);
+        debug_assert!(core.is_some(), "the issuing core's state is the thread's");
+        if let Some(core) = core {
+            core.flush_early(full_only);
         }
     }
 
