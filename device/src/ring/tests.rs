@@ -119,11 +119,21 @@ fn reads_pushed_before_any_park(driver: &DeviceDriver, n: usize, submit_each: bo
 #[test]
 fn cq_overflow_is_flushed_and_nothing_is_lost() {
     // 8 SQ / 16 CQ entries, 300 ops pushed before any reap: the CQ
-    // overflows into the kernel's list and must be flushed.
-    let driver = driver_with(8);
-    reads_pushed_before_any_park(&driver, 300, true);
-    let stats = driver.ring_stats().expect("ring");
-    assert!(stats.cq_overflow_flushes > 0, "overflow seen: {stats:?}");
+    // overflows into the kernel's list and must be flushed. Whether the
+    // kernel posts the CQEs before the park (an overflow) or later, from
+    // its task work, depends on the machine's load (a CPU hog beside the
+    // suite once made every CQE arrive late): each attempt checks that
+    // nothing is lost, and attempts repeat, on fresh rings, until one
+    // has taken the overflow path.
+    for attempt in 1..=50 {
+        let driver = driver_with(8);
+        reads_pushed_before_any_park(&driver, 300, true);
+        let stats = driver.ring_stats().expect("ring");
+        if stats.cq_overflow_flushes > 0 {
+            return;
+        }
+        assert!(attempt < 50, "no overflow in {attempt} attempts: {stats:?}");
+    }
 }
 
 #[test]
