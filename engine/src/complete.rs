@@ -50,7 +50,7 @@ use crate::interval::NIL;
 use crate::queue::{group_index, CoreDev, DevMask, FAST, FLUSH_GROUP};
 use crate::request::{Piece, RqState};
 use crate::status::{Completed, Status};
-use crate::tag::Tag;
+use crate::tag::TagPuts;
 
 /// What one batch left to do once its borrows are released.
 #[derive(Default)]
@@ -86,10 +86,13 @@ impl EngineCore {
                     bios: &mut bios,
                     wakes: &mut wakes,
                     requeued: false,
+                    // The tags to free, gathered as bits of the set's words
+                    // as they come.
+                    puts: d.shared.tags_for(self.core).gather_puts(&mut puts),
                 };
                 d.shared.adopt_remote_orphans(self.uid, ctx.bios);
                 // The device's run is found as it is completed.
-                let run = complete_device(d, dev, self.core, rest, &mut ctx, &mut puts);
+                let run = complete_device(d, dev, self.core, rest, &mut ctx);
                 rest = &rest[run..];
                 if ctx.requeued {
                     outcome.requeued.insert(dev);
@@ -125,6 +128,8 @@ struct Ctx<'a> {
     wakes: &'a mut Vec<Waker>,
     /// Requests were issued again (the FIFO needs a dispatch).
     requeued: bool,
+    /// The device's tags to free at the end of its run.
+    puts: TagPuts<'a>,
 }
 
 /// The device a completion's token names.
@@ -155,7 +160,6 @@ fn complete_device<C: Completed>(
     core: usize,
     batch: &[C],
     ctx: &mut Ctx<'_>,
-    puts: &mut Vec<Tag>,
 ) -> usize {
     // One clock read for the batch with the cached clock; one per request
     // without it (the ablation of the cached clock).
@@ -164,7 +168,6 @@ fn complete_device<C: Completed>(
     // per request from one local.
     let clock_each = d.iostats && !batch_clock;
     let mut now = if batch_clock { clock::now_ns(true) } else { 0 };
-    puts.clear();
     // The run's length, from the iterator where it ends (no count kept).
     let mut run = batch.len();
     let mut iter = batch.iter();
@@ -180,7 +183,7 @@ fn complete_device<C: Completed>(
             // Only a byte count can end a fast-lane bio there: the status
             // is decoded past that test.
             if let Some(n) = c.bytes() {
-                if try_complete_fast(d, index, n, clock_each, &mut now, ctx, puts) {
+                if try_complete_fast(d, index, n, clock_each, &mut now, ctx) {
                     continue;
                 }
             }
@@ -203,8 +206,7 @@ fn complete_device<C: Completed>(
             d.busy.event(now, -1, &d.counters);
         }
         let rq = d.rqs.get(slot);
-        puts.push(rq.tag);
-        d.tags_held -= 1;
+        ctx.puts.add(rq.tag);
         d.writes_in_flight -= u32::from(rq.op.is_write());
         // A completion that moved every byte (the common case) is neither
         // a per-op EAGAIN nor a stall: both tests are skipped.
@@ -227,16 +229,19 @@ fn complete_device<C: Completed>(
             ctx.requeued = true;
         }
     }
-    if puts.is_empty() {
+    if ctx.puts.is_empty() {
         return run;
     }
+    // Each tag added is one held (`tags_held` drops by them all at once).
+    let freed = ctx.puts.len();
+    d.tags_held -= freed as u32;
     if batch_clock {
-        d.busy.event(now, -(puts.len() as i64), &d.counters);
+        d.busy.event(now, -(freed as i64), &d.counters);
     }
     if d.iostats {
         d.publish();
     }
-    d.shared.tags_for(core).put_batch(core, puts);
+    d.shared.tags_for(core).put_gathered(core, &ctx.puts, freed);
     #[cfg(debug_assertions)]
     d.check_invariants();
     run
@@ -258,7 +263,6 @@ fn try_complete_fast(
     clock_each: bool,
     now: &mut u64,
     ctx: &mut Ctx<'_>,
-    puts: &mut Vec<Tag>,
 ) -> bool {
     let bio = ctx.bios.fast_mut(index);
     let len = bio.len_bytes;
@@ -269,9 +273,8 @@ fn try_complete_fast(
         *now = clock::now_ns(false);
         d.busy.event(*now, -1, &d.counters);
     }
-    puts.push(bio.tag);
+    ctx.puts.add(bio.tag);
     let lane = bio.lane;
-    d.tags_held -= 1;
     d.fast_in_flight -= 1;
     if d.iostats {
         if let Some(g) = group_index(bio.op) {

@@ -34,7 +34,8 @@ mod loom_tests;
 pub use acquire::Acquire;
 pub use batch::{Tag, TagBatch, MAX_BATCH_TAGS};
 pub use set::{
-    calculate_shift, default_wake_batch, TagError, TagOptions, TagSet, MAX_DEPTH, PUT_BATCH_WORDS,
+    calculate_shift, default_wake_batch, TagError, TagOptions, TagPuts, TagSet, MAX_DEPTH,
+    PUT_BATCH_WORDS,
 };
 pub use stats::TagStats;
 pub use wait::{MAX_AUTO_WAKE_BATCH, MAX_WAIT_QUEUES};

@@ -10,7 +10,7 @@ use crossbeam_utils::CachePadded;
 use super::batch::{MaskTags, Tag, MAX_BATCH_TAGS};
 use super::stats::{CoreSlot, TagStats};
 use super::wait::{WaitQueues, MAX_AUTO_WAKE_BATCH, MAX_WAIT_QUEUES};
-use super::word::SbWord;
+use super::word::{low_mask, SbWord};
 
 /// Words of a tag set whose frees [`TagSet::put_batch`] gathers into one
 /// `fetch_and` each, in any order (4096 tags at 64 bits per word).
@@ -171,6 +171,92 @@ fn extend_mask(out: &mut impl Extend<Tag>, offset: u32, mask: u64) -> usize {
     let tags = unsafe { std::slice::from_raw_parts(decoded.as_ptr().cast::<Tag>(), n) };
     out.extend(tags.iter().copied());
     n
+}
+
+/// The tags a [`TagPuts`] gathers as bits (the first 64 chunks of 64).
+const PUT_GATHER_TAGS: u32 = 64 * PUT_BATCH_WORDS as u32;
+
+/// Tags to free together, gathered one at a time as bits of the set's tag
+/// space (made by [`TagSet::gather_puts`], freed by
+/// [`TagSet::put_gathered`]): adding a tag sets its bit, with one test of
+/// its range, where a list of them was appended to and gathered per word
+/// again by [`TagSet::put_batch`].
+#[derive(Debug)]
+pub struct TagPuts<'a> {
+    /// Bit `i` of `chunks[c]`: tag `64 * c + i` is to be freed. Only the
+    /// first `limit.div_ceil(64)` can have bits.
+    chunks: [u64; PUT_BATCH_WORDS],
+    /// Tags below this go in `chunks`: the set's depth, at most
+    /// `64 * PUT_BATCH_WORDS`.
+    limit: u32,
+    /// The set's depth (a tag at or past it is out of range).
+    depth: u32,
+    /// The last tag added that is in the set's range (the hint of the put);
+    /// `NO_TAG` while none is.
+    last: u32,
+    /// Tags at or past `limit`, in the order they were added (a list the
+    /// caller keeps, so a set that has such tags allocates it once).
+    rest: &'a mut Vec<Tag>,
+}
+
+/// [`TagPuts::last`] before a tag in range is added (above [`MAX_DEPTH`]).
+const NO_TAG: u32 = u32::MAX;
+
+impl TagPuts<'_> {
+    /// Adds `tag`, which its holder frees (at most once per `TagPuts`).
+    #[inline(always)]
+    pub fn add(&mut self, tag: Tag) {
+        let nr = tag.as_u32();
+        if nr < self.limit {
+            // `limit` is at most `64 * PUT_BATCH_WORDS`: the chunk is one of
+            // them (the mask costs no more than the bounds check it saves).
+            let chunk = (nr >> 6) as usize % PUT_BATCH_WORDS;
+            debug_assert!(
+                self.chunks[chunk] & (1 << (nr & 63)) == 0,
+                "{tag} put twice in one batch"
+            );
+            self.chunks[chunk] |= 1 << (nr & 63);
+            self.last = nr;
+        } else {
+            self.add_rest(tag);
+        }
+    }
+
+    /// A tag at or past `limit` (a set of more than `64 * PUT_BATCH_WORDS`
+    /// tags, or out of range, which the put logs).
+    #[cold]
+    #[inline(never)]
+    fn add_rest(&mut self, tag: Tag) {
+        debug_assert!(!self.rest.contains(&tag), "{tag} put twice in one batch");
+        self.rest.push(tag);
+        // The hint takes only a tag in range (the put logs the others).
+        if tag.as_u32() < self.depth {
+            self.last = tag.as_u32();
+        }
+    }
+
+    /// The chunks that can have bits (those of tags below `limit`).
+    #[inline]
+    fn used_chunks(&self) -> &[u64] {
+        // At most `PUT_BATCH_WORDS`, as `limit` is at most 64 times that.
+        &self.chunks[..self.limit.div_ceil(64) as usize]
+    }
+
+    /// True when no tag was added.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.last == NO_TAG && self.rest.is_empty()
+    }
+
+    /// How many tags were added: a count of the bits of the used chunks
+    /// (with no `popcnt` in the baseline x86-64 target, some 15
+    /// instructions a chunk), so the completion counts once and passes
+    /// the count to [`TagSet::put_gathered`].
+    #[inline]
+    pub fn len(&self) -> usize {
+        let gathered: u32 = self.used_chunks().iter().map(|c| c.count_ones()).sum();
+        gathered as usize + self.rest.len()
+    }
 }
 
 /// A device's tag bitmap with batch get, deferred free and async waiters
@@ -553,6 +639,95 @@ impl TagSet {
             slot.set_hint(last.as_u32());
         }
         slot.puts.add(freed as u64);
+    }
+
+    /// An empty [`TagPuts`] for this set: tags are added to it one at a
+    /// time as their requests complete, and freed together by
+    /// [`put_gathered`](Self::put_gathered). `rest` holds those of its
+    /// tags that are not gathered as bits (it is emptied first).
+    #[inline]
+    pub fn gather_puts<'a>(&self, rest: &'a mut Vec<Tag>) -> TagPuts<'a> {
+        rest.clear();
+        TagPuts {
+            chunks: [0; PUT_BATCH_WORDS],
+            limit: self.depth.min(PUT_GATHER_TAGS),
+            depth: self.depth,
+            last: NO_TAG,
+            rest,
+        }
+    }
+
+    /// Frees the tags gathered in `puts` (a [`TagPuts`] of this set), as
+    /// [`put_batch`](Self::put_batch) of them in the order they were
+    /// added does: each word's bits with one `fetch_and` (in increasing
+    /// word order), one wakeup call for all of them, and `core`'s hint at
+    /// the last tag added that is in range. Out-of-range tags are logged
+    /// and skipped. `added` is how many tags were added
+    /// ([`TagPuts::len`]). Returns how many tags were freed.
+    pub fn put_gathered(&self, core: usize, puts: &TagPuts<'_>, added: usize) -> usize {
+        debug_assert_eq!(puts.depth, self.depth, "a TagPuts of another set");
+        debug_assert_eq!(added, puts.len(), "the count of the tags added");
+        let shift = self.shift;
+        let low = low_mask(1 << shift);
+        let mut freed = added;
+        for (chunk, &chunk_bits) in puts.used_chunks().iter().enumerate() {
+            let mut bits = chunk_bits;
+            // A chunk holds 64 tags: one word's bits, or those of several
+            // words (`64 >> shift` of them).
+            let base = chunk << (6 - shift);
+            while bits != 0 {
+                let sub = bits.trailing_zeros() >> shift;
+                let at = sub << shift;
+                let mask = (bits >> at) & low;
+                let index = base + sub as usize;
+                debug_assert!(
+                    self.words[index].is_held(mask),
+                    "put of a tag of word {index}, which is not held"
+                );
+                self.words[index].put_direct(mask);
+                bits &= !(mask << at);
+            }
+        }
+        if !puts.rest.is_empty() {
+            // Those out of range are not freed.
+            freed -= puts.rest.len() - self.put_rest(puts.rest);
+        }
+        if puts.last == NO_TAG {
+            return 0;
+        }
+        self.waiters.wake_up(freed);
+        let slot = self.core_slot(core);
+        if !self.options.round_robin {
+            slot.set_hint(puts.last);
+        }
+        slot.puts.add(freed as u64);
+        freed
+    }
+
+    /// The tags of a [`TagPuts`] at or past its limit (in words past the
+    /// first [`PUT_BATCH_WORDS`] chunks of 64 tags, or out of range): in
+    /// runs of one word, as [`put_batch`](Self::put_batch) frees them;
+    /// returns how many were in range.
+    #[cold]
+    #[inline(never)]
+    fn put_rest(&self, tags: &[Tag]) -> usize {
+        let mut run: Option<(usize, u64)> = None;
+        let mut freed = 0;
+        for &tag in tags {
+            let Some((index, bit)) = self.locate(tag) else {
+                continue;
+            };
+            debug_assert!(
+                self.words[index].is_held(1 << bit),
+                "put of {tag}, which is not held"
+            );
+            self.put_run(&mut run, index, 1 << bit);
+            freed += 1;
+        }
+        if let Some((index, mask)) = run {
+            self.words[index].put_direct(mask);
+        }
+        freed
     }
 
     /// A tag of a word past the first [`PUT_BATCH_WORDS`] (only sets of

@@ -681,3 +681,99 @@ fn stats_count_the_paths() {
     assert_eq!(stats.puts, 11);
     assert_eq!(set.busy(), 53);
 }
+
+/// Frees `tags` from a [`TagSet::gather_puts`] list, as the completion
+/// path does.
+fn put_gathered(set: &TagSet, core: usize, tags: &[Tag]) -> usize {
+    let mut rest = vec![Tag::new(9)];
+    let mut puts = set.gather_puts(&mut rest);
+    assert!(puts.is_empty());
+    for &tag in tags {
+        puts.add(tag);
+    }
+    assert_eq!(puts.len(), tags.len());
+    assert_eq!(puts.is_empty(), tags.is_empty());
+    set.put_gathered(core, &puts, tags.len())
+}
+
+#[test]
+fn gathered_puts_free_as_put_batch_does() {
+    // Word shapes: a set of one chunk, of several words per chunk, of more
+    // than PUT_BATCH_WORDS words (1 bit each; 64 bits each past 4096 tags).
+    let shapes = [
+        (7, None),
+        (128, None),
+        (1023, Some(3)),
+        (300, Some(0)),
+        (4096, None),
+        (5000, None),
+    ];
+    for (depth, shift) in shapes {
+        let make = || {
+            TagSet::new(
+                depth,
+                TagOptions {
+                    shift,
+                    ..options(2)
+                },
+            )
+            .expect("valid")
+        };
+        let (by_list, by_bits) = (make(), make());
+        let mut held = Vec::new();
+        assert_eq!(
+            by_list.get_tags(0, depth as usize, &mut held),
+            depth as usize
+        );
+        let mut held_bits = Vec::new();
+        by_bits.get_tags(0, depth as usize, &mut held_bits);
+        assert_eq!(held, held_bits, "depth {depth}: same tags");
+        // Every third tag, in an order that is not increasing.
+        let mut freed: Vec<Tag> = held.iter().copied().step_by(3).collect();
+        freed.reverse();
+        let mid = freed.len() / 2;
+        freed.swap(0, mid);
+        by_list.put_batch(1, &freed);
+        assert_eq!(put_gathered(&by_bits, 1, &freed), freed.len());
+        assert_eq!(by_list.busy(), by_bits.busy(), "depth {depth}");
+        assert_eq!(by_list.stats(), by_bits.stats(), "depth {depth}");
+        // The same tags come back, in the same order, from core 1's hint.
+        let (mut again, mut again_bits) = (Vec::new(), Vec::new());
+        by_list.get_tags(1, freed.len(), &mut again);
+        by_bits.get_tags(1, freed.len(), &mut again_bits);
+        assert_eq!(again, again_bits, "depth {depth}: same tags after");
+        let mut sorted = freed.clone();
+        sorted.sort();
+        again.sort();
+        assert_eq!(again, sorted, "depth {depth}");
+        assert_eq!(by_bits.busy(), depth);
+        assert_eq!(put_gathered(&by_bits, 0, &[]), 0);
+        assert_eq!(
+            by_bits.stats(),
+            by_list.stats(),
+            "an empty put counts nothing"
+        );
+    }
+}
+
+#[test]
+#[cfg_attr(debug_assertions, ignore = "an out-of-range put is a debug assertion")]
+fn gathered_puts_skip_out_of_range_tags() {
+    for depth in [100, 5000] {
+        let (by_list, by_bits) = (set(depth), set(depth));
+        let mut held = Vec::new();
+        by_list.get_tags(0, 3, &mut held);
+        by_bits.get_tags(0, 3, &mut Vec::new());
+        let tags = [held[0], held[1], Tag::new(depth), Tag::new(depth + 70)];
+        by_list.put_batch(2, &tags);
+        assert_eq!(put_gathered(&by_bits, 2, &tags), 2, "depth {depth}");
+        assert_eq!(by_bits.busy(), 1);
+        assert_eq!(by_bits.stats(), by_list.stats());
+        assert_eq!(by_bits.stats().puts, 2);
+        // Core 2's hint is the last tag in range (its word, not core 2's
+        // own), as put_batch leaves it.
+        let first = by_bits.get(2);
+        assert_eq!(first, by_list.get(2));
+        assert!(first.is_some_and(|t| t.as_u32() < 64), "{first:?}");
+    }
+}
