@@ -43,7 +43,7 @@ use std::task::Waker;
 
 use plugio_device::{IoFlags, OpKind};
 
-use crate::bio::BioTable;
+use crate::bio::{BioState, BioTable};
 use crate::clock;
 use crate::core::EngineCore;
 use crate::interval::NIL;
@@ -285,13 +285,22 @@ fn try_complete_fast(
             d.pending.dirty = true;
         }
     }
-    if bio.complete_part(0, len, n.min(len) as i64) {
-        if bio.orphaned {
-            let id = ctx.bios.id_at(index);
-            ctx.bios.free(id);
-        } else if let Some(w) = bio.waker.take() {
-            ctx.wakes.push(w);
-        }
+    // A fast-lane bio is its own one part, never split (`flush::lane_part`)
+    // and its share is its bytes, not an error: what `complete_part` does
+    // with it, without its tests of the result and the split (it ends the
+    // bio).
+    debug_assert!(
+        bio.parts_left == 1 && !bio.split,
+        "fast-lane bio {index} is one part"
+    );
+    bio.done_bytes = n.min(len);
+    bio.parts_left = 0;
+    bio.state = BioState::Done;
+    if bio.orphaned {
+        let id = ctx.bios.id_at(index);
+        ctx.bios.free(id);
+    } else if let Some(w) = bio.waker.take() {
+        ctx.wakes.push(w);
     }
     // Sent while a write was live (its node in the index, see
     // `crate::order`), or counted in `fast_live`.
