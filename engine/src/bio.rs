@@ -715,7 +715,11 @@ impl BioTable {
     /// Deallocates the bio of free slot `index` (the cache is off or full).
     #[cold]
     fn free_uncached(&mut self, index: u32) {
-        self.slots[index as usize].bio = None;
+        let slot = &mut self.slots[index as usize];
+        slot.bio = None;
+        // A new generation: no id names a slot without a bio (so
+        // `take_result` finds the bio of any current id without a test).
+        slot.generation = slot.generation.wrapping_add(1);
         self.free_empty.push(index);
     }
 
@@ -727,11 +731,15 @@ impl BioTable {
         if slot.generation != id.generation {
             return None;
         }
+        debug_assert!(slot.bio.is_some(), "a current id names a bio");
+        // SAFETY: the slot of a current id holds a bio: `alloc` makes one
+        // when it hands out the id's generation, and the one place that
+        // takes a slot's bio (`free_uncached`) starts a new generation.
+        let bio = unsafe { slot.bio.as_deref_mut().unwrap_unchecked() };
         // A free bio is never `Done`, so this also refuses free slots.
-        let bio = slot
-            .bio
-            .as_deref_mut()
-            .filter(|b| b.state == BioState::Done)?;
+        if bio.state != BioState::Done {
+            return None;
+        }
         let result = match bio.error.take() {
             Some(e) => Err(e),
             None => Ok(bio.done_bytes),
