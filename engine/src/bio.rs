@@ -654,6 +654,13 @@ impl BioTable {
         match self.free_empty.pop() {
             Some(i) => i,
             None => {
+                if self.free_cached.capacity() < BIO_CACHE_MAX {
+                    // Room for every bio the cache may keep, before the
+                    // first slot is freed (`put_free` pushes without a
+                    // test of the capacity).
+                    self.free_cached
+                        .reserve_exact(BIO_CACHE_MAX - self.free_cached.len());
+                }
                 self.slots.push(Slot::default());
                 (self.slots.len() - 1) as u32
             }
@@ -704,8 +711,19 @@ impl BioTable {
     /// the bio is deallocated.
     #[inline(always)]
     fn put_free(&mut self, index: u32, keep: bool) {
-        if keep && self.free_cached.len() < BIO_CACHE_MAX {
-            self.free_cached.push(index);
+        let len = self.free_cached.len();
+        if keep && len < BIO_CACHE_MAX {
+            debug_assert!(self.free_cached.capacity() > len);
+            // SAFETY: `free_cached` has room for `BIO_CACHE_MAX` indexes
+            // (reserved by `alloc_slot` before the table's first slot was
+            // made, and every slot freed here was made there; the vector
+            // is never shrunk), and it holds fewer: the write is within
+            // its capacity, and the index written is initialized before
+            // the length covers it.
+            unsafe {
+                self.free_cached.as_mut_ptr().add(len).write(index);
+                self.free_cached.set_len(len + 1);
+            }
         } else {
             self.free_uncached(index);
         }
