@@ -243,6 +243,15 @@ impl Bio {
     /// drop, so no drop call on the hot path).
     #[inline]
     pub(crate) fn set_buf(&mut self, buf: BioBuf) {
+        debug_assert!(
+            matches!(self.buf, BioBuf::None),
+            "a fresh bio holds no buffer"
+        );
+        if matches!(buf, BioBuf::None) {
+            // Already so: no store (an IO without memory, whose caller's
+            // `None` is a constant, loses the test too).
+            return;
+        }
         let old = std::mem::replace(&mut self.buf, buf);
         debug_assert!(matches!(old, BioBuf::None), "a fresh bio holds no buffer");
         // `BioBuf::None` owns nothing: forgotten without the test of its
