@@ -644,12 +644,27 @@ impl BioTable {
             index,
             generation: slot.generation,
         };
-        if slot.bio.is_none() {
-            new_bio(slot);
-        }
-        let bio = slot.bio.as_deref_mut().expect("a bio was just made");
+        let bio = if hit {
+            debug_assert!(slot.bio.is_some(), "a cached free slot holds its bio");
+            // SAFETY: a slot on `free_cached` holds its bio: `put_free`
+            // pushes a slot there only with its bio kept, and the one
+            // place that takes a slot's bio (`free_uncached`) puts that
+            // slot on `free_empty` instead.
+            let bio = unsafe { slot.bio.as_deref_mut().unwrap_unchecked() };
+            // Kept for reuse only when allocated with the cache on (see
+            // `put_free`), and a hit has the cache on: `cached` already
+            // says so.
+            debug_assert!(bio.cached && cache);
+            bio
+        } else {
+            if slot.bio.is_none() {
+                new_bio(slot);
+            }
+            let bio = slot.bio.as_deref_mut().expect("a bio was just made");
+            bio.cached = cache;
+            bio
+        };
         bio.state = BioState::Issued;
-        bio.cached = cache;
         bio.lane = crate::interval::NIL;
         (id, hit, bio)
     }
