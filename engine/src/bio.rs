@@ -782,9 +782,12 @@ impl BioTable {
         if bio.state != BioState::Done {
             return None;
         }
-        let result = match bio.error.take() {
-            Some(e) => Err(e),
-            None => Ok(bio.done_bytes),
+        // The error is taken only where there is one: no store on the
+        // common path.
+        let result = if bio.error.is_some() {
+            Err(bio.error.take().expect("tested just above"))
+        } else {
+            Ok(bio.done_bytes)
         };
         let keep = reset_done(bio);
         self.put_free(id.index, keep);
