@@ -448,7 +448,10 @@ fn reset_done(bio: &mut Bio) -> bool {
         forget_if_none(std::mem::take(&mut bio.buf));
     }
     bio.split = false;
-    bio.done_bytes = 0;
+    // `done_bytes` is left as it is: every ending that makes a bio's
+    // result a count writes it first (`complete_part` for one part,
+    // `end_split` for a split), so a later bio of this slot never reads
+    // this one's.
     bio.cached
 }
 
