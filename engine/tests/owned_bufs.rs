@@ -459,9 +459,14 @@ fn every_way_an_io_future_ends_drops_the_buffer_once() {
             Device::with_backend(Arc::new(mem), None, DeviceOptions::default()).expect("device")
         };
         let mut b = buf(&bounced);
-        if b.bytes.as_ptr() as usize % 4096 == 0 {
-            // Off the alignment on purpose: the read must bounce.
-            b.bytes = Vec::with_capacity(4096 + 1);
+        // Off the alignment on purpose: the read must bounce. A vector the
+        // allocator placed on a 4096 boundary is kept aside (so the next
+        // one lands elsewhere) and replaced by another of the same 4096
+        // bytes; a capacity of 4097 was tried once and made the read's
+        // length unaligned (a refusal, not a bounce).
+        let mut aside = Vec::new();
+        while b.bytes.as_ptr() as usize % 4096 == 0 {
+            aside.push(std::mem::replace(&mut b.bytes, Vec::with_capacity(4096)));
         }
         let (n, b) = aligned.read_at(b, 0).await;
         assert!(n.expect("bounced read") >= 4096);
