@@ -425,7 +425,15 @@ impl LoopTags<'_> {
             self.set
                 .get_tags(self.core, rest + waiting - left, self.tags);
         }
-        (self.tags.len() - self.used > waiting).then(|| self.tags[self.used])
+        if self.tags.len() - self.used > waiting {
+            debug_assert!(self.used < self.tags.len());
+            // SAFETY: `used` never passes the tags taken (`tags[..used]`
+            // went out, one per tag), so `tags.len() - used` does not
+            // wrap, and it is over `waiting` (>= 0): `used < tags.len()`.
+            Some(unsafe { *self.tags.get_unchecked(self.used) })
+        } else {
+            None
+        }
     }
 }
 
