@@ -937,16 +937,20 @@ impl LocalRing {
         self.tail = self.tail.wrapping_add(1);
     }
 
+    /// Takes the task at `head`. The slot says whether there is one,
+    /// without comparing `head` with `tail`: by the invariant, the slot at
+    /// `head` is `Some` exactly when the ring is not empty (a full ring's
+    /// `head` slot is its oldest task's), and taking an empty slot leaves
+    /// it `None`.
     #[inline]
     fn pop(&mut self) -> Option<LocalRef> {
-        if self.head == self.tail {
-            return None;
-        }
         let i = self.head & self.mask;
         // SAFETY: `mask` is the slot count less one, so `i` is in bounds.
         let task = unsafe { self.slots.get_unchecked_mut(i) }.take();
-        debug_assert!(task.is_some());
-        self.head = self.head.wrapping_add(1);
+        debug_assert_eq!(task.is_some(), self.head != self.tail);
+        if task.is_some() {
+            self.head = self.head.wrapping_add(1);
+        }
         task
     }
 
