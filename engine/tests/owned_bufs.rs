@@ -466,6 +466,10 @@ fn every_way_an_io_future_ends_drops_the_buffer_once() {
         // length unaligned (a refusal, not a bounce).
         let mut aside = Vec::new();
         while b.bytes.as_ptr() as usize % 4096 == 0 {
+            assert!(
+                aside.len() < 64,
+                "the allocator page-aligns every 4096-byte vector"
+            );
             aside.push(std::mem::replace(&mut b.bytes, Vec::with_capacity(4096)));
         }
         let (n, b) = aligned.read_at(b, 0).await;
