@@ -572,12 +572,20 @@ impl TagSet {
         } else {
             word.put_direct(1 << bit);
         }
-        self.waiters.wake_up(1);
+        self.after_puts(core, tag.as_u32(), 1);
+    }
+
+    /// What every put does once its bits are cleared: one wakeup call for
+    /// the `freed` tags, `core`'s hint at `last` (unless round-robin) and
+    /// the per-core put count.
+    #[inline]
+    fn after_puts(&self, core: usize, last: u32, freed: usize) {
+        self.waiters.wake_up(freed);
         let slot = self.core_slot(core);
         if !self.options.round_robin {
-            slot.set_hint(tag.as_u32());
+            slot.set_hint(last);
         }
-        slot.puts.add(1);
+        slot.puts.add(freed as u64);
     }
 
     /// Frees many tags (`sbitmap_queue_clear_batch`): the tags' bits are
@@ -633,12 +641,7 @@ impl TagSet {
         } else {
             Self::last_in_range(tags, depth)
         };
-        self.waiters.wake_up(freed);
-        let slot = self.core_slot(core);
-        if !self.options.round_robin {
-            slot.set_hint(last.as_u32());
-        }
-        slot.puts.add(freed as u64);
+        self.after_puts(core, last.as_u32(), freed);
     }
 
     /// An empty [`TagPuts`] for this set: tags are added to it one at a
@@ -695,12 +698,7 @@ impl TagSet {
         if puts.last == NO_TAG {
             return 0;
         }
-        self.waiters.wake_up(freed);
-        let slot = self.core_slot(core);
-        if !self.options.round_robin {
-            slot.set_hint(puts.last);
-        }
-        slot.puts.add(freed as u64);
+        self.after_puts(core, puts.last, freed);
         freed
     }
 
