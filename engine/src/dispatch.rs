@@ -135,7 +135,7 @@ impl Batch {
 /// Its lane slot (`bio.lane`) is left as it is: `NIL` from its
 /// allocation, or linked by the caller (a write's before its SQE, a
 /// read's after).
-#[inline]
+#[inline(always)]
 pub(crate) fn send_fast(
     d: &mut CoreDev,
     bio: &mut Bio,

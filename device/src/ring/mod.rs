@@ -901,7 +901,7 @@ impl Ring {
     /// registration always is). By reference: the SQE is built in its
     /// caller's frame, user_data included, and copied once, into the SQ
     /// (not field by field into a second copy first).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn push_direct(&self, entry: &squeue::Entry) {
         debug_assert!(
             entry.get_user_data() & DIRECT_BIT != 0,
@@ -913,12 +913,20 @@ impl Ring {
 
     /// Copies `entry` into the SQ, or into the backlog (then submits) when
     /// the SQ is full. Touches neither the slots nor the reaped list.
-    #[inline]
+    /// Always inlined, down to the engine's fast-lane loop
+    /// (`SqWriter::try_submit_one`); the full SQ's submit is out of line.
+    #[inline(always)]
     fn push_sqe(&self, entry: &squeue::Entry) {
-        if !self.base.push(entry) {
-            return;
+        if self.base.push(entry) {
+            self.submit_full_sq();
         }
-        // SQ full: submit what is there, then move the backlog in.
+    }
+
+    /// [`Ring::push_sqe`] that found the SQ full (the entry went to the
+    /// backlog): submits what is there, then moves the backlog in.
+    #[cold]
+    #[inline(never)]
+    fn submit_full_sq(&self) {
         if let Err(e) = self.enter_submit_only() {
             tracing::debug!(error = %e, "submit on a full SQ failed; kept in the backlog");
         }
