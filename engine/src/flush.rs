@@ -341,7 +341,9 @@ impl EngineCore {
                 continue;
             };
             let rest = list.len() - i;
-            if !fast_lane(d, bio, allow_merge) {
+            // `send_at_flush` is called only with the device's fast lane on.
+            debug_assert!(d.fast_lane);
+            if !fast_lane_bio(d, bio, allow_merge) {
                 built += lane_write_or_build(d, e.id, bio, allow_merge, &mut lt, rest);
                 continue;
             }
@@ -585,12 +587,22 @@ fn build_each(d: &mut CoreDev, bios: &mut BioTable, list: &[Plugged], allow_merg
 /// overlaps none (see [`crate::order`]).
 #[inline(always)]
 fn fast_lane(d: &CoreDev, bio: &Bio, allow_merge: bool) -> bool {
-    d.fast_lane
-        && !bio.op.is_write()
+    d.fast_lane && fast_lane_bio(d, bio, allow_merge)
+}
+
+/// [`fast_lane`] on a device whose `fast_lane` option is known to be on
+/// ([`EngineCore::send_each`]'s). The merge test looks at the newest
+/// request first: after a fast-lane bio there is none to join
+/// (`lane_part` clears it), so most bios end the test there, before the
+/// op's and the flags' tests ([`touches_last`] is false without one).
+#[inline(always)]
+fn fast_lane_bio(d: &CoreDev, bio: &Bio, allow_merge: bool) -> bool {
+    !bio.op.is_write()
         && !matches!(bio.op, OpKind::Flush | OpKind::Fsync)
         && bio.len_bytes <= d.max_request_bytes
         && matches!(bio.buf, BioBuf::None | BioBuf::One { .. })
-        && !(allow_merge
+        && !(d.last_built != NIL
+            && allow_merge
             && merge::mergeable(bio.op, bio.flags)
             && bio.len_bytes <= d.max_merge_bytes
             && touches_last(d, bio))
