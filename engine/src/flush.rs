@@ -334,7 +334,10 @@ impl EngineCore {
             tags,
             used: 0,
         };
-        let mut batch: Option<Batch> = None;
+        // Begun before the loop, not at its first send: the loop tests no
+        // Option per bio. A flush that sends nothing reads the clock once
+        // for nothing, and its batch's end does nothing (nothing started).
+        let mut batch = Batch::begin(d);
         let mut built = 0;
         for (i, e) in list.iter().enumerate() {
             let Some(bio) = bios.get_mut(e.id) else {
@@ -352,10 +355,9 @@ impl EngineCore {
                 continue;
             }
             if let Some(tag) = lt.spare(d, rest) {
-                let b = batch.get_or_insert_with(|| Batch::begin(d));
-                let now = b.now();
+                let now = batch.now();
                 if send_fast(d, bio, sq, dev, e.id.index, tag, now) {
-                    b.count(d, now);
+                    batch.count(d, now);
                     lt.used += 1;
                     built += 1;
                     if d.index_active {
@@ -378,9 +380,7 @@ impl EngineCore {
         if !d.lane_writes.is_empty() {
             send_lane_writes(d, bios, sq, dev, &mut batch, tags);
         }
-        if let Some(b) = batch {
-            b.end(d);
-        }
+        batch.end(d);
         if used < tags.len() {
             // Tags left over: the requests built after the last bio sent
             // take them at once (dispatch puts back what none takes), so
@@ -497,10 +497,9 @@ fn send_lane_writes(
     bios: &mut BioTable,
     sq: &SqWriter<'_>,
     dev: u32,
-    batch: &mut Option<Batch>,
+    b: &mut Batch,
     tags: &mut Vec<Tag>,
 ) {
-    let b = batch.get_or_insert_with(|| Batch::begin(d));
     let mut writes = std::mem::take(&mut d.lane_writes);
     for &index in &writes {
         let now = b.now();
