@@ -18,7 +18,7 @@
 //! - `EAGAIN`/`EBUSY`/`EINTR` from the raw enters here are not errors
 //!   ([`is_transient`]): the caller retries at its next park.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::io;
 
@@ -84,6 +84,9 @@ pub struct RingStats {
 pub(crate) struct RingCore<S: squeue::EntryMarker, C: cqueue::EntryMarker> {
     pub uring: RefCell<IoUring<S, C>>,
     backlog: RefCell<VecDeque<S>>,
+    /// The backlog's length, set wherever the backlog changes (`push_backlog`,
+    /// `flush_backlog`): each push tests it without the backlog's borrow.
+    backlogged: Cell<usize>,
     pub stats: RefCell<RingStats>,
 }
 
@@ -92,6 +95,7 @@ impl<S: squeue::EntryMarker, C: cqueue::EntryMarker> RingCore<S, C> {
         Self {
             uring: RefCell::new(uring),
             backlog: RefCell::new(VecDeque::new()),
+            backlogged: Cell::new(0),
             stats: RefCell::new(RingStats::default()),
         }
     }
@@ -102,7 +106,8 @@ impl<S: squeue::EntryMarker, C: cqueue::EntryMarker> RingCore<S, C> {
     /// whether to submit at once.
     #[inline]
     pub fn push(&self, entry: &S) -> bool {
-        if self.backlog.borrow().is_empty() && self.try_push_sq(entry) {
+        debug_assert_eq!(self.backlogged.get(), self.backlog.borrow().len());
+        if self.backlogged.get() == 0 && self.try_push_sq(entry) {
             return false;
         }
         self.push_backlog(entry);
@@ -113,7 +118,9 @@ impl<S: squeue::EntryMarker, C: cqueue::EntryMarker> RingCore<S, C> {
     /// backlog.
     #[cold]
     fn push_backlog(&self, entry: &S) {
-        self.backlog.borrow_mut().push_back(entry.clone());
+        let mut backlog = self.backlog.borrow_mut();
+        backlog.push_back(entry.clone());
+        self.backlogged.set(backlog.len());
         self.stats.borrow_mut().sq_full += 1;
     }
 
@@ -140,11 +147,13 @@ impl<S: squeue::EntryMarker, C: cqueue::EntryMarker> RingCore<S, C> {
             }
             backlog.pop_front();
         }
+        self.backlogged.set(backlog.len());
     }
 
     /// SQEs waiting in the backlog.
     pub fn backlog_len(&self) -> usize {
-        self.backlog.borrow().len()
+        debug_assert_eq!(self.backlogged.get(), self.backlog.borrow().len());
+        self.backlogged.get()
     }
 
     /// SQEs in the SQ not yet submitted.
