@@ -738,23 +738,31 @@ impl BioTable {
     /// the bio is deallocated.
     #[inline(always)]
     fn put_free(&mut self, index: u32, keep: bool) {
-        let len = self.free_cached.len();
-        if keep && len < BIO_CACHE_MAX {
-            debug_assert!(self.free_cached.capacity() > len);
-            // SAFETY: `free_cached` has room for `BIO_CACHE_MAX` indexes
-            // (reserved by `alloc_slot` before the table's first slot was
-            // made, and every slot freed here was made there; the vector
-            // is never shrunk), and it holds fewer: the write is within
-            // its capacity, and the index written is initialized before
-            // the length covers it.
-            unsafe {
-                self.free_cached.as_mut_ptr().add(len).write(index);
-                self.free_cached.set_len(len + 1);
-            }
+        if keep && self.free_cached.len() < BIO_CACHE_MAX {
+            self.push_free_cached(index);
         } else {
             self.free_uncached(index);
         }
         self.in_use -= 1;
+    }
+
+    /// Pushes free slot `index` on the cached free list, which holds
+    /// fewer than [`BIO_CACHE_MAX`] (the caller tested it).
+    #[inline(always)]
+    fn push_free_cached(&mut self, index: u32) {
+        let len = self.free_cached.len();
+        debug_assert!(len < BIO_CACHE_MAX);
+        debug_assert!(self.free_cached.capacity() > len);
+        // SAFETY: `free_cached` has room for `BIO_CACHE_MAX` indexes
+        // (reserved by `alloc_slot` before the table's first slot was
+        // made, and every slot freed here was made there; the vector
+        // is never shrunk), and it holds fewer (the caller's test): the
+        // write is within its capacity, and the index written is
+        // initialized before the length covers it.
+        unsafe {
+            self.free_cached.as_mut_ptr().add(len).write(index);
+            self.free_cached.set_len(len + 1);
+        }
     }
 
     /// Deallocates the bio of free slot `index` (the cache is off or full).
@@ -766,6 +774,44 @@ impl BioTable {
         // `take_result` finds the bio of any current id without a test).
         slot.generation = slot.generation.wrapping_add(1);
         self.free_empty.push(index);
+    }
+
+    /// [`BioTable::take_result`] of its common case, with no call on its
+    /// path (the future's last poll then needs no frame): a `Done` bio
+    /// without an error, whose memory is none or one buffer (nothing to
+    /// drop), kept for reuse (`cached`) while the cache has room. Returns
+    /// its byte count and frees its slot as `take_result` does; `None`,
+    /// with nothing changed, in every other case (the caller then calls
+    /// `take_result`).
+    #[inline(always)]
+    pub fn take_ok_cached(&mut self, id: BioId) -> Option<u64> {
+        let room = self.free_cached.len() < BIO_CACHE_MAX;
+        let slot = self.slots.get_mut(id.index as usize)?;
+        if slot.generation != id.generation {
+            return None;
+        }
+        debug_assert!(slot.bio.is_some(), "a current id names a bio");
+        // SAFETY: as in `take_result`: the slot of a current id holds a
+        // bio (`alloc` makes one when it hands out the id's generation,
+        // and `free_uncached`, the one place that takes a slot's bio,
+        // starts a new generation).
+        let bio = unsafe { slot.bio.as_deref_mut().unwrap_unchecked() };
+        // A free bio is never `Done`, so this also refuses free slots.
+        if bio.state != BioState::Done
+            || bio.error.is_some()
+            || matches!(bio.buf, BioBuf::Many(_))
+            || !bio.cached
+            || !room
+        {
+            return None;
+        }
+        let n = bio.done_bytes;
+        // The buffer is `None` or `One`: forgotten, no drop.
+        let keep = reset_done(bio);
+        debug_assert!(keep);
+        self.push_free_cached(id.index);
+        self.in_use -= 1;
+        Some(n)
     }
 
     /// Takes the result of a completed bio and frees its slot. One lookup

@@ -398,7 +398,12 @@ impl<S: BufSet, D: Direction<S>> Future for BufIo<'_, S, D> {
         match this.issued {
             None => this.start(cx),
             Some(issued) => {
-                let r = ready!(issued.poll(cx));
+                // The common case inline, with no call (see
+                // `Issued::take_ok`); `Issued::poll` does the rest.
+                let r = match issued.take_ok() {
+                    Some(n) => Ok(n),
+                    None => ready!(issued.poll(cx)),
+                };
                 #[cfg(feature = "trace-io")]
                 crate::device::trace_done(this.shared, issued, &r);
                 Poll::Ready(this.finish(r))

@@ -320,6 +320,22 @@ impl EngineCore {
         Some(f(unsafe { &*ptr }))
     }
 
+    /// [`EngineCore::with_uid`] where the state of `uid` is the thread's
+    /// last-used one, else `None` (no scan of `CORES`: nothing here calls
+    /// out of line).
+    #[inline(always)]
+    pub fn with_last<R>(uid: u64, f: impl FnOnce(&EngineCore) -> R) -> Option<R> {
+        let (last_uid, ptr) = LAST.try_with(Cell::get).ok()?;
+        if last_uid != uid || ptr.is_null() {
+            return None;
+        }
+        // SAFETY: a non-null LAST pointer names a state that `CORES` holds
+        // (see LAST); states leave `CORES` only in `create`, in `forget`
+        // (a closing executor's hook) and when the thread exits, which
+        // `f` does not reach, so the state outlives the call.
+        Some(f(unsafe { &*ptr }))
+    }
+
     /// The engine state of executor core `uid` on this thread, if any.
     #[inline]
     pub fn by_uid(uid: u64) -> Option<Rc<EngineCore>> {
