@@ -354,7 +354,7 @@ impl<'a, S: BufSet, D: Direction<S>> BufIo<'a, S, D> {
             buf,
             bounced: self.bounce.is_some(),
         };
-        match issue_inline(self.shared, init, cx) {
+        match issue_inline(self.shared, || init, cx) {
             Ok(issued) => {
                 self.issued = Some(issued);
                 Poll::Pending

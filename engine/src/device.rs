@@ -702,14 +702,17 @@ pub(crate) struct Issued {
     at: Option<std::time::Instant>,
 }
 
-/// Checks `init` and plugs it as a bio on the calling core; the bio's
-/// waker is `cx`'s. The bio's result (an error, with the memory handed
-/// back) when it is refused or there is no core here. Inlined into the IO
-/// futures' polls (as the single IO future's poll had it).
+/// Checks the IO that `init` makes and plugs it as a bio on the calling
+/// core; the bio's waker is `cx`'s. The bio's result (an error, with the
+/// memory handed back) when it is refused or there is no core here.
+/// Inlined into the IO futures' polls (as the single IO future's poll had
+/// it). `init` is called after the waker's clone, so that what it reads
+/// (a future's fields) is read then, not kept on the stack across the
+/// call.
 #[inline(always)]
 pub(crate) fn issue_inline(
     shared: &Arc<DeviceShared>,
-    init: BioInit,
+    init: impl FnOnce() -> BioInit,
     cx: &Context<'_>,
 ) -> Result<Issued, BioResult> {
     // The waker first: its clone is the issue's one call, and made here,
@@ -717,6 +720,7 @@ pub(crate) fn issue_inline(
     // registers (made after the bio's allocation, they were spilled
     // around it). A refused IO drops it again (cold).
     let waker = cx.waker().clone();
+    let init = init();
     if let Err(e) = Device::check(shared, &init) {
         forget_if_none(init.buf);
         return Err(Err(e));
@@ -1271,7 +1275,7 @@ impl BioFuture<'_> {
             !self.done,
             "a plugio IO future was polled after it completed"
         );
-        let init = BioInit {
+        let init = || BioInit {
             op: self.op,
             flags: self.flags,
             offset_bytes: self.offset_bytes,
