@@ -37,6 +37,14 @@ use crate::request::{Piece, RqState};
 use crate::shared::DeviceShared;
 use crate::tag::{Tag, TagSet};
 
+/// [`EngineCore::plug_bio`]'s flush of a full plug or without a plug:
+/// only the SQEs' building (`true`) for a full plug with plugging on.
+#[cold]
+#[inline(never)]
+fn full_only(full: bool, unplugged: bool) -> bool {
+    full && !unplugged
+}
+
 impl EngineCore {
     /// Puts an issued bio into the plug (counting its bio allocation as a
     /// bio cache hit or miss); flushes at once when the plug is
@@ -105,7 +113,14 @@ impl EngineCore {
                 unplugged,
             )
         };
-        (full || unplugged || plugio_executor::in_tick_hooks()).then_some(full && !unplugged)
+        // The common case first, each test once: under the limits with
+        // plugging on, only IO issued from a late tick hook flushes now.
+        // (The other case's answer is made out of line: computed here, it
+        // was computed on every IO, before the tests.)
+        if full || unplugged {
+            return Some(full_only(full, unplugged));
+        }
+        plugio_executor::in_tick_hooks().then_some(false)
     }
 
     /// The flush before the tick ends that [`EngineCore::plug_bio`]
