@@ -83,9 +83,8 @@ impl EngineCore {
             debug_assert_eq!(key, merge::sort_key(bio.op, bio.flags, bio.offset_bytes));
             let mergeable = class & merge::CLASS_DATA != 0 && merge::flags_mergeable(bio.flags);
             debug_assert_eq!(mergeable, merge::mergeable(bio.op, bio.flags));
-            let ordered = class & merge::CLASS_ORDERED != 0;
             debug_assert_eq!(
-                ordered,
+                class & merge::CLASS_ORDERED != 0,
                 bio.op.is_write() || matches!(bio.op, OpKind::Flush | OpKind::Fsync)
             );
             plug.push(
@@ -93,7 +92,7 @@ impl EngineCore {
                 bio.offset_bytes,
                 bio.len_bytes,
                 mergeable,
-                ordered,
+                class,
             );
             // Each device's limits count its own bios (a device with
             // the byte trigger off is not flushed by another's bytes);

@@ -13,6 +13,7 @@
 //! - `count`/`bytes` describe exactly the bios held.
 
 use crate::bio::BioId;
+use crate::merge::CLASS_ORDERED;
 
 /// One plugged bio: its device index on this core, its id, and its merge
 /// sort key (see [`crate::merge::sort_key`]), computed once at insert.
@@ -127,9 +128,11 @@ pub(crate) struct Plug {
     /// Bios held that may merge (reads and writes without FUA, PREFLUSH
     /// or NOMERGE): below two, a flush has nothing to sort.
     pub mergeable: usize,
-    /// A write or a flush is held: the flush must look for ordering
-    /// conflicts before it sorts.
-    pub writes_or_flush: bool,
+    /// The [`plug_class`](crate::merge::plug_class) bits of the bios
+    /// held, or-ed: with [`CLASS_ORDERED`] a write or a flush is held,
+    /// and the flush must look for ordering conflicts before it sorts.
+    /// (Kept as the class's bits, so that a push is one `or` of them.)
+    classes: u8,
     /// Whether two mergeable bios touch.
     pub boundaries: Boundaries,
     /// Explicit plug guards open on this core and their declared IO count
@@ -149,7 +152,9 @@ pub(crate) struct Drained {
 
 impl Plug {
     /// Adds a bio on `[offset_bytes, offset_bytes + len_bytes)`;
-    /// `mergeable` and `writes_or_flush` say what kind of IO it is.
+    /// `mergeable` and `class` (its op's
+    /// [`plug_class`](crate::merge::plug_class)) say what kind of IO it
+    /// is.
     #[inline]
     pub fn push(
         &mut self,
@@ -157,7 +162,7 @@ impl Plug {
         offset_bytes: u64,
         len_bytes: u64,
         mergeable: bool,
-        writes_or_flush: bool,
+        class: u8,
     ) {
         self.bios.push(entry);
         if mergeable {
@@ -165,7 +170,7 @@ impl Plug {
             self.boundaries
                 .add(offset_bytes, offset_bytes.saturating_add(len_bytes));
         }
-        self.writes_or_flush |= writes_or_flush;
+        self.classes |= class;
     }
 
     /// Whether the plug must be flushed now, before the tick ends: one
@@ -198,11 +203,11 @@ impl Plug {
         }
         let drained = Drained {
             mergeable: self.mergeable,
-            writes_or_flush: self.writes_or_flush,
+            writes_or_flush: self.classes & CLASS_ORDERED != 0,
             adjacent: self.boundaries.adjacent,
         };
         self.mergeable = 0;
-        self.writes_or_flush = false;
+        self.classes = 0;
         self.boundaries.clear();
         drained
     }
