@@ -43,18 +43,21 @@ struct Cores(RefCell<Vec<Rc<EngineCore>>>);
 
 impl Drop for Cores {
     fn drop(&mut self) {
-        let _ = LAST.try_with(|l| l.set((0, std::ptr::null())));
+        let _ = LAST.try_with(|l| l.set(std::ptr::null()));
     }
 }
 
 thread_local! {
     /// See [`EngineCore::current`].
     static CORES: Cores = const { Cores(RefCell::new(Vec::new())) };
-    /// `(uid, state)` of the engine state used last on this thread: the
-    /// per-IO lookup, one plain load. The pointer is null or names a state
-    /// held by `CORES` (it is reset whenever a state leaves `CORES`, and
-    /// when `CORES` is destroyed).
-    static LAST: Cell<(u64, *const EngineCore)> = const { Cell::new((0, std::ptr::null())) };
+    /// The engine state used last on this thread: the per-IO lookup, one
+    /// plain load, a null test and a compare of the state's `uid`. The
+    /// pointer is null or names a state held by `CORES` (it is reset
+    /// whenever a state leaves `CORES`, and when `CORES` is destroyed).
+    /// (It held the uid beside the pointer, and each lookup tested both,
+    /// with flag arithmetic, where now it tests the uid only behind the
+    /// null test.)
+    static LAST: Cell<*const EngineCore> = const { Cell::new(std::ptr::null()) };
 }
 
 /// The engine's state on one core.
@@ -277,7 +280,7 @@ impl EngineCore {
             let mut cores = cores.0.borrow_mut();
             // The states about to leave: forget the last-used pointer
             // first (it may name one of them).
-            LAST.with(|l| l.set((0, std::ptr::null())));
+            LAST.with(|l| l.set(std::ptr::null()));
             cores.retain(|old| {
                 // Only one plugio executor (one DeviceDriver) lives on a
                 // thread at a time, and a state is made only for the
@@ -295,7 +298,7 @@ impl EngineCore {
             });
             cores.push(c.clone());
         });
-        LAST.with(|l| l.set((uid, Rc::as_ptr(&c))));
+        LAST.with(|l| l.set(Rc::as_ptr(&c)));
         c
     }
 
@@ -305,11 +308,11 @@ impl EngineCore {
     /// does, for a new executor core; nothing an IO result does calls it).
     #[inline]
     pub fn with_uid<R>(uid: u64, f: impl FnOnce(&EngineCore) -> R) -> Option<R> {
-        let (last_uid, mut ptr) = LAST.try_with(Cell::get).ok()?;
-        if last_uid != uid || ptr.is_null() {
+        let ptr = match Self::last_of(uid) {
+            Some(ptr) => ptr,
             // `by_uid_slow` makes the state it finds the last-used one.
-            ptr = Rc::as_ptr(&Self::by_uid_slow(uid)?);
-        }
+            None => Rc::as_ptr(&Self::by_uid_slow(uid)?),
+        };
         // SAFETY: `ptr` is a non-null LAST pointer, or the state
         // `by_uid_slow` just found in `CORES` (the `Rc` it returned is
         // dropped, `CORES` still holds the state). Either names a state
@@ -325,10 +328,7 @@ impl EngineCore {
     /// out of line).
     #[inline(always)]
     pub fn with_last<R>(uid: u64, f: impl FnOnce(&EngineCore) -> R) -> Option<R> {
-        let (last_uid, ptr) = LAST.try_with(Cell::get).ok()?;
-        if last_uid != uid || ptr.is_null() {
-            return None;
-        }
+        let ptr = Self::last_of(uid)?;
         // SAFETY: a non-null LAST pointer names a state that `CORES` holds
         // (see LAST); states leave `CORES` only in `create`, in `forget`
         // (a closing executor's hook) and when the thread exits, which
@@ -336,11 +336,25 @@ impl EngineCore {
         Some(f(unsafe { &*ptr }))
     }
 
+    /// The LAST pointer when it is not null and names the state of
+    /// executor core `uid`.
+    #[inline(always)]
+    fn last_of(uid: u64) -> Option<*const EngineCore> {
+        let ptr = LAST.try_with(Cell::get).ok()?;
+        if ptr.is_null() {
+            return None;
+        }
+        // SAFETY: a non-null LAST pointer names a state that `CORES` holds
+        // (see LAST): a live `EngineCore`, read here before anything could
+        // take it out of `CORES`.
+        let last_uid = unsafe { (*ptr).uid };
+        (last_uid == uid).then_some(ptr)
+    }
+
     /// The engine state of executor core `uid` on this thread, if any.
     #[inline]
     pub fn by_uid(uid: u64) -> Option<Rc<EngineCore>> {
-        let (last_uid, ptr) = LAST.try_with(Cell::get).ok()?;
-        if last_uid == uid && !ptr.is_null() {
+        if let Some(ptr) = Self::last_of(uid) {
             // SAFETY: a non-null LAST pointer names a state that `CORES`
             // holds (see LAST); taking one more strong count of it and an
             // `Rc` for that count is what `Rc::clone` does.
@@ -356,7 +370,7 @@ impl EngineCore {
     /// executor closed and it is idle).
     fn forget(core: &Rc<EngineCore>) {
         let _ = CORES.try_with(|cores| {
-            LAST.with(|l| l.set((0, std::ptr::null())));
+            LAST.with(|l| l.set(std::ptr::null()));
             cores.0.borrow_mut().retain(|c| !Rc::ptr_eq(c, core));
         });
         unregister_handler(core.handler);
@@ -369,7 +383,7 @@ impl EngineCore {
             .try_with(|cores| cores.0.borrow().iter().find(|c| c.uid == uid).cloned())
             .ok()
             .flatten()?;
-        LAST.with(|l| l.set((uid, Rc::as_ptr(&found))));
+        LAST.with(|l| l.set(Rc::as_ptr(&found)));
         Some(found)
     }
 
