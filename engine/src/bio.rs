@@ -787,6 +787,24 @@ impl BioTable {
         self.free_empty.push(index);
     }
 
+    /// The bio of `id` when the id is current and the bio `Done`: the one
+    /// lookup of [`BioTable::take_result`] and
+    /// [`BioTable::take_ok_cached`].
+    #[inline(always)]
+    fn done_mut(&mut self, id: BioId) -> Option<&mut Bio> {
+        let slot = self.slots.get_mut(id.index as usize)?;
+        if slot.generation != id.generation {
+            return None;
+        }
+        debug_assert!(slot.bio.is_some(), "a current id names a bio");
+        // SAFETY: the slot of a current id holds a bio: `alloc` makes one
+        // when it hands out the id's generation, and the one place that
+        // takes a slot's bio (`free_uncached`) starts a new generation.
+        let bio = unsafe { slot.bio.as_deref_mut().unwrap_unchecked() };
+        // A free bio is never `Done`, so this also refuses free slots.
+        (bio.state == BioState::Done).then_some(bio)
+    }
+
     /// [`BioTable::take_result`] of its common case, with no call on its
     /// path (the future's last poll then needs no frame): a `Done` bio
     /// without an error, whose memory is none or one buffer (nothing to
@@ -797,23 +815,8 @@ impl BioTable {
     #[inline(always)]
     pub fn take_ok_cached(&mut self, id: BioId) -> Option<u64> {
         let room = self.free_cached.len() < BIO_CACHE_MAX;
-        let slot = self.slots.get_mut(id.index as usize)?;
-        if slot.generation != id.generation {
-            return None;
-        }
-        debug_assert!(slot.bio.is_some(), "a current id names a bio");
-        // SAFETY: as in `take_result`: the slot of a current id holds a
-        // bio (`alloc` makes one when it hands out the id's generation,
-        // and `free_uncached`, the one place that takes a slot's bio,
-        // starts a new generation).
-        let bio = unsafe { slot.bio.as_deref_mut().unwrap_unchecked() };
-        // A free bio is never `Done`, so this also refuses free slots.
-        if bio.state != BioState::Done
-            || bio.error.is_some()
-            || matches!(bio.buf, BioBuf::Many(_))
-            || !bio.cached
-            || !room
-        {
+        let bio = self.done_mut(id)?;
+        if bio.error.is_some() || matches!(bio.buf, BioBuf::Many(_)) || !bio.cached || !room {
             return None;
         }
         let n = bio.done_bytes;
@@ -832,19 +835,7 @@ impl BioTable {
     /// of the slot for both (the future's second poll: the hot path).
     #[inline(always)]
     pub fn take_result(&mut self, id: BioId) -> Option<BioResult> {
-        let slot = self.slots.get_mut(id.index as usize)?;
-        if slot.generation != id.generation {
-            return None;
-        }
-        debug_assert!(slot.bio.is_some(), "a current id names a bio");
-        // SAFETY: the slot of a current id holds a bio: `alloc` makes one
-        // when it hands out the id's generation, and the one place that
-        // takes a slot's bio (`free_uncached`) starts a new generation.
-        let bio = unsafe { slot.bio.as_deref_mut().unwrap_unchecked() };
-        // A free bio is never `Done`, so this also refuses free slots.
-        if bio.state != BioState::Done {
-            return None;
-        }
+        let bio = self.done_mut(id)?;
         // The error is taken only where there is one: no store on the
         // common path.
         let result = if bio.error.is_some() {
