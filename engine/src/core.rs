@@ -344,11 +344,30 @@ impl EngineCore {
         if ptr.is_null() {
             return None;
         }
+        #[cfg(debug_assertions)]
+        Self::debug_check_last(ptr);
         // SAFETY: a non-null LAST pointer names a state that `CORES` holds
         // (see LAST): a live `EngineCore`, read here before anything could
         // take it out of `CORES`.
         let last_uid = unsafe { (*ptr).uid };
         (last_uid == uid).then_some(ptr)
+    }
+
+    /// Debug builds: checks LAST's invariant, which [`EngineCore::last_of`]'s
+    /// dereference relies on: a non-null `ptr` names a state that `CORES`
+    /// holds. (Skipped while `CORES` is borrowed mutably or destroyed:
+    /// LAST is null then, see `create`, `forget` and `Cores::drop`.)
+    #[cfg(debug_assertions)]
+    #[cold]
+    fn debug_check_last(ptr: *const EngineCore) {
+        let _ = CORES.try_with(|cores| {
+            if let Ok(cores) = cores.0.try_borrow() {
+                debug_assert!(
+                    cores.iter().any(|c| std::ptr::eq(Rc::as_ptr(c), ptr)),
+                    "LAST names an engine state that CORES no longer holds"
+                );
+            }
+        });
     }
 
     /// The engine state of executor core `uid` on this thread, if any.
