@@ -449,10 +449,11 @@ impl Core {
     #[inline]
     fn run_task(&self, task: LocalRef) {
         // SAFETY: core thread; just popped from the local queue.
-        let state = unsafe { task.start_run() };
-        // The common case, tested at once: a registered task, neither
-        // complete nor cancelled, is polled.
-        if state.is_complete_or_cancel_requested() || task.owned_slot() == UNREGISTERED {
+        let state = unsafe { task.load_for_run() };
+        // The common case, tested at once: a registered task, with no
+        // remote wake to serve, neither complete nor cancelled, is polled
+        // (`start_run` would have returned `state` unchanged).
+        if state.is_notified_complete_or_cancel_requested() || task.owned_slot() == UNREGISTERED {
             return self.run_task_slow(task, state);
         }
         self.budget.reset(self.config.coop_budget);
@@ -465,10 +466,17 @@ impl Core {
         }
     }
 
-    /// `run_task` of a task that is complete, cancelled or not yet
-    /// registered (`state`: what `start_run` returned).
+    /// `run_task` of a task with a remote wake to serve, complete,
+    /// cancelled or not yet registered (`state`: what `load_for_run`
+    /// returned).
     #[inline(never)]
     fn run_task_slow(&self, task: LocalRef, state: Snapshot) {
+        // The rest of `start_run`.
+        let state = if state.is_notified() {
+            task.serve_remote_wake()
+        } else {
+            state
+        };
         if state.is_complete() {
             return;
         }

@@ -1132,6 +1132,28 @@ impl LocalRef {
         header.state.start_run()
     }
 
+    /// `start_run` in two halves, for `Core::run_task`'s common case: this
+    /// one clears the local wake flag and loads the shared state; when
+    /// that shows `NOTIFIED`, `serve_remote_wake` must follow before the
+    /// state is acted on (together they are `start_run`).
+    ///
+    /// # Safety
+    /// As `start_run`.
+    pub(crate) unsafe fn load_for_run(&self) -> Snapshot {
+        let header = self.header();
+        debug_assert!(header.local.notified.get());
+        header.local.notified.set(false);
+        // Orderings: see `State::load_for_run`.
+        header.state.load_for_run()
+    }
+
+    /// The second half of `start_run`, after `load_for_run` returned a
+    /// state with `NOTIFIED`.
+    pub(crate) fn serve_remote_wake(&self) -> Snapshot {
+        // Orderings: see `State::serve_remote_wake`.
+        self.header().state.serve_remote_wake()
+    }
+
     /// Polls the task; returns true when it completed.
     ///
     /// # Safety

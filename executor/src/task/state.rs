@@ -58,9 +58,10 @@ impl Snapshot {
     pub(crate) fn is_cancel_requested(self) -> bool {
         self.0 & CANCEL_REQUESTED != 0
     }
-    /// `is_complete() || is_cancel_requested()`, in one test.
-    pub(crate) fn is_complete_or_cancel_requested(self) -> bool {
-        self.0 & (COMPLETE | CANCEL_REQUESTED) != 0
+    /// `is_notified() || is_complete() || is_cancel_requested()`, in one
+    /// test: whether a run must do more than poll (`Core::run_task`).
+    pub(crate) fn is_notified_complete_or_cancel_requested(self) -> bool {
+        self.0 & (NOTIFIED | COMPLETE | CANCEL_REQUESTED) != 0
     }
     pub(crate) fn is_queued(self) -> bool {
         self.0 & QUEUED != 0
@@ -208,14 +209,25 @@ impl State {
     /// set (that remote wake is served by this poll; its node stays queued
     /// until taken). A plain load unless `NOTIFIED` shows.
     pub(crate) fn start_run(&self) -> Snapshot {
+        let state = self.load_for_run();
+        if !state.is_notified() {
+            return state;
+        }
+        self.serve_remote_wake()
+    }
+
+    /// `start_run`'s load (what it returns when `NOTIFIED` is clear).
+    pub(crate) fn load_for_run(&self) -> Snapshot {
         // Acquire: pairs with the Release RMW of a remote wake or abort, so
         // the poll sees what they wrote; a plain load on x86.
-        let state = self.0.load(Acquire);
-        if state & NOTIFIED == 0 {
-            return Snapshot(state);
-        }
-        // AcqRel: Acquire as above; Release so that the RMW of a later
-        // remote wake orders after this clear.
+        Snapshot(self.0.load(Acquire))
+    }
+
+    /// The rest of `start_run` once its load showed `NOTIFIED`: clears it
+    /// and returns the state without it.
+    pub(crate) fn serve_remote_wake(&self) -> Snapshot {
+        // AcqRel: Acquire as `load_for_run`; Release so that the RMW of a
+        // later remote wake orders after this clear.
         Snapshot(self.0.fetch_and(!NOTIFIED, AcqRel) & !NOTIFIED)
     }
 
