@@ -31,7 +31,7 @@ use crate::core::EngineCore;
 use crate::dispatch::{send_fast, Batch};
 use crate::interval::NIL;
 use crate::merge;
-use crate::plug::{Drained, Plugged};
+use crate::plug::{self, Drained, Plugged};
 use crate::queue::{group_index, CoreDev, DevMask, FAST};
 use crate::request::{Piece, RqState};
 use crate::shared::DeviceShared;
@@ -81,10 +81,10 @@ impl EngineCore {
             let class = merge::plug_class(bio.op);
             let key = merge::sort_key_of_group(class & 3, bio.flags, bio.offset_bytes);
             debug_assert_eq!(key, merge::sort_key(bio.op, bio.flags, bio.offset_bytes));
-            let mergeable = class & merge::CLASS_DATA != 0 && merge::flags_mergeable(bio.flags);
+            let mergeable = class & plug::CLASS_DATA != 0 && merge::flags_mergeable(bio.flags);
             debug_assert_eq!(mergeable, merge::mergeable(bio.op, bio.flags));
             debug_assert_eq!(
-                class & merge::CLASS_ORDERED != 0,
+                class & plug::CLASS_ORDERED != 0,
                 bio.op.is_write() || matches!(bio.op, OpKind::Flush | OpKind::Fsync)
             );
             plug.push(

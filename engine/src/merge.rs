@@ -29,7 +29,7 @@
 use plugio_device::{IoFlags, OpKind};
 
 use crate::bio::{Bio, BioTable};
-use crate::plug::Plugged;
+use crate::plug::{Plugged, CLASS_DATA, CLASS_ORDERED};
 use crate::request::Request;
 
 /// Which end of a request a bio joins.
@@ -40,13 +40,6 @@ pub(crate) enum Side {
     /// The bio precedes the request.
     Front,
 }
-
-/// Bit of a [`plug_class`]: a read or a write, which may merge unless
-/// its flags forbid it.
-pub(crate) const CLASS_DATA: u8 = 1 << 2;
-/// Bit of a [`plug_class`]: a write or a flush, which the plug's flush
-/// must keep in order against the IO it overlaps.
-pub(crate) const CLASS_ORDERED: u8 = 1 << 3;
 
 /// What the plug needs of `op`, from one test of its kind: its sort
 /// group (bits 0 and 1, the group of [`sort_key`]), [`CLASS_DATA`] and

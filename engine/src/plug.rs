@@ -13,7 +13,6 @@
 //! - `count`/`bytes` describe exactly the bios held.
 
 use crate::bio::BioId;
-use crate::merge::CLASS_ORDERED;
 
 /// One plugged bio: its device index on this core, its id, and its merge
 /// sort key (see [`crate::merge::sort_key`]), computed once at insert.
@@ -119,6 +118,14 @@ fn slot_of(v: u64) -> usize {
     // high bits of the product spread them.
     (v.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 57) as usize
 }
+
+/// Bit of a [`plug_class`](crate::merge::plug_class): a read or a write,
+/// which may merge unless its flags forbid it. (Here, not in `merge`, so
+/// that the plug, which keeps these bits, does not use `merge`.)
+pub(crate) const CLASS_DATA: u8 = 1 << 2;
+/// Bit of a [`plug_class`](crate::merge::plug_class): a write or a flush,
+/// which the plug's flush must keep in order against the IO it overlaps.
+pub(crate) const CLASS_ORDERED: u8 = 1 << 3;
 
 /// The bios of one tick on one core.
 #[derive(Debug, Default)]
