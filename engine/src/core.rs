@@ -38,12 +38,43 @@ use crate::status::Done;
 use crate::tag::Tag;
 
 /// The engine states of the executor cores a thread runs (usually one).
-/// Dropping it (thread exit) forgets the [`LAST`] pointer first.
+/// Dropping it (thread exit) forgets the [`LAST`] pointer first, and
+/// leaks every state that has IO at the kernel (see `Drop`).
 struct Cores(RefCell<Vec<Rc<EngineCore>>>);
 
 impl Drop for Cores {
+    /// A state whose requests still hold tags may have IO at the kernel:
+    /// an executor kept in a thread-local that is destroyed after this one
+    /// (a per-thread runtime in a `thread_local!`) drains its ring only
+    /// when it drops, later. Dropping such a state would free the memory
+    /// its orphaned bios keep while the kernel may still write into it
+    /// (found by a break-it helper), so it is kept instead, for the rest
+    /// of the process, in [`KEPT_AT_EXIT`]: its handler stays registered,
+    /// and the driver's drain completes its requests (their tags go back
+    /// to the device; their memory is dropped once the kernel is done).
+    /// States with nothing at the kernel are dropped as before.
     fn drop(&mut self) {
         let _ = LAST.try_with(|l| l.set(std::ptr::null()));
+        for core in self.0.get_mut().drain(..) {
+            if core.holds_tags() {
+                keep_at_exit(core);
+            }
+        }
+    }
+}
+
+/// The engine states of exited threads that still had IO at the kernel
+/// (see `Cores`' `Drop`), as pointers from `Rc::into_raw`: never freed,
+/// and listed here rather than forgotten so that leak checkers (and a
+/// debugger) see them as reachable.
+static KEPT_AT_EXIT: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+
+/// Keeps `core` alive for the rest of the process (see [`KEPT_AT_EXIT`]).
+#[cold]
+fn keep_at_exit(core: Rc<EngineCore>) {
+    let ptr = Rc::into_raw(core) as usize;
+    if let Ok(mut kept) = KEPT_AT_EXIT.lock() {
+        kept.push(ptr);
     }
 }
 
@@ -501,6 +532,15 @@ impl EngineCore {
         // dropped after every borrow is released.
         drop(wakers);
         crate::bio::drop_buried();
+    }
+
+    /// Whether a request of this core holds a tag: sent to the kernel, or
+    /// built and about to be (true when the device list is borrowed, which
+    /// cannot be told).
+    fn holds_tags(&self) -> bool {
+        self.devs
+            .try_borrow()
+            .map_or(true, |devs| devs.iter().any(|d| d.tags_held > 0))
     }
 
     /// Whether anything of this core is plugged or in flight.
