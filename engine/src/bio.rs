@@ -366,13 +366,17 @@ impl Bio {
     }
 
     /// Orphans the bio: its future was dropped, `keep` (if any) holds its
-    /// memory until the bio completes, and nobody waits for it.
-    pub(crate) fn orphan(&mut self, keep: Option<Keep>) {
+    /// memory until the bio completes, and nobody waits for it. Returns
+    /// the waker it held, for the caller to drop once it holds no borrow
+    /// of the core's tables: a waker's drop is the caller's code, which
+    /// may issue IO (found by a break-it helper).
+    #[must_use = "drop the waker after the core's tables are released"]
+    pub(crate) fn orphan(&mut self, keep: Option<Keep>) -> Option<Waker> {
         self.orphaned = true;
-        self.waker = None;
         if keep.is_some() {
             self.cold_mut().keep = keep;
         }
+        self.waker.take()
     }
 
     /// Keeps the first error of the bio's parts (`result`, a negative

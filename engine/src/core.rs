@@ -307,12 +307,18 @@ impl EngineCore {
             fork_generation: plugio_device::fork::driver_generation(),
         });
         let _ = hooks.core.set(Rc::downgrade(&c));
+        // What leaves with the old states (their wakers, the buffers they
+        // kept, the states themselves) is the caller's code when dropped,
+        // which may issue IO: dropped below, after `CORES` is released
+        // and the new state is the last-used one.
+        let mut wakers = Vec::new();
+        let mut gone = Vec::new();
         CORES.with(|cores| {
             let mut cores = cores.0.borrow_mut();
             // The states about to leave: forget the last-used pointer
             // first (it may name one of them).
             LAST.with(|l| l.set(std::ptr::null()));
-            cores.retain(|old| {
+            for old in std::mem::take(&mut *cores) {
                 // Only one plugio executor (one DeviceDriver) lives on a
                 // thread at a time, and a state is made only for the
                 // executor the driver serves (`current_slow`), so every
@@ -320,16 +326,24 @@ impl EngineCore {
                 // its driver drained what was in flight. What is still in
                 // its plug or its FIFOs will never be dispatched: end it,
                 // so the state (and the devices it holds) can go.
-                old.abandon();
-                let keep = old.busy();
-                if !keep {
+                old.abandon_into(&mut wakers);
+                if old.busy() {
+                    cores.push(old);
+                } else {
                     unregister_handler(old.handler);
+                    gone.push(old);
                 }
-                keep
-            });
+            }
             cores.push(c.clone());
         });
         LAST.with(|l| l.set(Rc::as_ptr(&c)));
+        for waker in wakers {
+            plugio_executor::drop_contained(waker, "the waker of IO a gone executor never sent");
+        }
+        for old in gone {
+            plugio_executor::drop_contained(old, "the engine state of a gone executor");
+        }
+        crate::bio::drop_buried();
         c
     }
 
@@ -447,8 +461,21 @@ impl EngineCore {
     /// were cancelled, and what is in flight completes as its driver
     /// drains).
     pub(crate) fn abandon(&self) {
-        let cancelled = -i64::from(libc::ECANCELED);
         let mut wakers = Vec::new();
+        self.abandon_into(&mut wakers);
+        // Wakers of a gone executor, and the buffers of the bios freed:
+        // dropped after every borrow is released.
+        drop(wakers);
+        crate::bio::drop_buried();
+    }
+
+    /// [`EngineCore::abandon`] with the wakers of the bios it ends pushed
+    /// on `wakers`, and the buffers it frees buried: the caller drops both
+    /// once it holds no borrow (`create` holds `CORES`' while it abandons:
+    /// a waker or buffer whose drop issued IO found it borrowed, found by
+    /// a break-it helper).
+    fn abandon_into(&self, wakers: &mut Vec<Waker>) {
+        let cancelled = -i64::from(libc::ECANCELED);
         {
             let mut plug = self.plug.borrow_mut();
             let mut bios = self.bios.borrow_mut();
@@ -528,10 +555,6 @@ impl EngineCore {
                 d.check_invariants();
             }
         }
-        // Wakers of a gone executor, and the buffers of the bios freed:
-        // dropped after every borrow is released.
-        drop(wakers);
-        crate::bio::drop_buried();
     }
 
     /// Whether a request of this core holds a tag: sent to the kernel, or

@@ -834,22 +834,26 @@ impl Issued {
         if plugio_executor::core_uid() != Some(uid) {
             return Self::poll_off_core(uid, id);
         }
-        let forked = EngineCore::with_uid(uid, |ec| {
+        let replaced = EngineCore::with_uid(uid, |ec| {
             if ec.forked() {
-                return true;
+                return Err(());
             }
-            if let Some(bio) = ec.bios.borrow_mut().get_mut(id) {
-                match &bio.waker {
-                    Some(w) if w.will_wake(cx.waker()) => {}
-                    _ => bio.waker = Some(cx.waker().clone()),
-                }
+            let mut bios = ec.bios.borrow_mut();
+            let Some(bio) = bios.get_mut(id) else {
+                return Ok(None);
+            };
+            match &bio.waker {
+                Some(w) if w.will_wake(cx.waker()) => Ok(None),
+                _ => Ok(bio.waker.replace(cx.waker().clone())),
             }
-            false
         });
-        if forked == Some(true) {
-            return Self::poll_forked(uid, id);
+        match replaced {
+            Some(Err(())) => Self::poll_forked(uid, id),
+            // The waker replaced, if any, is dropped here, with the bio
+            // table released: its drop is the caller's code, which may
+            // issue IO (found by a break-it helper).
+            _ => Poll::Pending,
         }
-        Poll::Pending
     }
 
     /// The byte count of a bio that completed without an error, taken
@@ -874,12 +878,15 @@ impl Issued {
     /// never the child's.
     #[cold]
     fn poll_forked(uid: u64, id: BioId) -> Poll<BioResult> {
-        EngineCore::with_uid(uid, |ec| {
-            if let Some(bio) = ec.bios.borrow_mut().get_mut(id) {
-                bio.orphaned = true;
-                bio.waker = None;
-            }
+        // The waker is dropped after the bio table is released (see
+        // `Bio::orphan`).
+        let waker = EngineCore::with_uid(uid, |ec| {
+            ec.bios
+                .borrow_mut()
+                .get_mut(id)
+                .and_then(|bio| bio.orphan(None))
         });
+        drop(waker);
         Poll::Ready(Err(plugio_device::fork::forked_error().with_context(
             "this IO was in flight at the fork (it completes in the parent only)",
         )))
@@ -926,12 +933,16 @@ impl Issued {
         };
         let mut bios = ec.bios.borrow_mut();
         // A finished bio is freed with its result; an unfinished one is
-        // orphaned.
+        // orphaned. Its waker is dropped after the bio table is released
+        // (see `Bio::orphan`).
+        let mut waker = None;
         if bios.take_result(id).is_none() {
             if let Some(bio) = bios.get_mut(id) {
-                bio.orphan(keep);
+                waker = bio.orphan(keep);
             }
         }
+        drop(bios);
+        drop(waker);
     }
 }
 

@@ -354,7 +354,10 @@ impl DeviceShared {
                 drop(r);
                 bury_kept(keep);
             } else if let Some(bio) = bios.get_mut(id) {
-                bio.orphan(keep);
+                // Its waker's drop waits for `drop_buried` too.
+                if let Some(waker) = bio.orphan(keep) {
+                    bury_kept(Some(Box::new(waker)));
+                }
             } else {
                 bury_kept(keep);
             }
