@@ -25,12 +25,12 @@ const DATA: u8 = 0x5A;
 const DROPPED: u8 = 0xEE;
 
 /// The buffers whose `Drop` ran: (address, length) of their memory, which
-/// is never freed so that a late write into it can be seen.
+/// stays allocated until `check` has looked for late writes into it.
 static DROPPED_BUFS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
 /// One test at a time uses `DROPPED_BUFS`.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// A 4096-aligned buffer whose memory outlives it (leaked on purpose).
+/// A 4096-aligned buffer whose memory outlives it (freed by `check`).
 struct Marked {
     ptr: *mut u8,
     len: usize,
@@ -51,7 +51,7 @@ impl Marked {
 
 impl Drop for Marked {
     fn drop(&mut self) {
-        // SAFETY: the buffer's own memory, never freed.
+        // SAFETY: the buffer's own memory, freed only by `check`.
         unsafe { std::ptr::write_bytes(self.ptr, DROPPED, self.len) };
         DROPPED_BUFS
             .lock()
@@ -60,7 +60,7 @@ impl Drop for Marked {
     }
 }
 
-// SAFETY: the memory never moves and is never freed.
+// SAFETY: the memory never moves and is freed only after the IO ended.
 unsafe impl IoBuf for Marked {
     fn stable_ptr(&self) -> *const u8 {
         self.ptr
@@ -105,21 +105,27 @@ async fn orphan_reads(dev: &Device, count: u64, size: usize) {
 /// The checks after the thread exited: no dropped buffer got data after
 /// its `Drop`, and the device has no tag taken.
 fn check(dev: &Device, what: &str) {
+    assert_eq!(
+        dev.tags_in_use(),
+        0,
+        "{what}: tags left taken after the thread exited"
+    );
     let dropped = std::mem::take(&mut *DROPPED_BUFS.lock().unwrap());
     for (ptr, len) in dropped {
-        // SAFETY: memory of a `Marked`, never freed.
+        // SAFETY: memory of a `Marked`, not freed yet.
         let bytes = unsafe { std::slice::from_raw_parts(ptr as *const u8, len) };
         let late = bytes.iter().filter(|&&b| b == DATA).count();
         assert_eq!(
             late, 0,
             "{what}: {late} bytes were read into a buffer after its Drop ran"
         );
+        let layout = std::alloc::Layout::from_size_align(len, 4096).unwrap();
+        // SAFETY: allocated by `Marked::new` with this layout; its `Drop`
+        // ran and no tag is taken (checked above: its read ended), so
+        // nothing uses it any more. (Freed so that leak checkers see no
+        // leak.)
+        unsafe { std::alloc::dealloc(ptr as *mut u8, layout) };
     }
-    assert_eq!(
-        dev.tags_in_use(),
-        0,
-        "{what}: tags left taken after the thread exited"
-    );
     let ex = local();
     ex.run(async { dev.nop().await.unwrap() });
 }
