@@ -353,6 +353,7 @@ impl EngineCore {
         // for nothing, and its batch's end does nothing (nothing started).
         let mut batch = Batch::begin(d);
         let mut built = 0;
+        debug_assert!(d.lane_writes.is_empty());
         for (i, e) in list.iter().enumerate() {
             let Some(bio) = bios.get_mut(e.id) else {
                 continue;
@@ -371,9 +372,10 @@ impl EngineCore {
             if let Some(tag) = lt.spare(d, rest) {
                 let now = batch.now();
                 if send_fast(d, bio, sq, dev, e.id.index, tag, now) {
-                    batch.count(d, now);
+                    // Counted as started and built after the loop, from
+                    // `used` (see there).
+                    batch.count_clock(d, now);
                     lt.used += 1;
-                    built += 1;
                     if d.index_active {
                         link_lane(d, bio);
                     } else {
@@ -391,6 +393,14 @@ impl EngineCore {
             };
         }
         let LoopTags { tags, used, .. } = lt;
+        // Each tag used went to a fast-lane read sent in the loop or to a
+        // lane write listed in `lane_writes` (empty before the loop,
+        // counted in `built` by `lane_write_or_build`): the reads sent
+        // are the rest, one request and one IO started each.
+        debug_assert!(d.lane_writes.len() <= used);
+        let sent = used - d.lane_writes.len();
+        batch.add_started(sent);
+        built += sent as u64;
         if !d.lane_writes.is_empty() {
             send_lane_writes(d, bios, sq, dev, &mut batch, tags);
         }
