@@ -163,6 +163,27 @@ pub(crate) fn send_fast(
     tag: Tag,
     now: u64,
 ) -> bool {
+    if !send_fast_uncounted(bio, sq, dev, index, tag, now) {
+        return false;
+    }
+    d.tags_held += 1;
+    d.fast_in_flight += 1;
+    true
+}
+
+/// [`send_fast`] without its counts of `d`: the caller adds the IOs it
+/// sent to `d.tags_held` and `d.fast_in_flight` itself, all at once,
+/// before anything reads them (the flush's sending loop, which reads
+/// neither).
+#[inline(always)]
+pub(crate) fn send_fast_uncounted(
+    bio: &mut Bio,
+    sq: &SqWriter<'_>,
+    dev: u32,
+    index: u32,
+    tag: Tag,
+    now: u64,
+) -> bool {
     // SAFETY: the bio's memory stays owned by its future (or the bio, once
     // orphaned) until this op's completion has been delivered to
     // `complete_batch`, and the bio keeps its slot until then. The writer
@@ -185,8 +206,6 @@ pub(crate) fn send_fast(
     }
     bio.tag = tag;
     bio.start_ns = now;
-    d.tags_held += 1;
-    d.fast_in_flight += 1;
     true
 }
 

@@ -28,7 +28,7 @@ use plugio_device::SqWriter;
 
 use crate::bio::{Bio, BioBuf, BioId, BioInfo, BioTable};
 use crate::core::EngineCore;
-use crate::dispatch::{send_fast, Batch};
+use crate::dispatch::{send_fast, send_fast_uncounted, Batch};
 use crate::interval::NIL;
 use crate::merge;
 use crate::plug::{self, Drained, Plugged};
@@ -371,7 +371,7 @@ impl EngineCore {
             }
             if let Some(tag) = lt.spare(d, rest) {
                 let now = batch.now();
-                if send_fast(d, bio, sq, dev, e.id.index, tag, now) {
+                if send_fast_uncounted(bio, sq, dev, e.id.index, tag, now) {
                     // Counted as started and built after the loop, from
                     // `used` (see there).
                     batch.count_clock(d, now);
@@ -401,6 +401,9 @@ impl EngineCore {
         let sent = used - d.lane_writes.len();
         batch.add_started(sent);
         built += sent as u64;
+        // `send_fast`'s counts of the reads sent (the loop read neither).
+        d.tags_held += sent as u32;
+        d.fast_in_flight += sent as u32;
         if !d.lane_writes.is_empty() {
             send_lane_writes(d, bios, sq, dev, &mut batch, tags);
         }
