@@ -92,6 +92,13 @@ impl Batch {
         }
     }
 
+    /// Whether each IO reads the clock itself ([`Batch::now`] differs per
+    /// IO); else every IO of the batch starts at the batch's one reading.
+    #[inline]
+    pub(crate) fn clock_per_io(&self) -> bool {
+        self.clock_per_io
+    }
+
     /// The start time of the next IO (0 without iostats): the batch's
     /// one reading with the cached clock, else a fresh one.
     #[inline]

@@ -352,46 +352,15 @@ impl EngineCore {
         // Option per bio. A flush that sends nothing reads the clock once
         // for nothing, and its batch's end does nothing (nothing started).
         let mut batch = Batch::begin(d);
-        let mut built = 0;
         debug_assert!(d.lane_writes.is_empty());
-        for (i, e) in list.iter().enumerate() {
-            let Some(bio) = bios.get_mut(e.id) else {
-                continue;
-            };
-            let rest = list.len() - i;
-            // `send_at_flush` is called only with the device's fast lane on.
-            debug_assert!(d.fast_lane);
-            if !fast_lane_bio(d, bio, allow_merge) {
-                built += lane_write_or_build(d, e.id, bio, allow_merge, &mut lt, rest);
-                continue;
-            }
-            if d.index_active && !lane_clear(d, bio) {
-                built += build_requests::<false>(d, e.id, bio, allow_merge);
-                continue;
-            }
-            if let Some(tag) = lt.spare(d, rest) {
-                let now = batch.now();
-                if send_fast_uncounted(bio, sq, dev, e.id.index, tag, now) {
-                    // Counted as started and built after the loop, from
-                    // `used` (see there).
-                    batch.count_clock(d, now);
-                    lt.used += 1;
-                    if d.index_active {
-                        link_lane(d, bio);
-                    } else {
-                        take_fast(d, bio);
-                    }
-                    continue;
-                }
-            }
-            built += if d.index_active {
-                // Not sent: a request, ordered as any.
-                build_requests::<false>(d, e.id, bio, allow_merge)
-            } else {
-                queue_fast(d, e.id, bio);
-                1
-            };
-        }
+        // The clock is read per IO only in its ablation (the cached clock
+        // off with iostats): decided once per flush, so that the loop
+        // tests nothing for it per IO.
+        let mut built = if batch.clock_per_io() {
+            send_list::<true>(d, bios, sq, dev, list, allow_merge, &mut lt, &mut batch)
+        } else {
+            send_list::<false>(d, bios, sq, dev, list, allow_merge, &mut lt, &mut batch)
+        };
         let LoopTags { tags, used, .. } = lt;
         // Each tag used went to a fast-lane read sent in the loop or to a
         // lane write listed in `lane_writes` (empty before the loop,
@@ -417,6 +386,72 @@ impl EngineCore {
         }
         built
     }
+}
+
+/// [`EngineCore::send_each`]'s loop over the flushed bios, with the SQ
+/// writer `sq`: sends each fast-lane read it can (the tags from `lt`, the
+/// start times from `batch`), builds the others into requests. The reads
+/// sent are counted by the caller, from `lt.used`. `CLOCK_PER_IO`:
+/// `batch.clock_per_io()`, known per flush. Returns the number of
+/// requests and fast-lane bios other than the reads sent.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn send_list<const CLOCK_PER_IO: bool>(
+    d: &mut CoreDev,
+    bios: &mut BioTable,
+    sq: &SqWriter<'_>,
+    dev: u32,
+    list: &[Plugged],
+    allow_merge: bool,
+    lt: &mut LoopTags<'_>,
+    batch: &mut Batch,
+) -> u64 {
+    debug_assert_eq!(CLOCK_PER_IO, batch.clock_per_io());
+    let mut built = 0;
+    // Without the per-IO clock, every IO of the batch starts at its one
+    // reading (`Batch::now` returns the same each time).
+    let batch_now = if CLOCK_PER_IO { 0 } else { batch.now() };
+    for (i, e) in list.iter().enumerate() {
+        let Some(bio) = bios.get_mut(e.id) else {
+            continue;
+        };
+        let rest = list.len() - i;
+        // `send_at_flush` is called only with the device's fast lane on.
+        debug_assert!(d.fast_lane);
+        if !fast_lane_bio(d, bio, allow_merge) {
+            built += lane_write_or_build(d, e.id, bio, allow_merge, lt, rest);
+            continue;
+        }
+        if d.index_active && !lane_clear(d, bio) {
+            built += build_requests::<false>(d, e.id, bio, allow_merge);
+            continue;
+        }
+        if let Some(tag) = lt.spare(d, rest) {
+            let now = if CLOCK_PER_IO { batch.now() } else { batch_now };
+            if send_fast_uncounted(bio, sq, dev, e.id.index, tag, now) {
+                // Counted as started and built after the loop, from
+                // `used` (see there).
+                if CLOCK_PER_IO {
+                    batch.count_clock(d, now);
+                }
+                lt.used += 1;
+                if d.index_active {
+                    link_lane(d, bio);
+                } else {
+                    take_fast(d, bio);
+                }
+                continue;
+            }
+        }
+        built += if d.index_active {
+            // Not sent: a request, ordered as any.
+            build_requests::<false>(d, e.id, bio, allow_merge)
+        } else {
+            queue_fast(d, e.id, bio);
+            1
+        };
+    }
+    built
 }
 
 /// Whether fast-lane bio `bio` may go while a write is live (the interval
