@@ -345,7 +345,9 @@ impl EngineCore {
         let mut lt = LoopTags {
             set: shared.tags_for(self.core),
             core: self.core,
-            tags,
+            // Moved in (and back after the loop): the loop then reaches the
+            // tags without going through a reference first.
+            tags: std::mem::take(tags),
             used: 0,
         };
         // Begun before the loop, not at its first send: the loop tests no
@@ -361,7 +363,10 @@ impl EngineCore {
         } else {
             send_list::<false>(d, bios, sq, dev, list, allow_merge, &mut lt, &mut batch)
         };
-        let LoopTags { tags, used, .. } = lt;
+        let LoopTags {
+            tags: taken, used, ..
+        } = lt;
+        *tags = taken;
         // Each tag used went to a fast-lane read sent in the loop or to a
         // lane write listed in `lane_writes` (empty before the loop,
         // counted in `built` by `lane_write_or_build`): the reads sent
@@ -469,7 +474,7 @@ fn lane_clear(d: &CoreDev, bio: &Bio) -> bool {
 struct LoopTags<'a> {
     set: &'a TagSet,
     core: usize,
-    tags: &'a mut Vec<Tag>,
+    tags: Vec<Tag>,
     used: usize,
 }
 
@@ -487,7 +492,7 @@ impl LoopTags<'_> {
         let left = self.tags.len() - self.used;
         if left <= waiting {
             self.set
-                .get_tags(self.core, rest + waiting - left, self.tags);
+                .get_tags(self.core, rest + waiting - left, &mut self.tags);
         }
         if self.tags.len() - self.used > waiting {
             debug_assert!(self.used < self.tags.len());
