@@ -28,6 +28,10 @@ pub(crate) struct Plugged {
 /// bio adds at most two values, so the table stays at most half full).
 const BOUNDARY_SLOTS: usize = 128;
 
+/// Mergeable bios noted at most: past a quarter of the table they count
+/// as "maybe adjacent" (see [`BOUNDARY_SLOTS`]).
+const BOUNDARY_LIMIT: usize = BOUNDARY_SLOTS / 4;
+
 /// Flag of a table value where a noted bio starts.
 const STARTS: u8 = 1;
 /// Flag of a table value where a noted bio ends.
@@ -45,7 +49,8 @@ pub(crate) struct Boundaries {
     values: [u64; BOUNDARY_SLOTS],
     /// `STARTS` and `ENDS` of each value.
     flags: [u8; BOUNDARY_SLOTS],
-    /// Bios noted.
+    /// Bios noted; [`BOUNDARY_LIMIT`] once `adjacent` is set (nothing is
+    /// noted then), so that one test of it skips both cases.
     len: usize,
     /// Two mergeable bios touch, or the table filled up.
     pub adjacent: bool,
@@ -65,19 +70,25 @@ impl Default for Boundaries {
 impl Boundaries {
     /// Notes a mergeable bio on `[start, end)`: adjacent when it starts
     /// where another ends or ends where another starts.
+    /// Once two touch (or the table filled up), `len` is
+    /// [`BOUNDARY_LIMIT`]: one test skips the rest of the plug's bios.
     fn add(&mut self, start: u64, end: u64) {
-        if self.adjacent {
-            return;
-        }
-        if self.len >= BOUNDARY_SLOTS / 4 {
+        if self.len >= BOUNDARY_LIMIT {
             self.adjacent = true;
             return;
         }
-        // Stored plus one: 0 marks an empty slot.
-        let touches = self.mark(start.wrapping_add(1), STARTS, ENDS)
-            | self.mark(end.wrapping_add(1), ENDS, STARTS);
-        self.adjacent = touches;
-        self.len += 1;
+        debug_assert!(!self.adjacent, "adjacent sets len to the limit");
+        // Stored plus one: 0 marks an empty slot. Once its start touches,
+        // the bio's end need not be noted: nothing more is noted in this
+        // plug.
+        if self.mark(start.wrapping_add(1), STARTS, ENDS)
+            || self.mark(end.wrapping_add(1), ENDS, STARTS)
+        {
+            self.adjacent = true;
+            self.len = BOUNDARY_LIMIT;
+        } else {
+            self.len += 1;
+        }
     }
 
     /// Flags value `v` with `flag` (inserting it when absent); returns
