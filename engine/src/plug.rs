@@ -72,6 +72,7 @@ impl Boundaries {
     /// where another ends or ends where another starts.
     /// Once two touch (or the table filled up), `len` is
     /// [`BOUNDARY_LIMIT`]: one test skips the rest of the plug's bios.
+    #[inline]
     fn add(&mut self, start: u64, end: u64) {
         if self.len >= BOUNDARY_LIMIT {
             self.adjacent = true;
