@@ -36,12 +36,17 @@
 //! - A per-op `-EAGAIN` (delivered for direct submissions) sends the same
 //!   request back to the front of its FIFO, up to 64 times in a row.
 //! - Wakers run after every borrow of this core is released, once per
-//!   batch (or at the end of the flush that is running).
+//!   batch (or at the end of the flush that is running). The exception
+//!   runs no code but the executor's: a waker of a task of this core that
+//!   waking only queues on its run queue (`LocalWake::try_wake`) is woken
+//!   as its bio ends, while no waker waits in the list before it, so the
+//!   wakes keep their order.
 
 use std::rc::Rc;
 use std::task::Waker;
 
 use plugio_device::{IoFlags, OpKind};
+use plugio_executor::LocalWake;
 
 use crate::bio::{BioState, BioTable};
 use crate::clock;
@@ -75,6 +80,7 @@ impl EngineCore {
             let mut bios = self.bios.borrow_mut();
             let mut wakes = self.wake_list.borrow_mut();
             let mut puts = self.scratch_puts.borrow_mut();
+            let local = LocalWake::current();
             let mut rest = completions;
             while let Some(first) = rest.first() {
                 let dev = device_of(first.token());
@@ -84,7 +90,10 @@ impl EngineCore {
                 };
                 let mut ctx = Ctx {
                     bios: &mut bios,
-                    wakes: &mut wakes,
+                    wakes: Wakes {
+                        list: &mut wakes,
+                        local,
+                    },
                     requeued: false,
                     // The tags to free, gathered as bits of the set's words
                     // as they come.
@@ -125,11 +134,34 @@ impl EngineCore {
 /// The core's tables a completion touches.
 struct Ctx<'a> {
     bios: &'a mut BioTable,
-    wakes: &'a mut Vec<Waker>,
+    wakes: Wakes<'a>,
     /// Requests were issued again (the FIFO needs a dispatch).
     requeued: bool,
     /// The device's tags to free at the end of its run.
     puts: TagPuts<'a>,
+}
+
+/// The wakes of the tasks whose bios ended.
+struct Wakes<'a> {
+    /// The wakers to wake once the borrows are released, in order.
+    list: &'a mut Vec<Waker>,
+    /// The current core, for the wakes that run no other code.
+    local: LocalWake,
+}
+
+impl Wakes<'_> {
+    /// Wakes `waker` now if that only queues a task of this core and no
+    /// waker waits before it; otherwise queues it in the list.
+    #[inline(always)]
+    fn wake(&mut self, waker: Waker) {
+        if self.list.is_empty() {
+            if let Err(waker) = self.local.try_wake(waker) {
+                self.list.push(waker);
+            }
+        } else {
+            self.list.push(waker);
+        }
+    }
 }
 
 /// The device a completion's token names.
@@ -300,7 +332,7 @@ fn try_complete_fast(
         let id = ctx.bios.id_at(index);
         ctx.bios.free(id);
     } else if let Some(w) = bio.waker.take() {
-        ctx.wakes.push(w);
+        ctx.wakes.wake(w);
     }
     // Sent while a write was live (its node in the index, see
     // `crate::order`), or counted in `fast_live`.
@@ -343,19 +375,19 @@ fn complete_request(d: &mut CoreDev, slot: u32, status: Status, now: u64, ctx: &
             if let [p] = rq.pieces.as_slice() {
                 // One bio piece (no merge): its share, as `split_result`
                 // gives it, without the per-piece call.
-                finish_piece(ctx.bios, p, n.min(p.len_bytes) as i64, ctx.wakes);
+                finish_piece(ctx.bios, p, n.min(p.len_bytes) as i64, &mut ctx.wakes);
                 return;
             }
             if n >= rq.len_bytes {
                 // Every piece moved in full (a merged request that
                 // completed): each takes its own length, in one loop.
                 for p in &rq.pieces {
-                    finish_piece(ctx.bios, p, p.len_bytes as i64, ctx.wakes);
+                    finish_piece(ctx.bios, p, p.len_bytes as i64, &mut ctx.wakes);
                 }
                 return;
             }
             rq.split_result(status.as_share(), |p, share| {
-                finish_piece(ctx.bios, p, share, ctx.wakes)
+                finish_piece(ctx.bios, p, share, &mut ctx.wakes)
             });
             return;
         }
@@ -420,7 +452,7 @@ fn complete_request_rest(d: &mut CoreDev, slot: u32, status: Status, ctx: &mut C
         None => {
             let rq = d.rqs.get(slot);
             rq.split_result(status.as_share(), |p, share| {
-                finish_piece(ctx.bios, p, share, ctx.wakes)
+                finish_piece(ctx.bios, p, share, &mut ctx.wakes)
             });
         }
         Some(covered) => {
@@ -516,7 +548,7 @@ fn fail_with(
             bio.error
                 .get_or_insert_with(|| plugio_device::Error::new(k));
         }
-        finish_piece(ctx.bios, p, -i64::from(libc::EIO), ctx.wakes);
+        finish_piece(ctx.bios, p, -i64::from(libc::EIO), &mut ctx.wakes);
     }
 }
 
@@ -564,7 +596,7 @@ fn reissue(d: &mut CoreDev, slot: u32, covered: u64, ctx: &mut Ctx<'_>) {
             done - done % align
         };
         if done == p.len_bytes {
-            finish_piece(ctx.bios, p, done as i64, ctx.wakes);
+            finish_piece(ctx.bios, p, done as i64, &mut ctx.wakes);
             at += p.len_bytes;
             continue;
         }
@@ -615,7 +647,7 @@ fn reissue(d: &mut CoreDev, slot: u32, covered: u64, ctx: &mut Ctx<'_>) {
 /// Records a piece's share of a request's result in its bio; when the bio
 /// is finished, queues its waker, or frees it if its future is gone.
 #[inline(always)]
-fn finish_piece(bios: &mut BioTable, p: &Piece, share: i64, wakes: &mut Vec<Waker>) {
+fn finish_piece(bios: &mut BioTable, p: &Piece, share: i64, wakes: &mut Wakes<'_>) {
     let Some(bio) = bios.get_mut(p.bio) else {
         return;
     };
@@ -625,6 +657,6 @@ fn finish_piece(bios: &mut BioTable, p: &Piece, share: i64, wakes: &mut Vec<Wake
     if bio.orphaned {
         bios.free(p.bio);
     } else if let Some(w) = bio.waker.take() {
-        wakes.push(w);
+        wakes.wake(w);
     }
 }

@@ -121,5 +121,5 @@ pub use runtime::{
 };
 pub use signals::block_file_size_signal;
 pub use stats::TickStats;
-pub use task::{drop_contained, wake_all, JoinError, JoinHandle, TaskPanic};
+pub use task::{drop_contained, wake_all, JoinError, JoinHandle, LocalWake, TaskPanic};
 pub use time::{interval, sleep, sleep_until, timeout, Elapsed, Interval, Sleep};

@@ -38,7 +38,7 @@ pub(crate) use raw::{
     adopt_remote, detach_all, new_local_task, new_task, CoreShared, LocalRef, SHUTDOWN_CANCEL,
     SHUTDOWN_DRAIN, SHUTDOWN_NONE, UNREGISTERED,
 };
-pub use raw::{drop_contained, wake_all};
+pub use raw::{drop_contained, wake_all, LocalWake};
 
 #[cfg(all(test, loom))]
 pub(crate) use raw::DEALLOCS;
@@ -106,6 +106,49 @@ mod tests {
         }
         assert_eq!(drops.get(), 1);
         assert!(weak.upgrade().is_none(), "task state leaked");
+    }
+
+    #[test]
+    fn local_wake_queues_only_an_unqueued_task_of_this_core() {
+        use std::cell::RefCell;
+        use std::task::{Poll, Waker};
+
+        // Another core's view: no core entered on this thread.
+        assert!(crate::LocalWake::current()
+            .try_wake(Waker::noop().clone())
+            .is_err());
+        let ex = LocalExecutor::new();
+        ex.run(async move {
+            let parked: Rc<RefCell<Option<Waker>>> = Rc::default();
+            let polls = Rc::new(Cell::new(0u32));
+            let (p, n) = (parked.clone(), polls.clone());
+            let h = spawn_local(async move {
+                std::future::poll_fn(|cx| {
+                    n.set(n.get() + 1);
+                    if n.get() == 1 {
+                        *p.borrow_mut() = Some(cx.waker().clone());
+                        Poll::Pending
+                    } else {
+                        Poll::Ready(())
+                    }
+                })
+                .await;
+            });
+            while parked.borrow().is_none() {
+                yield_now().await;
+            }
+            let waker = parked.borrow_mut().take().expect("parked");
+            let again = waker.clone();
+            let local = crate::LocalWake::current();
+            // A foreign waker is given back.
+            assert!(local.try_wake(Waker::noop().clone()).is_err());
+            assert!(local.try_wake(waker).is_ok());
+            // Queued already: given back, to be woken (dropped) later.
+            let again = local.try_wake(again).expect_err("queued");
+            drop(again);
+            h.await.expect("join");
+            assert_eq!(polls.get(), 2);
+        });
     }
 
     #[test]

@@ -1318,6 +1318,70 @@ pub fn wake_all(wakers: &mut Vec<Waker>) {
     }
 }
 
+/// Wakes, where that runs no code but the current core's own, the wakers
+/// of its tasks: what [`wake_all`] does inline for one waker, for a caller
+/// that must not run other code yet (it holds borrows that a foreign
+/// waker, or the drop of a task's last reference, could need again).
+/// Made on the thread, with the current core read once.
+///
+/// ```
+/// let local = plugio::executor::LocalWake::current();
+/// // Not a waker of a task of the current core: given back.
+/// assert!(local.try_wake(std::task::Waker::noop().clone()).is_err());
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct LocalWake {
+    uid: u64,
+    /// Not `Send`: the uid is this thread's current core.
+    _not_send: PhantomData<*const ()>,
+}
+
+impl LocalWake {
+    /// The current core of this thread (none: every waker is given back).
+    #[inline]
+    pub fn current() -> Self {
+        Self {
+            uid: current_uid(),
+            _not_send: PhantomData,
+        }
+    }
+
+    /// Wakes `waker` if it is a waker of ours with a local reference, of
+    /// a task of this core that is neither queued nor complete: the task
+    /// is queued on the core's run queue, which takes the waker's
+    /// reference, and no other code runs. Any other waker is given back
+    /// untouched, to be woken (or dropped) later.
+    #[inline]
+    pub fn try_wake(&self, waker: Waker) -> Result<(), Waker> {
+        let data = waker.data();
+        if !ptr::eq(waker.vtable(), &WAKER_VTABLE) || data.addr() & LOCAL_TAG == 0 {
+            return Err(waker);
+        }
+        // SAFETY: made by `raw_waker` (its vtable is ours).
+        let (ptr, _) = unsafe { untag(data) };
+        // SAFETY: the waker holds a reference.
+        let header = unsafe { ptr.as_ref() };
+        // `self.uid` is not 0 (no core) when it matches: a task's owner is
+        // a core's uid. Relaxed: COMPLETE of a task with local state is
+        // only set on this thread.
+        if header.owner != self.uid
+            || header.local.notified.get()
+            || header.state.load_relaxed().is_complete()
+        {
+            return Err(waker);
+        }
+        debug_assert!(header.is_owner());
+        header.local.notified.set(true);
+        // The waker's local reference moves into the run queue, as
+        // `local_wake(ptr, true)` moves it: nothing is dropped.
+        std::mem::forget(waker);
+        // SAFETY: owner thread (its uid is current; a current core is
+        // never closed).
+        unsafe { header.core.run_queue.push(LocalRef { ptr }) };
+        Ok(())
+    }
+}
+
 /// `waker_wake` of a waker with a remote reference, on the owner thread:
 /// out of line, so the local waker's path saves no register for its
 /// calls.
