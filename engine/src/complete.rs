@@ -91,6 +91,7 @@ impl EngineCore {
                 let mut ctx = Ctx {
                     bios: &mut bios,
                     wakes: Wakes {
+                        deferring: !wakes.is_empty(),
                         list: &mut wakes,
                         local,
                     },
@@ -147,6 +148,9 @@ struct Wakes<'a> {
     list: &'a mut Vec<Waker>,
     /// The current core, for the wakes that run no other code.
     local: LocalWake,
+    /// `list` is not empty: every later waker waits in it too, behind
+    /// those (a flag in the context, not a load of the list's length).
+    deferring: bool,
 }
 
 impl Wakes<'_> {
@@ -154,8 +158,10 @@ impl Wakes<'_> {
     /// waker waits before it; otherwise queues it in the list.
     #[inline(always)]
     fn wake(&mut self, waker: Waker) {
-        if self.list.is_empty() {
+        debug_assert_eq!(self.deferring, !self.list.is_empty());
+        if !self.deferring {
             if let Err(waker) = self.local.try_wake(waker) {
+                self.deferring = true;
                 self.list.push(waker);
             }
         } else {
