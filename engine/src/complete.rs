@@ -120,6 +120,11 @@ impl EngineCore {
 
     /// Wakes the tasks whose bios completed.
     pub(crate) fn wake_pending(&self) {
+        // Most calls (each flush's end, batches whose wakes were all done
+        // at once) find the list empty: nothing to take and put back.
+        if self.wake_list.borrow().is_empty() {
+            return;
+        }
         let mut list = std::mem::take(&mut *self.wake_list.borrow_mut());
         // In order, as `wake` on each; this core's own tasks inline.
         plugio_executor::wake_all(&mut list);
