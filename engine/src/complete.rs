@@ -196,7 +196,8 @@ fn unknown_device<C: Completed>(dev: u32, batch: &[C]) -> usize {
 /// Completes device `dev`'s run at the start of `batch` (its completions
 /// up to the first of another device) and returns its length: per
 /// request, the status split into its bios; per run, one clock read, one
-/// tag batch free and the iostats.
+/// tag batch free and the iostats. The device's accounting mode is tested
+/// once per run, not per request: each mode has its own copy of the loop.
 fn complete_device<C: Completed>(
     d: &mut CoreDev,
     dev: u32,
@@ -204,12 +205,31 @@ fn complete_device<C: Completed>(
     batch: &[C],
     ctx: &mut Ctx<'_>,
 ) -> usize {
+    match (d.iostats, d.cached_clock) {
+        (false, _) => complete_run::<C, false, false>(d, dev, core, batch, ctx),
+        (true, true) => complete_run::<C, true, false>(d, dev, core, batch, ctx),
+        (true, false) => complete_run::<C, true, true>(d, dev, core, batch, ctx),
+    }
+}
+
+/// [`complete_device`] in one accounting mode: `IOSTATS` is the device's
+/// `iostats`; `CLOCK_EACH`, with it, reads the clock per request (the
+/// cached clock off, its ablation) instead of once for the run.
+#[inline(never)]
+fn complete_run<C: Completed, const IOSTATS: bool, const CLOCK_EACH: bool>(
+    d: &mut CoreDev,
+    dev: u32,
+    core: usize,
+    batch: &[C],
+    ctx: &mut Ctx<'_>,
+) -> usize {
+    debug_assert_eq!(IOSTATS, d.iostats);
+    debug_assert!(!CLOCK_EACH || IOSTATS);
+    debug_assert_eq!(CLOCK_EACH, IOSTATS && !d.cached_clock);
     // One clock read for the batch with the cached clock; one per request
     // without it (the ablation of the cached clock).
-    let batch_clock = d.iostats && d.cached_clock;
-    // A clock read per request (iostats on, the cached clock off): tested
-    // per request from one local.
-    let clock_each = d.iostats && !batch_clock;
+    let batch_clock = IOSTATS && !CLOCK_EACH;
+    let clock_each = CLOCK_EACH;
     let mut now = if batch_clock { clock::now_ns(true) } else { 0 };
     // The run's length, from the iterator where it ends (no count kept).
     let mut run = batch.len();
@@ -226,7 +246,7 @@ fn complete_device<C: Completed>(
             // Only a byte count can end a fast-lane bio there: the status
             // is decoded past that test.
             if let Some(n) = c.bytes() {
-                if try_complete_fast(d, index, n, clock_each, &mut now, ctx) {
+                if try_complete_fast::<IOSTATS, CLOCK_EACH>(d, index, n, &mut now, ctx) {
                     continue;
                 }
             }
@@ -261,7 +281,7 @@ fn complete_device<C: Completed>(
             ctx.requeued = true;
             continue;
         }
-        complete_request(d, slot, status, now, ctx);
+        complete_request::<IOSTATS>(d, slot, status, now, ctx);
         if d.order_done(slot) {
             // Requests that waited for this one may go now.
             ctx.requeued = true;
@@ -281,7 +301,7 @@ fn complete_device<C: Completed>(
     if batch_clock {
         d.busy.event(now, -(freed as i64), &d.counters);
     }
-    if d.iostats {
+    if IOSTATS {
         d.publish();
     }
     d.shared.tags_for(core).put_gathered(core, &ctx.puts, freed);
@@ -294,16 +314,15 @@ fn complete_device<C: Completed>(
 /// `n` bytes, ends it there: every byte moved, or an op without data
 /// (what [`complete_request`] ends without issuing anything again).
 /// Otherwise returns false having done nothing. When it does: the clock
-/// is read for it where `clock_each`, its tag goes back with the batch,
+/// is read for it where `CLOCK_EACH`, its tag goes back with the batch,
 /// its share is its bytes, its task is woken (or its slot freed, if its
 /// future is gone), and writes waiting for the fast lane may go once it
 /// is empty. The bio is looked up once, for the test and the completion.
 #[inline(always)]
-fn try_complete_fast(
+fn try_complete_fast<const IOSTATS: bool, const CLOCK_EACH: bool>(
     d: &mut CoreDev,
     index: u32,
     n: u64,
-    clock_each: bool,
     now: &mut u64,
     ctx: &mut Ctx<'_>,
 ) -> bool {
@@ -312,14 +331,14 @@ fn try_complete_fast(
     if n < len && matches!(bio.op, OpKind::Read | OpKind::Write) {
         return false;
     }
-    if clock_each {
+    if CLOCK_EACH {
         *now = clock::now_ns(false);
         d.busy.event(*now, -1, &d.counters);
     }
     ctx.puts.add(bio.tag);
     let lane = bio.lane;
     d.fast_in_flight -= 1;
-    if d.iostats {
+    if IOSTATS {
         if let Some(g) = group_index(bio.op) {
             let t = &mut d.pending.groups[g];
             t.ios += 1;
@@ -362,10 +381,16 @@ fn try_complete_fast(
 /// again what a short or failed completion left undone (see the module
 /// invariants).
 #[inline(always)]
-fn complete_request(d: &mut CoreDev, slot: u32, status: Status, now: u64, ctx: &mut Ctx<'_>) {
+fn complete_request<const IOSTATS: bool>(
+    d: &mut CoreDev,
+    slot: u32,
+    status: Status,
+    now: u64,
+    ctx: &mut Ctx<'_>,
+) {
     let rq = d.rqs.get(slot);
     let op = rq.op;
-    if d.iostats {
+    if IOSTATS {
         let ticks_ns = now.saturating_sub(rq.start_ns);
         if let Some(g) = group_index(op) {
             let t = &mut d.pending.groups[g];
