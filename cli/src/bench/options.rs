@@ -331,6 +331,23 @@ impl BenchArgs {
         )))
     }
 
+    /// Refuses a peer engine that this build left out (the `peers`
+    /// feature off) before the target is opened or filled: it was refused
+    /// only when its run began, after the 1 GiB temporary file was
+    /// written (found by a helper trying the README).
+    fn check_peer_built(&self) -> Result<(), BenchError> {
+        #[cfg(not(feature = "peers"))]
+        if matches!(
+            self.engine,
+            EngineKind::Monoio | EngineKind::TokioUring | EngineKind::Compio
+        ) {
+            let engine = clap::ValueEnum::to_possible_value(&self.engine)
+                .map_or_else(|| format!("{:?}", self.engine), |v| v.get_name().to_owned());
+            return Err(peer_not_built(&engine));
+        }
+        Ok(())
+    }
+
     /// Checks what the command line alone decides.
     ///
     /// # Errors
@@ -391,6 +408,7 @@ impl BenchArgs {
             )));
         }
         self.check_plugio_only()?;
+        self.check_peer_built()?;
         if self.number_ios == Some(0) {
             return Err(BenchError::usage(
                 "--number_ios 0: give at least 1 (or leave it out to run for --runtime)",
@@ -553,6 +571,17 @@ fn shown_seconds(seconds: f64) -> String {
     }
 }
 
+/// The error of a peer engine (`name`: monoio, tokio-uring or compio) in
+/// a build without the `peers` feature.
+#[cfg(not(feature = "peers"))]
+pub fn peer_not_built(name: &str) -> BenchError {
+    BenchError::usage(format!(
+        "--engine {name}: this plugio was built without the `peers` feature (the io_uring \
+         runtimes the bench compares against); rebuild with default features or \
+         `--features peers`"
+    ))
+}
+
 /// The job `plugio bench ARGS...` would run (for tests).
 ///
 /// # Panics
@@ -573,6 +602,32 @@ pub(crate) fn test_job(args: &[&str]) -> Job {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Runs only in a build without the `peers` feature
+    /// (`cargo test -p plugio-cli --no-default-features --bins peer_engine`).
+    #[cfg(not(feature = "peers"))]
+    #[test]
+    fn a_peer_engine_left_out_is_refused_with_the_options() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: BenchArgs,
+        }
+        for engine in ["monoio", "tokio-uring", "compio"] {
+            let cli = <Cli as clap::Parser>::try_parse_from(["bench", "--engine", engine]);
+            let e = cli
+                .expect("parses")
+                .args
+                .into_job()
+                .expect_err("left out of this build");
+            let e = e.to_string();
+            assert!(e.contains(&format!("--engine {engine}:")), "{e}");
+            assert!(e.contains("without the `peers` feature"), "{e}");
+        }
+        // A peer that is always built still makes a job.
+        let cli = <Cli as clap::Parser>::try_parse_from(["bench", "--engine", "glommio"]);
+        assert!(cli.expect("parses").args.into_job().is_ok());
+    }
 
     #[test]
     fn sizes_parse_with_fio_suffixes() {

@@ -265,14 +265,11 @@ pub fn unsupported(
     notes
 }
 
-/// The error of a peer engine in a build without the `peers` feature.
+/// The error of a peer engine in a build without the `peers` feature
+/// (the options refuse it first: see [`super::options::peer_not_built`]).
 #[cfg(not(feature = "peers"))]
 pub fn not_built(name: &str) -> BenchError {
-    BenchError::usage(format!(
-        "--engine {name}: this plugio was built without the `peers` feature (the io_uring \
-         runtimes the bench compares against); rebuild with default features or \
-         `--features peers`"
-    ))
+    super::options::peer_not_built(name)
 }
 
 #[cfg(feature = "peers")]
