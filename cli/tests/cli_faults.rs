@@ -890,6 +890,45 @@ fn a_full_standard_output_stops_the_run_at_the_header() {
     );
 }
 
+/// A given file used whole (no `--size`) whose length is not a multiple
+/// of `--bs` is warned about: the job ends at the last whole block and
+/// never touches the tail. A file of whole blocks, and a job with
+/// `--size`, get no such warning.
+#[test]
+fn a_given_file_with_a_partial_last_block_is_warned_about() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
+    let run = |len: usize, extra: &[&str]| {
+        std::fs::write(dir.path().join("odd.img"), vec![7u8; len]).expect("write");
+        let mut args = vec![
+            "--filename",
+            "odd.img",
+            "--direct",
+            "0",
+            "--number_ios",
+            "64",
+        ];
+        args.extend(["--iodepth", "4", "--quiet"]);
+        args.extend(extra);
+        let o = bench_in(dir.path(), &args).output().expect("run plugio");
+        assert!(o.status.success(), "{}", stderr(&o));
+        stderr(&o)
+    };
+    let warned = run(1_000_000, &[]);
+    assert!(
+        warned.contains(
+            "plugio: warning: odd.img holds 1000000 bytes, not a multiple of --bs 4KiB: the job \
+             uses its first 999424 bytes and never reads or writes the last 576"
+        ),
+        "{warned}"
+    );
+    assert!(
+        !run(1 << 20, &[]).contains("not a multiple"),
+        "whole blocks"
+    );
+    let sized = run(1_000_000, &["--size", "512k"]);
+    assert!(!sized.contains("not a multiple"), "{sized}");
+}
+
 /// A given file never written (sparse, or fallocated: unwritten extents)
 /// reads as zeros without touching the disk: a read job on it is warned
 /// about, with the command that fills it; the same file once written, and

@@ -47,7 +47,11 @@ pub fn describe(path: impl AsRef<Path>) -> Result<String> {
         // length now is what a read may reach.
         let _ = writeln!(out, "size:                {len} bytes");
     }
-    let _ = writeln!(out, "{}", crate::Backend::geometry(&backend));
+    let geometry = crate::Backend::geometry(&backend);
+    let _ = writeln!(out, "{geometry}");
+    if let Some(warning) = empty_device_warning(geometry.capacity_bytes, &zram_name(path)) {
+        let _ = writeln!(out, "{warning}");
+    }
     let _ = writeln!(out, "io_uring:");
     match Ring::new(&RingConfig::default()) {
         Ok(ring) => {
@@ -69,6 +73,49 @@ pub fn describe(path: impl AsRef<Path>) -> Result<String> {
         }
     }
     Ok(out)
+}
+
+/// The line `describe` adds under the geometry of a block device that
+/// holds 0 bytes (an unsized zram device, a loop device over an empty
+/// file), where every read and write is out of range: `None` for any
+/// other capacity, and for a file (`None`: it grows as written).
+/// `zram` is the device's name when it is a zram device, for the advice
+/// to size it (found by a helper trying the README: `capacity: 0 bytes`
+/// alone did not say what was wrong).
+fn empty_device_warning(capacity_bytes: Option<u64>, zram: &Option<String>) -> Option<String> {
+    if capacity_bytes != Some(0) {
+        return None;
+    }
+    Some(match zram {
+        Some(name) => format!(
+            "warning:             it holds 0 bytes, so every read and write is out of \
+             range: a zram device has no size until one is set: \
+             echo 1G > /sys/block/{name}/disksize (as root)"
+        ),
+        None => "warning:             it holds 0 bytes, so every read and write is out of range"
+            .to_owned(),
+    })
+}
+
+/// The name of the zram device `path` is or links to (`"zram0"` for
+/// `/dev/zram0`): a block device whose resolved name starts with `zram`.
+/// `None` for anything else, a file named so included (a break-it
+/// helper's finding), or a path that cannot be resolved. Used to advise
+/// sizing an unsized zram device (`/sys/block/NAME/disksize`).
+///
+/// ```
+/// assert_eq!(plugio_device::zram_name(std::path::Path::new("/dev/null")), None);
+/// let dir = tempfile::tempdir()?;
+/// std::fs::write(dir.path().join("zram0"), b"")?;
+/// assert_eq!(plugio_device::zram_name(&dir.path().join("zram0")), None);
+/// # Ok::<_, std::io::Error>(())
+/// ```
+pub fn zram_name(path: &Path) -> Option<String> {
+    use std::os::unix::fs::FileTypeExt;
+    let real = std::fs::canonicalize(path).ok()?;
+    let is_block = std::fs::metadata(&real).ok()?.file_type().is_block_device();
+    let name = real.file_name()?.to_str()?;
+    (is_block && name.starts_with("zram")).then(|| name.to_owned())
 }
 
 /// The length of `path` when it is a regular file (`None` for a block
@@ -264,6 +311,56 @@ mod tests {
                 crate::InvalidInput::PathKind { .. }
             ))
         ));
+    }
+
+    /// A block device of 0 bytes gets a warning under its geometry (with
+    /// the advice to size it when it is zram); a file or a device with a
+    /// size gets none. `describe` of a loop device over an empty file
+    /// shows it, where root and losetup allow (skipped otherwise).
+    #[test]
+    fn an_empty_block_device_is_warned_about() {
+        let zram = Some("zram3".to_owned());
+        let w = empty_device_warning(Some(0), &zram).expect("a warning");
+        assert!(w.contains("holds 0 bytes"), "{w}");
+        assert!(w.contains("echo 1G > /sys/block/zram3/disksize"), "{w}");
+        let w = empty_device_warning(Some(0), &None).expect("a warning");
+        assert!(w.contains("out of range") && !w.contains("zram"), "{w}");
+        assert_eq!(empty_device_warning(Some(4096), &zram), None);
+        assert_eq!(empty_device_warning(None, &None), None);
+
+        let dir = tempfile::tempdir().expect("dir");
+        let img = dir.path().join("empty.img");
+        std::fs::File::create(&img).expect("create");
+        let Some(loop_dev) = losetup(&img) else {
+            eprintln!("skipped the loop device: needs root and losetup");
+            return;
+        };
+        let text = describe(&loop_dev);
+        let _ = std::process::Command::new("losetup")
+            .arg("-d")
+            .arg(&loop_dev)
+            .status();
+        let text = text.expect("describe");
+        assert!(text.contains("capacity:            0 bytes"), "{text}");
+        assert!(
+            text.contains("warning:             it holds 0 bytes"),
+            "{text}"
+        );
+        // A regular file of 0 bytes grows as written: no warning.
+        let text = describe(&img).expect("describe");
+        assert!(!text.contains("warning:"), "{text}");
+    }
+
+    /// A loop device over `file` (`losetup -f --show`), or `None` without
+    /// root or losetup.
+    fn losetup(file: &Path) -> Option<std::path::PathBuf> {
+        let out = std::process::Command::new("losetup")
+            .args(["-f", "--show"])
+            .arg(file)
+            .output()
+            .ok()?;
+        let name = String::from_utf8(out.stdout).ok()?;
+        (out.status.success() && !name.trim().is_empty()).then(|| name.trim().into())
     }
 
     /// `write_refusal` finds what `access(2)` alone missed (found by a

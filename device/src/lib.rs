@@ -96,7 +96,7 @@ pub use error::{Error, ErrorKind, InvalidInput, Result};
 pub use file_size_limit::{check_file_size_limit, check_set_len};
 pub use fs::{File, IoFuture};
 pub use geometry::{DeviceKind, Geometry};
-pub use info::{describe, file_len_bytes, write_refusal};
+pub use info::{describe, file_len_bytes, write_refusal, zram_name};
 pub use op::{IoFlags, IoOp, OpKind, MAX_RW_BYTES};
 pub use path_kind::{check_path_kind, PathKind};
 pub use ring::{

@@ -109,7 +109,7 @@ impl BenchError {
     /// not each time the error is shown).
     pub fn target_too_small(path: PathBuf, target_bytes: u64, needed_bytes: u64) -> Self {
         let unsized_zram = if target_bytes == 0 {
-            zram_name(&path)
+            plugio_device::zram_name(&path)
         } else {
             None
         };
@@ -141,17 +141,6 @@ impl BenchError {
             BenchError::StdoutClosed => 128 + libc::SIGPIPE,
         }
     }
-}
-
-/// The kernel name of the zram device `path` is or links to (`zram0`),
-/// if it is one: a block device whose resolved name starts with `zram`
-/// (a file named so is none: found by a break-it helper).
-fn zram_name(path: &std::path::Path) -> Option<String> {
-    use std::os::unix::fs::FileTypeExt;
-    let real = std::fs::canonicalize(path).ok()?;
-    let is_block = std::fs::metadata(&real).ok()?.file_type().is_block_device();
-    let name = real.file_name()?.to_str()?;
-    (is_block && name.starts_with("zram")).then(|| name.to_owned())
 }
 
 impl fmt::Display for BenchError {

@@ -21,6 +21,7 @@ use rand::{RngCore, SeedableRng};
 
 use super::error::BenchError;
 use super::options::{Job, DEFAULT_TEMP_SIZE_BYTES};
+use super::report::fmt_bytes;
 
 /// Size of the temporary file for NOP jobs (they never touch the data).
 const NOP_TEMP_SIZE_BYTES: u64 = 1 << 20;
@@ -134,6 +135,11 @@ pub fn prepare(job: &Job, checked: impl FnOnce()) -> Result<Target, BenchError> 
     if kind == "file" && job.reads() {
         warn_if_unwritten(&path, size_bytes);
     }
+    if asked.is_none() && temp.is_none() {
+        if let Some(warning) = unused_tail_warning(&path, len_bytes, size_bytes, job.bs_bytes) {
+            eprintln!("plugio: warning: {warning}");
+        }
+    }
     checked();
     let temp = match temp {
         Some(file) => {
@@ -149,6 +155,27 @@ pub fn prepare(job: &Job, checked: impl FnOnce()) -> Result<Target, BenchError> 
         kind,
         _temp: temp,
     })
+}
+
+/// The warning for a given target used whole (no `--size`) whose length
+/// is not a multiple of `--bs`: the job's range ends at the last whole
+/// block, and the header shows that range, so without it the target's
+/// tail went unused without a word (found by a helper trying the
+/// README). `None` when nothing is left over. A `--size` off the block
+/// size is warned of by `limits::check`.
+fn unused_tail_warning(
+    path: &Path,
+    len_bytes: u64,
+    size_bytes: u64,
+    bs_bytes: u64,
+) -> Option<String> {
+    let tail_bytes = len_bytes.checked_sub(size_bytes).filter(|&t| t > 0)?;
+    Some(format!(
+        "{} holds {len_bytes} bytes, not a multiple of --bs {}: the job uses its first \
+         {size_bytes} bytes and never reads or writes the last {tail_bytes}",
+        plugio_cli::shown::path(path),
+        fmt_bytes(bs_bytes),
+    ))
 }
 
 /// Below this share of data in the job's range of a given file, the bench
