@@ -483,8 +483,9 @@ impl EngineCore {
             let mut plugged = Vec::new();
             let _ = plug.drain_into(&mut plugged);
             for i in 0..devs.len() {
+                let counts = plug.take_counts(i);
                 if let Some(d) = devs.get_mut(i) {
-                    d.count_plugged_bios();
+                    d.count_plugged_bios(&counts);
                 }
             }
             // `plugged`: the bio never became requests, so its one part
@@ -592,7 +593,14 @@ impl EngineCore {
         let mut devs = self.devs.borrow_mut();
         let index = match devs.position(shared.id) {
             Some(i) => i as u32,
-            None => devs.insert(CoreDev::new(shared)) as u32,
+            None => {
+                let i = devs.insert(CoreDev::new(shared));
+                let o = &shared.opts;
+                self.plug
+                    .borrow_mut()
+                    .set_limits(i, o.plug_max_count, o.plug_flush_bytes);
+                i as u32
+            }
         };
         self.last_dev.set((shared.id, index));
         index

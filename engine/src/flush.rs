@@ -31,7 +31,7 @@ use crate::core::EngineCore;
 use crate::dispatch::{send_fast, send_fast_uncounted, Batch};
 use crate::interval::NIL;
 use crate::merge;
-use crate::plug::{self, Drained, Plugged};
+use crate::plug::{self, Drained, Plug, Plugged};
 use crate::queue::{group_index, CoreDev, DevMask, FAST};
 use crate::request::{Piece, RqState};
 use crate::shared::DeviceShared;
@@ -70,11 +70,6 @@ impl EngineCore {
         bio_cache_hit: bool,
     ) -> Option<bool> {
         let (full, unplugged) = {
-            let mut devs = self.devs.borrow_mut();
-            let d = &mut devs[dev as usize];
-            // The bio cache counts go to the iostats when the plug is
-            // drained (`CoreDev::count_plugged_bios`).
-            d.plugged_cache_misses += usize::from(!bio_cache_hit);
             let mut plug = self.plug.borrow_mut();
             // One test of the op's kind for the sort key, the merge rule
             // and the ordering (see `merge::plug_class`).
@@ -98,19 +93,16 @@ impl EngineCore {
             // the byte trigger off is not flushed by another's bytes);
             // the flush that one triggers takes the whole plug, as the
             // kernel's does.
-            d.plugged_bios += 1;
-            d.plugged_bytes += bio.len_bytes;
+            let nr_ios = plug.nr_ios;
+            let c = &mut plug.devs[dev as usize];
+            c.bios += 1;
+            c.bytes += bio.len_bytes;
+            // The bio cache counts go to the iostats when the plug is
+            // drained (`CoreDev::count_plugged_bios`).
+            c.cache_misses += usize::from(!bio_cache_hit);
             // plug_max_count 1 is plugging off: each IO goes alone.
-            let unplugged = d.plug_max_count == 1;
-            (
-                plug.should_flush(
-                    d.plugged_bios,
-                    d.plugged_bytes,
-                    d.plug_max_count,
-                    d.plug_flush_bytes,
-                ),
-                unplugged,
-            )
+            let unplugged = c.max_count == 1;
+            (Plug::should_flush(nr_ios, c), unplugged)
         };
         // The common case first, each test once: under the limits with
         // plugging on, only IO issued from a late tick hook flushes now.
@@ -165,42 +157,42 @@ impl EngineCore {
         // plug from a buffer's `Drop` did that).
         let flushing = Flushing(&self.flushing);
         let mut bios = std::mem::take(&mut *self.scratch_bios.borrow_mut());
-        let drained = self.plug.borrow_mut().drain_into(&mut bios);
         // Stable: program order is kept within each device. (One device,
         // the common case, needs no sort.)
-        let one_dev = {
+        let (drained, one_dev) = {
+            let mut plug = self.plug.borrow_mut();
+            let drained = plug.drain_into(&mut bios);
             let mut devs = self.devs.borrow_mut();
             // One device holds every plugged bio where its count of them
-            // (`CoreDev::plugged_bios`, kept with each push) is the list's
+            // (`PlugCounts::bios`, kept with each push) is the list's
             // length: no pass over the list.
             let one_dev = bios.first().is_none_or(|b| {
-                devs.get(b.dev as usize)
-                    .is_some_and(|d| d.plugged_bios == bios.len())
+                plug.devs
+                    .get(b.dev as usize)
+                    .is_some_and(|c| c.bios == bios.len())
             });
             // The plug counts of the devices whose bios were drained (no
             // other device has any) are emptied with the plug, here,
             // before anything of this flush can plug more or unwind, so
             // that they always count what the plug holds. A core with
             // many open devices pays for the ones it flushes, not for all.
-            if one_dev {
-                if let Some(d) = bios.first().and_then(|b| devs.get_mut(b.dev as usize)) {
-                    d.count_plugged_bios();
-                }
+            // (A device's second take in the loop finds its counts empty.)
+            let firsts = if one_dev {
+                &bios[..bios.len().min(1)]
             } else {
-                for b in bios.iter() {
-                    if let Some(d) = devs.get_mut(b.dev as usize) {
-                        d.count_plugged_bios();
-                    }
+                &bios[..]
+            };
+            for b in firsts {
+                let counts = plug.take_counts(b.dev as usize);
+                if let Some(d) = devs.get_mut(b.dev as usize) {
+                    d.count_plugged_bios(&counts);
                 }
             }
-            #[cfg(debug_assertions)]
-            for i in 0..devs.len() {
-                debug_assert!(
-                    devs.get(i).is_none_or(|d| d.plugged_bios == 0),
-                    "a device kept plug counts of bios not in the drained plug"
-                );
-            }
-            one_dev
+            debug_assert!(
+                plug.devs.iter().all(|c| c.bios == 0 && c.bytes == 0),
+                "a device kept plug counts of bios not in the drained plug"
+            );
+            (drained, one_dev)
         };
         debug_assert_eq!(
             one_dev,

@@ -34,6 +34,7 @@ use plugio_device::OpKind;
 
 use crate::bio::{Bio, BioId, BioTable};
 use crate::interval::{IntervalIndex, Node, Nodes, NIL};
+use crate::plug::PlugCounts;
 use crate::request::{Piece, Request, RqState};
 use crate::shared::DeviceShared;
 use crate::stats::{BusyClock, CoreCounters};
@@ -296,17 +297,6 @@ pub(crate) struct CoreDev {
     pub max_range_request_bytes: u64,
     pub max_segs: usize,
     pub nomerges: u8,
-    pub plug_max_count: usize,
-    pub plug_flush_bytes: u64,
-    /// This device's bios and bytes in the core's plug now (reset when
-    /// the plug is drained): what its `plug_max_count` and
-    /// `plug_flush_bytes` are compared with.
-    pub plugged_bios: usize,
-    pub plugged_bytes: u64,
-    /// Of `plugged_bios`, those whose bio was no bio cache hit: the
-    /// iostats' bio cache counts are added once per flush from these two
-    /// ([`CoreDev::count_plugged_bios`]), not per IO.
-    pub plugged_cache_misses: usize,
     /// Where a short transfer may resume (the device's offset alignment
     /// for direct IO, 1 otherwise).
     pub offset_align_bytes: u64,
@@ -358,11 +348,6 @@ impl CoreDev {
             max_range_request_bytes: shared.max_range_request_bytes,
             max_segs: shared.geometry.max_segments.max(1) as usize,
             nomerges: o.nomerges,
-            plug_max_count: o.plug_max_count,
-            plug_flush_bytes: o.plug_flush_bytes,
-            plugged_bios: 0,
-            plugged_bytes: 0,
-            plugged_cache_misses: 0,
             offset_align_bytes: u64::from(shared.geometry.offset_align_bytes().max(1)),
             short_read_is_eof: shared.geometry.capacity_bytes.is_none(),
             scratch_slots: Vec::new(),
@@ -448,22 +433,19 @@ impl CoreDev {
             && !self.waiter_running
     }
 
-    /// Empties the device's plug counts as its plugged bios leave the
-    /// plug (a flush, or an abandoned core), adding their bio cache hits
-    /// and misses to the pending iostats: once per flush, where counting
-    /// at each issue cost about 10 instructions per IO.
+    /// Adds the bio cache hits and misses of the device's plug counts
+    /// (`counts`, taken from the plug as its bios leave it: a flush, or an
+    /// abandoned core) to the pending iostats: once per flush, where
+    /// counting at each issue cost about 10 instructions per IO.
     #[inline]
-    pub fn count_plugged_bios(&mut self) {
-        if self.iostats && self.plugged_bios > 0 {
+    pub fn count_plugged_bios(&mut self, counts: &PlugCounts) {
+        if self.iostats && counts.bios > 0 {
             let p = &mut self.pending;
-            let misses = self.plugged_cache_misses as u64;
-            p.bio_cache_hits += self.plugged_bios as u64 - misses;
+            let misses = counts.cache_misses as u64;
+            p.bio_cache_hits += counts.bios as u64 - misses;
             p.bio_cache_misses += misses;
             p.dirty = true;
         }
-        self.plugged_bios = 0;
-        self.plugged_bytes = 0;
-        self.plugged_cache_misses = 0;
     }
 
     /// Adds the batch's tallies to the shared counters and clears them.
