@@ -91,6 +91,10 @@ thread_local! {
     static LAST: Cell<*const EngineCore> = const { Cell::new(std::ptr::null()) };
 }
 
+/// [`EngineCore::fork_generation`] of a core made on a thread without a
+/// device driver: no fork generation refuses its IO.
+const NO_DRIVER_GENERATION: u64 = u64::MAX;
+
 /// The engine's state on one core.
 pub(crate) struct EngineCore {
     pub core: usize,
@@ -110,8 +114,12 @@ pub(crate) struct EngineCore {
     pub flushing: Cell<bool>,
     /// The fork generation of this thread's device driver (see
     /// `plugio_device::fork`): IO is refused where it is not the current
-    /// one (a forked child).
-    fork_generation: Option<u64>,
+    /// one (a forked child). [`NO_DRIVER_GENERATION`] where the thread had
+    /// no driver (then no generation refuses IO here). (A plain `u64`, not
+    /// an `Option`: the test is one compare with the fork counter
+    /// where the core was made in the current generation, the common
+    /// case, where the `Option` tested its tag first.)
+    fork_generation: u64,
 }
 
 /// The hook and handler registered with the executor and the device layer
@@ -254,8 +262,8 @@ impl EngineCore {
     /// child): its IO is refused with `ErrorKind::Forked`.
     #[inline]
     pub fn forked(&self) -> bool {
-        self.fork_generation
-            .is_some_and(|g| g != plugio_device::fork::generation())
+        self.fork_generation != NO_DRIVER_GENERATION
+            && self.fork_generation != plugio_device::fork::generation()
     }
 
     /// Whether IO on a device opened in fork generation
@@ -265,7 +273,22 @@ impl EngineCore {
     #[inline]
     pub fn serves_generation(&self, device_generation: u64) -> bool {
         let now = plugio_device::fork::generation();
-        device_generation == now && self.fork_generation.is_none_or(|g| g == now)
+        // The common case, two compares: the device and the core were
+        // made in this generation. The rest (a core made without a
+        // driver, or a refusal) out of line.
+        if device_generation == now && self.fork_generation == now {
+            return true;
+        }
+        self.serves_generation_slow(device_generation, now)
+    }
+
+    /// [`EngineCore::serves_generation`] past its common case: a core
+    /// made on a thread without a driver serves the current generation's
+    /// devices too.
+    #[cold]
+    #[inline(never)]
+    fn serves_generation_slow(&self, device_generation: u64, now: u64) -> bool {
+        device_generation == now && self.fork_generation == NO_DRIVER_GENERATION
     }
 
     /// In a forked child, wakes every task waiting on a bio of this core:
@@ -304,7 +327,12 @@ impl EngineCore {
             scratch_failed: RefCell::default(),
             wake_list: RefCell::default(),
             flushing: Cell::new(false),
-            fork_generation: plugio_device::fork::driver_generation(),
+            fork_generation: {
+                let g = plugio_device::fork::driver_generation();
+                // A fork count never gets there (one per fork).
+                debug_assert_ne!(g, Some(NO_DRIVER_GENERATION));
+                g.unwrap_or(NO_DRIVER_GENERATION)
+            },
         });
         let _ = hooks.core.set(Rc::downgrade(&c));
         // What leaves with the old states (their wakers, the buffers they
