@@ -85,7 +85,7 @@ pub use backend::file::{FileBackend, OpenOptions};
 #[cfg(any(test, feature = "test-util"))]
 pub use backend::mem::{Fault, FaultOn, Latency, MemClock, MemConfig, MemDevice, PowerCutMode};
 pub use backend::nvme::{is_passthrough_name, is_passthrough_path, NvmeBackend, NvmeOptions};
-pub use backend::{check_op, check_op_fast, Backend, BackendKind, SqWriter};
+pub use backend::{check_op, check_op_fast, Backend, BackendKind, SqSession, SqWriter};
 pub use buf::DmaBuf;
 pub use core::{
     core_waker, driver_installed, driver_serves, register_handler, run_completions, submit_now,

@@ -20,7 +20,7 @@
 
 use std::rc::Rc;
 
-use plugio_device::{IoOp, SqWriter};
+use plugio_device::{IoOp, SqSession, SqWriter};
 
 use crate::bio::{Bio, BioTable};
 use crate::clock;
@@ -197,6 +197,39 @@ pub(crate) fn send_fast_uncounted(
     // builds the SQE at once from the one segment's address (a
     // single-buffer op names no iovec array), so nothing points into the
     // segment after the call.
+    let sent = unsafe {
+        sq.try_submit_one(
+            bio.op,
+            bio.flags,
+            bio.offset_bytes,
+            bio.len_bytes,
+            bio.buf.first_iovec(),
+            bio.buf.fixed(),
+            token(dev, FAST | index),
+        )
+    };
+    if !sent {
+        return false;
+    }
+    bio.tag = tag;
+    bio.start_ns = now;
+    true
+}
+
+/// [`send_fast_uncounted`] within an SQ session (the flush's sending
+/// loop): the same SQE, pushed into the session's SQ.
+#[inline(always)]
+pub(crate) fn send_fast_session(
+    bio: &mut Bio,
+    sq: &mut SqSession<'_, '_>,
+    dev: u32,
+    index: u32,
+    tag: Tag,
+    now: u64,
+) -> bool {
+    // SAFETY: as in `send_fast_uncounted`: the bio's memory stays owned
+    // until its completion is delivered, and the SQE is built at once from
+    // the one segment's address.
     let sent = unsafe {
         sq.try_submit_one(
             bio.op,

@@ -24,11 +24,11 @@ use std::rc::Rc;
 
 use plugio_device::{IoFlags, OpKind};
 
-use plugio_device::SqWriter;
+use plugio_device::{SqSession, SqWriter};
 
 use crate::bio::{Bio, BioBuf, BioId, BioInfo, BioTable};
 use crate::core::EngineCore;
-use crate::dispatch::{send_fast, send_fast_uncounted, Batch};
+use crate::dispatch::{send_fast, send_fast_session, Batch};
 use crate::interval::NIL;
 use crate::merge;
 use crate::plug::{self, Drained, Plug, Plugged};
@@ -350,11 +350,18 @@ impl EngineCore {
         // The clock is read per IO only in its ablation (the cached clock
         // off with iostats): decided once per flush, so that the loop
         // tests nothing for it per IO.
-        let mut built = if batch.clock_per_io() {
-            send_list::<true>(d, bios, sq, dev, list, allow_merge, &mut lt, &mut batch)
-        } else {
-            send_list::<false>(d, bios, sq, dev, list, allow_merge, &mut lt, &mut batch)
-        };
+        // The loop's SQEs go through one SQ session (the SQ found once,
+        // its tail published once, when the loop ends): nothing in the
+        // loop pushes to the ring otherwise, and the session is over
+        // before the lane writes and the FIFO's dispatch below push
+        // through the writer or the backend.
+        let mut built = sq.session(|sq| {
+            if batch.clock_per_io() {
+                send_list::<true>(d, bios, sq, dev, list, allow_merge, &mut lt, &mut batch)
+            } else {
+                send_list::<false>(d, bios, sq, dev, list, allow_merge, &mut lt, &mut batch)
+            }
+        });
         let LoopTags {
             tags: taken, used, ..
         } = lt;
@@ -386,7 +393,7 @@ impl EngineCore {
 }
 
 /// [`EngineCore::send_each`]'s loop over the flushed bios, with the SQ
-/// writer `sq`: sends each fast-lane read it can (the tags from `lt`, the
+/// session `sq`: sends each fast-lane read it can (the tags from `lt`, the
 /// start times from `batch`), builds the others into requests. The reads
 /// sent are counted by the caller, from `lt.used`. `CLOCK_PER_IO`:
 /// `batch.clock_per_io()`, known per flush. Returns the number of
@@ -396,7 +403,7 @@ impl EngineCore {
 fn send_list<const CLOCK_PER_IO: bool>(
     d: &mut CoreDev,
     bios: &mut BioTable,
-    sq: &SqWriter<'_>,
+    sq: &mut SqSession<'_, '_>,
     dev: u32,
     list: &[Plugged],
     allow_merge: bool,
@@ -425,7 +432,7 @@ fn send_list<const CLOCK_PER_IO: bool>(
         }
         if let Some(tag) = lt.spare(d, rest) {
             let now = if CLOCK_PER_IO { batch.now() } else { batch_now };
-            if send_fast_uncounted(bio, sq, dev, e.id.index, tag, now) {
+            if send_fast_session(bio, sq, dev, e.id.index, tag, now) {
                 // Counted as started and built after the loop, from
                 // `used` (see there).
                 if CLOCK_PER_IO {

@@ -33,7 +33,7 @@ pub mod nvme;
 mod sqe;
 pub mod sync;
 
-pub use sqe::SqWriter;
+pub use sqe::{SqSession, SqWriter};
 /// Which implementation serves a [`Backend`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]

@@ -409,6 +409,41 @@ impl<'a> SqWriter<'a> {
     /// As [`SqWriter::try_submit_direct`].
     #[inline(always)]
     unsafe fn submit_direct_inline(&self, op: &IoOp<'_>, token: u64) -> bool {
+        // SAFETY: as this function's own contract.
+        unsafe { self.write_direct(op, token, |entry| self.ring.push_direct(entry)) }
+    }
+
+    /// Runs `f` with an [`SqSession`] of this writer: every SQE that `f`
+    /// writes through it goes into the ring's SQ with the SQ found once
+    /// (the kernel's head read once, the tail kept local and published,
+    /// with Release, once `f` returns, before this does). While `f` runs
+    /// the ring takes no other push and no enter (one would panic on the
+    /// ring's borrow, it never runs on a stale tail): submit through the
+    /// writer itself or the backend only after the session. An SQE that
+    /// finds the SQ full waits in the ring's backlog and is submitted
+    /// when the session ends.
+    #[inline(always)]
+    pub fn session<R>(&self, f: impl FnOnce(&mut SqSession<'_, '_>) -> R) -> R {
+        self.ring.sq_burst(|burst| {
+            f(&mut SqSession {
+                writer: self,
+                burst,
+            })
+        })
+    }
+
+    /// [`SqWriter::submit_direct_inline`]'s checks and build, the SQE then
+    /// handed to `push` (the ring's, or a session's).
+    ///
+    /// # Safety
+    /// As [`SqWriter::try_submit_direct`].
+    #[inline(always)]
+    unsafe fn write_direct(
+        &self,
+        op: &IoOp<'_>,
+        token: u64,
+        push: impl FnOnce(&squeue::Entry),
+    ) -> bool {
         // The handler's half of `ring::fits_direct` was checked once, in
         // `new` (`direct_base` 0: it does not fit); the token's is here.
         if op.flags.contains(IoFlags::PREFLUSH)
@@ -430,7 +465,61 @@ impl<'a> SqWriter<'a> {
         // SAFETY: `build_into` wrote the entry (it returned true).
         let entry = unsafe { entry.assume_init_mut() };
         ring::set_user_data(entry, ud);
-        self.ring.push_direct(entry);
+        push(entry);
         true
+    }
+}
+
+/// An [`SqWriter`] with its ring's SQ held for a burst of SQEs
+/// ([`SqWriter::session`]): each op costs its SQE's build and one copy
+/// into the SQ, without the SQ's borrow, head load and tail store per op.
+pub struct SqSession<'a, 'b> {
+    writer: &'a SqWriter<'a>,
+    burst: &'a mut ring::SqBurst<'b>,
+}
+
+impl std::fmt::Debug for SqSession<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqSession")
+            .field("writer", self.writer)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqSession<'_, '_> {
+    /// [`SqWriter::try_submit_one`] within the session: the same checks
+    /// and the same SQE, pushed into the session's SQ.
+    ///
+    /// # Safety
+    /// As [`SqWriter::try_submit_direct`].
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    #[must_use = "an op it did not write must be submitted through the backend"]
+    pub unsafe fn try_submit_one(
+        &mut self,
+        kind: OpKind,
+        flags: IoFlags,
+        offset_bytes: u64,
+        len_bytes: u64,
+        seg: libc::iovec,
+        fixed_buf: Option<u16>,
+        token: u64,
+    ) -> bool {
+        let segs = [seg];
+        let op = IoOp {
+            kind,
+            offset_bytes,
+            len_bytes,
+            segments: if kind.has_data() { &segs } else { &[] },
+            fixed_buf,
+            flags,
+        };
+        let (writer, burst) = (self.writer, &mut *self.burst);
+        // SAFETY: as this function's own contract.
+        unsafe {
+            writer.write_direct(&op, token, |entry| {
+                writer.ring.push_direct_burst(burst, entry);
+            })
+        }
     }
 }

@@ -911,6 +911,81 @@ impl Ring {
         self.push_sqe(entry);
     }
 
+    /// Runs `f` with an [`SqBurst`] of this ring: the SQ borrowed once for
+    /// every SQE `f` pushes through it ([`Ring::push_direct_burst`]), the
+    /// kernel's head read once, the tail kept local and published once,
+    /// when the burst ends, before this returns. While `f` runs, nothing
+    /// else can reach the SQ: any other push or enter on this ring would
+    /// find the io_uring borrowed and panic (never run on a stale tail).
+    /// An SQE that finds the SQ full waits in the backlog, as any push's;
+    /// the enters that a push would make then are made once the burst's
+    /// tail is published ([`Ring::submit_burst_backlog`]).
+    #[inline(always)]
+    pub(crate) fn sq_burst<R>(&self, f: impl FnOnce(&mut SqBurst<'_>) -> R) -> R {
+        let (r, backlogged) = {
+            let mut uring = self.base.uring.borrow_mut();
+            let mut burst = SqBurst {
+                // Loads the kernel's SQ head with Acquire: pairs with the
+                // kernel's release store of the head once it has read the
+                // SQEs before it, so the slots this burst may fill are
+                // free. The tail is this thread's own (plain load).
+                sq: uring.submission(),
+                // SQEs go to the SQ only while the backlog is empty (the
+                // push order is kept; see `RingCore::push`).
+                backlogged: self.base.backlog_len() > 0,
+                pushed: 0,
+            };
+            let r = f(&mut burst);
+            // The burst's direct ops, counted once (nothing reads the
+            // count while the ring is borrowed by the burst).
+            self.direct_in_flight
+                .set(self.direct_in_flight.get() + burst.pushed);
+            (r, burst.backlogged)
+            // `burst.sq` dropped here: the tail is stored with Release,
+            // which pairs with the kernel's acquire load of the tail in
+            // `io_submit_sqes`, so the SQEs written before it are seen
+            // whole; it happens before the borrow ends, so before any
+            // enter of this ring.
+        };
+        if backlogged {
+            self.submit_burst_backlog();
+        }
+        r
+    }
+
+    /// [`Ring::push_direct`] within an [`SqBurst`]: the SQE is copied into
+    /// the burst's SQ (the tail published when the burst ends), or into
+    /// the backlog when the SQ is full (submitted when the burst ends).
+    #[inline(always)]
+    pub(crate) fn push_direct_burst(&self, burst: &mut SqBurst<'_>, entry: &squeue::Entry) {
+        debug_assert!(
+            entry.get_user_data() & DIRECT_BIT != 0,
+            "a direct op's user_data comes from direct_user_data"
+        );
+        // Counted into `direct_in_flight` when the burst ends.
+        burst.pushed += 1;
+        if burst.backlogged || !burst.try_push(entry) {
+            self.base.push_backlog_burst(entry);
+            burst.backlogged = true;
+        }
+    }
+
+    /// The end of an [`SqBurst`] whose SQEs went, from some point on, to
+    /// the backlog: what each such push would have done at once (submit
+    /// the SQ, then move the backlog in), repeated until the backlog is
+    /// empty or an enter moves nothing (then the park retries).
+    #[cold]
+    #[inline(never)]
+    fn submit_burst_backlog(&self) {
+        while self.base.backlog_len() > 0 {
+            let before = self.base.backlog_len();
+            self.submit_full_sq();
+            if self.base.backlog_len() >= before {
+                break;
+            }
+        }
+    }
+
     /// Copies `entry` into the SQ, or into the backlog (then submits) when
     /// the SQ is full. Touches neither the slots nor the reaped list.
     /// Always inlined, down to the engine's fast-lane loop
@@ -1881,5 +1956,42 @@ impl Drop for Borrow {
 impl AsRawFd for Ring {
     fn as_raw_fd(&self) -> RawFd {
         self.base.uring.borrow().as_raw_fd()
+    }
+}
+
+/// The SQ of a [`Ring`] held for a burst of pushes ([`Ring::sq_burst`]):
+/// its head read once, its tail kept here and published when the burst
+/// ends. `backlogged`: the SQEs of the burst go to the backlog (it was
+/// not empty, or the SQ filled), so that the push order is kept.
+pub(crate) struct SqBurst<'a> {
+    sq: squeue::SubmissionQueue<'a, squeue::Entry>,
+    backlogged: bool,
+    /// Direct ops pushed (to the SQ or the backlog) in this burst.
+    pushed: usize,
+}
+
+impl SqBurst<'_> {
+    /// Copies `entry` into the SQ where it has room (the head read again
+    /// once where it looked full: an SQPOLL kernel thread may have moved
+    /// it). Returns false, having written nothing, when the SQ is full.
+    #[inline(always)]
+    fn try_push(&mut self, entry: &squeue::Entry) -> bool {
+        // SAFETY: as `RingCore::try_push_sq`: every pointer an SQE carries
+        // stays valid until its CQE (the caller's contract, see
+        // `SqWriter::try_submit_one`). `push` never overruns the ring: it
+        // refuses when `tail - head` is the ring's size.
+        unsafe { self.sq.push(entry) }.is_ok() || self.push_after_sync(entry)
+    }
+
+    /// [`SqBurst::try_push`] that found the SQ full: publishes the tail
+    /// (Release, as at the burst's end) and loads the head again (Acquire,
+    /// pairing with the kernel's release store of it: an SQPOLL thread may
+    /// have taken SQEs), then tries once more.
+    #[cold]
+    #[inline(never)]
+    fn push_after_sync(&mut self, entry: &squeue::Entry) -> bool {
+        self.sq.sync();
+        // SAFETY: as in `try_push`.
+        unsafe { self.sq.push(entry) }.is_ok()
     }
 }

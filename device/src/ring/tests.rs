@@ -945,6 +945,77 @@ fn batch_policy_adapts_to_the_completion_interval_and_the_cap() {
     assert_eq!(ring.batch_policy(100).0, 1);
 }
 
+/// A batch written through an `SqSession` (the SQ held for the batch,
+/// its tail published once): 40 reads into a 16-entry SQ, so that the SQ
+/// fills mid-session and the rest wait in the backlog, submitted when the
+/// session ends; the session declines a PREFLUSH read as the writer does.
+/// Every op completes exactly once with its data; after the session the
+/// writer and the backend push again.
+#[test]
+fn sq_session_batch_over_a_full_sq_completes_once() {
+    let (driver, ring) = driver_and_ring(16);
+    let (_tmp, backend) = seeded_backend();
+    let handler = Rc::new(RecordingHandler::default());
+    let id = register_handler(handler.clone());
+    let mut bufs: Vec<DmaBuf> = (0..41).map(|_| DmaBuf::heap(BLOCK, BLOCK)).collect();
+    let iovs: Vec<libc::iovec> = bufs.iter_mut().map(|b| b.iovec(BLOCK)).collect();
+    backend.with_sq_writer(id, &mut |w| {
+        let w = w.expect("a file backend on a ring has a writer");
+        let written = w.session(|s| {
+            let mut n = 0;
+            for (i, iov) in iovs.iter().take(40).enumerate() {
+                let off = (i as u64 % FILE_BLOCKS) * BLOCK as u64;
+                // SAFETY: bufs and iovs outlive the park loop below,
+                // which waits for every completion.
+                let sent = unsafe {
+                    s.try_submit_one(
+                        crate::OpKind::Read,
+                        IoFlags::NONE,
+                        off,
+                        BLOCK as u64,
+                        *iov,
+                        None,
+                        i as u64,
+                    )
+                };
+                n += usize::from(sent);
+            }
+            // SAFETY: declined, nothing written.
+            let declined = unsafe {
+                s.try_submit_one(
+                    crate::OpKind::Read,
+                    IoFlags::PREFLUSH,
+                    0,
+                    BLOCK as u64,
+                    iovs[0],
+                    None,
+                    99,
+                )
+            };
+            assert!(!declined);
+            n
+        });
+        assert_eq!(written, 40);
+        assert_eq!(ring.direct_in_flight.get(), 40);
+        // After the session: the writer pushes again.
+        let op = IoOp::read(0, std::slice::from_ref(&iovs[40]));
+        // SAFETY: as above.
+        assert!(unsafe { w.try_submit_direct(&op, 40) });
+    });
+    assert!(park_until(&driver, Duration::from_secs(20), || handler
+        .total()
+        == 41));
+    assert!(handler.duplicates().is_empty());
+    let seen = handler.seen.borrow();
+    for (i, buf) in bufs.iter().enumerate() {
+        let block = if i == 40 { 0 } else { i as u64 % FILE_BLOCKS };
+        assert_eq!(seen[&(i as u64)].1, BLOCK as i32, "token {i}");
+        assert_eq!(buf.as_slice(), &block_pattern(block)[..], "token {i}");
+    }
+    assert!(ring.stats().sq_full > 0, "{:?}", ring.stats());
+    assert_eq!(ring.ops_in_flight(), 0);
+}
+
 /// A batch written through the backend's `SqWriter` (ring and file found
 /// once): every op completes exactly once with its data, without a ring
 /// slot; the writer declines a PREFLUSH write and a token over 48 bits,

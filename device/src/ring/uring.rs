@@ -124,6 +124,14 @@ impl<S: squeue::EntryMarker, C: cqueue::EntryMarker> RingCore<S, C> {
         self.stats.borrow_mut().sq_full += 1;
     }
 
+    /// [`RingCore::push_backlog`] for a burst's push (`Ring::sq_burst`),
+    /// which holds the io_uring borrowed: the backlog only.
+    #[cold]
+    #[inline(never)]
+    pub fn push_backlog_burst(&self, entry: &S) {
+        self.push_backlog(entry);
+    }
+
     /// Copies `entry` into the SQ if it has room (ignoring the backlog).
     #[inline]
     pub fn try_push_sq(&self, entry: &S) -> bool {
