@@ -925,6 +925,7 @@ impl Ring {
         let (r, backlogged) = {
             let mut uring = self.base.uring.borrow_mut();
             let mut burst = SqBurst {
+                ring: self,
                 // Loads the kernel's SQ head with Acquire: pairs with the
                 // kernel's release store of the head once it has read the
                 // SQEs before it, so the slots this burst may fill are
@@ -936,10 +937,8 @@ impl Ring {
                 pushed: 0,
             };
             let r = f(&mut burst);
-            // The burst's direct ops, counted once (nothing reads the
-            // count while the ring is borrowed by the burst).
-            self.direct_in_flight
-                .set(self.direct_in_flight.get() + burst.pushed);
+            // The burst's direct ops are counted once, when it drops
+            // (also where `f` unwinds).
             (r, burst.backlogged)
             // `burst.sq` dropped here: the tail is stored with Release,
             // which pairs with the kernel's acquire load of the tail in
@@ -1964,10 +1963,22 @@ impl AsRawFd for Ring {
 /// ends. `backlogged`: the SQEs of the burst go to the backlog (it was
 /// not empty, or the SQ filled), so that the push order is kept.
 pub(crate) struct SqBurst<'a> {
+    ring: &'a Ring,
     sq: squeue::SubmissionQueue<'a, squeue::Entry>,
     backlogged: bool,
     /// Direct ops pushed (to the SQ or the backlog) in this burst.
     pushed: usize,
+}
+
+impl Drop for SqBurst<'_> {
+    /// Counts the burst's direct ops in `direct_in_flight`, once (nothing
+    /// reads the count while the burst holds the ring's io_uring), before
+    /// `sq` drops and publishes the tail.
+    #[inline(always)]
+    fn drop(&mut self) {
+        let in_flight = &self.ring.direct_in_flight;
+        in_flight.set(in_flight.get() + self.pushed);
+    }
 }
 
 impl SqBurst<'_> {
