@@ -10,7 +10,7 @@
 
 use super::error::BenchError;
 use super::options::{EngineKind, Job};
-use super::report::fmt_bytes;
+use super::units::fmt_bytes;
 use super::units::human;
 
 /// Memory a job (a core with its ring, tags, task table and thread) takes

@@ -19,6 +19,7 @@ use super::options::{Ablation, EngineKind, Job};
 use super::output::{EngineOutput, StopReason};
 use super::stats::{Counters, CpuTimes, Snapshot};
 use super::target::Target;
+use super::units::fmt_bytes;
 
 /// The name `--ablate` takes for `a`.
 pub fn ablation_name(a: Ablation) -> &'static str {
@@ -525,17 +526,6 @@ fn opt_f(v: Option<f64>, decimals: usize) -> String {
         Some(v) => format!("{v:.decimals$}"),
         None => "-".to_owned(),
     }
-}
-
-/// `n` bytes in the largest binary unit that divides it (`4KiB`,
-/// `1024MiB`), else bytes.
-pub fn fmt_bytes(n: u64) -> String {
-    for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
-        if n >= 1 << shift && n % (1 << shift) == 0 {
-            return format!("{}{unit}", n >> shift);
-        }
-    }
-    format!("{n}B")
 }
 
 /// `p50=…, p90=…, p99=…, p99.9=…, max=…, mean=…` in microseconds.

@@ -21,7 +21,7 @@ use rand::{RngCore, SeedableRng};
 
 use super::error::BenchError;
 use super::options::{Job, DEFAULT_TEMP_SIZE_BYTES};
-use super::report::fmt_bytes;
+use super::units::fmt_bytes;
 
 /// Size of the temporary file for NOP jobs (they never touch the data).
 const NOP_TEMP_SIZE_BYTES: u64 = 1 << 20;
