@@ -101,5 +101,5 @@ pub use op::{IoFlags, IoOp, OpKind, MAX_RW_BYTES};
 pub use path_kind::{check_path_kind, PathKind};
 pub use ring::{
     BatchWaitTimer, RingConfig, RingInfo, RingStats, BATCH_WAITS_BOUNDED, BATCH_WAIT_UNTIMED,
-    MAX_BATCH_WAIT, MAX_CQ_ENTRIES, MAX_SQ_ENTRIES,
+    MAX_BATCH_WAIT, MAX_CQ_ENTRIES, MAX_SQ_ENTRIES, MIN_SQPOLL_SQ_ENTRIES,
 };

@@ -31,7 +31,8 @@ pub struct RingConfig {
     /// Default true.
     pub defer_taskrun: bool,
     /// Use a kernel SQ polling thread idling after this many milliseconds
-    /// (`IORING_SETUP_SQPOLL`). Default `None`.
+    /// (`IORING_SETUP_SQPOLL`); needs `sq_entries` of at least
+    /// [`MIN_SQPOLL_SQ_ENTRIES`]. Default `None`.
     pub sqpoll_idle_ms: Option<u32>,
     /// Busy-poll completions (`IORING_SETUP_IOPOLL`; O_DIRECT on devices
     /// with poll queues only). Default false.
@@ -183,10 +184,22 @@ pub const MAX_CQ_ENTRIES: u32 = 2 * MAX_SQ_ENTRIES;
 /// ```
 pub const MAX_BATCH_WAIT: Duration = Duration::from_secs(1);
 
+/// The smallest `sq_entries` of an SQPOLL ring
+/// ([`RingConfig::sqpoll_idle_ms`]): with one entry, the ring's wake read
+/// (the eventfd read armed when it is built) fills the SQ until the
+/// kernel's poll thread takes it, so the first IO goes to the backlog;
+/// the first IO hung there in most runs (a break-it helper's finding;
+/// its likely cause, from the code: the submit that should make room
+/// returns before the poll thread has taken the wake read, and the park
+/// then waits for a completion that nothing in flight will give). A ring
+/// without SQPOLL submits the wake read in its own enter and takes 1.
+pub const MIN_SQPOLL_SQ_ENTRIES: u32 = 2;
+
 impl RingConfig {
     /// Checks the sizes the kernel would refuse with a bare `EINVAL`
     /// (`io_uring_setup`'s checks in `io_uring/io_uring.c`): `sq_entries`
-    /// in 1..=[`MAX_SQ_ENTRIES`]; `cq_entries`, when given, not 0, at least the
+    /// in 1..=[`MAX_SQ_ENTRIES`] (with `sqpoll_idle_ms`, at least
+    /// [`MIN_SQPOLL_SQ_ENTRIES`]); `cq_entries`, when given, not 0, at least the
     /// SQ's size once both are rounded up to powers of two, and at most
     /// [`MAX_CQ_ENTRIES`]; and `batch_wait` at most [`MAX_BATCH_WAIT`]. The
     /// runtimes call it before building a ring, so
@@ -204,12 +217,22 @@ impl RingConfig {
     /// assert!(e.to_string().contains("sq_entries"), "{e}");
     /// let small_cq = RingConfig { sq_entries: 256, cq_entries: Some(64), ..RingConfig::default() };
     /// assert!(small_cq.validate().is_err());
+    /// let tiny_sqpoll = RingConfig { sq_entries: 1, sqpoll_idle_ms: Some(10), ..RingConfig::default() };
+    /// assert!(tiny_sqpoll.validate().unwrap_err().to_string().contains("SQPOLL ring needs at least 2"));
     /// ```
     pub fn validate(&self) -> Result<()> {
         let refuse = |detail: String| Err(Error::invalid(crate::InvalidInput::Config { detail }));
         if self.sq_entries == 0 || self.sq_entries > MAX_SQ_ENTRIES {
             return refuse(format!(
                 "RingConfig::sq_entries is {}: use 1 to {MAX_SQ_ENTRIES} (the kernel rounds it up to a power of two)",
+                self.sq_entries
+            ));
+        }
+        if self.sqpoll_idle_ms.is_some() && self.sq_entries < MIN_SQPOLL_SQ_ENTRIES {
+            return refuse(format!(
+                "RingConfig::sq_entries is {} with sqpoll_idle_ms: an SQPOLL ring needs at least \
+                 {MIN_SQPOLL_SQ_ENTRIES} (its wake read holds one entry until the kernel's poll \
+                 thread takes it; with one, the first IO could hang)",
                 self.sq_entries
             ));
         }

@@ -187,7 +187,7 @@ pub use cmd::CmdRing;
 pub(crate) use cmd::CmdSlot;
 pub use config::{
     BatchWaitTimer, RingConfig, RingInfo, BATCH_WAITS_BOUNDED, BATCH_WAIT_UNTIMED, MAX_BATCH_WAIT,
-    MAX_CQ_ENTRIES, MAX_SQ_ENTRIES,
+    MAX_CQ_ENTRIES, MAX_SQ_ENTRIES, MIN_SQPOLL_SQ_ENTRIES,
 };
 pub(crate) use unpark::RingUnpark;
 pub use uring::RingStats;

@@ -1333,6 +1333,17 @@ fn ring_sizes_out_of_range_are_refused_not_taken_for_no_io_uring() {
             },
             "cq_entries",
         ),
+        // An SQPOLL ring of one SQ entry: its wake read filled the SQ
+        // and the first IO hung in the backlog (a break-it helper's
+        // finding).
+        (
+            RingConfig {
+                sq_entries: 1,
+                sqpoll_idle_ms: Some(10),
+                ..RingConfig::default()
+            },
+            "SQPOLL ring needs at least 2",
+        ),
         // Its arithmetic overflowed at the first batched park (a debug
         // build aborted; found by a break-it helper).
         (
