@@ -77,6 +77,21 @@ impl BioBuf {
         }
     }
 
+    /// [`BioBuf::first_iovec`] and [`BioBuf::fixed`] with one test of the
+    /// kind (the fast lane's send reads both).
+    #[inline(always)]
+    pub(crate) fn one_iovec(&self) -> (libc::iovec, Option<u16>) {
+        let (addr, len, fixed) = match self {
+            BioBuf::One { seg, fixed } => (seg.addr, seg.len, *fixed),
+            _ => (0, 0, None),
+        };
+        let iovec = libc::iovec {
+            iov_base: addr as *mut libc::c_void,
+            iov_len: len,
+        };
+        (iovec, fixed)
+    }
+
     /// The whole of a one-buffer bio as one iovec; an empty iovec for the
     /// others.
     pub(crate) fn first_iovec(&self) -> libc::iovec {

@@ -191,6 +191,7 @@ pub(crate) fn send_fast_uncounted(
     tag: Tag,
     now: u64,
 ) -> bool {
+    let (seg, fixed_buf) = bio.buf.one_iovec();
     // SAFETY: the bio's memory stays owned by its future (or the bio, once
     // orphaned) until this op's completion has been delivered to
     // `complete_batch`, and the bio keeps its slot until then. The writer
@@ -203,8 +204,8 @@ pub(crate) fn send_fast_uncounted(
             bio.flags,
             bio.offset_bytes,
             bio.len_bytes,
-            bio.buf.first_iovec(),
-            bio.buf.fixed(),
+            seg,
+            fixed_buf,
             token(dev, FAST | index),
         )
     };
@@ -227,6 +228,7 @@ pub(crate) fn send_fast_session(
     tag: Tag,
     now: u64,
 ) -> bool {
+    let (seg, fixed_buf) = bio.buf.one_iovec();
     // SAFETY: as in `send_fast_uncounted`: the bio's memory stays owned
     // until its completion is delivered, and the SQE is built at once from
     // the one segment's address.
@@ -236,8 +238,8 @@ pub(crate) fn send_fast_session(
             bio.flags,
             bio.offset_bytes,
             bio.len_bytes,
-            bio.buf.first_iovec(),
-            bio.buf.fixed(),
+            seg,
+            fixed_buf,
             token(dev, FAST | index),
         )
     };
