@@ -806,16 +806,25 @@ fn merge_into_last(d: &mut CoreDev, id: BioId, bio: &mut Bio) -> bool {
     if !matches!(rq.state, RqState::Waiting | RqState::Blocked) {
         return false;
     }
-    let Some(side) = merge::try_merge(rq, bio, d.max_merge_bytes, d.max_segs) else {
+    let Some((side, bio_segs)) = merge::try_merge(rq, bio, d.max_merge_bytes, d.max_segs) else {
         return false;
     };
-    join(d, slot, side, id, bio)
+    join(d, slot, side, id, bio, bio_segs)
 }
 
 /// Joins bio `id` to request `slot` on `side` where the ordering allows
 /// it (the rest of [`try_merge`], once the merge rules said yes).
+/// `bio_segs`: the bio's segment count, as the merge rules read it.
 #[inline]
-fn join(d: &mut CoreDev, slot: u32, side: merge::Side, id: BioId, bio: &mut Bio) -> bool {
+fn join(
+    d: &mut CoreDev,
+    slot: u32,
+    side: merge::Side,
+    id: BioId,
+    bio: &mut Bio,
+    bio_segs: usize,
+) -> bool {
+    debug_assert_eq!(bio_segs, bio.buf.nr_segs());
     if !d.may_join(slot, bio.op, bio.offset_bytes, bio.len_bytes) {
         return false;
     }
@@ -836,7 +845,7 @@ fn join(d: &mut CoreDev, slot: u32, side: merge::Side, id: BioId, bio: &mut Bio)
         merge::Side::Back => rq.pieces.push(piece),
         merge::Side::Front => rq.pieces.insert(0, piece),
     }
-    rq.nr_segs += bio.buf.nr_segs();
+    rq.nr_segs += bio_segs;
     bio.parts_left = 1;
     bio.split = false;
     true

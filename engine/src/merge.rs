@@ -81,9 +81,15 @@ pub(crate) fn mergeable(op: OpKind, flags: IoFlags) -> bool {
         && !flags.contains(IoFlags::NOMERGE)
 }
 
-/// Where `bio` can join `rq` within the limits, if it can.
+/// Where `bio` can join `rq` within the limits, if it can, with the
+/// bio's segment count (read once, for the limit and the join).
 #[inline]
-pub(crate) fn try_merge(rq: &Request, bio: &Bio, max_bytes: u64, max_segs: usize) -> Option<Side> {
+pub(crate) fn try_merge(
+    rq: &Request,
+    bio: &Bio,
+    max_bytes: u64,
+    max_segs: usize,
+) -> Option<(Side, usize)> {
     // Adjacency first: random IO, the common case that does not merge,
     // fails here on two compares.
     let side = if rq.offset_bytes + rq.len_bytes == bio.offset_bytes {
@@ -96,10 +102,11 @@ pub(crate) fn try_merge(rq: &Request, bio: &Bio, max_bytes: u64, max_segs: usize
     if rq.op != bio.op || rq.flags != bio.flags || !rq.mergeable {
         return None;
     }
-    if rq.len_bytes + bio.len_bytes > max_bytes || rq.nr_segs + bio.buf.nr_segs() > max_segs {
+    let bio_segs = bio.buf.nr_segs();
+    if rq.len_bytes + bio.len_bytes > max_bytes || rq.nr_segs + bio_segs > max_segs {
         return None;
     }
-    Some(side)
+    Some((side, bio_segs))
 }
 
 /// Whether `a` and `b` must keep their order: they overlap and one of them
