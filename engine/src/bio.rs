@@ -105,6 +105,26 @@ impl BioBuf {
         }
     }
 
+    /// [`BioBuf::push_iovecs`] of a piece that is all of a one-buffer
+    /// bio, the case of every bio a merge joins whole (a sequential
+    /// stream's), inlined: appends its iovec and returns its registered
+    /// buffer. `None`, with nothing appended, for any other piece.
+    #[inline(always)]
+    pub(crate) fn push_whole_one(
+        &self,
+        from: u64,
+        len: u64,
+        out: &mut Vec<libc::iovec>,
+    ) -> Option<Option<u16>> {
+        match self {
+            BioBuf::One { seg, fixed } if from == 0 && len == seg.len as u64 && len > 0 => {
+                append_iovec(seg.addr, len, out);
+                Some(*fixed)
+            }
+            _ => None,
+        }
+    }
+
     /// Appends `(address, len)` of the byte range `[from, from + len)` of
     /// this buffer list, as iovecs, to `out`. All of one buffer (a merged
     /// bio, the common case) takes no range walk.
@@ -148,7 +168,15 @@ fn push_segment(base: usize, skip: u64, len: u64, out: &mut Vec<libc::iovec>) {
     if len == 0 {
         return;
     }
-    let start = base + skip as usize;
+    append_iovec(base + skip as usize, len, out);
+}
+
+/// [`push_segment`] of a non-empty range at `start`, inlined where a
+/// request's iovecs are built from whole one-buffer bios
+/// ([`BioBuf::push_whole_one`]).
+#[inline(always)]
+fn append_iovec(start: usize, len: u64, out: &mut Vec<libc::iovec>) {
+    debug_assert!(len > 0);
     match out.last_mut() {
         Some(prev) if prev.iov_base as usize + prev.iov_len == start => {
             prev.iov_len += len as usize;

@@ -520,9 +520,17 @@ fn build_iovecs_of_pieces(bios: &BioTable, rq: &mut Request, vectored_fixed: boo
             shared = false;
             continue;
         };
-        bio.buf
-            .push_iovecs(p.bio_offset, p.len_bytes, &mut rq.iovecs);
-        let f = bio.buf.fixed();
+        let f = match bio
+            .buf
+            .push_whole_one(p.bio_offset, p.len_bytes, &mut rq.iovecs)
+        {
+            Some(f) => f,
+            None => {
+                bio.buf
+                    .push_iovecs(p.bio_offset, p.len_bytes, &mut rq.iovecs);
+                bio.buf.fixed()
+            }
+        };
         if i == 0 {
             fixed = f;
         } else if f != fixed {
