@@ -166,7 +166,8 @@ impl CmdRing {
             None => false,
         };
         Ok(Self {
-            base: RingCore::new(uring),
+            base: RingCore::new(uring)
+                .map_err(|e| Error::from_io(&e).with_context("mmap of the io_uring CQ"))?,
             slots: RefCell::new(Vec::new()),
             free: RefCell::new(Vec::new()),
             in_flight: std::cell::Cell::new(0),

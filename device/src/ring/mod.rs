@@ -163,6 +163,7 @@
 
 mod cmd;
 mod config;
+mod cq;
 mod slots;
 mod unpark;
 mod uring;
@@ -456,6 +457,8 @@ impl Ring {
     pub fn new(config: &RingConfig) -> Result<Self> {
         crate::fork::install();
         let (uring, info) = config::build(config)?;
+        let base = RingCore::new(uring)
+            .map_err(|e| Error::from_io(&e).with_context("mmap of the io_uring CQ"))?;
         let unpark = Arc::new(RingUnpark::new()?);
         let cache_slot = {
             let mut taken = RING_SLOTS
@@ -473,7 +476,7 @@ impl Ring {
         // wrapped generation to match).
         let gen = RING_GEN.fetch_add(1, Ordering::Relaxed).max(1);
         let ring = Self {
-            base: std::mem::ManuallyDrop::new(RingCore::new(uring)),
+            base: std::mem::ManuallyDrop::new(base),
             fork_generation: crate::fork::generation(),
             slots: RefCell::new(Slots::default()),
             direct_in_flight: Cell::new(0),

@@ -2,7 +2,8 @@
 //! generic over the SQE and CQE types as in the io-uring crate: 64-byte
 //! SQEs and 16-byte CQEs for the core's [`Ring`](super::Ring), SQE128 and
 //! CQE32 for the passthrough [`CmdRing`](super::CmdRing)), its SQ backlog,
-//! the raw enters, the CQ-overflow flush and the reap loop. The two rings
+//! the raw enters, the CQ-overflow flush and the reap loop (which reads
+//! the CQ in place through a second mapping of it, [`CqMap`]). The two rings
 //! are thin wrappers that add their slots and wait policy; everything here
 //! is monomorphized per entry type (no `dyn` per SQE).
 //!
@@ -24,6 +25,7 @@ use std::io;
 
 use io_uring::{cqueue, squeue, IoUring};
 
+use super::cq::{CqMap, Cqes};
 use crate::error::{Error, Result};
 
 /// `IORING_ENTER_GETEVENTS` from the uapi header.
@@ -83,6 +85,8 @@ pub struct RingStats {
 /// One io_uring with its backlog and counters (see the module header).
 pub(crate) struct RingCore<S: squeue::EntryMarker, C: cqueue::EntryMarker> {
     pub uring: RefCell<IoUring<S, C>>,
+    /// `uring`'s CQ, mapped again to be read in place by [`Self::reap`].
+    cq: CqMap<C>,
     backlog: RefCell<VecDeque<S>>,
     /// The backlog's length, set wherever the backlog changes (`push_backlog`,
     /// `flush_backlog`): each push tests it without the backlog's borrow.
@@ -91,13 +95,16 @@ pub(crate) struct RingCore<S: squeue::EntryMarker, C: cqueue::EntryMarker> {
 }
 
 impl<S: squeue::EntryMarker, C: cqueue::EntryMarker> RingCore<S, C> {
-    pub fn new(uring: IoUring<S, C>) -> Self {
-        Self {
+    /// # Errors
+    /// The CQ could not be mapped again ([`CqMap::new`]).
+    pub fn new(uring: IoUring<S, C>) -> io::Result<Self> {
+        Ok(Self {
+            cq: CqMap::new(&uring)?,
             uring: RefCell::new(uring),
             backlog: RefCell::new(VecDeque::new()),
             backlogged: Cell::new(0),
             stats: RefCell::new(RingStats::default()),
-        }
+        })
     }
 
     /// Copies `entry` into the SQ, or into the backlog when the SQ is full
@@ -228,14 +235,19 @@ impl<S: squeue::EntryMarker, C: cqueue::EntryMarker> RingCore<S, C> {
     pub fn reap<T>(
         &self,
         state: &mut T,
-        mut pass: impl FnMut(&mut T, cqueue::CompletionQueue<'_, C>) -> usize,
+        mut pass: impl FnMut(&mut T, Cqes<'_, C>) -> usize,
         mut after: impl FnMut(&mut T),
         context: &'static str,
     ) -> Result<usize> {
         let mut seen = 0;
         let mut idle_flushes = 0;
         loop {
-            let n = pass(state, self.uring.borrow_mut().completion());
+            // The io-uring crate's CQ stays borrowed while the pass reads
+            // the CQ through `cq` (see `cq`'s invariants).
+            let n = {
+                let _uring = self.uring.borrow_mut();
+                pass(state, self.cq.drain())
+            };
             seen += n;
             self.stats.borrow_mut().cqes += n as u64;
             after(state);
