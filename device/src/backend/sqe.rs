@@ -236,11 +236,15 @@ pub struct SqWriter<'a> {
     is_block_device: bool,
     /// The user_data of a direct op of `handler` with token 0
     /// ([`ring::direct_user_data`]), found once for the writer: an op's is
-    /// this ORed with its token. 0 where `handler` does not fit a direct
-    /// op's user_data (a direct op's always has `ring::DIRECT_BIT` set,
-    /// so it is never 0): the writer then writes nothing.
+    /// this ORed with its token. [`NO_DIRECT`] where `handler` does not fit
+    /// a direct op's user_data: the writer then writes nothing.
     direct_base: u64,
 }
+
+/// [`SqWriter::direct_base`] of a handler that does not fit a direct op's
+/// user_data: all ones, which no direct op's user_data is (its bits 62 and
+/// 63 are clear).
+const NO_DIRECT: u64 = u64::MAX;
 
 impl std::fmt::Debug for SqWriter<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -263,7 +267,7 @@ impl<'a> SqWriter<'a> {
         let direct_base = if ring::fits_direct(handler, 0) {
             ring::direct_user_data(handler, 0)
         } else {
-            0
+            NO_DIRECT
         };
         SqWriter {
             ring,
@@ -445,9 +449,10 @@ impl<'a> SqWriter<'a> {
         push: impl FnOnce(&squeue::Entry),
     ) -> bool {
         // The handler's half of `ring::fits_direct` was checked once, in
-        // `new` (`direct_base` 0: it does not fit); the token's is here.
+        // `new` (`direct_base` NO_DIRECT: it does not fit); the token's is
+        // here.
         if op.flags.contains(IoFlags::PREFLUSH)
-            || self.direct_base == 0
+            || self.direct_base == NO_DIRECT
             || token >> ring::DIRECT_TOKEN_BITS != 0
         {
             return false;

@@ -28,12 +28,15 @@
 //!   `-EAGAIN` results of slot ops are handled here and never reach a
 //!   handler or caller.
 //! - Direct ops (`Ring::push_direct`, the engine's path) have no slot:
-//!   their user_data is `DIRECT_BIT | handler << 48 | token`, so a CQE
-//!   goes to its handler with no table lookup, and a per-op `-EAGAIN` is
-//!   delivered as the result (the caller, which keeps the op, issues it
-//!   again). `direct_in_flight` counts them from push to CQE; their files
-//!   stay open because registrations are only swept with the SQ and
-//!   backlog empty (the kernel holds the file of every submitted op).
+//!   their user_data is `handler << 48 | token` with bits 62 and 63
+//!   clear (a slot op's has `SLOT_BIT`, bit 62; a reserved value has
+//!   both), so a CQE goes to its handler with no table lookup (one test,
+//!   and the handler id is the bits above the token as they are), and a
+//!   per-op `-EAGAIN` is delivered as the result (the caller, which keeps
+//!   the op, issues it again). `direct_in_flight` counts them from push
+//!   to CQE; their files stay open because registrations are only swept
+//!   with the SQ and backlog empty (the kernel holds the file of every
+//!   submitted op).
 //! - Reaping never calls a handler while the ring is borrowed: CQEs are
 //!   collected first, then delivered, one
 //!   [`complete_batch`](crate::CompletionHandler::complete_batch) call per
@@ -197,7 +200,7 @@ use uring::{is_retry, is_transient, RingCore, PREFLUSH_BIT};
 use crate::completion::{Completion, DeliverBatch, HandlerId, Reaped};
 use crate::error::{Error, Result};
 pub(crate) use slots::NO_FILE;
-use slots::{Meta, Slots};
+use slots::{Meta, Slots, SLOT_BIT};
 
 /// user_data of the armed eventfd read.
 pub(crate) const WAKE_UD: u64 = u64::MAX;
@@ -211,7 +214,7 @@ const CMD_WAKE_UD: u64 = u64::MAX - 3;
 const RESERVED_BIT: u64 = 1 << 63;
 const _: () = assert!(
     WAKE_UD & TIMEOUT_UD & CANCEL_UD & CMD_WAKE_UD & RESERVED_BIT != 0
-        && (DIRECT_BIT
+        && (SLOT_BIT
             | (DIRECT_MAX_HANDLER as u64) << DIRECT_TOKEN_BITS
             | ((1 << DIRECT_TOKEN_BITS) - 1)
             | PREFLUSH_BIT
@@ -219,10 +222,16 @@ const _: () = assert!(
             & RESERVED_BIT
             == 0
 );
-/// Set in user_data of a direct op (no slot; see the module invariants).
-/// The reserved user_data values above (`u64::MAX - k`) have bit 63 set
-/// and are matched first; slot ops use only the low 41 bits.
-const DIRECT_BIT: u64 = 1 << 62;
+/// Where a user_data's bits above a direct op's handler id begin
+/// ([`SLOT_BIT`] and bit 63): none is set in a direct op's.
+const NOT_DIRECT_SHIFT: u32 = 62;
+const _: () = assert!(
+    ((DIRECT_MAX_HANDLER as u64) << DIRECT_TOKEN_BITS | ((1 << DIRECT_TOKEN_BITS) - 1))
+        >> NOT_DIRECT_SHIFT
+        == 0
+        && SLOT_BIT >> NOT_DIRECT_SHIFT != 0
+        && CMD_WAKE_UD >> NOT_DIRECT_SHIFT != 0
+);
 /// Bits of a direct op's token (below the handler id).
 pub(crate) const DIRECT_TOKEN_BITS: u32 = 48;
 /// Handler ids a direct op's user_data can carry (14 bits).
@@ -882,13 +891,13 @@ impl Ring {
             preflush_result: 0,
             has_preflush: preflush.is_some(),
         };
-        // The SQE is written once into its slot (user_data = the index)
-        // and copied from there into the SQ.
+        // The SQE is written once into its slot (user_data = the index
+        // and SLOT_BIT) and copied from there into the SQ.
         let index = slots.insert(meta, entry);
         if let Some(pre) = preflush {
             let pre = pre
                 .flags(squeue::Flags::IO_LINK)
-                .user_data(u64::from(index) | PREFLUSH_BIT);
+                .user_data(u64::from(index) | PREFLUSH_BIT | SLOT_BIT);
             self.push_sqe(&pre);
             slots.set_preflush_sqe(index, pre);
         }
@@ -907,7 +916,7 @@ impl Ring {
     #[inline(always)]
     pub(crate) fn push_direct(&self, entry: &squeue::Entry) {
         debug_assert!(
-            entry.get_user_data() & DIRECT_BIT != 0,
+            entry.get_user_data() >> NOT_DIRECT_SHIFT == 0,
             "a direct op's user_data comes from direct_user_data"
         );
         self.direct_in_flight.set(self.direct_in_flight.get() + 1);
@@ -961,7 +970,7 @@ impl Ring {
     #[inline(always)]
     pub(crate) fn push_direct_burst(&self, burst: &mut SqBurst<'_>, entry: &squeue::Entry) {
         debug_assert!(
-            entry.get_user_data() & DIRECT_BIT != 0,
+            entry.get_user_data() >> NOT_DIRECT_SHIFT == 0,
             "a direct op's user_data comes from direct_user_data"
         );
         // Counted into `direct_in_flight` when the burst ends.
@@ -1500,13 +1509,11 @@ impl Ring {
         ud: u64,
         res: i32,
     ) {
-        // The reserved values have bit 63 set, which no op's user_data
-        // has: one test for all of them on the path of every CQE.
-        if ud & RESERVED_BIT != 0 && self.reserved_cqe(ud) {
-            return;
-        }
-        if ud & DIRECT_BIT != 0 {
-            let handler = HandlerId(((ud & !DIRECT_BIT) >> DIRECT_TOKEN_BITS) as u32);
+        // A direct op's user_data has neither SLOT_BIT nor the reserved
+        // values' bit 63: one test on the path of every direct CQE, and
+        // its handler id is the bits above the token as they are.
+        if ud >> NOT_DIRECT_SHIFT == 0 {
+            let handler = HandlerId((ud >> DIRECT_TOKEN_BITS) as u32);
             let token = ud & ((1 << DIRECT_TOKEN_BITS) - 1);
             self.direct_in_flight.set(self.direct_in_flight.get() - 1);
             reaped.push(Completion {
@@ -1514,6 +1521,11 @@ impl Ring {
                 token,
                 result: res,
             });
+            return;
+        }
+        // The reserved values have bit 63 set, which no op's user_data
+        // has.
+        if ud & RESERVED_BIT != 0 && self.reserved_cqe(ud) {
             return;
         }
         self.handle_slot_cqe(slots, reaped, eagain, ud, res);
@@ -1822,7 +1834,7 @@ pub(crate) fn direct_user_data(handler: HandlerId, token: u64) -> u64 {
         fits_direct(handler, token),
         "token or handler too large for a direct op"
     );
-    DIRECT_BIT | u64::from(handler.0) << DIRECT_TOKEN_BITS | token
+    u64::from(handler.0) << DIRECT_TOKEN_BITS | token
 }
 
 thread_local! {

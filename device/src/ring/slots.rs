@@ -1,4 +1,5 @@
-//! In-flight slots of a ring: index = the SQE's user_data.
+//! In-flight slots of a ring: index = the low 32 bits of the SQE's
+//! user_data (which has `SLOT_BIT` set besides).
 //!
 //! Invariants: a slot is occupied from push to its final CQE; indices are
 //! reused only after removal; `len()` counts occupied slots. A slot keeps
@@ -10,6 +11,13 @@
 use io_uring::squeue;
 
 use crate::completion::HandlerId;
+
+/// Set in user_data of a slot op (and its preflush), which uses the low
+/// 41 bits besides; a direct op's has neither this bit nor bit 63 (the
+/// ring's reserved values, `u64::MAX - k`, have both): one shift and test
+/// finds a direct op's CQE, whose handler id is then the bits above its
+/// token as they are (see the ring's module invariants).
+pub(super) const SLOT_BIT: u64 = 1 << 62;
 
 /// No file registration (an op that names no file, e.g. a NOP from the
 /// passthrough backend or the ring's own SQEs).
@@ -70,7 +78,7 @@ impl Default for Slots {
 
 impl Slots {
     /// Occupies a slot for `meta` and `entry` (stored with user_data = the
-    /// slot index); returns the index.
+    /// slot index and `SLOT_BIT`); returns the index.
     #[inline]
     pub fn insert(&mut self, meta: Meta, entry: squeue::Entry) -> u32 {
         debug_assert!(meta.handler.0 != FREE, "handler id {FREE} is reserved");
@@ -81,13 +89,13 @@ impl Slots {
             debug_assert!(self.meta[i].handler.0 == FREE, "slot {i} reused while busy");
             self.free_head = self.meta[i].token as u32;
             self.meta[i] = meta;
-            self.sqes[i] = entry.user_data(u64::from(index));
+            self.sqes[i] = entry.user_data(u64::from(index) | SLOT_BIT);
             index
         } else {
             let index = self.meta.len() as u32;
             assert!(index < NONE, "too many ops in flight");
             self.meta.push(meta);
-            self.sqes.push(entry.user_data(u64::from(index)));
+            self.sqes.push(entry.user_data(u64::from(index) | SLOT_BIT));
             index
         }
     }

@@ -204,7 +204,7 @@ fn direct_ops_complete_once_and_deliver_their_eagain() {
     let f = faked.clone();
     *ring.cqe_fault.borrow_mut() = Some(Box::new(move |ud, res| {
         // Every 7th direct op (token = ud's low 48 bits) meets an EAGAIN.
-        let direct = ud & super::DIRECT_BIT != 0 && ud < super::CANCEL_UD;
+        let direct = ud >> super::NOT_DIRECT_SHIFT == 0;
         if direct && (ud & 0xffff_ffff_ffff) % 7 == 0 {
             f.set(f.get() + 1);
             -libc::EAGAIN
