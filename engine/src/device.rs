@@ -715,11 +715,12 @@ pub(crate) fn issue_inline(
     init: impl FnOnce() -> BioInit,
     cx: &Context<'_>,
 ) -> Result<Issued, BioResult> {
-    // The waker first: its clone is the issue's one call, and made here,
-    // with little live, it makes the values computed below stay in
-    // registers (made after the bio's allocation, they were spilled
-    // around it). A refused IO drops it again (cold).
-    let waker = cx.waker().clone();
+    // The waker first: its clone (inline for a task of this core, else
+    // the issue's one call), made here, with little live, makes the
+    // values computed below stay in registers (made after the bio's
+    // allocation, they were spilled around it). A refused IO drops it
+    // again (cold).
+    let waker = plugio_executor::clone_waker(cx.waker());
     let init = init();
     if let Err(e) = Device::check(shared, &init) {
         forget_if_none(init.buf);

@@ -121,5 +121,7 @@ pub use runtime::{
 };
 pub use signals::block_file_size_signal;
 pub use stats::TickStats;
-pub use task::{drop_contained, wake_all, JoinError, JoinHandle, LocalWake, TaskPanic};
+pub use task::{
+    clone_waker, drop_contained, wake_all, JoinError, JoinHandle, LocalWake, TaskPanic,
+};
 pub use time::{interval, sleep, sleep_until, timeout, Elapsed, Interval, Sleep};

@@ -38,7 +38,7 @@ pub(crate) use raw::{
     adopt_remote, detach_all, new_local_task, new_task, CoreShared, LocalRef, SHUTDOWN_CANCEL,
     SHUTDOWN_DRAIN, SHUTDOWN_NONE, UNREGISTERED,
 };
-pub use raw::{drop_contained, wake_all, LocalWake};
+pub use raw::{clone_waker, drop_contained, wake_all, LocalWake};
 
 #[cfg(all(test, loom))]
 pub(crate) use raw::DEALLOCS;
@@ -148,6 +148,52 @@ mod tests {
             drop(again);
             h.await.expect("join");
             assert_eq!(polls.get(), 2);
+        });
+    }
+
+    #[test]
+    fn clone_waker_clones_a_local_waker_inline_and_others_as_clone_does() {
+        use std::cell::RefCell;
+        use std::task::{Poll, Waker};
+
+        let ex = LocalExecutor::new();
+        ex.run(async move {
+            let parked: Rc<RefCell<Option<Waker>>> = Rc::default();
+            let polls = Rc::new(Cell::new(0u32));
+            let (p, n) = (parked.clone(), polls.clone());
+            let h = spawn_local(async move {
+                std::future::poll_fn(|cx| {
+                    n.set(n.get() + 1);
+                    if n.get() == 1 {
+                        *p.borrow_mut() = Some(crate::clone_waker(cx.waker()));
+                        assert!(crate::clone_waker(cx.waker()).will_wake(cx.waker()));
+                        Poll::Pending
+                    } else {
+                        Poll::Ready(())
+                    }
+                })
+                .await;
+            });
+            while parked.borrow().is_none() {
+                yield_now().await;
+            }
+            let waker = parked.borrow_mut().take().expect("parked");
+            // Cloned on the owner thread: the same waker, which wakes.
+            let again = crate::clone_waker(&waker);
+            assert!(again.will_wake(&waker));
+            // Off the owner thread: a clone through the vtable.
+            let remote = std::thread::scope(|s| {
+                s.spawn(|| crate::clone_waker(&waker))
+                    .join()
+                    .expect("thread")
+            });
+            assert!(!remote.will_wake(&waker));
+            drop(waker);
+            again.wake();
+            h.await.expect("join");
+            assert_eq!(polls.get(), 2);
+            // The task completed: its remote reference's wake does nothing.
+            remote.wake();
         });
     }
 
