@@ -509,13 +509,18 @@ unsafe fn local_dec(ptr: NonNull<Header>) {
     let header = unsafe { ptr.as_ref() };
     // Relaxed: DETACHED is only set by this (the owner) thread.
     debug_assert!(!header.state.load_relaxed().is_detached());
-    let n = header.local.refs.get();
-    debug_assert!(n > 0, "local reference count underflow");
-    if n == 1 {
+    debug_assert!(
+        header.local.refs.get() > 0,
+        "local reference count underflow"
+    );
+    // Decremented first, then tested: one decrement of memory and a
+    // branch on its result in the common case.
+    let n = header.local.refs.get().wrapping_sub(1);
+    header.local.refs.set(n);
+    if n == 0 {
         // SAFETY: forwarded; that was the last local reference.
-        return unsafe { group_release(ptr) };
+        unsafe { group_release(ptr) };
     }
-    header.local.refs.set(n - 1);
 }
 
 /// The local count goes 0 → 1: the group takes its remote reference.
@@ -532,12 +537,13 @@ unsafe fn group_acquire(ptr: NonNull<Header>) {
     unsafe { header.core.groups.insert(ptr) };
 }
 
-/// The local count goes 1 → 0: the group gives its remote reference back.
+/// The local count went 1 → 0 (the caller set it): the group gives its
+/// remote reference back.
 #[cold]
 unsafe fn group_release(ptr: NonNull<Header>) {
     // SAFETY: alive until the decrement below (caller).
     let header = unsafe { ptr.as_ref() };
-    header.local.refs.set(0);
+    debug_assert_eq!(header.local.refs.get(), 0);
     // SAFETY: owner thread, linked (its local count was non-zero).
     unsafe { header.core.groups.remove(ptr) };
     // SAFETY: the group's reference.
