@@ -457,7 +457,7 @@ impl Core {
             return self.run_task_slow(task, state);
         }
         self.budget.reset(self.config.coop_budget);
-        // SAFETY: owner thread.
+        // SAFETY: owner thread; `state` shows `COMPLETE` clear.
         if unsafe { task.poll() } {
             let slot = task.owned_slot();
             // SAFETY: owner thread.
@@ -490,7 +490,7 @@ impl Core {
             true
         } else {
             self.budget.reset(self.config.coop_budget);
-            // SAFETY: owner thread.
+            // SAFETY: owner thread; `state` shows `COMPLETE` clear.
             unsafe { task.poll() }
         };
         if done {

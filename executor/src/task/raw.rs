@@ -166,7 +166,8 @@ unsafe impl Linked for Header {
 }
 
 struct Vtable {
-    /// Polls the future once; returns true when the task completed.
+    /// Polls the future once; returns true when the task completed. Only
+    /// on a task whose `COMPLETE` is clear (its future is there).
     poll: unsafe fn(NonNull<Header>) -> bool,
     /// Drops the future and completes with `Cancelled`; false if already done.
     cancel: unsafe fn(NonNull<Header>) -> bool,
@@ -338,9 +339,12 @@ unsafe fn poll<F: Future>(ptr: NonNull<Header>) -> bool {
     let cell = unsafe { cell::<F>(ptr) };
     // SAFETY: only the owner thread touches the future.
     let slot = unsafe { &mut *cell.future.get() };
-    let Some(future) = slot.as_mut() else {
-        return true;
-    };
+    debug_assert!(slot.is_some(), "a completed task polled");
+    // SAFETY: the future is dropped (the slot set to `None`) only with
+    // `COMPLETE` set after it (here or in `cancel`, on this thread), and
+    // the core polls a task only after its state showed `COMPLETE` clear
+    // (`Core::run_task`, the caller's contract).
+    let future = unsafe { slot.as_mut().unwrap_unchecked() };
     // A local waker: the core polls on the owner thread, and the clones
     // made from it on this thread carry the same data, so `will_wake`
     // holds between them.
@@ -1163,7 +1167,9 @@ impl LocalRef {
     /// Polls the task; returns true when it completed.
     ///
     /// # Safety
-    /// Owner core's thread only.
+    /// Owner core's thread only, and only after `start_run` (or
+    /// `load_for_run`, and `serve_remote_wake` when it showed `NOTIFIED`)
+    /// returned a state without `COMPLETE`.
     pub(crate) unsafe fn poll(&self) -> bool {
         // SAFETY: forwarded from the caller.
         unsafe { (self.header().vtable.poll)(self.ptr) }
