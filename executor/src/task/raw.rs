@@ -932,17 +932,21 @@ impl LocalRing {
         self.tail.wrapping_sub(self.head)
     }
 
+    /// Puts `task` at `tail`. The slot says whether the ring is full,
+    /// without comparing `tail - head` with the slot count: by the
+    /// invariant, the slot at `tail` is `Some` exactly when the ring is
+    /// full (it is then the `head` slot, the oldest task's).
     #[inline]
     fn push(&mut self, task: LocalRef) {
-        if self.len() > self.mask {
+        let i = self.tail & self.mask;
+        debug_assert_eq!(self.slots[i].is_some(), self.len() > self.mask);
+        // SAFETY: `mask` is the slot count less one, so `i` is in bounds.
+        let slot = unsafe { self.slots.get_unchecked_mut(i) };
+        if slot.is_some() {
             // A tail call: the common path saves no register for it.
             return self.grow_and_push(task);
         }
-        let i = self.tail & self.mask;
-        debug_assert!(self.slots[i].is_none());
-        // SAFETY: `mask` is the slot count less one, so `i` is in bounds.
-        let slot = unsafe { self.slots.get_unchecked_mut(i) };
-        // The slot is empty (the invariant): nothing to drop.
+        // The slot is empty: nothing to drop.
         std::mem::forget(slot.replace(task));
         self.tail = self.tail.wrapping_add(1);
     }
