@@ -94,15 +94,9 @@ impl BioBuf {
 
     /// The whole of a one-buffer bio as one iovec; an empty iovec for the
     /// others.
+    #[inline]
     pub(crate) fn first_iovec(&self) -> libc::iovec {
-        let (addr, len) = match self {
-            BioBuf::One { seg, .. } => (seg.addr, seg.len),
-            _ => (0, 0),
-        };
-        libc::iovec {
-            iov_base: addr as *mut libc::c_void,
-            iov_len: len,
-        }
+        self.one_iovec().0
     }
 
     /// [`BioBuf::push_iovecs`] of a piece that is all of a one-buffer
